@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing fpdt needs on Debian 12, as root, and nothing when all of it is
+# already there (so `make test` stays quick on a warm machine). Used by `make test` and `make run`.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+          libopenmpi-dev openmpi-bin)
+# Extra packages a target asks for, e.g. the demo corpus for `make run`.
+packages+=("$@")
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install_deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install_deps: missing packages (${missing[*]}) and not root; install them with apt-get or rerun as root" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,19 @@
+// Wall-clock timing for metrics and benchmarks (never for test assertions).
+#pragma once
+
+#include <chrono>
+
+namespace fpdt {
+
+class Timer {
+ public:
+  Timer() : start_(Clock::now()) {}
+  void reset() { start_ = Clock::now(); }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_;
+};
+
+}  // namespace fpdt

@@ -1,0 +1,23 @@
+// Reference softmax cross-entropy over a vocabulary, with ignore index and loss mask (the spec).
+//   forward:  lse (N) = logsumexp(logits[n, :]);  losses (N) = mask[n] · (lse[n] − logits[n, target[n]]),
+//             and 0 where target[n] == kIgnoreIndex (−100). mask may be null (all ones).
+//   backward: dlogits (N, V) = dloss_scale · mask[n] · (softmax(logits[n]) − onehot(target[n])),
+//             0 on ignored rows. dlogits may alias logits (in place), so no (N, V) copy is needed.
+// The caller picks dloss_scale (e.g. 1 / number of counted tokens for a mean loss).
+#pragma once
+
+#include <cstdint>
+
+namespace fpdt::kernels::reference {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+template <typename T>
+void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* targets, const T* mask,
+                           int64_t N, int V);
+
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets, const T* mask,
+                            double dloss_scale, int64_t N, int V);
+
+}  // namespace fpdt::kernels::reference

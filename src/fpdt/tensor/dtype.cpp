@@ -1,0 +1,44 @@
+// DType sizes and names.
+#include "fpdt/tensor/dtype.h"
+
+#include "fpdt/base/error.h"
+
+namespace fpdt {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u16: return 2;
+    case DType::u32: return 4;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+std::string dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+    case DType::u16: return "U16";
+    case DType::u32: return "U32";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+DType dtype_from_name(const std::string& name, const std::string& where) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::u16,
+                      DType::u32, DType::u8})
+    if (dtype_name(dtype) == name) return dtype;
+  throw Error("tensor", "unknown dtype '" + name + "' in " + where,
+              "supported: F32, F64, BF16, I32, I64, U16, U32, U8");
+}
+
+}  // namespace fpdt
