@@ -64,6 +64,10 @@ class Backend {
 
   virtual void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n,
                             const AdamWParams& params) = 0;
+
+  // Σ x², accumulated in float64 (gradient norms); x *= alpha (gradient clipping).
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual void scale_inplace(float* x, float alpha, int64_t n) = 0;
 };
 
 // "reference" or "cpu"; throws fpdt::Error for any other name.

@@ -1,10 +1,10 @@
 // The `cpu` Backend: the fast fp32 kernels (OpenBLAS GEMMs, AVX2, OpenMP). Attention runs the
-// dense reference until the flash kernel replaces it.
+// flash kernel (cpu/flash_attention.h): the full sequence as one causal block.
 #include <memory>
 
 #include "fpdt/kernels/backend.h"
+#include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/kernels/cpu/kernels.h"
-#include "fpdt/kernels/reference/attention.h"
 
 namespace fpdt::kernels {
 
@@ -66,12 +66,12 @@ class CpuBackend final : public Backend {
   }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale) override {
-    reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale);
+    fast::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
                           int64_t S, int Hq, int Hkv, int D, double scale) override {
-    reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale);
+    fast::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale);
   }
   void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                              const float* mask, int64_t N, int V) override {
@@ -85,6 +85,8 @@ class CpuBackend final : public Backend {
                     const AdamWParams& params) override {
     fast::adamw_update(param, m, v, grad, n, params);
   }
+  double sum_squares(const float* x, int64_t n) override { return fast::sum_squares(x, n); }
+  void scale_inplace(float* x, float alpha, int64_t n) override { fast::scale_inplace(x, alpha, n); }
 };
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

@@ -6,6 +6,7 @@
 #include "fpdt/kernels/reference/activation.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/kernels/reference/elementwise.h"
 #include "fpdt/kernels/reference/embedding.h"
 #include "fpdt/kernels/reference/linear.h"
 #include "fpdt/kernels/reference/norm.h"
@@ -90,6 +91,8 @@ class ReferenceBackend final : public Backend {
                     const AdamWParams& params) override {
     ref::adamw_update(param, m, v, grad, n, params);
   }
+  double sum_squares(const float* x, int64_t n) override { return ref::sum_squares(x, n); }
+  void scale_inplace(float* x, float alpha, int64_t n) override { ref::scale_inplace(x, alpha, n); }
 };
 
 std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }

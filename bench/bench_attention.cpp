@@ -1,0 +1,156 @@
+// Benchmark of the cpu flash attention (kernels/cpu/flash_attention.h): full-sequence causal forward
+// and backward through the same calls the cpu Backend makes, against an OpenBLAS 4096³ sgemm run in
+// the same process with the same threads. Counts only unmasked FLOPs: forward 2·S²·D·H·B (QKᵀ and PV
+// over the causal half), backward 2.5× that. The LAST line printed is one JSON object.
+//   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/cpu/flash_attention.h"
+
+namespace {
+
+struct Options {
+  int64_t seq = 16384;
+  int batch = 1;
+  int heads = 8;
+  int kv_heads = 0;  // 0: = heads
+  int head_dim = 64;
+  int threads = 2;
+  int reps = 1;  // timed repetitions of forward and backward; the best is reported
+  bool docs = false;
+};
+
+void usage() {
+  std::printf(
+      "usage: bench_attention [--seq S] [--batch B] [--heads H] [--kv-heads Hkv] [--head-dim D] [--threads T]\n"
+      "                       [--reps N] [--docs]\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> long long {
+      if (i + 1 >= argc) throw fpdt::Error("bench", "missing value after " + arg, "see --help");
+      return std::atoll(argv[++i]);
+    };
+    if (arg == "--seq") o.seq = value();
+    else if (arg == "--batch") o.batch = static_cast<int>(value());
+    else if (arg == "--heads") o.heads = static_cast<int>(value());
+    else if (arg == "--kv-heads") o.kv_heads = static_cast<int>(value());
+    else if (arg == "--head-dim") o.head_dim = static_cast<int>(value());
+    else if (arg == "--threads") o.threads = static_cast<int>(value());
+    else if (arg == "--reps") o.reps = static_cast<int>(value());
+    else if (arg == "--docs") o.docs = true;
+    else if (arg == "--help" || arg == "-h") {
+      usage();
+      std::exit(0);
+    } else {
+      throw fpdt::Error("bench", "unknown argument " + arg, "see --help");
+    }
+  }
+  if (o.kv_heads == 0) o.kv_heads = o.heads;
+  if (o.seq <= 0 || o.batch <= 0 || o.threads <= 0 || o.reps <= 0)
+    throw fpdt::Error("bench", "--seq, --batch, --threads and --reps must be positive");
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// OpenBLAS sgemm C = A·B, n = 4096, best of two after a warm-up call.
+double sgemm_gflops() {
+  const int n = 4096;
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  fpdt::Rng rng(7);
+  for (auto& x : a) x = static_cast<float>(rng.uniform(-1, 1));
+  for (auto& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                n);
+  };
+  run();
+  double best = 1e30;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    omp_set_num_threads(o.threads);
+    openblas_set_num_threads(o.threads);
+    const int64_t S = o.seq;
+    const int B = o.batch, H = o.heads, Hkv = o.kv_heads, D = o.head_dim;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    std::printf("bench_attention: B=%d S=%lld H=%d Hkv=%d D=%d threads=%d reps=%d docs=%d causal\n", B,
+                static_cast<long long>(S), H, Hkv, D, o.threads, o.reps, o.docs);
+
+    const size_t q_size = static_cast<size_t>(B) * S * H * D, kv_size = static_cast<size_t>(B) * S * Hkv * D;
+    std::vector<float> q(q_size), k(kv_size), v(kv_size), dout(q_size), out(q_size), dq(q_size), dk(kv_size),
+        dv(kv_size), lse(static_cast<size_t>(B) * H * S);
+    std::vector<int32_t> docs;
+    fpdt::Rng rng(1234);
+    for (auto* x : {&q, &k, &v, &dout})
+      for (auto& value : *x) value = static_cast<float>(rng.normal());
+    if (o.docs) {  // four documents of equal length per sequence
+      docs.resize(static_cast<size_t>(B) * S);
+      for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int32_t>((i % S) * 4 / S);
+    }
+    const int32_t* doc_ids = o.docs ? docs.data() : nullptr;
+
+    const double sgemm = sgemm_gflops();
+    std::printf("sgemm 4096^3: %.1f GFLOP/s\n", sgemm);
+
+    double fwd_best = 1e30, bwd_best = 1e30;
+    for (int rep = 0; rep < o.reps; ++rep) {
+      auto start = std::chrono::steady_clock::now();
+      fpdt::kernels::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H,
+                                            Hkv, D, scale);
+      const double fwd = seconds_since(start);
+      start = std::chrono::steady_clock::now();
+      fpdt::kernels::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                                             v.data(), out.data(), lse.data(), doc_ids, B, S, H, Hkv, D, scale);
+      const double bwd = seconds_since(start);
+      std::printf("rep %d: forward %.3f s, backward %.3f s\n", rep, fwd, bwd);
+      fwd_best = std::min(fwd_best, fwd);
+      bwd_best = std::min(bwd_best, bwd);
+    }
+    // Unmasked work of causal attention (documents not discounted): 2·S²·D·H·B forward.
+    const double fwd_flops = 2.0 * static_cast<double>(S) * S * D * H * B;
+    const double bwd_flops = 2.5 * fwd_flops;
+    const double fwd_gflops = fwd_flops / fwd_best / 1e9, bwd_gflops = bwd_flops / bwd_best / 1e9;
+    double checksum = 0.0;
+    for (size_t i = 0; i < q_size; i += 997) checksum += out[i] + dq[i];
+    std::printf("checksum %.6g\n", checksum);
+    std::printf(
+        "{\"bench\": \"attention\", \"batch\": %d, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
+        "\"threads\": %d, \"docs\": %s, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"fwd_gflops\": %.2f, \"bwd_gflops\": %.2f, "
+        "\"sgemm_gflops\": %.2f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f}\n",
+        B, static_cast<long long>(S), H, Hkv, D, o.threads, o.docs ? "true" : "false", fwd_best, bwd_best, fwd_gflops,
+        bwd_gflops, sgemm, fwd_gflops / sgemm, bwd_gflops / sgemm);
+    return 0;
+  } catch (const fpdt::Error& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,59 @@
+// Fast fp32 elementwise helpers for the model and trainer (see kernels.h): sum of squares in float64
+// (gradient norms) and in-place scaling. sum_squares is deterministic whatever the thread count: it
+// sums a fixed set of slices, each in a fixed order, and adds the slices up serially.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "fpdt/kernels/cpu/kernels.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
+#endif
+
+namespace fpdt::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below this a thread team costs more than it saves
+constexpr int kSlices = 64;                                  // fixed, so the sum does not depend on the threads
+
+// Σ x[i]² over [0, n), each product formed and summed in double (a float's square is exact in double).
+double sum_squares_serial(const float* x, int64_t n) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    const __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  return total;
+}
+
+}  // namespace
+
+double sum_squares(const float* x, int64_t n) {
+  double partial[kSlices];
+  const int64_t slice = (n + kSlices - 1) / kSlices;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int s = 0; s < kSlices; ++s) {
+    const int64_t begin = std::min(n, s * slice);
+    const int64_t end = std::min(n, begin + slice);
+    partial[s] = sum_squares_serial(x + begin, end - begin);
+  }
+  double total = 0.0;
+  for (int s = 0; s < kSlices; ++s) total += partial[s];
+  return total;
+}
+
+void scale_inplace(float* x, float alpha, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+}  // namespace fpdt::kernels::cpu

@@ -1,0 +1,883 @@
+// Flash attention on the CPU (API and masking rule: flash_attention.h). FlashAttention-2 tiling with
+// AVX2/FMA micro-kernels of our own (no BLAS), parallel across tiles with OpenMP.
+//
+// Every product is a "panel GEMM": C (M × 16) = / += A (M × K) · B (K × 16), with the 16 columns one
+// contiguous panel of two ymm and A broadcast a row at a time by a 6 × 16 register tile (6 rows,
+// 12 accumulators). Operands are laid out so that vectors always run along tokens (queries or
+// keys), never along the head dim D — hence any D works, and the softmax reductions are vertical:
+//   forward, task (b, h, 96 queries):  Sᵀ (keys × queries) = K · Qᵀ, online softmax down the key
+//     rows, Oᵀ (D × queries) = α ∘ Oᵀ + Vᵀ · Pᵀ; scores are in log2 units (scale·log2 e folded into
+//     the packed Qᵀ) so p = 2^(s − m) by a polynomial exp2.
+//   backward, task (b, kv head, 96 keys), over the q tiles that see it and the q heads of the group:
+//     S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
+//     dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS (accumulated per task, written once), dQ_tile = dS K.
+//     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
+//     so dq is deterministic without a per-thread copy of it (tasks go out in increasing order,
+//     and a task only ever waits for a lower-numbered one: no deadlock).
+// Scratch comes from a workspace owned by the calling thread, grown once and reused; its size
+// depends on D and the thread count only (plus one counter per (b, q head, q tile) in backward).
+#include "fpdt/kernels/cpu/flash_attention.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "fpdt/base/error.h"
+
+namespace fpdt::kernels::cpu {
+
+namespace {
+
+constexpr int kRows = 6;   // rows of a register tile (the broadcast operand)
+constexpr int kPanel = 16; // columns of a register tile and width of every panel: two ymm
+// Tile sizes (tokens). 96 = 6 row groups × 16 = 6 panels × 16, so both roles divide evenly. A
+// forward task's working set at D = 128: Qᵀ and Oᵀ 48 KiB each, Sᵀ 36 KiB, packed V 48 KiB — L2.
+constexpr int kFwdQueries = 96;  // queries per forward task (multiple of kPanel)
+constexpr int kFwdKeys = 96;     // keys per forward inner step
+constexpr int kBwdQueries = 96;  // queries per backward inner step
+constexpr int kBwdKeys = 96;     // keys per backward task (multiple of kPanel)
+static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---------------------------------------------------------------------------------------------
+// exp2 on 8 lanes: 2^x = 2^n · 2^f, n = round(x), f ∈ [−½, ½], 2^f by the Cephes exp2f polynomial
+// (relative error ≤ 2e-7). x ≤ −127 (including −inf) gives exactly 0, so masked scores vanish.
+// Inputs here are never above ~0 (scores minus a running max or minus the final lse).
+inline __m256 exp2_ps(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register tile: C (R × 16) op= A (R × K) · B (K × 16). C rows are 16 floats apart (a panel).
+// A is either row-major (A(r, k) = a[r·a_rs + k]) or packed by the caller as [k][kRows]
+// (A(r, k) = a[kRows·k + r]). B(k, :) = b[16k .. 16k + 16).
+enum class Store { overwrite, accumulate, rescale };  // C = AB;  C += AB;  C = C ∘ col_scale + AB
+
+// The 2·R accumulators are named variables (not arrays, which GCC keeps on the stack), one macro
+// expansion per row; rows r >= R compile away.
+#define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+template <int R, bool kPackedA, Store kStore>
+inline void register_tile(int K, const float* __restrict a, int64_t a_rs, const float* __restrict b,
+                          float* __restrict c, const float* __restrict col_scale) {
+  static_assert(R >= 1 && R <= kRows, "a register tile has 1 to kRows rows");
+#define FPDT_DECLARE(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+  FPDT_FOR_ROWS(FPDT_DECLARE)
+#undef FPDT_DECLARE
+  if constexpr (kStore != Store::overwrite) {
+    __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
+    if constexpr (kStore == Store::rescale) {
+      s0 = _mm256_loadu_ps(col_scale);
+      s1 = _mm256_loadu_ps(col_scale + 8);
+    }
+#define FPDT_LOAD(r)                                                            \
+  if constexpr (R > r) {                                                        \
+    c##r##0 = _mm256_loadu_ps(c + r * kPanel);                                  \
+    c##r##1 = _mm256_loadu_ps(c + r * kPanel + 8);                              \
+    if constexpr (kStore == Store::rescale) {                                   \
+      c##r##0 = _mm256_mul_ps(c##r##0, s0);                                     \
+      c##r##1 = _mm256_mul_ps(c##r##1, s1);                                     \
+    }                                                                           \
+  }
+    FPDT_FOR_ROWS(FPDT_LOAD)
+#undef FPDT_LOAD
+  }
+  for (int k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + kPanel * k), b1 = _mm256_loadu_ps(b + kPanel * k + 8);
+#define FPDT_FMA(r)                                                                                   \
+  if constexpr (R > r) {                                                                              \
+    const __m256 ar = _mm256_broadcast_ss(kPackedA ? a + kRows * k + r : a + r * a_rs + k);           \
+    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);                                                       \
+    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);                                                       \
+  }
+    FPDT_FOR_ROWS(FPDT_FMA)
+#undef FPDT_FMA
+  }
+#define FPDT_STORE(r)                                \
+  if constexpr (R > r) {                             \
+    _mm256_storeu_ps(c + r * kPanel, c##r##0);       \
+    _mm256_storeu_ps(c + r * kPanel + 8, c##r##1);   \
+  }
+  FPDT_FOR_ROWS(FPDT_STORE)
+#undef FPDT_STORE
+}
+#undef FPDT_FOR_ROWS
+
+// Panel GEMM: C (M × 16) op= A (M × K) · B (K × 16), M cut into groups of kRows. Group g of A starts
+// at a + g·a_group_stride (row-major: 6·a_rs; packed: the [k][kRows] block of that group).
+template <bool kPackedA, Store kStore>
+void panel_gemm(int M, int K, const float* a, int64_t a_rs, int64_t a_group_stride, const float* b, float* c,
+                const float* col_scale = nullptr) {
+  for (int m0 = 0, g = 0; m0 < M; m0 += kRows, ++g) {
+    const float* a_group = a + g * a_group_stride;
+    float* c_group = c + m0 * kPanel;
+    switch (std::min(kRows, M - m0)) {
+      case 6: register_tile<6, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      case 5: register_tile<5, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      case 4: register_tile<4, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      case 3: register_tile<3, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      case 2: register_tile<2, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      default: register_tile<1, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace: 64-byte aligned floats owned by the calling thread, grown (never shrunk) on demand.
+class Workspace {
+ public:
+  float* floats(size_t count) {
+    if (count > capacity_) {
+      const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (!data_) throw Error("attention", "cannot allocate " + format_bytes(static_cast<double>(bytes)) +
+                                               " of attention scratch");
+      capacity_ = count;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
+};
+
+// Turn counters of the backward dq accumulation, grown on demand like the workspace.
+class Counters {
+ public:
+  std::atomic<int32_t>* zeroed(size_t count) {
+    if (count > capacity_) {
+      data_ = std::make_unique<std::atomic<int32_t>[]>(count);
+      capacity_ = count;
+    }
+    for (size_t i = 0; i < count; ++i) data_[i].store(0, std::memory_order_relaxed);
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::atomic<int32_t>[]> data_;
+  size_t capacity_ = 0;
+};
+
+Workspace& kernel_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
+
+// Hands out 64-byte aligned slices of one per-thread region; with a null base it only measures.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(size_t count) {
+    float* slice = base_ ? base_ + used_ : nullptr;
+    used_ += (count + 15) / 16 * 16;
+    return slice;
+  }
+  int32_t* take_ints(size_t count) { return reinterpret_cast<int32_t*>(take(count)); }
+  size_t used() const { return used_; }
+
+ private:
+  float* base_;
+  size_t used_ = 0;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int row_groups(int D) { return (D + kRows - 1) / kRows; }
+int panels(int D) { return (D + kPanel - 1) / kPanel; }
+
+// Document ids of a tile: smallest and largest.
+struct DocRange {
+  int32_t lo = 0, hi = 0;
+};
+DocRange doc_range(const int32_t* docs, int n) {
+  DocRange range{docs[0], docs[0]};
+  for (int i = 1; i < n; ++i) {
+    range.lo = std::min(range.lo, docs[i]);
+    range.hi = std::max(range.hi, docs[i]);
+  }
+  return range;
+}
+
+// How a (q tile, kv tile) pair is masked: skip (no visible pair), full (every pair visible) or mask.
+enum class TileMask { skip, full, mask };
+TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last, bool has_docs, DocRange q_docs,
+                  DocRange k_docs) {
+  if (k_first > q_last) return TileMask::skip;
+  bool need_mask = k_last > q_first;
+  if (has_docs) {
+    if (q_docs.hi < k_docs.lo || k_docs.hi < q_docs.lo) return TileMask::skip;
+    if (!(q_docs.lo == q_docs.hi && k_docs.lo == k_docs.hi && q_docs.lo == k_docs.lo)) need_mask = true;
+  }
+  return need_mask ? TileMask::mask : TileMask::full;
+}
+
+int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) {
+  return static_cast<int32_t>(std::clamp(value, lo, hi));
+}
+
+// =============================================================================================
+// Forward
+
+struct ForwardScratch {
+  float* qt;        // [panel][D][16] Qᵀ of the task's queries, times scale·log2 e; zero past mq
+  float* st;        // [panel][kFwdKeys][16] Sᵀ, then Pᵀ, of one kv tile
+  float* ot;        // [panel][D][16] Oᵀ accumulator (unnormalised)
+  float* vp;        // [D group][kFwdKeys][kRows] V of one kv tile, packed by groups of kRows dims
+  float* m;         // (kFwdQueries) running max, log2 units
+  float* l;         // (kFwdQueries) running sum
+  float* alpha;     // (kFwdQueries) rescale of this step
+  float* m_init;    // (kFwdQueries) m at the start (accumulate mode)
+  int32_t* q_docs;  // (kFwdQueries)
+  int32_t* k_docs;  // (kFwdKeys)
+
+  ForwardScratch(float* base, int D) { carve(Carver(base), D, this); }
+  static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
+
+ private:
+  static size_t carve(Carver carve, int D, ForwardScratch* s) {
+    const size_t panels_q = kFwdQueries / kPanel;
+    float* qt = carve.take(panels_q * D * kPanel);
+    float* st = carve.take(panels_q * kFwdKeys * kPanel);
+    float* ot = carve.take(panels_q * D * kPanel);
+    float* vp = carve.take(static_cast<size_t>(row_groups(D)) * kFwdKeys * kRows);
+    float* m = carve.take(kFwdQueries);
+    float* l = carve.take(kFwdQueries);
+    float* alpha = carve.take(kFwdQueries);
+    float* m_init = carve.take(kFwdQueries);
+    int32_t* q_docs = carve.take_ints(kFwdQueries);
+    int32_t* k_docs = carve.take_ints(kFwdKeys);
+    if (s) *s = ForwardScratch{qt, st, ot, vp, m, l, alpha, m_init, q_docs, k_docs};
+    return carve.used();
+  }
+  ForwardScratch(float* qt, float* st, float* ot, float* vp, float* m, float* l, float* alpha, float* m_init,
+                 int32_t* q_docs, int32_t* k_docs)
+      : qt(qt), st(st), ot(ot), vp(vp), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
+};
+
+// Online softmax of one kv tile over one panel of 16 queries. sp: the panel's Sᵀ rows (nk × 16),
+// replaced by Pᵀ. Updates m, l and writes alpha for the 16 queries at offset i0 of the task.
+template <bool kMasked>
+void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, bool has_docs) {
+  __m256 mx0 = _mm256_loadu_ps(s.m + i0), mx1 = _mm256_loadu_ps(s.m + i0 + 8);
+  const __m256 m_old0 = mx0, m_old1 = mx1;
+  const __m256 neg_inf = _mm256_set1_ps(-kInf);
+  if constexpr (kMasked) {
+    // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), and docs match.
+    const __m256i i_lane0 = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(i0));
+    const __m256i i_lane1 = _mm256_add_epi32(i_lane0, _mm256_set1_epi32(8));
+    __m256i q_doc0 = _mm256_setzero_si256(), q_doc1 = _mm256_setzero_si256();
+    if (has_docs) {
+      q_doc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q_docs + i0));
+      q_doc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q_docs + i0 + 8));
+    }
+    for (int j = 0; j < nk; ++j) {
+      // visible iff i > first_visible − 1, with the threshold clamped into int32 range
+      const __m256i threshold = _mm256_set1_epi32(clamp_to_int(k_first_rel + j - 1, -1, kFwdQueries));
+      __m256i vis0 = _mm256_cmpgt_epi32(i_lane0, threshold);
+      __m256i vis1 = _mm256_cmpgt_epi32(i_lane1, threshold);
+      if (has_docs) {
+        const __m256i k_doc = _mm256_set1_epi32(s.k_docs[j]);
+        vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(q_doc0, k_doc));
+        vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(q_doc1, k_doc));
+      }
+      const __m256 s0 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel), _mm256_castsi256_ps(vis0));
+      const __m256 s1 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel + 8), _mm256_castsi256_ps(vis1));
+      _mm256_storeu_ps(sp + j * kPanel, s0);
+      _mm256_storeu_ps(sp + j * kPanel + 8, s1);
+      mx0 = _mm256_max_ps(mx0, s0);
+      mx1 = _mm256_max_ps(mx1, s1);
+    }
+  } else {
+    for (int j = 0; j < nk; ++j) {
+      mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(sp + j * kPanel));
+      mx1 = _mm256_max_ps(mx1, _mm256_loadu_ps(sp + j * kPanel + 8));
+    }
+  }
+  // A query that has seen nothing yet keeps m = −inf; subtract 0 instead so that 2^(−inf) = 0.
+  const __m256 use0 = _mm256_andnot_ps(_mm256_cmp_ps(mx0, neg_inf, _CMP_EQ_OQ), mx0);
+  const __m256 use1 = _mm256_andnot_ps(_mm256_cmp_ps(mx1, neg_inf, _CMP_EQ_OQ), mx1);
+  const __m256 alpha0 = exp2_ps(_mm256_sub_ps(m_old0, use0));
+  const __m256 alpha1 = exp2_ps(_mm256_sub_ps(m_old1, use1));
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+  for (int j = 0; j < nk; ++j) {
+    const __m256 p0 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + j * kPanel), use0));
+    const __m256 p1 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + j * kPanel + 8), use1));
+    _mm256_storeu_ps(sp + j * kPanel, p0);
+    _mm256_storeu_ps(sp + j * kPanel + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
+  }
+  _mm256_storeu_ps(s.m + i0, mx0);
+  _mm256_storeu_ps(s.m + i0 + 8, mx1);
+  _mm256_storeu_ps(s.alpha + i0, alpha0);
+  _mm256_storeu_ps(s.alpha + i0 + 8, alpha1);
+  _mm256_storeu_ps(s.l + i0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l + i0), alpha0, sum0));
+  _mm256_storeu_ps(s.l + i0 + 8, _mm256_fmadd_ps(_mm256_loadu_ps(s.l + i0 + 8), alpha1, sum1));
+}
+
+// One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
+void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h,
+                  int64_t q_lo, ForwardScratch& s) {
+  const int D = p.D;
+  const int kv_head = h / (p.H / p.Hkv);
+  const int mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
+  const int panels_q = (mq + kPanel - 1) / kPanel;
+  const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
+  const int64_t q_row_stride = static_cast<int64_t>(p.H) * D;
+  const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;  // row i at + i·q_row_stride
+  float* out_rows = out + ((b * p.Cq + q_lo) * p.H + h) * D;
+  float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
+  const bool has_docs = p.q_doc_ids != nullptr;
+
+  // Running state over panels_q·16 columns; columns past mq are padding that is never written out.
+  for (int i = 0; i < panels_q * kPanel; ++i) {
+    const bool resume = accumulate && i < mq && lse_row[i] > -kInf;
+    s.m[i] = resume ? lse_row[i] * kLog2e : -kInf;
+    s.l[i] = resume ? 1.0f : 0.0f;
+    s.m_init[i] = s.m[i];
+    float* ot_column = s.ot + (i / kPanel) * D * kPanel + i % kPanel;
+    const float* out_row = out_rows + i * q_row_stride;
+    for (int d = 0; d < D; ++d) ot_column[d * kPanel] = resume ? out_row[d] : 0.0f;
+  }
+  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
+  for (int i = 0; i < panels_q * kPanel; ++i) {
+    float* qt_column = s.qt + (i / kPanel) * D * kPanel + i % kPanel;
+    const float* q_row = q_rows + i * q_row_stride;
+    for (int d = 0; d < D; ++d) qt_column[d * kPanel] = i < mq ? q_row[d] * qk_scale : 0.0f;
+  }
+  DocRange q_docs;
+  if (has_docs) {
+    const int32_t* docs = p.q_doc_ids + b * p.Cq + q_lo;
+    for (int i = 0; i < kFwdQueries; ++i) s.q_docs[i] = docs[std::min(i, mq - 1)];
+    q_docs = doc_range(docs, mq);
+  }
+
+  // kv tiles that some query of the task may see causally: kv_begin + kv_lo <= q_last.
+  const int64_t kv_tiles =
+      q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
+  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+  for (int64_t tile = 0; tile < kv_tiles; ++tile) {
+    const int64_t kv_lo = tile * kFwdKeys;
+    const int nk = static_cast<int>(std::min<int64_t>(kFwdKeys, p.Ck - kv_lo));
+    const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
+    DocRange k_docs;
+    if (has_docs) {
+      std::memcpy(s.k_docs, p.kv_doc_ids + b * p.Ck + kv_lo, sizeof(int32_t) * nk);
+      k_docs = doc_range(s.k_docs, nk);
+    }
+    const TileMask mask = classify(q_first, q_last, k_first, k_last, has_docs, q_docs, k_docs);
+    if (mask == TileMask::skip) continue;
+
+    // Sᵀ (nk × 16 per panel) = K_tile · Qᵀ_panel, in log2 units
+    const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    for (int panel = 0; panel < panels_q; ++panel)
+      panel_gemm<false, Store::overwrite>(nk, D, k_rows, k_row_stride, kRows * k_row_stride,
+                                          s.qt + panel * D * kPanel, s.st + panel * kFwdKeys * kPanel);
+    for (int panel = 0; panel < panels_q; ++panel) {
+      float* sp = s.st + panel * kFwdKeys * kPanel;
+      if (mask == TileMask::mask) {
+        softmax_panel<true>(sp, nk, panel * kPanel, s, k_first - q_first, has_docs);
+      } else {
+        softmax_panel<false>(sp, nk, panel * kPanel, s, 0, false);
+      }
+    }
+    // V tile packed by groups of kRows head dims: vp[g][j][r] = v[j][g·kRows + r] (0 past D)
+    const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    const int groups = row_groups(D);
+    for (int j = 0; j < nk; ++j) {
+      const float* v_row = v_rows + j * k_row_stride;
+      for (int g = 0; g < groups; ++g) {
+        float* dst = s.vp + (g * kFwdKeys + j) * kRows;
+        for (int r = 0; r < kRows; ++r) dst[r] = g * kRows + r < D ? v_row[g * kRows + r] : 0.0f;
+      }
+    }
+    // Oᵀ_panel (D × 16) = α ∘ Oᵀ_panel + Vᵀ (D × nk) · Pᵀ_panel (nk × 16)
+    for (int panel = 0; panel < panels_q; ++panel)
+      panel_gemm<true, Store::rescale>(D, nk, s.vp, 0, kFwdKeys * kRows, s.st + panel * kFwdKeys * kPanel,
+                                       s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
+  }
+
+  for (int i = 0; i < mq; ++i) {
+    const float l = s.l[i];
+    float* out_row = out_rows + i * q_row_stride;
+    if (l == 0.0f) {  // nothing visible, ever
+      if (!accumulate) {
+        for (int d = 0; d < D; ++d) out_row[d] = 0.0f;
+        lse_row[i] = -kInf;
+      }
+      continue;
+    }
+    if (accumulate && l == 1.0f && s.m[i] == s.m_init[i]) continue;  // this block added nothing
+    const float inv_l = 1.0f / l;
+    const float* ot_column = s.ot + (i / kPanel) * D * kPanel + i % kPanel;
+    for (int d = 0; d < D; ++d) out_row[d] = ot_column[d * kPanel] * inv_l;
+    lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
+  }
+}
+
+// =============================================================================================
+// Backward
+
+struct BackwardScratch {
+  float* kt;         // [key panel][D][16] Kᵀ of the task's keys × scale·log2 e (0 past nk)
+  float* vt;         // [key panel][D][16] Vᵀ (0 past nk)
+  float* kp;         // [D panel][kBwdKeys][16] K × scale, by panels of 16 head dims (0 past D)
+  float* dkt;        // [key panel][D][16] dKᵀ accumulator (unscaled)
+  float* dvt;        // [key panel][D][16] dVᵀ accumulator
+  float* sp;         // [key panel][kBwdQueries][16] S, then P
+  float* dpp;        // [key panel][kBwdQueries][16] dP, then dS
+  float* ds;         // (kBwdQueries, kBwdKeys) dS row-major
+  float* qp;         // [D group][kBwdQueries][kRows] Q tile packed by groups of kRows dims
+  float* dop;        // [D group][kBwdQueries][kRows] dO tile, same packing
+  float* dq;         // [D panel][kBwdQueries][16] this pair's dQ tile
+  float* lse2;       // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
+  float* delta;      // (kBwdQueries)
+  int32_t* q_docs;   // (kBwdQueries)
+  int32_t* k_docs;   // (kBwdKeys), padded to whole panels
+
+  BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
+  static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
+
+ private:
+  static size_t carve(Carver carve, int D, BackwardScratch* s) {
+    const size_t key_panels = kBwdKeys / kPanel;
+    float* slices[13];
+    const size_t sizes[13] = {
+        key_panels * D * kPanel,
+        key_panels * D * kPanel,
+        static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
+        key_panels * D * kPanel,
+        key_panels * D * kPanel,
+        key_panels * kBwdQueries * kPanel,
+        key_panels * kBwdQueries * kPanel,
+        static_cast<size_t>(kBwdQueries) * kBwdKeys,
+        static_cast<size_t>(row_groups(D)) * kBwdQueries * kRows,
+        static_cast<size_t>(row_groups(D)) * kBwdQueries * kRows,
+        static_cast<size_t>(panels(D)) * kBwdQueries * kPanel,
+        kBwdQueries,
+        kBwdQueries,
+    };
+    for (int i = 0; i < 13; ++i) slices[i] = carve.take(sizes[i]);
+    int32_t* q_docs = carve.take_ints(kBwdQueries);
+    int32_t* k_docs = carve.take_ints(kBwdKeys);
+    if (s) {
+      s->kt = slices[0];
+      s->vt = slices[1];
+      s->kp = slices[2];
+      s->dkt = slices[3];
+      s->dvt = slices[4];
+      s->sp = slices[5];
+      s->dpp = slices[6];
+      s->ds = slices[7];
+      s->qp = slices[8];
+      s->dop = slices[9];
+      s->dq = slices[10];
+      s->lse2 = slices[11];
+      s->delta = slices[12];
+      s->q_docs = q_docs;
+      s->k_docs = k_docs;
+    }
+    return carve.used();
+  }
+};
+
+// P and dS of one pair from S and dP (panels), for rows [0, mq) and key panels [0, panels_k).
+// lim: query i sees key j iff j <= q_rel + i (clamped; also < nk), and docs match.
+template <bool kMasked>
+void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_rel, int nk, bool has_docs) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int panel = 0; panel < panels_k; ++panel) {
+    float* sp = s.sp + panel * kBwdQueries * kPanel;
+    float* dpp = s.dpp + panel * kBwdQueries * kPanel;
+    float* ds = s.ds + panel * kPanel;
+    const __m256i j0 = _mm256_add_epi32(lane, _mm256_set1_epi32(panel * kPanel));
+    const __m256i j1 = _mm256_add_epi32(j0, _mm256_set1_epi32(8));
+    __m256i k_doc0 = _mm256_setzero_si256(), k_doc1 = _mm256_setzero_si256();
+    if (kMasked && has_docs) {
+      k_doc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k_docs + panel * kPanel));
+      k_doc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k_docs + panel * kPanel + 8));
+    }
+    for (int i = 0; i < mq; ++i) {
+      const __m256 lse2 = _mm256_broadcast_ss(s.lse2 + i);
+      const __m256 delta = _mm256_broadcast_ss(s.delta + i);
+      __m256 p0 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + i * kPanel), lse2));
+      __m256 p1 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + i * kPanel + 8), lse2));
+      if constexpr (kMasked) {
+        // visible iff j < limit, limit = min(q_rel + i, nk − 1) + 1
+        const int32_t limit = clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys);
+        const __m256i limit_v = _mm256_set1_epi32(limit);
+        __m256i vis0 = _mm256_cmpgt_epi32(limit_v, j0);
+        __m256i vis1 = _mm256_cmpgt_epi32(limit_v, j1);
+        if (has_docs) {
+          const __m256i q_doc = _mm256_set1_epi32(s.q_docs[i]);
+          vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(k_doc0, q_doc));
+          vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(k_doc1, q_doc));
+        }
+        p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(vis0));
+        p1 = _mm256_and_ps(p1, _mm256_castsi256_ps(vis1));
+      }
+      const __m256 ds0 = _mm256_mul_ps(p0, _mm256_sub_ps(_mm256_loadu_ps(dpp + i * kPanel), delta));
+      const __m256 ds1 = _mm256_mul_ps(p1, _mm256_sub_ps(_mm256_loadu_ps(dpp + i * kPanel + 8), delta));
+      _mm256_storeu_ps(sp + i * kPanel, p0);
+      _mm256_storeu_ps(sp + i * kPanel + 8, p1);
+      _mm256_storeu_ps(dpp + i * kPanel, ds0);
+      _mm256_storeu_ps(dpp + i * kPanel + 8, ds1);
+      _mm256_storeu_ps(ds + i * kBwdKeys, ds0);
+      _mm256_storeu_ps(ds + i * kBwdKeys + 8, ds1);
+    }
+  }
+}
+
+// Waits until it is kv tile `turn`'s turn to add into this (b, q head, q tile)'s dq.
+void wait_for_turn(const std::atomic<int32_t>& counter, int32_t turn) {
+  int spins = 0;
+  while (counter.load(std::memory_order_acquire) != turn) {
+    if (++spins < 256) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+struct BackwardArgs {
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* lse;
+  const float* delta;
+  const AttentionChunkParams* p;
+  std::atomic<int32_t>* counters;  // (B, H, q tiles)
+};
+
+// One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
+// that may see them and every q head of the group.
+void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile, BackwardScratch& s) {
+  const AttentionChunkParams& p = *args.p;
+  const int D = p.D;
+  const int group = p.H / p.Hkv;
+  const int64_t kv_lo = kv_tile * kBwdKeys;
+  const int nk = static_cast<int>(std::min<int64_t>(kBwdKeys, p.Ck - kv_lo));
+  const int panels_k = (nk + kPanel - 1) / kPanel;
+  const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
+  const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
+  // The q tiles this task visits: those whose last row (as if the tile were whole) is causally at or
+  // after k_first. The set grows as kv_tile falls, so every q tile's visitors are kv tiles 0..n.
+  const int64_t first_q_tile = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
+  const bool has_docs = p.q_doc_ids != nullptr;
+  const int64_t row_stride = static_cast<int64_t>(p.H) * D;
+  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+  const int groups = row_groups(D);
+  const int d_panels = panels(D);
+  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
+  const float scale = static_cast<float>(p.scale);
+
+  DocRange k_docs;
+  if (has_docs) {
+    const int32_t* docs = p.kv_doc_ids + b * p.Ck + kv_lo;
+    for (int j = 0; j < kBwdKeys; ++j) s.k_docs[j] = docs[std::min(j, nk - 1)];
+    k_docs = doc_range(docs, nk);
+  }
+  bool packed = false;
+  auto pack_kv = [&] {
+    const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    for (int j = 0; j < panels_k * kPanel; ++j) {
+      const int panel = j / kPanel, c = j % kPanel;
+      float* kt_column = s.kt + panel * D * kPanel + c;
+      float* vt_column = s.vt + panel * D * kPanel + c;
+      float* dkt_column = s.dkt + panel * D * kPanel + c;
+      float* dvt_column = s.dvt + panel * D * kPanel + c;
+      const float* k_row = k_rows + j * k_row_stride;
+      const float* v_row = v_rows + j * k_row_stride;
+      for (int d = 0; d < D; ++d) {
+        kt_column[d * kPanel] = j < nk ? k_row[d] * qk_scale : 0.0f;
+        vt_column[d * kPanel] = j < nk ? v_row[d] : 0.0f;
+        dkt_column[d * kPanel] = 0.0f;
+        dvt_column[d * kPanel] = 0.0f;
+      }
+      if (j >= nk) continue;
+      for (int dp = 0; dp < d_panels; ++dp) {
+        float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
+        for (int c2 = 0; c2 < kPanel; ++c2) {
+          const int d = dp * kPanel + c2;
+          dst[c2] = d < D ? k_row[d] * scale : 0.0f;
+        }
+      }
+    }
+    packed = true;
+  };
+
+  for (int64_t q_tile = first_q_tile; q_tile < q_tiles; ++q_tile) {
+    const int64_t q_lo = q_tile * kBwdQueries;
+    const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+    const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
+    DocRange q_docs;
+    if (has_docs) {
+      std::memcpy(s.q_docs, p.q_doc_ids + b * p.Cq + q_lo, sizeof(int32_t) * mq);
+      q_docs = doc_range(s.q_docs, mq);
+    }
+    TileMask mask = classify(q_first, q_last, k_first, k_last, has_docs, q_docs, k_docs);
+    if (mask == TileMask::full && nk % kPanel != 0) mask = TileMask::mask;  // padding keys of the last panel
+    if (mask != TileMask::skip && !packed) pack_kv();
+
+    for (int hg = 0; hg < group; ++hg) {
+      const int h = kv_head * group + hg;
+      if (mask != TileMask::skip) {
+        const int64_t row0 = (b * p.Cq + q_lo) * p.H + h;
+        const float* q_rows = p.q + row0 * D;
+        const float* do_rows = args.dout + row0 * D;
+        const float* lse = args.lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
+        const float* delta = args.delta + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
+        for (int i = 0; i < mq; ++i) {
+          s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
+          s.delta[i] = delta[i];
+        }
+        // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (mq × 16) per key panel
+        for (int panel = 0; panel < panels_k; ++panel) {
+          panel_gemm<false, Store::overwrite>(mq, D, q_rows, row_stride, kRows * row_stride,
+                                              s.kt + panel * D * kPanel, s.sp + panel * kBwdQueries * kPanel);
+          panel_gemm<false, Store::overwrite>(mq, D, do_rows, row_stride, kRows * row_stride,
+                                              s.vt + panel * D * kPanel, s.dpp + panel * kBwdQueries * kPanel);
+        }
+        if (mask == TileMask::mask) {
+          probabilities_and_ds<true>(s, mq, panels_k, q_first - k_first, nk, has_docs);
+        } else {
+          probabilities_and_ds<false>(s, mq, panels_k, 0, nk, false);
+        }
+        // Q and dO tiles packed by groups of kRows head dims: [g][i][r]
+        for (int i = 0; i < mq; ++i) {
+          const float* q_row = q_rows + i * row_stride;
+          const float* do_row = do_rows + i * row_stride;
+          for (int g = 0; g < groups; ++g) {
+            float* q_dst = s.qp + (g * kBwdQueries + i) * kRows;
+            float* do_dst = s.dop + (g * kBwdQueries + i) * kRows;
+            for (int r = 0; r < kRows; ++r) {
+              const int d = g * kRows + r;
+              q_dst[r] = d < D ? q_row[d] : 0.0f;
+              do_dst[r] = d < D ? do_row[d] : 0.0f;
+            }
+          }
+        }
+        // dVᵀ (D × 16) += dOᵀ (D × mq) · P_panel (mq × 16);  dKᵀ += Qᵀ · dS_panel
+        for (int panel = 0; panel < panels_k; ++panel) {
+          panel_gemm<true, Store::accumulate>(D, mq, s.dop, 0, kBwdQueries * kRows,
+                                              s.sp + panel * kBwdQueries * kPanel, s.dvt + panel * D * kPanel);
+          panel_gemm<true, Store::accumulate>(D, mq, s.qp, 0, kBwdQueries * kRows,
+                                              s.dpp + panel * kBwdQueries * kPanel, s.dkt + panel * D * kPanel);
+        }
+        // dQ tile (mq × 16 per D panel) = dS (mq × nk) · (scale K) (nk × 16)
+        for (int dp = 0; dp < d_panels; ++dp)
+          panel_gemm<false, Store::overwrite>(mq, nk, s.ds, kBwdKeys, kRows * kBwdKeys, s.kp + dp * kBwdKeys * kPanel,
+                                              s.dq + dp * kBwdQueries * kPanel);
+      }
+      std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
+      wait_for_turn(counter, static_cast<int32_t>(kv_tile));
+      if (mask != TileMask::skip) {
+        const int full_panels = D / kPanel;
+        for (int i = 0; i < mq; ++i) {
+          float* dq_row = args.dq + ((b * p.Cq + q_lo + i) * p.H + h) * D;
+          for (int dp = 0; dp < full_panels; ++dp) {
+            const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
+            float* dst = dq_row + dp * kPanel;
+            _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), _mm256_loadu_ps(src)));
+            _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(dst + 8), _mm256_loadu_ps(src + 8)));
+          }
+          for (int d = full_panels * kPanel; d < D; ++d)
+            dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel];
+        }
+      }
+      counter.store(static_cast<int32_t>(kv_tile + 1), std::memory_order_release);
+    }
+  }
+
+  if (!packed) return;  // no pair of this task was visible
+  for (int j = 0; j < nk; ++j) {
+    const int64_t row = (b * p.Ck + kv_lo + j) * p.Hkv + kv_head;
+    float* dk_row = args.dk + row * D;
+    float* dv_row = args.dv + row * D;
+    const float* dkt_column = s.dkt + (j / kPanel) * D * kPanel + j % kPanel;
+    const float* dvt_column = s.dvt + (j / kPanel) * D * kPanel + j % kPanel;
+    for (int d = 0; d < D; ++d) {
+      dk_row[d] += scale * dkt_column[d * kPanel];
+      dv_row[d] += dvt_column[d * kPanel];
+    }
+  }
+}
+
+// Work shared by every thread of a team: task indices handed out in increasing order.
+template <typename Task>
+void run_tasks(int64_t tasks, float* scratch, size_t scratch_floats_per_thread, const Task& task) {
+  std::atomic<int64_t> next{0};
+#pragma omp parallel if (tasks > 1)
+  {
+    float* mine = scratch + static_cast<size_t>(omp_get_thread_num()) * scratch_floats_per_thread;
+    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks;
+         t = next.fetch_add(1, std::memory_order_relaxed))
+      task(t, mine);
+  }
+}
+
+size_t round_up16(size_t n) { return (n + 15) / 16 * 16; }
+
+std::string shape_text(const AttentionChunkParams& p) {
+  return "B=" + std::to_string(p.B) + " Cq=" + std::to_string(p.Cq) + " Ck=" + std::to_string(p.Ck) +
+         " H=" + std::to_string(p.H) + " Hkv=" + std::to_string(p.Hkv) + " D=" + std::to_string(p.D);
+}
+
+}  // namespace
+
+// =============================================================================================
+
+void validate(const AttentionChunkParams& p) {
+  const std::string shape = " (" + shape_text(p) + ")";
+  FPDT_CHECK(p.B >= 0 && p.Cq >= 0 && p.Ck >= 0, "attention", "negative batch or token count" + shape,
+             "check the chunk plan");
+  FPDT_CHECK(p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0, "attention",
+             "q heads must be a positive multiple of kv heads" + shape, "check num_key_value_heads");
+  FPDT_CHECK(p.D >= kMinHeadDim && p.D <= kMaxHeadDim, "attention",
+             "head dim " + std::to_string(p.D) + " is outside the supported " + std::to_string(kMinHeadDim) + ".." +
+                 std::to_string(kMaxHeadDim),
+             "use a head dim of at most " + std::to_string(kMaxHeadDim));
+  FPDT_CHECK(std::isfinite(p.scale), "attention", "softmax scale is not finite", "use 1/sqrt(head dim)");
+  FPDT_CHECK((p.q_doc_ids == nullptr) == (p.kv_doc_ids == nullptr), "attention",
+             "document ids given for only one side of the block", "pass both q_doc_ids and kv_doc_ids, or neither");
+  const bool empty = p.B == 0 || p.Cq == 0;
+  FPDT_CHECK(empty || (p.q != nullptr && (p.Ck == 0 || (p.k != nullptr && p.v != nullptr))), "attention",
+             "null q, k or v" + shape, "");
+  FPDT_CHECK(p.Cq < (int64_t{1} << 31) && p.Ck < (int64_t{1} << 31), "attention",
+             "a block of 2^31 tokens or more" + shape, "use smaller chunks");
+}
+
+void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+  validate(p);
+  if (p.B == 0 || p.Cq == 0) return;
+  FPDT_CHECK(out != nullptr && lse != nullptr, "attention", "null out or lse", "");
+  const bool none_visible = p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1;
+  if (none_visible) {  // the empty softmax: a no-op merge, or out = 0, lse = −inf
+    if (!accumulate) {
+      std::fill(out, out + static_cast<size_t>(p.B) * p.Cq * p.H * p.D, 0.0f);
+      std::fill(lse, lse + static_cast<size_t>(p.B) * p.H * p.Cq, -kInf);
+    }
+    return;
+  }
+  const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
+  const int64_t rows = static_cast<int64_t>(p.B) * p.H;  // (b, h) pairs
+  const size_t per_thread = round_up16(ForwardScratch::floats(p.D));
+  float* scratch = kernel_workspace().floats(per_thread * static_cast<size_t>(omp_get_max_threads()));
+  // Task t: q tile from the last (the most kv tiles under a causal mask) to the first, then (b, h).
+  run_tasks(q_tiles * rows, scratch, per_thread, [&](int64_t t, float* mine) {
+    ForwardScratch s(mine, p.D);
+    const int64_t q_tile = q_tiles - 1 - t / rows;
+    const int64_t bh = t % rows;
+    forward_task(out, lse, p, accumulate, static_cast<int>(bh / p.H), static_cast<int>(bh % p.H),
+                 q_tile * kFwdQueries, s);
+  });
+}
+
+void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H, int D) {
+  const int64_t rows = static_cast<int64_t>(B) * Cq * H;
+#pragma omp parallel for schedule(static) if (rows * D >= (int64_t{1} << 15))
+  for (int64_t row = 0; row < rows; ++row) {  // row = (b·Cq + i)·H + h
+    const float* dout_row = dout + row * D;
+    const float* out_row = out + row * D;
+    double sum = 0.0;
+    for (int d = 0; d < D; ++d) sum += static_cast<double>(dout_row[d]) * out_row[d];
+    const int64_t h = row % H, i = (row / H) % Cq, b = row / (H * Cq);
+    delta[(b * H + h) * Cq + i] = static_cast<float>(sum);
+  }
+}
+
+void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                              const float* delta, const AttentionChunkParams& p) {
+  validate(p);
+  if (p.B == 0 || p.Cq == 0 || p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1) return;
+  FPDT_CHECK(dq && dk && dv && dout && lse && delta, "attention", "null gradient, dout, lse or delta", "");
+  const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
+  const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
+  const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
+  thread_local Counters counters;
+  BackwardArgs args{dq, dk, dv, dout, lse, delta, &p,
+                    counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles)};
+  const size_t per_thread = round_up16(BackwardScratch::floats(p.D));
+  float* scratch = kernel_workspace().floats(per_thread * static_cast<size_t>(omp_get_max_threads()));
+  // Task t: kv tile t / groups (the first tiles have the most q tiles under a causal mask), then
+  // (b, kv head). A task waits only on the same group's lower kv tiles, handed out earlier.
+  run_tasks(kv_tiles * groups, scratch, per_thread, [&](int64_t t, float* mine) {
+    BackwardScratch s(mine, p.D);
+    const int64_t g = t % groups;
+    backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / groups, s);
+  });
+}
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale) {
+  AttentionChunkParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.q_doc_ids = doc_ids;
+  p.kv_doc_ids = doc_ids;
+  p.B = B;
+  p.Cq = p.Ck = S;
+  p.H = Hq;
+  p.Hkv = Hkv;
+  p.D = D;
+  p.scale = scale;
+  attention_chunk_forward(out, lse, p, /*accumulate=*/false);
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
+                        int64_t S, int Hq, int Hkv, int D, double scale) {
+  AttentionChunkParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.q_doc_ids = doc_ids;
+  p.kv_doc_ids = doc_ids;
+  p.B = B;
+  p.Cq = p.Ck = S;
+  p.H = Hq;
+  p.Hkv = Hkv;
+  p.D = D;
+  p.scale = scale;
+  validate(p);
+  const size_t q_elements = static_cast<size_t>(B) * S * Hq * D;
+  const size_t kv_elements = static_cast<size_t>(B) * S * Hkv * D;
+  std::fill(dq, dq + q_elements, 0.0f);
+  std::fill(dk, dk + kv_elements, 0.0f);
+  std::fill(dv, dv + kv_elements, 0.0f);
+  thread_local Workspace delta_workspace;  // separate from the kernels' scratch, which is live below
+  float* delta = delta_workspace.floats(static_cast<size_t>(B) * Hq * S);
+  attention_chunk_delta(delta, dout, out, B, S, Hq, D);
+  attention_chunk_backward(dq, dk, dv, dout, lse, delta, p);
+}
+
+}  // namespace fpdt::kernels::cpu

@@ -1,0 +1,118 @@
+// Reference dense causal attention with GQA and optional document ids (the spec; see attention.h).
+// One query row at a time: scaled scores over the visible keys (t <= s, same document), softmax by
+// max / exp / sum, then out and lse. All arithmetic in float64; slow on purpose (it is the oracle).
+#include "fpdt/kernels/reference/attention.h"
+
+#include <cmath>
+#include <vector>
+
+namespace fpdt::kernels::reference {
+
+namespace {
+
+// Token t is visible from query token s of batch b.
+bool visible(const int32_t* doc_ids, int64_t S, int b, int64_t s, int64_t t) {
+  if (t > s) return false;
+  return doc_ids == nullptr || doc_ids[b * S + t] == doc_ids[b * S + s];
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
+                       int64_t S, int Hq, int Hkv, int D, double scale) {
+  const int group = Hq / Hkv;  // q heads per kv head
+  std::vector<double> scores(S);  // (S) scaled scores of one query row; only t <= s is used
+  std::vector<double> acc(D);
+  for (int b = 0; b < B; ++b) {
+    for (int head = 0; head < Hq; ++head) {
+      const int kv_head = head / group;
+      for (int64_t s = 0; s < S; ++s) {
+        const T* q_row = q + ((b * S + s) * Hq + head) * D;
+        double max = -INFINITY;
+        for (int64_t t = 0; t <= s; ++t) {
+          if (!visible(doc_ids, S, b, s, t)) continue;
+          const T* k_row = k + ((b * S + t) * Hkv + kv_head) * D;
+          double dot = 0.0;
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
+          scores[t] = scale * dot;
+          max = std::fmax(max, scores[t]);
+        }
+        double sum = 0.0;
+        for (int d = 0; d < D; ++d) acc[d] = 0.0;
+        for (int64_t t = 0; t <= s; ++t) {
+          if (!visible(doc_ids, S, b, s, t)) continue;
+          const double p = std::exp(scores[t] - max);  // unnormalised probability
+          sum += p;
+          const T* v_row = v + ((b * S + t) * Hkv + kv_head) * D;
+          for (int d = 0; d < D; ++d) acc[d] += p * static_cast<double>(v_row[d]);
+        }
+        T* out_row = out + ((b * S + s) * Hq + head) * D;
+        for (int d = 0; d < D; ++d) out_row[d] = static_cast<T>(acc[d] / sum);
+        lse[(static_cast<int64_t>(b) * Hq + head) * S + s] = static_cast<T>(max + std::log(sum));
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
+                        double scale) {
+  const int group = Hq / Hkv;
+  // Accumulate in float64, round to T at the end. dk and dv sum over the q heads of a group.
+  std::vector<double> dq_acc(static_cast<size_t>(B) * S * Hq * D, 0.0);   // (B, S, Hq, D)
+  std::vector<double> dk_acc(static_cast<size_t>(B) * S * Hkv * D, 0.0);  // (B, S, Hkv, D)
+  std::vector<double> dv_acc(static_cast<size_t>(B) * S * Hkv * D, 0.0);  // (B, S, Hkv, D)
+  for (int b = 0; b < B; ++b) {
+    for (int head = 0; head < Hq; ++head) {
+      const int kv_head = head / group;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t q_index = ((b * S + s) * Hq + head) * D;
+        const T* q_row = q + q_index;
+        const T* dout_row = dout + q_index;
+        const T* out_row = out + q_index;
+        const double row_lse = lse[(static_cast<int64_t>(b) * Hq + head) * S + s];
+        double delta = 0.0;  // Δ = rowsum(dout ∘ out)
+        for (int d = 0; d < D; ++d) delta += static_cast<double>(dout_row[d]) * static_cast<double>(out_row[d]);
+        for (int64_t t = 0; t <= s; ++t) {
+          if (!visible(doc_ids, S, b, s, t)) continue;
+          const int64_t kv_index = ((b * S + t) * Hkv + kv_head) * D;
+          const T* k_row = k + kv_index;
+          const T* v_row = v + kv_index;
+          double dot = 0.0;
+          double dp = 0.0;  // dP = dout · v
+          for (int d = 0; d < D; ++d) {
+            dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
+            dp += static_cast<double>(dout_row[d]) * static_cast<double>(v_row[d]);
+          }
+          const double p = std::exp(scale * dot - row_lse);  // P = exp(score − lse)
+          const double ds = p * (dp - delta);                // dS = P (dP − Δ)
+          for (int d = 0; d < D; ++d) {
+            dv_acc[kv_index + d] += p * static_cast<double>(dout_row[d]);    // dV += Pᵀ dO
+            dq_acc[q_index + d] += scale * ds * static_cast<double>(k_row[d]);  // dQ = scale dS K
+            dk_acc[kv_index + d] += scale * ds * static_cast<double>(q_row[d]);  // dK = scale dSᵀ Q
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < dq_acc.size(); ++i) dq[i] = static_cast<T>(dq_acc[i]);
+  for (size_t i = 0; i < dk_acc.size(); ++i) {
+    dk[i] = static_cast<T>(dk_acc[i]);
+    dv[i] = static_cast<T>(dv_acc[i]);
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const int32_t*,
+                                       int, int64_t, int, int, int, double);
+template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
+                                        const int32_t*, int, int64_t, int, int, int, double);
+template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, const int32_t*, int, int64_t,
+                                        int, int, int, double);
+template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                         const double*, const double*, const double*, const int32_t*, int,
+                                         int64_t, int, int, int, double);
+
+}  // namespace fpdt::kernels::reference

@@ -1,0 +1,23 @@
+// Reference sum of squares and in-place scaling (see elementwise.h).
+#include "fpdt/kernels/reference/elementwise.h"
+
+namespace fpdt::kernels::reference {
+
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return sum;
+}
+
+template <typename T>
+void scale_inplace(T* x, T alpha, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+template double sum_squares<float>(const float*, int64_t);
+template double sum_squares<double>(const double*, int64_t);
+template void scale_inplace<float>(float*, float, int64_t);
+template void scale_inplace<double>(double*, double, int64_t);
+
+}  // namespace fpdt::kernels::reference

@@ -1,0 +1,16 @@
+// Reference reductions and scalings over flat arrays (the spec of the optimizer's helpers).
+//   sum_squares:   Σ x[i]², accumulated in float64
+//   scale_inplace: x[i] *= alpha
+#pragma once
+
+#include <cstdint>
+
+namespace fpdt::kernels::reference {
+
+template <typename T>
+double sum_squares(const T* x, int64_t n);
+
+template <typename T>
+void scale_inplace(T* x, T alpha, int64_t n);
+
+}  // namespace fpdt::kernels::reference

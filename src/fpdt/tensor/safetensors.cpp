@@ -1,0 +1,183 @@
+// safetensors reader and writer (see safetensors.h).
+#include "fpdt/tensor/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
+
+namespace fpdt {
+
+namespace {
+
+constexpr const char* kModule = "safetensors";
+constexpr size_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+}  // namespace
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  const size_t total_bytes = file_size(path, kModule);
+  if (total_bytes < 8)
+    throw Error(kModule, path + " is " + std::to_string(total_bytes) + " bytes, too short for a safetensors header",
+                "the file is truncated or not a safetensors file");
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(kModule, "cannot open " + path + ": " + std::strerror(errno));
+  try {
+    uint64_t header_bytes = 0;
+    read_fully_at(fd_, &header_bytes, 8, 0, path, kModule);
+    if (header_bytes > kMaxHeaderBytes || header_bytes + 8 > total_bytes)
+      throw Error(kModule, path + " declares a " + std::to_string(header_bytes) + "-byte header in a " +
+                               std::to_string(total_bytes) + "-byte file",
+                  "the file is truncated or not a safetensors file");
+    std::string header(header_bytes, '\0');
+    read_fully_at(fd_, header.data(), header_bytes, 8, path, kModule);
+    data_begin_bytes_ = 8 + header_bytes;
+    const size_t data_bytes = total_bytes - data_begin_bytes_;
+
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(header);
+    } catch (const std::exception& parse_error) {
+      throw Error(kModule, path + " has a malformed JSON header: " + parse_error.what(),
+                  "the file is corrupt or not a safetensors file");
+    }
+    if (!json.is_object()) throw Error(kModule, path + ": the header is not a JSON object");
+    for (const auto& [name, value] : json.items()) {
+      if (name == "__metadata__") {
+        for (const auto& [key, text] : value.items())
+          metadata_[key] = text.is_string() ? text.get<std::string>() : text.dump();
+        continue;
+      }
+      try {
+        SafetensorsEntry entry;
+        entry.dtype = dtype_from_name(value.at("dtype").get<std::string>(), path + " tensor '" + name + "'");
+        entry.shape = value.at("shape").get<Shape>();
+        const auto offsets = value.at("data_offsets").get<std::vector<size_t>>();
+        if (offsets.size() != 2) throw Error(kModule, "data_offsets must have two entries");
+        entry.begin_bytes = offsets[0];
+        entry.end_bytes = offsets[1];
+        const size_t expected_bytes = static_cast<size_t>(shape_numel(entry.shape)) * dtype_size(entry.dtype);
+        if (entry.end_bytes < entry.begin_bytes || entry.end_bytes - entry.begin_bytes != expected_bytes)
+          throw Error(kModule, "its data_offsets cover " + std::to_string(entry.end_bytes - entry.begin_bytes) +
+                                   " bytes but " + dtype_name(entry.dtype) + shape_string(entry.shape) + " needs " +
+                                   std::to_string(expected_bytes));
+        if (entry.end_bytes > data_bytes)
+          throw Error(kModule, "its data ends at byte " + std::to_string(entry.end_bytes) + " of a " +
+                                   std::to_string(data_bytes) + "-byte data section (truncated file)");
+        entries_[name] = entry;
+      } catch (const Error& error) {
+        throw Error(kModule, path + ": tensor '" + name + "' is invalid: " + error.what(),
+                    "the file is corrupt or truncated");
+      } catch (const std::exception& error) {
+        throw Error(kModule, path + ": tensor '" + name + "' has a malformed header entry: " + error.what(),
+                    "the file is corrupt");
+      }
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const std::string& SafetensorsReader::metadata(const std::string& key) const {
+  const auto found = metadata_.find(key);
+  if (found == metadata_.end()) throw Error(kModule, path_ + " has no metadata key '" + key + "'");
+  return found->second;
+}
+
+std::vector<std::string> SafetensorsReader::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : entries_) names.push_back(name);
+  return names;
+}
+
+const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
+  const auto found = entries_.find(name);
+  if (found == entries_.end())
+    throw Error(kModule, path_ + " has no tensor '" + name + "'", "is it a checkpoint of this model?");
+  return found->second;
+}
+
+void SafetensorsReader::read_raw(const SafetensorsEntry& entry, void* dst) const {
+  read_fully_at(fd_, dst, entry.end_bytes - entry.begin_bytes, data_begin_bytes_ + entry.begin_bytes, path_,
+                kModule);
+}
+
+void SafetensorsReader::read(const std::string& name, const Tensor& dst) const {
+  const SafetensorsEntry& stored = entry(name);
+  if (stored.shape != dst.shape())
+    throw Error(kModule, path_ + ": tensor '" + name + "' has shape " + shape_string(stored.shape) +
+                             ", the model expects " + shape_string(dst.shape()),
+                "the checkpoint belongs to a model with another configuration");
+  if (stored.dtype == dst.dtype()) {
+    read_raw(stored, dst.data());
+    return;
+  }
+  if (dst.dtype() == DType::f32 && stored.dtype == DType::bf16) {
+    std::vector<uint16_t> raw(static_cast<size_t>(dst.numel()));
+    read_raw(stored, raw.data());
+    float* out = dst.as<float>();
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_float(raw[i]);
+    return;
+  }
+  throw Error(kModule, path_ + ": tensor '" + name + "' is " + dtype_name(stored.dtype) + ", expected " +
+                           dtype_name(dst.dtype()));
+}
+
+std::vector<float> SafetensorsReader::read_floats(const std::string& name) const {
+  const SafetensorsEntry& stored = entry(name);
+  std::vector<float> values(static_cast<size_t>(shape_numel(stored.shape)));
+  read(name, Tensor(values.data(), DType::f32, stored.shape));
+  return values;
+}
+
+std::vector<int32_t> SafetensorsReader::read_ints(const std::string& name) const {
+  const SafetensorsEntry& stored = entry(name);
+  std::vector<int32_t> values(static_cast<size_t>(shape_numel(stored.shape)));
+  read(name, Tensor(values.data(), DType::i32, stored.shape));
+  return values;
+}
+
+void SafetensorsWriter::add(const std::string& name, const Tensor& tensor) {
+  tensors_.emplace_back(name, tensor);
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::ordered_json header;
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  size_t offset = 0;
+  for (const auto& [name, tensor] : tensors_) {
+    header[name] = {{"dtype", dtype_name(tensor.dtype())},
+                    {"shape", tensor.shape()},
+                    {"data_offsets", {offset, offset + tensor.bytes()}}};
+    offset += tensor.bytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
+  const uint64_t header_bytes = text.size();
+  write_file_atomic(
+      path,
+      [&](int fd) {
+        write_fully(fd, &header_bytes, 8, path, kModule);
+        write_fully(fd, text.data(), text.size(), path, kModule);
+        for (const auto& [name, tensor] : tensors_) write_fully(fd, tensor.data(), tensor.bytes(), path, kModule);
+      },
+      kModule);
+}
+
+}  // namespace fpdt

@@ -1,0 +1,166 @@
+// DataLoader: random or sequential windows of S + 1 tokens from a shard, split into (inputs, targets)
+// rows with padding marked kIgnoreIndex. All randomness comes from one fpdt::Rng, whose state is
+// part of the cursor, so a resumed run sees the same batches as one that never stopped.
+#include "fpdt/train/data_loader.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "fpdt/base/error.h"
+
+namespace fpdt::train {
+
+namespace {
+
+constexpr const char* kModule = "data";
+
+const char* sampling_name(uint32_t sampling) {
+  switch (static_cast<Sampling>(sampling)) {
+    case Sampling::random: return "random";
+    case Sampling::sequential: return "sequential";
+  }
+  return "unknown";
+}
+
+std::string describe(uint64_t shard_tokens, int64_t batch_size, int64_t seq_tokens, uint32_t sampling) {
+  return "a shard of " + std::to_string(shard_tokens) + " tokens, batch " + std::to_string(batch_size) + ", seq " +
+         std::to_string(seq_tokens) + ", " + sampling_name(sampling) + " sampling";
+}
+
+// Positions of a row that have both an input and a next token.
+int64_t real_positions(int64_t row_tokens, std::span<const int32_t> window) {
+  return std::clamp<int64_t>(static_cast<int64_t>(window.size()) - 1, 0, row_tokens);
+}
+
+}  // namespace
+
+void fill_inputs(int32_t* inputs, int64_t row_tokens, std::span<const int32_t> window, int32_t pad_token) {
+  const int64_t real = real_positions(row_tokens, window);
+  std::copy(window.begin(), window.begin() + real, inputs);
+  std::fill(inputs + real, inputs + row_tokens, pad_token);
+}
+
+void fill_targets(int32_t* targets, int64_t row_tokens, std::span<const int32_t> window) {
+  const int64_t real = real_positions(row_tokens, window);
+  if (real > 0) std::copy(window.begin() + 1, window.begin() + 1 + real, targets);
+  std::fill(targets + real, targets + row_tokens, kIgnoreIndex);
+}
+
+DataLoader::DataLoader(ShardReader shard, DataLoaderConfig config)
+    : shard_(std::move(shard)), config_(config), rng_(config.seed) {
+  if (config_.padded_seq_tokens == 0) config_.padded_seq_tokens = config_.seq_tokens;
+  FPDT_CHECK(config_.batch_size >= 1, kModule, "batch size " + std::to_string(config_.batch_size) + " must be at least 1",
+             "pass --batch 1 or more");
+  FPDT_CHECK(config_.seq_tokens >= 1, kModule, "sequence length " + std::to_string(config_.seq_tokens) + " must be at least 1",
+             "pass --seq 1 or more");
+  FPDT_CHECK(config_.padded_seq_tokens >= config_.seq_tokens, kModule,
+             "padded row length " + std::to_string(config_.padded_seq_tokens) + " is shorter than the sequence length " +
+                 std::to_string(config_.seq_tokens),
+             "padding can only lengthen a row");
+  FPDT_CHECK(config_.sampling == Sampling::random || config_.sampling == Sampling::sequential, kModule,
+             "unknown sampling mode " + std::to_string(static_cast<uint32_t>(config_.sampling)), "");
+  FPDT_CHECK(config_.pad_token >= 0 && static_cast<uint32_t>(config_.pad_token) < shard_.vocab_size(), kModule,
+             "pad token " + std::to_string(config_.pad_token) + " is outside the vocabulary [0, " +
+                 std::to_string(shard_.vocab_size()) + ") of token shard '" + shard_.path() + "'",
+             "use a pad token id the model can embed, e.g. 0");
+  const uint64_t window_tokens = static_cast<uint64_t>(config_.seq_tokens) + 1;
+  FPDT_CHECK(shard_.token_count() >= window_tokens, kModule,
+             "token shard '" + shard_.path() + "' has " + std::to_string(shard_.token_count()) +
+                 " tokens, but a sequence length of " + std::to_string(config_.seq_tokens) + " needs at least " +
+                 std::to_string(window_tokens) + " (S inputs plus one more for the shifted targets)",
+             "lower --seq or add data");
+  window_.resize(window_tokens);
+}
+
+uint64_t DataLoader::windows_per_epoch() const {
+  const uint64_t seq_tokens = static_cast<uint64_t>(config_.seq_tokens);
+  return (shard_.token_count() - 1 + seq_tokens - 1) / seq_tokens;
+}
+
+uint64_t DataLoader::batches_per_epoch() const {
+  const uint64_t batch_size = static_cast<uint64_t>(config_.batch_size);
+  return (windows_per_epoch() + batch_size - 1) / batch_size;
+}
+
+void DataLoader::next(Batch& batch) {
+  const int64_t row_tokens = config_.padded_seq_tokens;
+  const uint64_t seq_tokens = static_cast<uint64_t>(config_.seq_tokens);
+  const uint64_t shard_tokens = shard_.token_count();
+  batch.batch_size = config_.batch_size;
+  batch.seq_tokens = row_tokens;
+  batch.inputs.resize(static_cast<size_t>(config_.batch_size * row_tokens));
+  batch.targets.resize(batch.inputs.size());
+  batch.row_offsets.resize(static_cast<size_t>(config_.batch_size));
+  batch.target_tokens = 0;
+  const uint64_t windows = config_.sampling == Sampling::sequential ? windows_per_epoch() : 0;
+
+  for (int64_t row = 0; row < config_.batch_size; ++row) {
+    std::span<const int32_t> window;  // empty: an all-padding row
+    int64_t offset = -1;
+    if (config_.sampling == Sampling::random) {
+      offset = static_cast<int64_t>(rng_.below(shard_tokens - seq_tokens));
+      window = window_;
+    } else if (next_window_ < windows) {
+      const uint64_t begin = next_window_ * seq_tokens;
+      offset = static_cast<int64_t>(begin);
+      window = std::span<const int32_t>(window_).first(std::min(seq_tokens + 1, shard_tokens - begin));
+      ++next_window_;
+    }
+    if (!window.empty()) shard_.read(static_cast<uint64_t>(offset), window.size(), window_.data());
+    int32_t* inputs = batch.inputs.data() + row * row_tokens;
+    int32_t* targets = batch.targets.data() + row * row_tokens;
+    fill_inputs(inputs, row_tokens, window, config_.pad_token);
+    fill_targets(targets, row_tokens, window);
+    batch.row_offsets[static_cast<size_t>(row)] = offset;
+    batch.target_tokens += real_positions(row_tokens, window);
+  }
+  if (config_.sampling == Sampling::sequential && next_window_ >= windows) {
+    next_window_ = 0;
+    ++epoch_;
+  }
+  ++batches_served_;
+}
+
+Batch DataLoader::next() {
+  Batch batch;
+  next(batch);
+  return batch;
+}
+
+DataLoaderState DataLoader::state() const {
+  DataLoaderState state{};
+  const uint64_t* words = rng_.state();
+  std::copy(words, words + 4, state.rng_state);
+  state.batches_served = batches_served_;
+  state.next_window = next_window_;
+  state.epoch = epoch_;
+  state.shard_tokens = shard_.token_count();
+  state.batch_size = config_.batch_size;
+  state.seq_tokens = config_.seq_tokens;
+  state.sampling = static_cast<uint32_t>(config_.sampling);
+  return state;
+}
+
+void DataLoader::restore(const DataLoaderState& state) {
+  const bool same = state.shard_tokens == shard_.token_count() && state.batch_size == config_.batch_size &&
+                    state.seq_tokens == config_.seq_tokens &&
+                    state.sampling == static_cast<uint32_t>(config_.sampling);
+  FPDT_CHECK(same, kModule,
+             "cannot resume the data cursor: it was saved for " +
+                 describe(state.shard_tokens, state.batch_size, state.seq_tokens, state.sampling) +
+                 ", but this loader reads '" + shard_.path() + "' with " +
+                 describe(shard_.token_count(), config_.batch_size, config_.seq_tokens,
+                          static_cast<uint32_t>(config_.sampling)),
+             "resume with the same data, --batch and --seq, or start a fresh run");
+  FPDT_CHECK(config_.sampling == Sampling::random || state.next_window < windows_per_epoch(), kModule,
+             "cannot resume the data cursor: window " + std::to_string(state.next_window) + " is past the " +
+                 std::to_string(windows_per_epoch()) + " windows of '" + shard_.path() + "'",
+             "the checkpoint's data cursor is corrupt; start a fresh run");
+  rng_.set_state(state.rng_state);
+  batches_served_ = state.batches_served;
+  next_window_ = state.next_window;
+  epoch_ = state.epoch;
+}
+
+}  // namespace fpdt::train

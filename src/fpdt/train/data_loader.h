@@ -1,0 +1,104 @@
+// DataLoader: batches of B rows (inputs = S tokens, targets = the next S) from one token shard,
+// drawn at seeded random offsets (training) or in a fixed order that covers the shard (validation).
+// Its cursor is a small POD that checkpoints save; restoring it yields exactly the batches that would
+// have come next. Rows can be padded past S (e.g. to a multiple of the chunk size): padded positions
+// get target kIgnoreIndex, so they add nothing to the loss.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/train/shard.h"
+
+namespace fpdt::train {
+
+// Target of a position that does not count in the loss (PyTorch's ignore_index, −100): the one the
+// cross-entropy kernels skip, so the loader and the loss cannot disagree.
+inline constexpr int32_t kIgnoreIndex = kernels::reference::kIgnoreIndex;
+static_assert(kIgnoreIndex == -100);
+
+// One row from a window of consecutive tokens: position i is real while i + 1 < window.size() (it
+// has a next token to predict) and padding after that. A window of S + 1 tokens and row_tokens = S
+// gives no padding; a shorter window or a longer row pads the tail.
+// inputs (row_tokens): window[i] at real positions, pad_token at padding.
+void fill_inputs(int32_t* inputs, int64_t row_tokens, std::span<const int32_t> window, int32_t pad_token);
+// targets (row_tokens): window[i + 1] at real positions, kIgnoreIndex at padding.
+void fill_targets(int32_t* targets, int64_t row_tokens, std::span<const int32_t> window);
+
+enum class Sampling : uint32_t {
+  random = 0,      // each row starts at a uniform offset in [0, N − S − 1]
+  sequential = 1,  // rows at offsets 0, S, 2S, …: every token 1..N−1 is a target exactly once per epoch
+};
+
+struct DataLoaderConfig {
+  int64_t batch_size = 1;         // B
+  int64_t seq_tokens = 0;         // S: inputs per row; each row reads S + 1 tokens
+  int64_t padded_seq_tokens = 0;  // row length of a Batch, ≥ S; 0 means S (no padding)
+  Sampling sampling = Sampling::random;
+  uint64_t seed = 0;              // random sampling only
+  int32_t pad_token = 0;          // input id at padded positions (its target is kIgnoreIndex)
+};
+
+struct Batch {
+  int64_t batch_size = 0;           // B
+  int64_t seq_tokens = 0;           // row length, padded_seq_tokens (or S)
+  std::vector<int32_t> inputs;      // (B, seq_tokens)
+  std::vector<int32_t> targets;     // (B, seq_tokens), kIgnoreIndex where padded
+  std::vector<int64_t> row_offsets; // (B) shard index of each row's first token; −1 for an all-padding row
+  int64_t target_tokens = 0;        // targets that count (≠ kIgnoreIndex), for normalising the loss
+};
+
+// The loader's cursor. Plain data (memcpy-able into a checkpoint); the last fields record what it
+// belongs to, and restore() refuses a cursor saved for other data or shapes.
+struct DataLoaderState {
+  uint64_t rng_state[4];     // random sampling
+  uint64_t batches_served;   // since the start of training
+  uint64_t next_window;      // sequential sampling: the next row's window index
+  uint64_t epoch;            // sequential sampling: completed passes over the shard
+  uint64_t shard_tokens;     // N of the shard it was saved from
+  int64_t batch_size;        // B
+  int64_t seq_tokens;        // S
+  uint32_t sampling;         // Sampling
+  uint32_t reserved;         // 0
+};
+static_assert(std::is_trivial_v<DataLoaderState> && std::is_standard_layout_v<DataLoaderState>,
+              "DataLoaderState is saved in checkpoints byte for byte");
+
+class DataLoader {
+ public:
+  // Throws fpdt::Error for a bad config or a shard with fewer than S + 1 tokens.
+  DataLoader(ShardReader shard, DataLoaderConfig config);
+
+  // Fills `batch` (reusing its storage) with the next B rows and advances the cursor.
+  void next(Batch& batch);
+  Batch next();
+
+  DataLoaderState state() const;
+  // Continues from a cursor taken by state(); throws fpdt::Error when it was saved for a shard of
+  // another length or another B, S or sampling.
+  void restore(const DataLoaderState& state);
+
+  // Sequential sampling: windows ⌈(N − 1) / S⌉ and batches ⌈windows / B⌉ in one pass over the shard.
+  // The last window may be short (padded), and rows past the last window in the last batch are all
+  // padding, so a batch never mixes two epochs.
+  uint64_t windows_per_epoch() const;
+  uint64_t batches_per_epoch() const;
+
+  const ShardReader& shard() const { return shard_; }
+  const DataLoaderConfig& config() const { return config_; }
+
+ private:
+  ShardReader shard_;
+  DataLoaderConfig config_;
+  Rng rng_;
+  uint64_t batches_served_ = 0;
+  uint64_t next_window_ = 0;
+  uint64_t epoch_ = 0;
+  std::vector<int32_t> window_;  // (S + 1) scratch
+};
+
+}  // namespace fpdt::train

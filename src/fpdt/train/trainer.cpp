@@ -1,0 +1,263 @@
+// The training loop (see trainer.h).
+#include "fpdt/train/trainer.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/log.h"
+#include "fpdt/base/timer.h"
+#include "fpdt/tensor/memory.h"
+#include "fpdt/model/transformer.h"
+#include "fpdt/train/checkpoint.h"
+#include "fpdt/train/data_loader.h"
+#include "fpdt/train/metrics.h"
+#include "fpdt/train/sampler.h"
+#include "fpdt/train/tokenizer.h"
+
+namespace fpdt::train {
+
+namespace {
+
+constexpr const char* kModule = "train";
+
+nlohmann::ordered_json settings_json(const TrainSettings& s) {
+  return {{"model", s.model},
+          {"data_dir", s.data_dir},
+          {"out_dir", s.out_dir},
+          {"backend", s.backend},
+          {"steps", s.steps},
+          {"batch_size", s.batch_size},
+          {"seq_tokens", s.seq_tokens},
+          {"grad_accum", s.grad_accum},
+          {"lr", s.optimizer.lr},
+          {"min_lr", s.optimizer.min_lr},
+          {"warmup_steps", s.optimizer.warmup_steps},
+          {"decay_steps", s.optimizer.decay_steps},
+          {"beta1", s.optimizer.beta1},
+          {"beta2", s.optimizer.beta2},
+          {"eps", s.optimizer.eps},
+          {"weight_decay", s.optimizer.weight_decay},
+          {"grad_clip", s.optimizer.grad_clip},
+          {"eval_every", s.eval_every},
+          {"eval_batches", s.eval_batches},
+          {"save_every", s.save_every},
+          {"seed", s.seed}};
+}
+
+void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, double peak_gflops) {
+  auto row = [](const std::string& key, const std::string& value) {
+    char line[160];
+    std::snprintf(line, sizeof line, "| %-22s | %-40s |", key.c_str(), value.c_str());
+    log::info(line);
+  };
+  const std::string rule = "+" + std::string(24, '-') + "+" + std::string(42, '-') + "+";
+  log::info(rule);
+  row("model", config.name + (config.family == model::Family::llama ? " (llama)" : " (gpt)"));
+  row("layers / hidden / ffn", std::to_string(config.layers) + " / " + std::to_string(config.hidden) + " / " +
+                                   std::to_string(config.ffn_hidden));
+  row("heads / kv heads / dim", std::to_string(config.heads) + " / " + std::to_string(config.kv_heads) + " / " +
+                                    std::to_string(config.head_dim));
+  row("vocabulary", std::to_string(config.vocab_size));
+  row("parameters", std::to_string(config.parameter_count()));
+  row("data", s.data_dir);
+  row("output", s.out_dir);
+  row("steps", std::to_string(s.steps));
+  row("batch x seq x accum", std::to_string(s.batch_size) + " x " + std::to_string(s.seq_tokens) + " x " +
+                                 std::to_string(s.grad_accum));
+  char lr[96];
+  std::snprintf(lr, sizeof lr, "%.2e -> %.2e (warmup %lld, cosine to %lld)", s.optimizer.lr, s.optimizer.min_lr,
+                static_cast<long long>(s.optimizer.warmup_steps), static_cast<long long>(s.optimizer.decay_steps));
+  row("learning rate", lr);
+  char adam[96];
+  std::snprintf(adam, sizeof adam, "betas %.2f/%.3f wd %.2f clip %.2f", s.optimizer.beta1, s.optimizer.beta2,
+                s.optimizer.weight_decay, s.optimizer.grad_clip);
+  row("AdamW", adam);
+  row("backend / threads", s.backend + " / " + std::to_string(threads));
+  char peak[48];
+  std::snprintf(peak, sizeof peak, "%.1f GFLOP/s%s", peak_gflops, s.peak_gflops > 0 ? "" : " (measured)");
+  row("peak", peak);
+  row("compute budget", s.compute_mem_bytes > 0 ? format_bytes(static_cast<double>(s.compute_mem_bytes)) : "unlimited");
+  row("seed", std::to_string(s.seed));
+  log::info(rule);
+}
+
+void check_settings(const TrainSettings& s) {
+  auto positive = [](int64_t value, const char* option) {
+    if (value <= 0)
+      throw Error(kModule, std::string(option) + " must be positive, got " + std::to_string(value));
+  };
+  positive(s.steps, "--steps");
+  positive(s.batch_size, "--batch");
+  positive(s.seq_tokens, "--seq");
+  positive(s.grad_accum, "--grad-accum");
+  positive(s.eval_batches, "--eval-batches");
+  if (s.eval_every < 0 || s.save_every < 0) throw Error(kModule, "--eval-every and --save-every must be ≥ 0");
+  if (!(s.optimizer.lr > 0)) throw Error(kModule, "--lr must be positive");
+}
+
+model::Batch model_batch(const Batch& batch) {
+  return model::Batch{static_cast<int>(batch.batch_size), batch.seq_tokens, batch.inputs.data(),
+                      batch.targets.data(), nullptr};
+}
+
+// Mean validation loss over the first `batches` batches of the validation loader, which restarts
+// from `start` each time so every evaluation sees the same tokens.
+double validation_loss(model::Transformer& model, DataLoader& loader, const DataLoaderState& start,
+                       int64_t batches, Batch& scratch) {
+  loader.restore(start);
+  double loss_sum = 0.0, count = 0.0;
+  for (int64_t i = 0; i < batches; ++i) {
+    loader.next(scratch);
+    const model::LossStats stats = model.forward(model_batch(scratch));
+    loss_sum += stats.loss_sum;
+    count += stats.count;
+  }
+  return count > 0 ? loss_sum / count : 0.0;
+}
+
+}  // namespace
+
+int set_threads(int threads) {
+  if (threads <= 0) threads = omp_get_num_procs();
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+TrainResult train(const TrainSettings& settings) {
+  check_settings(settings);
+  const int threads = set_threads(settings.threads);
+  if (settings.compute_mem_bytes > 0)
+    MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(settings.compute_mem_bytes));
+  const model::ModelConfig config = model::resolve_model(settings.model);
+  const double peak_gflops = settings.peak_gflops > 0 ? settings.peak_gflops : measure_peak_gflops(threads);
+  print_table(config, settings, threads, peak_gflops);
+
+  const std::string train_path = settings.data_dir + "/train.bin";
+  const std::string val_path = settings.data_dir + "/val.bin";
+  ShardReader train_shard(train_path);
+  if (train_shard.vocab_size() > static_cast<uint32_t>(config.vocab_size))
+    throw Error(kModule,
+                train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
+                    ", more than the model's " + std::to_string(config.vocab_size),
+                "use a model whose vocab_size covers the tokenizer");
+  DataLoaderConfig train_config;
+  train_config.batch_size = settings.batch_size;
+  train_config.seq_tokens = settings.seq_tokens;
+  train_config.sampling = Sampling::random;
+  train_config.seed = settings.seed;
+  DataLoader train_loader(std::move(train_shard), train_config);
+  DataLoaderConfig val_config = train_config;
+  val_config.sampling = Sampling::sequential;
+  DataLoader val_loader(ShardReader(val_path), val_config);
+  const DataLoaderState val_start = val_loader.state();
+
+  auto backend = kernels::make_backend(settings.backend);
+  model::Transformer model(config, *backend, settings.seed);
+  AdamW optimizer(model.layout(), *backend, settings.optimizer);
+
+  std::filesystem::create_directories(settings.out_dir);
+  int64_t step = 0;
+  std::string resumed_from;
+  if (settings.resume) {
+    resumed_from = latest_checkpoint(settings.out_dir);
+    if (!resumed_from.empty()) {
+      const TrainerState state = load_checkpoint(resumed_from, config, model.layout(), model.params(), optimizer);
+      step = state.step;
+      train_loader.restore(state.data);
+      log::info("resumed from " + resumed_from + " at step " + std::to_string(step));
+    } else {
+      log::info("no checkpoint in " + settings.out_dir + " yet; starting a new run");
+    }
+  }
+  MetricsLog metrics_log(settings.out_dir + "/metrics.jsonl", !resumed_from.empty());
+
+  TrainResult result;
+  std::vector<Batch> micro(static_cast<size_t>(settings.grad_accum));
+  Batch val_scratch;
+  if (resumed_from.empty()) {
+    result.first_val_loss = validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch);
+    char line[96];
+    std::snprintf(line, sizeof line, "validation loss before training: %.4f", result.first_val_loss);
+    log::info(line);
+  }
+
+  const double flops_per_step =
+      model_flops(config, settings.batch_size * settings.grad_accum, settings.seq_tokens);
+  Timer run_timer;
+  const int64_t first_step = step + 1;
+  auto save = [&](int64_t saved_step) {
+    TrainerState state;
+    state.step = saved_step;
+    state.data = train_loader.state();
+    state.seed = settings.seed;
+    state.settings_json = settings_json(settings).dump();
+    save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state);
+  };
+  while (step < settings.steps) {
+    ++step;
+    Timer step_timer;
+    MemoryTiers::instance().reset_peak(Tier::compute);
+    MemoryTiers::instance().reset_peak(Tier::offload);
+    model.grads().zero();
+    double counted = 0.0;
+    for (Batch& batch : micro) {
+      train_loader.next(batch);
+      counted += static_cast<double>(batch.target_tokens);
+    }
+    double loss_sum = 0.0;
+    for (const Batch& batch : micro)
+      loss_sum += model.forward_backward(model_batch(batch), counted > 0 ? 1.0 / counted : 0.0).loss_sum;
+    StepMetrics metrics;
+    metrics.step = step;
+    metrics.loss = counted > 0 ? loss_sum / counted : 0.0;
+    metrics.grad_norm = clip_grad_norm(*backend, model.grads(), settings.optimizer.grad_clip);
+    metrics.lr = learning_rate(settings.optimizer, step);
+    optimizer.update(model.params(), model.grads(), metrics.lr);
+    metrics.step_seconds = step_timer.seconds();
+    metrics.tokens_per_second =
+        static_cast<double>(settings.batch_size * settings.grad_accum * settings.seq_tokens) / metrics.step_seconds;
+    metrics.gflops = flops_per_step / metrics.step_seconds * 1e-9;
+    metrics.mfu = metrics.gflops / peak_gflops;
+    metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+    metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+    const bool last = step == settings.steps;
+    if ((settings.eval_every > 0 && step % settings.eval_every == 0) || last)
+      metrics.val_loss = validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch);
+    metrics_log.write(metrics);
+
+    const double elapsed = run_timer.seconds();
+    const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(settings.steps - step);
+    log::info(progress_line(metrics, settings.steps, eta));
+    if (step == first_step) result.first_loss = metrics.loss;
+    result.first_step = first_step;
+    result.last_step = step;
+    result.last_loss = metrics.loss;
+    if (metrics.val_loss >= 0) result.last_val_loss = metrics.val_loss;
+
+    if ((settings.save_every > 0 && step % settings.save_every == 0) || last) save(step);
+    if (settings.stop_after_steps > 0 && step - first_step + 1 >= settings.stop_after_steps && !last) {
+      log::info("stopping after " + std::to_string(settings.stop_after_steps) + " steps (--stop-after)");
+      return result;
+    }
+  }
+
+  if (settings.sample_tokens > 0) {
+    ByteTokenizer tokenizer;
+    SampleSettings sample;
+    sample.new_tokens = settings.sample_tokens;
+    sample.context_tokens = settings.seq_tokens;
+    Rng rng(settings.seed + 7);
+    const std::vector<int32_t> tokens = generate(model, tokenizer.encode(settings.sample_prompt), sample, rng);
+    result.sample = tokenizer.render(tokens);
+  }
+  return result;
+}
+
+}  // namespace fpdt::train

@@ -1,0 +1,565 @@
+// Flash attention (cpu/flash_attention.h) against the dense reference run in float64, on fresh
+// random inputs: the full sequence, the same sequence cut into (q chunk, kv chunk) blocks fed in
+// shuffled order (diagonal, off-diagonal and fully masked blocks, Cq ≠ Ck), GQA 1/2/4/8, D 12–128,
+// B 1/2, document ids; merging 1/2/4/8 kv blocks equals one block; masked blocks leave their
+// outputs untouched; the backward also against float64 finite differences; determinism across
+// thread counts; and the errors at the edge.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/reference/attention.h"
+#include "testing.h"
+
+namespace fpdt::kernels {
+namespace {
+
+using cpu::AttentionChunkParams;
+using testing::fresh_seed;
+using testing::random_normal;
+using testing::relative_error;
+
+// fp32 flash vs the float64 reference on the same (fp32-representable) inputs. The flash forward
+// rounds each score, exp2 (polynomial, ≤ 2e-7 relative) and the fp32 sums over ≤ a few hundred
+// keys: measured ~1e-7–1e-6. The backward adds the fp32 recomputation of P from the fp32 lse, five
+// fp32 products and dS = P (dP − Δ), which cancels: measured ~1e-6. The bounds:
+constexpr double kForwardTolerance = 1e-5;
+constexpr double kBackwardTolerance = 1e-4;
+
+struct Problem {
+  int B;
+  int64_t S;
+  int H;
+  int Hkv;
+  int D;
+  bool documents;
+};
+
+void PrintTo(const Problem& c, std::ostream* os) {
+  *os << "B=" << c.B << " S=" << c.S << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " docs=" << c.documents;
+}
+
+// Random inputs of a problem, in float (what the kernel sees) and the same values in double.
+struct Inputs {
+  std::vector<float> q, k, v, dout;  // (B, S, H, D), (B, S, Hkv, D) ×2, (B, S, H, D)
+  std::vector<int32_t> docs;         // (B, S), empty without documents
+  std::vector<double> qd, kd, vd, doutd;
+  double scale;
+  const int32_t* doc_ptr() const { return docs.empty() ? nullptr : docs.data(); }
+};
+
+std::vector<double> to_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+Inputs make_inputs(Rng& rng, const Problem& c) {
+  Inputs in;
+  const size_t q_size = static_cast<size_t>(c.B) * c.S * c.H * c.D;
+  const size_t kv_size = static_cast<size_t>(c.B) * c.S * c.Hkv * c.D;
+  in.q = random_normal<float>(rng, q_size);
+  in.k = random_normal<float>(rng, kv_size);
+  in.v = random_normal<float>(rng, kv_size);
+  in.dout = random_normal<float>(rng, q_size);
+  if (c.documents) {  // packed documents of random lengths (mean ~40 tokens), ids increasing
+    in.docs.resize(static_cast<size_t>(c.B) * c.S);
+    for (int b = 0; b < c.B; ++b) {
+      int32_t doc = static_cast<int32_t>(rng.below(5));
+      for (int64_t s = 0; s < c.S; ++s) {
+        if (s > 0 && rng.uniform() < 1.0 / 40) ++doc;
+        in.docs[b * c.S + s] = doc;
+      }
+    }
+  }
+  in.qd = to_double(in.q);
+  in.kd = to_double(in.k);
+  in.vd = to_double(in.v);
+  in.doutd = to_double(in.dout);
+  in.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  return in;
+}
+
+struct Result {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Result reference_result(const Problem& c, const Inputs& in) {
+  Result r;
+  const size_t q_size = in.q.size(), kv_size = in.k.size();
+  r.out.resize(q_size);
+  r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
+  reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(),
+                               c.B, c.S, c.H, c.Hkv, c.D, in.scale);
+  r.dq.resize(q_size);
+  r.dk.resize(kv_size);
+  r.dv.resize(kv_size);
+  reference::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.doutd.data(), in.qd.data(), in.kd.data(),
+                                in.vd.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
+                                in.scale);
+  return r;
+}
+
+struct FloatResult {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+void expect_close(const FloatResult& got, const Result& want, const char* what) {
+  const double out_error = relative_error(got.out, want.out);
+  const double lse_error = relative_error(got.lse, want.lse);
+  const double dq_error = relative_error(got.dq, want.dq);
+  const double dk_error = relative_error(got.dk, want.dk);
+  const double dv_error = relative_error(got.dv, want.dv);
+  EXPECT_LE(out_error, kForwardTolerance);
+  EXPECT_LE(lse_error, kForwardTolerance);
+  EXPECT_LE(dq_error, kBackwardTolerance);
+  EXPECT_LE(dk_error, kBackwardTolerance);
+  EXPECT_LE(dv_error, kBackwardTolerance);
+  std::printf("[ errors   ] %s vs reference: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, out_error, lse_error,
+              dq_error, dk_error, dv_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Full sequence: the Backend signature.
+
+class FlashFullSequence : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(FlashFullSequence, MatchesReference) {
+  const Problem c = GetParam();
+  Rng rng(fresh_seed());
+  const Inputs in = make_inputs(rng, c);
+  const Result want = reference_result(c, in);
+  FloatResult got;
+  got.out.assign(in.q.size(), 7.0f);  // junk: every output is overwritten
+  got.lse.assign(want.lse.size(), 7.0f);
+  cpu::attention_forward(got.out.data(), got.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B,
+                         c.S, c.H, c.Hkv, c.D, in.scale);
+  got.dq.assign(in.q.size(), 7.0f);
+  got.dk.assign(in.k.size(), 7.0f);
+  got.dv.assign(in.k.size(), 7.0f);
+  cpu::attention_backward(got.dq.data(), got.dk.data(), got.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                          in.v.data(), got.out.data(), got.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
+                          in.scale);
+  std::ostringstream what;
+  PrintTo(c, &what);
+  expect_close(got, want, what.str().c_str());
+}
+
+// Tiles are 96 tokens: S = 97, 130, 200 give whole and partial tiles; D 12 and 16 are the model
+// tests' head dims (not multiples of 8/16 and below 32); every GQA ratio 1, 2, 4, 8 appears.
+INSTANTIATE_TEST_SUITE_P(Flash, FlashFullSequence,
+                         ::testing::Values(Problem{1, 130, 8, 8, 32, false}, Problem{2, 130, 8, 4, 64, true},
+                                           Problem{1, 200, 8, 2, 128, true}, Problem{2, 100, 8, 1, 64, false},
+                                           Problem{1, 97, 4, 4, 128, false}, Problem{2, 120, 4, 4, 128, true},
+                                           Problem{1, 150, 16, 2, 32, true}, Problem{1, 50, 4, 2, 16, true},
+                                           Problem{2, 40, 4, 1, 12, false}, Problem{1, 5, 2, 1, 40, false}),
+                         [](const ::testing::TestParamInfo<Problem>& info) {
+                           const Problem& c = info.param;
+                           std::ostringstream name;
+                           name << "B" << c.B << "_S" << c.S << "_H" << c.H << "_Hkv" << c.Hkv << "_D" << c.D
+                                << (c.documents ? "_docs" : "");
+                           return name.str();
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Chunk pairs, as the FPDT pipeline feeds them.
+
+// Tokens [begin, begin + len) of every batch of x (B, S, W) → (B, len, W).
+template <typename T>
+std::vector<T> slice_tokens(const std::vector<T>& x, int B, int64_t S, int64_t W, int64_t begin, int64_t len) {
+  std::vector<T> y(static_cast<size_t>(B) * len * W);
+  for (int b = 0; b < B; ++b)
+    std::copy_n(x.begin() + (b * S + begin) * W, len * W, y.begin() + b * len * W);
+  return y;
+}
+// x (B, S, W)[tokens begin..] += y (B, len, W)
+void add_tokens(std::vector<float>& x, const std::vector<float>& y, int B, int64_t S, int64_t W, int64_t begin,
+                int64_t len) {
+  for (int b = 0; b < B; ++b)
+    for (int64_t i = 0; i < len * W; ++i) x[(b * S + begin) * W + i] += y[b * len * W + i];
+}
+// lse (B, H, S) ↔ (B, H, len)
+std::vector<float> slice_lse(const std::vector<float>& lse, int B, int H, int64_t S, int64_t begin, int64_t len) {
+  std::vector<float> y(static_cast<size_t>(B) * H * len);
+  for (int bh = 0; bh < B * H; ++bh) std::copy_n(lse.begin() + bh * S + begin, len, y.begin() + bh * len);
+  return y;
+}
+void put_lse(std::vector<float>& lse, const std::vector<float>& y, int B, int H, int64_t S, int64_t begin,
+             int64_t len) {
+  for (int bh = 0; bh < B * H; ++bh) std::copy_n(y.begin() + bh * len, len, lse.begin() + bh * S + begin);
+}
+
+struct Range {
+  int64_t begin, len;
+};
+std::vector<Range> cut(int64_t S, int64_t chunk) {
+  std::vector<Range> ranges;
+  for (int64_t begin = 0; begin < S; begin += chunk) ranges.push_back({begin, std::min(chunk, S - begin)});
+  return ranges;
+}
+
+AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std::vector<float>& q,
+                                  const std::vector<float>& k, const std::vector<float>& v,
+                                  const std::vector<int32_t>& q_docs, const std::vector<int32_t>& kv_docs, Range qr,
+                                  Range kr) {
+  AttentionChunkParams p;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.q_doc_ids = c.documents ? q_docs.data() : nullptr;
+  p.kv_doc_ids = c.documents ? kv_docs.data() : nullptr;
+  p.B = c.B;
+  p.Cq = qr.len;
+  p.Ck = kr.len;
+  p.H = c.H;
+  p.Hkv = c.Hkv;
+  p.D = c.D;
+  p.q_begin = qr.begin;
+  p.kv_begin = kr.begin;
+  p.scale = in.scale;
+  return p;
+}
+
+// The whole sequence through chunk pairs: for each q chunk, every kv chunk (masked ones included)
+// in a shuffled order, merged by accumulate; then the backward pair by pair, also shuffled.
+FloatResult chunked(const Problem& c, const Inputs& in, int64_t q_chunk, int64_t kv_chunk, Rng& rng) {
+  const int64_t S = c.S, Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
+  const auto q_ranges = cut(S, q_chunk), kv_ranges = cut(S, kv_chunk);
+  auto shuffled = [&](size_t n) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+    return order;
+  };
+  auto docs_of = [&](Range r) {
+    return c.documents ? slice_tokens(in.docs, c.B, S, 1, r.begin, r.len) : std::vector<int32_t>();
+  };
+  FloatResult r;
+  r.out.assign(in.q.size(), 0.0f);
+  r.lse.assign(static_cast<size_t>(c.B) * c.H * S, 0.0f);
+  r.dq.assign(in.q.size(), 0.0f);
+  r.dk.assign(in.k.size(), 0.0f);
+  r.dv.assign(in.k.size(), 0.0f);
+  for (const Range qr : q_ranges) {
+    const auto q = slice_tokens(in.q, c.B, S, Wq, qr.begin, qr.len);
+    const auto q_docs = docs_of(qr);
+    std::vector<float> out(q.size(), 7.0f), lse(static_cast<size_t>(c.B) * c.H * qr.len, 7.0f);
+    bool first = true;
+    for (size_t index : shuffled(kv_ranges.size())) {
+      const Range kr = kv_ranges[index];
+      const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
+      const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
+      const auto kv_docs = docs_of(kr);
+      cpu::attention_chunk_forward(out.data(), lse.data(), block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr),
+                                   /*accumulate=*/!first);
+      first = false;
+    }
+    add_tokens(r.out, out, c.B, S, Wq, qr.begin, qr.len);
+    put_lse(r.lse, lse, c.B, c.H, S, qr.begin, qr.len);
+  }
+  // Backward: Δ of each q chunk from its final out, then every pair in a shuffled order.
+  std::vector<std::pair<size_t, size_t>> pairs;
+  for (size_t i = 0; i < q_ranges.size(); ++i)
+    for (size_t j = 0; j < kv_ranges.size(); ++j) pairs.emplace_back(i, j);
+  for (size_t index : shuffled(pairs.size())) {
+    const Range qr = q_ranges[pairs[index].first], kr = kv_ranges[pairs[index].second];
+    const auto q = slice_tokens(in.q, c.B, S, Wq, qr.begin, qr.len);
+    const auto dout = slice_tokens(in.dout, c.B, S, Wq, qr.begin, qr.len);
+    const auto out = slice_tokens(r.out, c.B, S, Wq, qr.begin, qr.len);
+    const auto lse = slice_lse(r.lse, c.B, c.H, S, qr.begin, qr.len);
+    std::vector<float> delta(lse.size());
+    cpu::attention_chunk_delta(delta.data(), dout.data(), out.data(), c.B, qr.len, c.H, c.D);
+    const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
+    const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
+    const auto q_docs = docs_of(qr), kv_docs = docs_of(kr);
+    std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+    cpu::attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(),
+                                  block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr));
+    add_tokens(r.dq, dq, c.B, S, Wq, qr.begin, qr.len);
+    add_tokens(r.dk, dk, c.B, S, Wkv, kr.begin, kr.len);
+    add_tokens(r.dv, dv, c.B, S, Wkv, kr.begin, kr.len);
+  }
+  return r;
+}
+
+struct ChunkCase {
+  Problem problem;
+  int64_t q_chunk, kv_chunk;
+};
+
+void PrintTo(const ChunkCase& c, std::ostream* os) {
+  PrintTo(c.problem, os);
+  *os << " Cq=" << c.q_chunk << " Ck=" << c.kv_chunk;
+}
+
+class FlashChunks : public ::testing::TestWithParam<ChunkCase> {};
+
+TEST_P(FlashChunks, ShuffledBlocksMatchReference) {
+  const ChunkCase cc = GetParam();
+  const Problem& c = cc.problem;
+  Rng rng(fresh_seed());
+  const Inputs in = make_inputs(rng, c);
+  const Result want = reference_result(c, in);
+  const FloatResult got = chunked(c, in, cc.q_chunk, cc.kv_chunk, rng);
+  std::ostringstream what;
+  PrintTo(cc, &what);
+  expect_close(got, want, what.str().c_str());
+}
+
+// Chunks not multiples of the 96-token tiles, Cq ≠ Ck both ways, so blocks are diagonal with the
+// diagonal off-centre, full, or entirely above the diagonal (skipped).
+INSTANTIATE_TEST_SUITE_P(Flash, FlashChunks,
+                         ::testing::Values(ChunkCase{{1, 230, 4, 4, 64, false}, 100, 70},
+                                           ChunkCase{{2, 230, 8, 2, 32, true}, 64, 150},
+                                           ChunkCase{{1, 260, 8, 1, 128, true}, 130, 97},
+                                           ChunkCase{{2, 120, 4, 2, 16, true}, 17, 40}),
+                         [](const ::testing::TestParamInfo<ChunkCase>& info) {
+                           const ChunkCase& c = info.param;
+                           std::ostringstream name;
+                           name << "B" << c.problem.B << "_S" << c.problem.S << "_Hkv" << c.problem.Hkv << "_D"
+                                << c.problem.D << "_Cq" << c.q_chunk << "_Ck" << c.kv_chunk
+                                << (c.problem.documents ? "_docs" : "");
+                           return name.str();
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// One q block against one kv block cut into 1, 2, 4 or 8 pieces, merged in a shuffled order: equals
+// the kv block in one call (forward by LSE merge; backward: dq sums, dk and dv concatenate).
+TEST(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
+  Rng rng(fresh_seed());
+  const Problem c{2, 0, 8, 2, 64, true};
+  const int64_t Cq = 150, Ck = 333, q_begin = 400, kv_begin = 100;  // a diagonal block: kv ends at 432
+  const int64_t Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
+  const auto q = random_normal<float>(rng, c.B * Cq * Wq);
+  const auto k = random_normal<float>(rng, c.B * Ck * Wkv);
+  const auto v = random_normal<float>(rng, c.B * Ck * Wkv);
+  const auto dout = random_normal<float>(rng, c.B * Cq * Wq);
+  std::vector<int32_t> q_docs(c.B * Cq), kv_docs(c.B * Ck);
+  for (int b = 0; b < c.B; ++b) {  // documents change at global positions 250 and 420
+    for (int64_t i = 0; i < Cq; ++i) q_docs[b * Cq + i] = (q_begin + i >= 420) + (q_begin + i >= 250);
+    for (int64_t j = 0; j < Ck; ++j) kv_docs[b * Ck + j] = (kv_begin + j >= 420) + (kv_begin + j >= 250);
+  }
+  Inputs in;
+  in.scale = 0.125;
+  auto params = [&](const std::vector<float>& kk, const std::vector<float>& vv, const std::vector<int32_t>& docs,
+                    Range kr) {
+    return block_params(c, in, q, kk, vv, q_docs, docs, {q_begin, Cq}, {kv_begin + kr.begin, kr.len});
+  };
+
+  std::vector<float> want_out(q.size()), want_lse(static_cast<size_t>(c.B) * c.H * Cq);
+  cpu::attention_chunk_forward(want_out.data(), want_lse.data(), params(k, v, kv_docs, {0, Ck}), false);
+  std::vector<float> delta(want_lse.size());
+  cpu::attention_chunk_delta(delta.data(), dout.data(), want_out.data(), c.B, Cq, c.H, c.D);
+  std::vector<float> want_dq(q.size(), 0.0f), want_dk(k.size(), 0.0f), want_dv(v.size(), 0.0f);
+  cpu::attention_chunk_backward(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(), want_lse.data(),
+                                delta.data(), params(k, v, kv_docs, {0, Ck}));
+
+  for (int pieces : {1, 2, 4, 8}) {
+    std::vector<Range> ranges = cut(Ck, (Ck + pieces - 1) / pieces);
+    for (size_t i = ranges.size(); i > 1; --i) std::swap(ranges[i - 1], ranges[rng.below(i)]);
+    std::vector<float> out(q.size(), 0.0f), lse(want_lse.size(), -INFINITY);  // the empty softmax
+    std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+    for (const Range kr : ranges) {
+      const auto kk = slice_tokens(k, c.B, Ck, Wkv, kr.begin, kr.len);
+      const auto vv = slice_tokens(v, c.B, Ck, Wkv, kr.begin, kr.len);
+      const auto docs = slice_tokens(kv_docs, c.B, Ck, 1, kr.begin, kr.len);
+      cpu::attention_chunk_forward(out.data(), lse.data(), params(kk, vv, docs, kr), /*accumulate=*/true);
+    }
+    for (const Range kr : ranges) {  // backward from the one-block (final) lse and Δ
+      const auto kk = slice_tokens(k, c.B, Ck, Wkv, kr.begin, kr.len);
+      const auto vv = slice_tokens(v, c.B, Ck, Wkv, kr.begin, kr.len);
+      const auto docs = slice_tokens(kv_docs, c.B, Ck, 1, kr.begin, kr.len);
+      std::vector<float> dk_piece(kk.size(), 0.0f), dv_piece(vv.size(), 0.0f);
+      cpu::attention_chunk_backward(dq.data(), dk_piece.data(), dv_piece.data(), dout.data(), want_lse.data(),
+                                    delta.data(), params(kk, vv, docs, kr));
+      add_tokens(dk, dk_piece, c.B, Ck, Wkv, kr.begin, kr.len);
+      add_tokens(dv, dv_piece, c.B, Ck, Wkv, kr.begin, kr.len);
+    }
+    // Same fp32 maths, regrouped: a merge adds a few roundings of O(1) values per row (fp32 ε = 6e-8);
+    // dq sums `pieces` partial products in another order. 1e-6 is ~10 ε, far below any real error.
+    const double out_error = relative_error(out, want_out), lse_error = relative_error(lse, want_lse);
+    const double dq_error = relative_error(dq, want_dq);
+    const double dk_error = relative_error(dk, want_dk), dv_error = relative_error(dv, want_dv);
+    EXPECT_LE(out_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(lse_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(dq_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(dk_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(dv_error, 1e-6) << pieces << " pieces";
+    std::printf("[ errors   ] %d kv pieces vs one block: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", pieces,
+                out_error, lse_error, dq_error, dk_error, dv_error);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A block with no visible pair — above the causal diagonal, or documents that never meet — is
+// skipped: accumulate leaves out/lse bit for bit, the backward adds nothing; overwrite writes the
+// empty softmax (out 0, lse −inf).
+TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
+  Rng rng(fresh_seed());
+  const int B = 2, H = 4, Hkv = 2, D = 32;
+  const int64_t Cq = 100, Ck = 120;
+  const auto q = random_normal<float>(rng, B * Cq * H * D);
+  const auto k = random_normal<float>(rng, B * Ck * Hkv * D);
+  const auto v = random_normal<float>(rng, B * Ck * Hkv * D);
+  const auto dout = random_normal<float>(rng, B * Cq * H * D);
+  const auto lse = random_normal<float>(rng, B * H * Cq);
+  const auto delta = random_normal<float>(rng, B * H * Cq);
+  const std::vector<int32_t> q_docs(B * Cq, 1), kv_docs(B * Ck, 2);
+
+  AttentionChunkParams above;  // kv block [1000, 1120) after q block [500, 600)
+  above.q = q.data();
+  above.k = k.data();
+  above.v = v.data();
+  above.B = B;
+  above.Cq = Cq;
+  above.Ck = Ck;
+  above.H = H;
+  above.Hkv = Hkv;
+  above.D = D;
+  above.q_begin = 500;
+  above.kv_begin = 1000;
+  above.scale = 0.2;
+  AttentionChunkParams other_document = above;  // below the diagonal, but documents 1 vs 2
+  other_document.kv_begin = 0;
+  other_document.q_doc_ids = q_docs.data();
+  other_document.kv_doc_ids = kv_docs.data();
+
+  for (const AttentionChunkParams& p : {above, other_document}) {
+    auto out = random_normal<float>(rng, q.size());
+    auto out_lse = random_normal<float>(rng, lse.size());
+    const auto out_before = out, lse_before = out_lse;
+    cpu::attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/true);
+    EXPECT_EQ(0, std::memcmp(out.data(), out_before.data(), out.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(out_lse.data(), lse_before.data(), out_lse.size() * sizeof(float)));
+
+    cpu::attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/false);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }));
+    EXPECT_TRUE(std::all_of(out_lse.begin(), out_lse.end(), [](float x) { return x == -INFINITY; }));
+
+    auto dq = random_normal<float>(rng, q.size());
+    auto dk = random_normal<float>(rng, k.size());
+    auto dv = random_normal<float>(rng, v.size());
+    const auto dq_before = dq, dk_before = dk, dv_before = dv;
+    cpu::attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(), p);
+    EXPECT_EQ(0, std::memcmp(dq.data(), dq_before.data(), dq.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dk.data(), dk_before.data(), dk.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dv.data(), dv_before.data(), dv.size() * sizeof(float)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fp32 backward, fed chunk pair by chunk pair, against float64 central finite differences of
+// loss = Σ dout ∘ out of the float64 reference forward, on a random sample of q, k, v coordinates.
+TEST(FlashGradient, ChunkedBackwardMatchesFiniteDifferences) {
+  Rng rng(fresh_seed());
+  const Problem c{2, 60, 4, 2, 32, true};
+  Inputs in = make_inputs(rng, c);
+  const FloatResult got = chunked(c, in, 25, 20, rng);
+
+  std::vector<double> out(in.q.size()), lse(static_cast<size_t>(c.B) * c.H * c.S);
+  auto loss = [&]() {
+    reference::attention_forward(out.data(), lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
+                                 c.S, c.H, c.Hkv, c.D, in.scale);
+    double sum = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) sum += in.doutd[i] * out[i];
+    return sum;
+  };
+  const double h = 1e-4;
+  auto check = [&](std::vector<double>& x, const std::vector<float>& grad, const char* name) {
+    std::vector<double> numeric, analytic;
+    for (int sample = 0; sample < 96; ++sample) {
+      const size_t i = rng.below(x.size());
+      const double saved = x[i];
+      x[i] = saved + h;
+      const double plus = loss();
+      x[i] = saved - h;
+      const double minus = loss();
+      x[i] = saved;
+      numeric.push_back((plus - minus) / (2 * h));
+      analytic.push_back(grad[i]);
+    }
+    // FD in float64: truncation h² · O(1) ≈ 1e-8, cancellation 1e-16 · |loss| / h ≈ 1e-11; the rest is
+    // the fp32 kernel's own error (~1e-6). The backward bound:
+    const double error = relative_error(analytic, numeric);
+    EXPECT_LE(error, kBackwardTolerance) << name;
+    std::printf("[ errors   ] chunked fp32 %s vs float64 finite differences: %.2e\n", name, error);
+  };
+  check(in.qd, got.dq, "dq");
+  check(in.kd, got.dk, "dk");
+  check(in.vd, got.dv, "dv");
+}
+
+// ---------------------------------------------------------------------------------------------
+// dq adds its kv tiles in a fixed order and every other output is written by one task: the results
+// are bitwise the same whatever the thread count.
+TEST(FlashDeterminism, SameBitsForOneAndManyThreads) {
+  Rng rng(fresh_seed());
+  const Problem c{1, 400, 4, 2, 64, true};
+  const Inputs in = make_inputs(rng, c);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    FloatResult r;
+    r.out.resize(in.q.size());
+    r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
+    cpu::attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
+                           c.H, c.Hkv, c.D, in.scale);
+    r.dq.resize(in.q.size());
+    r.dk.resize(in.k.size());
+    r.dv.resize(in.k.size());
+    cpu::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
+                            in.scale);
+    omp_set_num_threads(saved);
+    return r;
+  };
+  const FloatResult one = run(1), many = run(4);
+  EXPECT_EQ(one.out, many.out);
+  EXPECT_EQ(one.lse, many.lse);
+  EXPECT_EQ(one.dq, many.dq);
+  EXPECT_EQ(one.dk, many.dk);
+  EXPECT_EQ(one.dv, many.dv);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(FlashParams, RefusedAtTheEdge) {
+  const std::vector<float> x(64 * 512, 0.0f);
+  const std::vector<int32_t> docs(64, 0);
+  std::vector<float> out(64 * 512), lse(64);
+  AttentionChunkParams good;
+  good.q = good.k = good.v = x.data();
+  good.B = 1;
+  good.Cq = good.Ck = 4;
+  good.H = good.Hkv = 2;
+  good.D = 64;
+  good.scale = 0.125;
+  EXPECT_NO_THROW(cpu::validate(good));
+
+  AttentionChunkParams wide = good;
+  wide.D = 300;
+  AttentionChunkParams no_dim = good;
+  no_dim.D = 0;
+  AttentionChunkParams uneven = good;
+  uneven.H = 3;
+  AttentionChunkParams one_sided = good;
+  one_sided.q_doc_ids = docs.data();
+  AttentionChunkParams no_scale = good;
+  no_scale.scale = NAN;
+  AttentionChunkParams no_k = good;
+  no_k.k = nullptr;
+  for (const auto& bad : {wide, no_dim, uneven, one_sided, no_scale, no_k}) {
+    EXPECT_THROW(cpu::attention_chunk_forward(out.data(), lse.data(), bad, false), Error);
+  }
+  try {
+    cpu::validate(wide);
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("head dim 300"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace fpdt::kernels

@@ -1,0 +1,108 @@
+// safetensors: round trip, bf16 reading, and one clear error for each kind of bad file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "fpdt/base/error.h"
+#include "fpdt/tensor/safetensors.h"
+#include "testing.h"
+
+namespace fpdt {
+namespace {
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("fpdt_safetensors_" + std::to_string(testing::fresh_seed()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static void write_bytes(const std::string& file, const std::string& bytes) {
+    std::ofstream(file, std::ios::binary) << bytes;
+  }
+  // Expects an fpdt::Error whose message contains each of `parts`.
+  static void expect_error(const std::string& file, std::initializer_list<const char*> parts) {
+    try {
+      SafetensorsReader reader(file);
+      FAIL() << "no error for " << file;
+    } catch (const Error& error) {
+      for (const char* part : parts) EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
+    }
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(SafetensorsTest, RoundTripsTensorsAndMetadata) {
+  Rng rng(testing::fresh_seed());
+  std::vector<float> a = testing::random_normal<float>(rng, 6 * 7);
+  std::vector<int32_t> b = {1, -2, 3};
+  SafetensorsWriter writer;
+  writer.add("a", Tensor(a.data(), DType::f32, {6, 7}));
+  writer.add("b", Tensor(b.data(), DType::i32, {3}));
+  writer.set_metadata("format", "pt");
+  writer.write(path("x.safetensors"));
+
+  SafetensorsReader reader(path("x.safetensors"));
+  EXPECT_EQ(reader.metadata("format"), "pt");
+  EXPECT_EQ(reader.entry("a").shape, (Shape{6, 7}));
+  EXPECT_EQ(reader.read_floats("a"), a);  // bitwise: no conversion on the way
+  EXPECT_EQ(reader.read_ints("b"), b);
+  std::vector<float> wrong_shape(42);
+  EXPECT_THROW(reader.read("a", Tensor(wrong_shape.data(), DType::f32, {7, 6})), Error);
+  EXPECT_THROW(reader.entry("missing"), Error);
+}
+
+TEST_F(SafetensorsTest, ReadsBf16AsFloat) {
+  // bf16 is the top half of a float: 1.5f = 0x3fc00000 → 0x3fc0; -2.0f = 0xc0000000 → 0xc000.
+  std::vector<uint16_t> raw = {0x3fc0, 0xc000};
+  SafetensorsWriter writer;
+  writer.add("w", Tensor(raw.data(), DType::bf16, {2}));
+  writer.write(path("bf16.safetensors"));
+  EXPECT_EQ(SafetensorsReader(path("bf16.safetensors")).read_floats("w"), (std::vector<float>{1.5f, -2.0f}));
+}
+
+TEST_F(SafetensorsTest, EachBadFileGetsOneClearError) {
+  expect_error(path("absent.safetensors"), {"cannot open", "absent.safetensors"});
+  write_bytes(path("short"), "abc");
+  expect_error(path("short"), {"too short", "short"});
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  std::string header_bytes(8, '\0');
+  const uint64_t length = header.size();
+  std::memcpy(header_bytes.data(), &length, 8);
+  write_bytes(path("truncated"), header_bytes + header + std::string(8, '\0'));  // 8 of 16 data bytes
+  expect_error(path("truncated"), {"truncated", "'w'"});
+  std::string huge(8, '\0');
+  const uint64_t huge_length = 1u << 30;
+  std::memcpy(huge.data(), &huge_length, 8);
+  write_bytes(path("huge_header"), huge + "{}");
+  expect_error(path("huge_header"), {"header", "huge_header"});
+  const std::string bad_json = "{not json";
+  std::string bad_length(8, '\0');
+  const uint64_t bad_json_length = bad_json.size();
+  std::memcpy(bad_length.data(), &bad_json_length, 8);
+  write_bytes(path("bad_json"), bad_length + bad_json);
+  expect_error(path("bad_json"), {"malformed JSON", "bad_json"});
+  const std::string bad_dtype = R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})";
+  std::string dtype_length(8, '\0');
+  const uint64_t bad_dtype_length = bad_dtype.size();
+  std::memcpy(dtype_length.data(), &bad_dtype_length, 8);
+  write_bytes(path("bad_dtype"), dtype_length + bad_dtype + "x");
+  expect_error(path("bad_dtype"), {"unknown dtype 'Q7'"});
+}
+
+TEST_F(SafetensorsTest, FailedWriteKeepsThePreviousFile) {
+  std::vector<float> a = {1, 2, 3};
+  SafetensorsWriter writer;
+  writer.add("a", Tensor(a.data(), DType::f32, {3}));
+  writer.write(path("keep.safetensors"));
+  EXPECT_THROW(writer.write(path("no_such_dir/keep.safetensors")), Error);
+  EXPECT_EQ(SafetensorsReader(path("keep.safetensors")).read_floats("a"), a);
+}
+
+}  // namespace
+}  // namespace fpdt
