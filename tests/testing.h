@@ -4,13 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 
 namespace fpdt::testing {
@@ -63,6 +69,51 @@ template <typename A, typename B>
 double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
   EXPECT_EQ(got.size(), want.size());
   return relative_error(got.data(), want.data(), std::min(got.size(), want.size()));
+}
+
+// A fresh directory under /tmp, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/fpdt_test_XXXXXX";
+    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = name;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Number of entries in the directory (e.g. to see that no temp file was left behind).
+  size_t entries() const {
+    return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(path_), {}));
+  }
+
+ private:
+  std::string path_;
+};
+
+inline void write_text_file(const std::string& path, const std::string& bytes) {
+  std::ofstream file(path, std::ios::binary);
+  file << bytes;
+  if (!file) throw std::runtime_error("cannot write " + path);
+}
+
+// The message of the fpdt::Error that `action` throws; a test failure when it throws none.
+template <typename Action>
+std::string error_message(Action&& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an fpdt::Error";
+  return "";
+}
+
+inline void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts)
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
 }
 
 }  // namespace fpdt::testing

@@ -17,34 +17,9 @@
 namespace fpdt::train {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/fpdt_data_loader_test_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = name;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-template <typename Action>
-std::string error_message(Action&& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an fpdt::Error";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-}
+using testing::error_message;
+using testing::expect_contains;
+using testing::TempDir;
 
 // A shard of `count` random tokens below `vocab_size`; returns the tokens.
 std::vector<int32_t> write_random_shard(const std::string& path, Rng& rng, size_t count, uint32_t vocab_size = 257) {

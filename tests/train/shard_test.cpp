@@ -18,38 +18,9 @@
 namespace fpdt::train {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/fpdt_shard_test_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = name;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  size_t entries() const {
-    return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(path_), {}));
-  }
-
- private:
-  std::string path_;
-};
-
-template <typename Action>
-std::string error_message(Action&& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an fpdt::Error";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-}
+using testing::error_message;
+using testing::expect_contains;
+using testing::TempDir;
 
 std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -18,27 +18,10 @@
 namespace fpdt::train {
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/fpdt_tokenizer_test_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = name;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-void write_text_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::error_message;
+using testing::expect_contains;
+using testing::TempDir;
+using testing::write_text_file;
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -50,22 +33,6 @@ std::vector<int32_t> read_all_tokens(const std::string& path) {
   std::vector<int32_t> tokens(reader.token_count());
   reader.read(0, tokens.size(), tokens.data());
   return tokens;
-}
-
-// The message of the fpdt::Error that `action` throws ("" and a failure when it throws none).
-template <typename Action>
-std::string error_message(Action&& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an fpdt::Error";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
 }
 
 std::string random_bytes(Rng& rng, size_t count) {

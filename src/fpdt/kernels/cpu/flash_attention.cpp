@@ -41,10 +41,13 @@ constexpr int kRows = 6;   // rows of a register tile (the broadcast operand)
 constexpr int kPanel = 16; // columns of a register tile and width of every panel: two ymm
 // Tile sizes (tokens). 96 = 6 row groups × 16 = 6 panels × 16, so both roles divide evenly. A
 // forward task's working set at D = 128: Qᵀ and Oᵀ 48 KiB each, Sᵀ 36 KiB, packed V 48 KiB — L2.
-constexpr int kFwdQueries = 96;  // queries per forward task (multiple of kPanel)
+constexpr int kFwdQueries = 192;  // queries per forward task (multiple of kPanel)
 constexpr int kFwdKeys = 96;     // keys per forward inner step
 constexpr int kBwdQueries = 96;  // queries per backward inner step
 constexpr int kBwdKeys = 96;     // keys per backward task (multiple of kPanel)
+// Forward packs K and V of as many (b, kv head) groups at a time as fit this many floats (32 MiB);
+// at least one group (2·Ck·D floats).
+constexpr int64_t kPackBudgetFloats = int64_t{8} << 20;
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -71,16 +74,28 @@ inline __m256 exp2_ps(__m256 x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Register tile: C (R × 16) op= A (R × K) · B (K × 16). C rows are 16 floats apart (a panel).
-// A is either row-major (A(r, k) = a[r·a_rs + k]) or packed by the caller as [k][kRows]
-// (A(r, k) = a[kRows·k + r]). B(k, :) = b[16k .. 16k + 16).
+// Register tile: C (R × 16) op= A (R × K) · B (K × 16). C rows are 16 floats apart (a panel) and
+// B(k, :) = b[16k .. 16k + 16). A is read in one of three layouts:
+enum class Layout {
+  rows,     // row-major:           A(r, k) = a[r·a_stride + k]
+  packed,   // [k][kRows]:          A(r, k) = a[kRows·k + r]            (a_stride unused)
+  grouped,  // [k / kRows][r][kRows]: A(r, k) = a[(k / kRows)·a_stride + kRows·r + k % kRows]
+};
+// `packed` and `grouped` are the same buffer seen two ways: a tile X (M × D) stored [D group][i][kRows]
+// is packed for products whose rows are head dims (Xᵀ · …) and grouped for rows of tokens (X · …).
 enum class Store { overwrite, accumulate, rescale };  // C = AB;  C += AB;  C = C ∘ col_scale + AB
 
 // The 2·R accumulators are named variables (not arrays, which GCC keeps on the stack), one macro
 // expansion per row; rows r >= R compile away.
 #define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-template <int R, bool kPackedA, Store kStore>
-inline void register_tile(int K, const float* __restrict a, int64_t a_rs, const float* __restrict b,
+#define FPDT_FMA(r)                                        \
+  if constexpr (R > r) {                                   \
+    const __m256 ar = _mm256_broadcast_ss(FPDT_A_AT(r));   \
+    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);            \
+    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);            \
+  }
+template <int R, Layout kA, Store kStore>
+inline void register_tile(int K, const float* __restrict a, int64_t a_stride, const float* __restrict b,
                           float* __restrict c, const float* __restrict col_scale) {
   static_assert(R >= 1 && R <= kRows, "a register tile has 1 to kRows rows");
 #define FPDT_DECLARE(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
@@ -104,16 +119,34 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_rs, const 
     FPDT_FOR_ROWS(FPDT_LOAD)
 #undef FPDT_LOAD
   }
-  for (int k = 0; k < K; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + kPanel * k), b1 = _mm256_loadu_ps(b + kPanel * k + 8);
-#define FPDT_FMA(r)                                                                                   \
-  if constexpr (R > r) {                                                                              \
-    const __m256 ar = _mm256_broadcast_ss(kPackedA ? a + kRows * k + r : a + r * a_rs + k);           \
-    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);                                                       \
-    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);                                                       \
-  }
-    FPDT_FOR_ROWS(FPDT_FMA)
-#undef FPDT_FMA
+  if constexpr (kA == Layout::grouped) {
+    for (int k0 = 0; k0 < K; k0 += kRows) {
+      const float* ag = a + (k0 / kRows) * a_stride;
+      const float* bg = b + kPanel * k0;
+      if (K - k0 >= kRows) {
+#pragma GCC unroll 6
+        for (int kk = 0; kk < kRows; ++kk) {
+          const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
+#define FPDT_A_AT(r) ag + kRows * (r) + kk
+          FPDT_FOR_ROWS(FPDT_FMA)
+#undef FPDT_A_AT
+        }
+      } else {
+        for (int kk = 0; kk < K - k0; ++kk) {
+          const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
+#define FPDT_A_AT(r) ag + kRows * (r) + kk
+          FPDT_FOR_ROWS(FPDT_FMA)
+#undef FPDT_A_AT
+        }
+      }
+    }
+  } else {
+    for (int k = 0; k < K; ++k) {
+      const __m256 b0 = _mm256_loadu_ps(b + kPanel * k), b1 = _mm256_loadu_ps(b + kPanel * k + 8);
+#define FPDT_A_AT(r) (kA == Layout::packed ? a + kRows * k + (r) : a + (r) * a_stride + k)
+      FPDT_FOR_ROWS(FPDT_FMA)
+#undef FPDT_A_AT
+    }
   }
 #define FPDT_STORE(r)                                \
   if constexpr (R > r) {                             \
@@ -123,24 +156,37 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_rs, const 
   FPDT_FOR_ROWS(FPDT_STORE)
 #undef FPDT_STORE
 }
+#undef FPDT_FMA
 #undef FPDT_FOR_ROWS
 
-// Panel GEMM: C (M × 16) op= A (M × K) · B (K × 16), M cut into groups of kRows. Group g of A starts
-// at a + g·a_group_stride (row-major: 6·a_rs; packed: the [k][kRows] block of that group).
-template <bool kPackedA, Store kStore>
-void panel_gemm(int M, int K, const float* a, int64_t a_rs, int64_t a_group_stride, const float* b, float* c,
+// Panel GEMM: C (M × 16) op= A (M × K) · B (K × 16), M cut into groups of kRows rows; group g of A
+// starts at a + g·a_group_stride (rows: kRows·a_stride; packed: its [k][kRows] block; grouped:
+// kRows·kRows).
+template <Layout kA, Store kStore>
+void panel_gemm(int M, int K, const float* a, int64_t a_stride, int64_t a_group_stride, const float* b, float* c,
                 const float* col_scale = nullptr) {
   for (int m0 = 0, g = 0; m0 < M; m0 += kRows, ++g) {
     const float* a_group = a + g * a_group_stride;
     float* c_group = c + m0 * kPanel;
     switch (std::min(kRows, M - m0)) {
-      case 6: register_tile<6, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
-      case 5: register_tile<5, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
-      case 4: register_tile<4, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
-      case 3: register_tile<3, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
-      case 2: register_tile<2, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
-      default: register_tile<1, kPackedA, kStore>(K, a_group, a_rs, b, c_group, col_scale); break;
+      case 6: register_tile<6, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
+      case 5: register_tile<5, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
+      case 4: register_tile<4, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
+      case 3: register_tile<3, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
+      case 2: register_tile<2, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
+      default: register_tile<1, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
     }
+  }
+}
+
+// Scatter one row of D floats into kRows-wide groups: dst[g·group_stride + r] = row[g·kRows + r],
+// zero past D (the A operand of a product whose rows are head dims).
+inline void pack_row_by_groups(float* dst, int64_t group_stride, const float* row, int D) {
+  int g = 0;
+  for (; (g + 1) * kRows <= D; ++g) std::memcpy(dst + g * group_stride, row + g * kRows, kRows * sizeof(float));
+  if (g * kRows < D) {
+    float* tail = dst + g * group_stride;
+    for (int r = 0; r < kRows; ++r) tail[r] = g * kRows + r < D ? row[g * kRows + r] : 0.0f;
   }
 }
 
@@ -247,7 +293,6 @@ struct ForwardScratch {
   float* qt;        // [panel][D][16] Qᵀ of the task's queries, times scale·log2 e; zero past mq
   float* st;        // [panel][kFwdKeys][16] Sᵀ, then Pᵀ, of one kv tile
   float* ot;        // [panel][D][16] Oᵀ accumulator (unnormalised)
-  float* vp;        // [D group][kFwdKeys][kRows] V of one kv tile, packed by groups of kRows dims
   float* m;         // (kFwdQueries) running max, log2 units
   float* l;         // (kFwdQueries) running sum
   float* alpha;     // (kFwdQueries) rescale of this step
@@ -264,19 +309,18 @@ struct ForwardScratch {
     float* qt = carve.take(panels_q * D * kPanel);
     float* st = carve.take(panels_q * kFwdKeys * kPanel);
     float* ot = carve.take(panels_q * D * kPanel);
-    float* vp = carve.take(static_cast<size_t>(row_groups(D)) * kFwdKeys * kRows);
     float* m = carve.take(kFwdQueries);
     float* l = carve.take(kFwdQueries);
     float* alpha = carve.take(kFwdQueries);
     float* m_init = carve.take(kFwdQueries);
     int32_t* q_docs = carve.take_ints(kFwdQueries);
     int32_t* k_docs = carve.take_ints(kFwdKeys);
-    if (s) *s = ForwardScratch{qt, st, ot, vp, m, l, alpha, m_init, q_docs, k_docs};
+    if (s) *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, q_docs, k_docs};
     return carve.used();
   }
-  ForwardScratch(float* qt, float* st, float* ot, float* vp, float* m, float* l, float* alpha, float* m_init,
-                 int32_t* q_docs, int32_t* k_docs)
-      : qt(qt), st(st), ot(ot), vp(vp), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
+  ForwardScratch(float* qt, float* st, float* ot, float* m, float* l, float* alpha, float* m_init, int32_t* q_docs,
+                 int32_t* k_docs)
+      : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
 };
 
 // Online softmax of one kv tile over one panel of 16 queries. sp: the panel's Sᵀ rows (nk × 16),
@@ -341,10 +385,11 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
 }
 
 // One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
+// k_head: (Ck, D) the kv head's K rows, contiguous; v_head: [kv tile][D group][kFwdKeys][kRows] its V
+// (both packed once per call by pack_kv_tile).
 void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h,
-                  int64_t q_lo, ForwardScratch& s) {
+                  int64_t q_lo, const float* k_head, const float* v_head, ForwardScratch& s) {
   const int D = p.D;
-  const int kv_head = h / (p.H / p.Hkv);
   const int mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
   const int panels_q = (mq + kPanel - 1) / kPanel;
   const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
@@ -380,7 +425,6 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   // kv tiles that some query of the task may see causally: kv_begin + kv_lo <= q_last.
   const int64_t kv_tiles =
       q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
-  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
   for (int64_t tile = 0; tile < kv_tiles; ++tile) {
     const int64_t kv_lo = tile * kFwdKeys;
     const int nk = static_cast<int>(std::min<int64_t>(kFwdKeys, p.Ck - kv_lo));
@@ -393,11 +437,15 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     const TileMask mask = classify(q_first, q_last, k_first, k_last, has_docs, q_docs, k_docs);
     if (mask == TileMask::skip) continue;
 
-    // Sᵀ (nk × 16 per panel) = K_tile · Qᵀ_panel, in log2 units
-    const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
-    for (int panel = 0; panel < panels_q; ++panel)
-      panel_gemm<false, Store::overwrite>(nk, D, k_rows, k_row_stride, kRows * k_row_stride,
-                                          s.qt + panel * D * kPanel, s.st + panel * kFwdKeys * kPanel);
+    // Sᵀ (nk × 16 per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's 6 K
+    // rows stay in L1 while the Qᵀ panels stream past.
+    const float* k_rows = k_head + kv_lo * D;
+    for (int j0 = 0; j0 < nk; j0 += kRows) {
+      const int rows = std::min(kRows, nk - j0);
+      for (int panel = 0; panel < panels_q; ++panel)
+        panel_gemm<Layout::rows, Store::overwrite>(rows, D, k_rows + j0 * D, D, 0, s.qt + panel * D * kPanel,
+                                            s.st + (panel * kFwdKeys + j0) * kPanel);
+    }
     for (int panel = 0; panel < panels_q; ++panel) {
       float* sp = s.st + panel * kFwdKeys * kPanel;
       if (mask == TileMask::mask) {
@@ -406,19 +454,10 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
         softmax_panel<false>(sp, nk, panel * kPanel, s, 0, false);
       }
     }
-    // V tile packed by groups of kRows head dims: vp[g][j][r] = v[j][g·kRows + r] (0 past D)
-    const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
-    const int groups = row_groups(D);
-    for (int j = 0; j < nk; ++j) {
-      const float* v_row = v_rows + j * k_row_stride;
-      for (int g = 0; g < groups; ++g) {
-        float* dst = s.vp + (g * kFwdKeys + j) * kRows;
-        for (int r = 0; r < kRows; ++r) dst[r] = g * kRows + r < D ? v_row[g * kRows + r] : 0.0f;
-      }
-    }
     // Oᵀ_panel (D × 16) = α ∘ Oᵀ_panel + Vᵀ (D × nk) · Pᵀ_panel (nk × 16)
+    const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
     for (int panel = 0; panel < panels_q; ++panel)
-      panel_gemm<true, Store::rescale>(D, nk, s.vp, 0, kFwdKeys * kRows, s.st + panel * kFwdKeys * kPanel,
+      panel_gemm<Layout::packed, Store::rescale>(D, nk, v_tile, 0, kFwdKeys * kRows, s.st + panel * kFwdKeys * kPanel,
                                        s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
   }
 
@@ -452,8 +491,6 @@ struct BackwardScratch {
   float* sp;         // [key panel][kBwdQueries][16] S, then P
   float* dpp;        // [key panel][kBwdQueries][16] dP, then dS
   float* ds;         // (kBwdQueries, kBwdKeys) dS row-major
-  float* qp;         // [D group][kBwdQueries][kRows] Q tile packed by groups of kRows dims
-  float* dop;        // [D group][kBwdQueries][kRows] dO tile, same packing
   float* dq;         // [D panel][kBwdQueries][16] this pair's dQ tile
   float* lse2;       // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
   float* delta;      // (kBwdQueries)
@@ -466,8 +503,8 @@ struct BackwardScratch {
  private:
   static size_t carve(Carver carve, int D, BackwardScratch* s) {
     const size_t key_panels = kBwdKeys / kPanel;
-    float* slices[13];
-    const size_t sizes[13] = {
+    float* slices[11];
+    const size_t sizes[11] = {
         key_panels * D * kPanel,
         key_panels * D * kPanel,
         static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
@@ -476,13 +513,11 @@ struct BackwardScratch {
         key_panels * kBwdQueries * kPanel,
         key_panels * kBwdQueries * kPanel,
         static_cast<size_t>(kBwdQueries) * kBwdKeys,
-        static_cast<size_t>(row_groups(D)) * kBwdQueries * kRows,
-        static_cast<size_t>(row_groups(D)) * kBwdQueries * kRows,
         static_cast<size_t>(panels(D)) * kBwdQueries * kPanel,
         kBwdQueries,
         kBwdQueries,
     };
-    for (int i = 0; i < 13; ++i) slices[i] = carve.take(sizes[i]);
+    for (int i = 0; i < 11; ++i) slices[i] = carve.take(sizes[i]);
     int32_t* q_docs = carve.take_ints(kBwdQueries);
     int32_t* k_docs = carve.take_ints(kBwdKeys);
     if (s) {
@@ -494,11 +529,9 @@ struct BackwardScratch {
       s->sp = slices[5];
       s->dpp = slices[6];
       s->ds = slices[7];
-      s->qp = slices[8];
-      s->dop = slices[9];
-      s->dq = slices[10];
-      s->lse2 = slices[11];
-      s->delta = slices[12];
+      s->dq = slices[8];
+      s->lse2 = slices[9];
+      s->delta = slices[10];
       s->q_docs = q_docs;
       s->k_docs = k_docs;
     }
@@ -574,6 +607,12 @@ struct BackwardArgs {
   const float* delta;
   const AttentionChunkParams* p;
   std::atomic<int32_t>* counters;  // (B, H, q tiles)
+  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows]:
+  // tile t of q head hg of group g at (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
+  const float* packed_q;
+  const float* packed_do;
+  int64_t first_group;
+  int64_t tile_floats;
 };
 
 // One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
@@ -591,9 +630,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   // after k_first. The set grows as kv_tile falls, so every q tile's visitors are kv tiles 0..n.
   const int64_t first_q_tile = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
   const bool has_docs = p.q_doc_ids != nullptr;
-  const int64_t row_stride = static_cast<int64_t>(p.H) * D;
   const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
-  const int groups = row_groups(D);
   const int d_panels = panels(D);
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   const float scale = static_cast<float>(p.scale);
@@ -650,9 +687,9 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     for (int hg = 0; hg < group; ++hg) {
       const int h = kv_head * group + hg;
       if (mask != TileMask::skip) {
-        const int64_t row0 = (b * p.Cq + q_lo) * p.H + h;
-        const float* q_rows = p.q + row0 * D;
-        const float* do_rows = args.dout + row0 * D;
+        const int64_t slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
+        const float* q_tile_packed = args.packed_q + slot * args.tile_floats;    // [D group][i][kRows]
+        const float* do_tile_packed = args.packed_do + slot * args.tile_floats;  // [D group][i][kRows]
         const float* lse = args.lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
         const float* delta = args.delta + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
         for (int i = 0; i < mq; ++i) {
@@ -661,41 +698,27 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         }
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (mq × 16) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
-          panel_gemm<false, Store::overwrite>(mq, D, q_rows, row_stride, kRows * row_stride,
-                                              s.kt + panel * D * kPanel, s.sp + panel * kBwdQueries * kPanel);
-          panel_gemm<false, Store::overwrite>(mq, D, do_rows, row_stride, kRows * row_stride,
-                                              s.vt + panel * D * kPanel, s.dpp + panel * kBwdQueries * kPanel);
+          panel_gemm<Layout::grouped, Store::overwrite>(mq, D, q_tile_packed, kBwdQueries * kRows, kRows * kRows,
+                                                        s.kt + panel * D * kPanel, s.sp + panel * kBwdQueries * kPanel);
+          panel_gemm<Layout::grouped, Store::overwrite>(mq, D, do_tile_packed, kBwdQueries * kRows, kRows * kRows,
+                                                        s.vt + panel * D * kPanel, s.dpp + panel * kBwdQueries * kPanel);
         }
         if (mask == TileMask::mask) {
           probabilities_and_ds<true>(s, mq, panels_k, q_first - k_first, nk, has_docs);
         } else {
           probabilities_and_ds<false>(s, mq, panels_k, 0, nk, false);
         }
-        // Q and dO tiles packed by groups of kRows head dims: [g][i][r]
-        for (int i = 0; i < mq; ++i) {
-          const float* q_row = q_rows + i * row_stride;
-          const float* do_row = do_rows + i * row_stride;
-          for (int g = 0; g < groups; ++g) {
-            float* q_dst = s.qp + (g * kBwdQueries + i) * kRows;
-            float* do_dst = s.dop + (g * kBwdQueries + i) * kRows;
-            for (int r = 0; r < kRows; ++r) {
-              const int d = g * kRows + r;
-              q_dst[r] = d < D ? q_row[d] : 0.0f;
-              do_dst[r] = d < D ? do_row[d] : 0.0f;
-            }
-          }
-        }
         // dVᵀ (D × 16) += dOᵀ (D × mq) · P_panel (mq × 16);  dKᵀ += Qᵀ · dS_panel
         for (int panel = 0; panel < panels_k; ++panel) {
-          panel_gemm<true, Store::accumulate>(D, mq, s.dop, 0, kBwdQueries * kRows,
-                                              s.sp + panel * kBwdQueries * kPanel, s.dvt + panel * D * kPanel);
-          panel_gemm<true, Store::accumulate>(D, mq, s.qp, 0, kBwdQueries * kRows,
-                                              s.dpp + panel * kBwdQueries * kPanel, s.dkt + panel * D * kPanel);
+          panel_gemm<Layout::packed, Store::accumulate>(D, mq, do_tile_packed, 0, kBwdQueries * kRows,
+                                                        s.sp + panel * kBwdQueries * kPanel, s.dvt + panel * D * kPanel);
+          panel_gemm<Layout::packed, Store::accumulate>(D, mq, q_tile_packed, 0, kBwdQueries * kRows,
+                                                        s.dpp + panel * kBwdQueries * kPanel, s.dkt + panel * D * kPanel);
         }
         // dQ tile (mq × 16 per D panel) = dS (mq × nk) · (scale K) (nk × 16)
         for (int dp = 0; dp < d_panels; ++dp)
-          panel_gemm<false, Store::overwrite>(mq, nk, s.ds, kBwdKeys, kRows * kBwdKeys, s.kp + dp * kBwdKeys * kPanel,
-                                              s.dq + dp * kBwdQueries * kPanel);
+          panel_gemm<Layout::rows, Store::overwrite>(mq, nk, s.ds, kBwdKeys, kRows * kBwdKeys,
+                                                     s.kp + dp * kBwdKeys * kPanel, s.dq + dp * kBwdQueries * kPanel);
       }
       std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
       wait_for_turn(counter, static_cast<int32_t>(kv_tile));
@@ -787,18 +810,53 @@ void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams&
     }
     return;
   }
+  // K and V are packed per (b, kv head) group into contiguous tiles first: read in place, their rows
+  // are H·D floats apart, one or two per 4 KiB page, and a task's streaming over them stalls on TLB
+  // and cache misses (measured: 15 % of the forward at D = 64). Groups go in batches whose packed
+  // copy fits kPackBudgetFloats, so this scratch is O(Ck·D), whatever H.
+  const int D = p.D;
+  const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
-  const int64_t rows = static_cast<int64_t>(p.B) * p.H;  // (b, h) pairs
-  const size_t per_thread = round_up16(ForwardScratch::floats(p.D));
-  float* scratch = kernel_workspace().floats(per_thread * static_cast<size_t>(omp_get_max_threads()));
-  // Task t: q tile from the last (the most kv tiles under a causal mask) to the first, then (b, h).
-  run_tasks(q_tiles * rows, scratch, per_thread, [&](int64_t t, float* mine) {
-    ForwardScratch s(mine, p.D);
-    const int64_t q_tile = q_tiles - 1 - t / rows;
-    const int64_t bh = t % rows;
-    forward_task(out, lse, p, accumulate, static_cast<int>(bh / p.H), static_cast<int>(bh % p.H),
-                 q_tile * kFwdQueries, s);
-  });
+  const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
+  const int64_t k_floats = p.Ck * D;                                        // per group
+  const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;     // per group
+  const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;
+  const int64_t batch = std::clamp<int64_t>(kPackBudgetFloats / (k_floats + v_floats), 1, groups);
+  const size_t per_thread = round_up16(ForwardScratch::floats(D));
+  const int threads = omp_get_max_threads();
+  float* scratch = kernel_workspace().floats(per_thread * threads + batch * (k_floats + v_floats));
+  float* packed_k = scratch + per_thread * threads;  // [group in batch][Ck][D]
+  float* packed_v = packed_k + batch * k_floats;     // [group in batch][kv tile][D group][kFwdKeys][kRows]
+  for (int64_t first = 0; first < groups; first += batch) {
+    const int64_t count = std::min(batch, groups - first);
+    run_tasks(count * kv_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      const int64_t g = first + t / kv_tiles, tile = t % kv_tiles;
+      const int64_t b = g / p.Hkv, kv_head = g % p.Hkv;
+      const int64_t kv_lo = tile * kFwdKeys;
+      const int nk = static_cast<int>(std::min<int64_t>(kFwdKeys, p.Ck - kv_lo));
+      const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+      const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      float* k_dst = packed_k + (g - first) * k_floats + kv_lo * D;
+      float* v_dst = packed_v + (g - first) * v_floats + tile * row_groups(D) * kFwdKeys * kRows;
+      for (int j = 0; j < nk; ++j) {
+        std::memcpy(k_dst + j * D, k_rows + j * k_row_stride, sizeof(float) * D);
+        pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D);
+      }
+    });
+    // Task t: q tile from the last (the most kv tiles under a causal mask) to the first, then the
+    // q heads of the batch, those sharing a kv head next to each other.
+    const int64_t heads = count * group_heads;
+    run_tasks(q_tiles * heads, scratch, per_thread, [&](int64_t t, float* mine) {
+      ForwardScratch s(mine, D);
+      const int64_t q_tile = q_tiles - 1 - t / heads;
+      const int64_t g = first + (t % heads) / group_heads;
+      const int b = static_cast<int>(g / p.Hkv);
+      const int h = static_cast<int>(g % p.Hkv) * group_heads + static_cast<int>(t % group_heads);
+      forward_task(out, lse, p, accumulate, b, h, q_tile * kFwdQueries, packed_k + (g - first) * k_floats,
+                   packed_v + (g - first) * v_floats, s);
+    });
+  }
 }
 
 void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H, int D) {
@@ -819,21 +877,51 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
   validate(p);
   if (p.B == 0 || p.Cq == 0 || p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1) return;
   FPDT_CHECK(dq && dk && dv && dout && lse && delta, "attention", "null gradient, dout, lse or delta", "");
+  // Q and dO are packed per (b, kv head) group first (their rows are H·D floats apart in place; see
+  // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
+  // go in batches whose packed copy fits kPackBudgetFloats: O(Cq·D·H/Hkv) scratch, whatever H.
+  const int D = p.D;
+  const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
+  const int64_t tile_floats = static_cast<int64_t>(row_groups(D)) * kBwdQueries * kRows;
+  const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
+  const int64_t batch = std::clamp<int64_t>(kPackBudgetFloats / group_floats, 1, groups);
   thread_local Counters counters;
-  BackwardArgs args{dq, dk, dv, dout, lse, delta, &p,
-                    counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles)};
-  const size_t per_thread = round_up16(BackwardScratch::floats(p.D));
-  float* scratch = kernel_workspace().floats(per_thread * static_cast<size_t>(omp_get_max_threads()));
-  // Task t: kv tile t / groups (the first tiles have the most q tiles under a causal mask), then
-  // (b, kv head). A task waits only on the same group's lower kv tiles, handed out earlier.
-  run_tasks(kv_tiles * groups, scratch, per_thread, [&](int64_t t, float* mine) {
-    BackwardScratch s(mine, p.D);
-    const int64_t g = t % groups;
-    backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / groups, s);
-  });
+  const size_t per_thread = round_up16(BackwardScratch::floats(D));
+  const int threads = omp_get_max_threads();
+  float* scratch = kernel_workspace().floats(per_thread * threads + batch * group_floats);
+  float* packed_q = scratch + per_thread * threads;
+  float* packed_do = packed_q + batch * group_floats / 2;
+  BackwardArgs args{dq,       dk,        dv, dout, lse, delta, &p, counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
+                    packed_q, packed_do, 0,  tile_floats};
+  for (int64_t first = 0; first < groups; first += batch) {
+    const int64_t count = std::min(batch, groups - first);
+    const int64_t head_tiles = count * group_heads * q_tiles;
+    run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;  // slot = (group − first)·group_heads + hg
+      const int64_t g = first + slot / group_heads;
+      const int64_t h = (g % p.Hkv) * group_heads + slot % group_heads, b = g / p.Hkv;
+      const int64_t q_lo = q_tile * kBwdQueries;
+      const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+      const int64_t row_stride = static_cast<int64_t>(p.H) * D;
+      const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
+      const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      for (int i = 0; i < mq; ++i) {
+        pack_row_by_groups(packed_q + t * tile_floats + i * kRows, kBwdQueries * kRows, q_rows + i * row_stride, D);
+        pack_row_by_groups(packed_do + t * tile_floats + i * kRows, kBwdQueries * kRows, do_rows + i * row_stride, D);
+      }
+    });
+    args.first_group = first;
+    // Task t: kv tile t / count (the first tiles have the most q tiles under a causal mask), then the
+    // group. A task waits only on the same group's lower kv tiles, handed out earlier.
+    run_tasks(kv_tiles * count, scratch, per_thread, [&](int64_t t, float* mine) {
+      BackwardScratch s(mine, D);
+      const int64_t g = first + t % count;
+      backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / count, s);
+    });
+  }
 }
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,

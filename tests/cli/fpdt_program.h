@@ -1,0 +1,92 @@
+// Helpers for tests that run the `fpdt` program itself: run it and capture its output, start it in
+// the background and kill it, and set up a tiny model and corpus to train on.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+
+namespace fpdt::testing {
+
+inline std::string fpdt_binary() { return std::string(FPDT_BINARY_DIR) + "/fpdt"; }
+
+struct ProgramResult {
+  int exit_status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `fpdt <args>` (args are shell words, already quoted as needed) to completion.
+inline ProgramResult run_fpdt(const std::string& args) {
+  ProgramResult result;
+  const std::string command = fpdt_binary() + " " + args + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
+  const int status = ::pclose(pipe);
+  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+// Starts `fpdt <args...>` in the background with its output to `log_path`; returns its pid.
+inline pid_t start_fpdt(const std::vector<std::string>& args, const std::string& log_path) {
+  std::fflush(stdout);  // or the child's freopen would write our buffered output a second time
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* log = std::freopen(log_path.c_str(), "w", stdout);
+    if (log == nullptr || ::dup2(::fileno(stdout), 2) < 0) ::_exit(127);
+    std::vector<char*> argv;
+    const std::string binary = fpdt_binary();
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// A tiny Llama (config.json) and a corpus of pseudo-sentences tokenized into <dir>/data.
+struct TinySetup {
+  std::string config_path;
+  std::string data_dir;
+  explicit TinySetup(const TempDir& dir, uint64_t seed) {
+    config_path = dir.file("tiny.json");
+    write_text_file(config_path, R"({"model_type": "llama", "vocab_size": 257, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})");
+    const char* words[] = {"the", "light", "and", "darkness", "waters", "earth", "said", "was", "good", "day"};
+    Rng rng(seed);
+    std::string text;
+    while (text.size() < 40000) {
+      for (int w = 0; w < 8; ++w) text += std::string(words[rng.below(10)]) + " ";
+      text += ".\n";
+    }
+    write_text_file(dir.file("corpus.txt"), text);
+    data_dir = dir.file("data");
+    const ProgramResult tokenized = run_fpdt("tokenize --out " + data_dir + " --val-fraction 0.1 " + dir.file("corpus.txt"));
+    EXPECT_EQ(tokenized.exit_status, 0) << tokenized.output;
+  }
+  // Training options shared by the runs a test compares.
+  std::vector<std::string> train_args(const std::string& out_dir, int64_t steps) const {
+    return {"train",     "--model",      config_path, "--data",        data_dir, "--out",       out_dir,
+            "--steps",   std::to_string(steps),      "--batch",       "2",      "--seq",       "32",
+            "--warmup",  "3",            "--lr",     "1e-2",          "--eval-every", "5",    "--eval-batches",
+            "2",         "--save-every", "5",        "--threads",     "2",      "--peak-gflops", "100"};
+  }
+};
+
+inline std::string join_args(const std::vector<std::string>& args) {
+  std::string joined;
+  for (const std::string& arg : args) joined += "'" + arg + "' ";
+  return joined;
+}
+
+}  // namespace fpdt::testing
