@@ -91,12 +91,14 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_
   char val[32] = "";
   if (m.val_loss >= 0.0) std::snprintf(val, sizeof val, " val %.3f", m.val_loss);
   const int eta = static_cast<int>(eta_seconds + 0.5);
-  char text[256];
+  std::string memory = "mem " + format_bytes(static_cast<double>(m.compute_peak_bytes));
+  if (m.offload_peak_bytes > 0) memory += " + " + format_bytes(static_cast<double>(m.offload_peak_bytes)) + " offload";
+  char text[320];
   std::snprintf(text, sizeof text,
                 "step %5lld/%lld [%s] loss %.3f%s | lr %.1e | gnorm %.2f | %.1fk tok/s | %.1f GFLOP/s | MFU %.0f%% | "
-                "ETA %dm%02ds",
+                "%s | ETA %dm%02ds",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), bar.c_str(), m.loss, val, m.lr,
-                m.grad_norm, m.tokens_per_second / 1000.0, m.gflops, 100.0 * m.mfu, eta / 60, eta % 60);
+                m.grad_norm, m.tokens_per_second / 1000.0, m.gflops, 100.0 * m.mfu, memory.c_str(), eta / 60, eta % 60);
   return text;
 }
 

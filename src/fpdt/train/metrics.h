@@ -49,7 +49,8 @@ class MetricsLog {
   std::FILE* file_ = nullptr;
 };
 
-// "step  120/600 [=====>      ] loss 1.934 val 1.981 | lr 2.9e-03 | 5.1k tok/s | MFU 31% | ETA 3m12s"
+// "step  120/600 [=====>      ] loss 1.934 val 1.981 | lr 2.9e-03 | gnorm 0.81 | 5.1k tok/s | 61.2 GFLOP/s |
+//  MFU 31% | mem 181.25 MiB | ETA 3m12s"
 std::string progress_line(const StepMetrics& metrics, int64_t total_steps, double eta_seconds);
 
 }  // namespace fpdt::train
