@@ -1,7 +1,8 @@
-// The transformer's maths over a batch of B sequences of T tokens: forward, loss and backward, for
-// the Llama and GPT families, computed through a kernels::Backend. Activations for backward are kept
-// in one compute-tier arena sized by reserve(B, T) and reused by every step (no allocation inside a
-// step). This is the unchunked model: the FPDT pipeline drives the same layer maths chunk by chunk.
+// The whole model over a batch of B sequences of T tokens on one rank: forward, loss and backward,
+// for the Llama and GPT families, computed through a kernels::Backend. The layer maths is layer.h's;
+// attention runs over the whole sequence at once. Activations for backward live in one compute-tier
+// arena sized by reserve(B, T) and reused by every step (no allocation inside a step). This is the
+// unchunked reference model that the FPDT pipeline is held against.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/config.h"
+#include "fpdt/model/layer.h"
 #include "fpdt/model/parameters.h"
 #include "fpdt/tensor/memory.h"
 
@@ -21,15 +23,13 @@ struct Batch {
   int B = 1;
   int64_t T = 0;
   const int32_t* tokens = nullptr;   // (B, T)
-  const int32_t* targets = nullptr;  // (B, T)
+  const int32_t* targets = nullptr;  // (B, T) or null (forward only)
   const float* loss_mask = nullptr;  // (B, T) or null
 };
 
-struct LossStats {
-  double loss_sum = 0.0;  // Σ over counted positions of mask · cross-entropy
-  double count = 0.0;     // Σ over counted positions of mask (the number of counted tokens)
-  double mean() const { return count > 0 ? loss_sum / count : 0.0; }
-};
+// Throws fpdt::Error naming the sequence and position of the first token or target outside the
+// vocabulary, or a sequence longer than the model's learned position table.
+void check_batch(const ModelConfig& config, const Batch& batch);
 
 class Transformer {
  public:
@@ -56,70 +56,44 @@ class Transformer {
 
  private:
   struct LayerActivations {
-    float* norm1;  // (N, h)   attention norm output
-    float* mean1;  // (N)      LayerNorm only
-    float* rstd1;  // (N)
-    float* q;      // (N, Hq·D)  after RoPE
-    float* k;      // (N, Hkv·D) after RoPE
-    float* v;      // (N, Hkv·D)
-    float* attn;   // (N, Hq·D)  attention output, before the output projection
-    float* lse;    // (B, Hq, T)
-    float* x_mid;  // (N, h)   residual stream after attention
-    float* norm2;  // (N, h)
-    float* mean2;  // (N)
-    float* rstd2;  // (N)
-    float* gate;   // (N, f)   Llama: gate pre-activation; GPT: fc pre-activation
-    float* up;     // (N, f)   Llama only
-    float* act;    // (N, f)   MLP activation output, input of the down projection
+    AttentionInput input;  // attention norm output and statistics
+    float* q;              // (N, Hq·D)  after RoPE
+    float* k;              // (N, Hkv·D) after RoPE
+    float* v;              // (N, Hkv·D)
+    float* attn;           // (N, Hq·D)  attention output, before the output projection
+    float* lse;            // (B, Hq, T)
+    float* x_mid;          // (N, h)     residual stream after attention
+    MlpActivations mlp;
   };
 
-  void check_batch(const Batch& batch) const;
-  void embed_forward(const Batch& batch);
   void layer_forward(int layer);
+  // On entry d_resid_ holds dL/dx_out of the layer; on exit dL/dx_in.
   void layer_backward(int layer);
-  // Final norm, LM head and cross-entropy over token chunks; with `backward`, also the gradient
-  // of the final norm output into d_final_ and the LM head's weight gradient.
-  LossStats head_forward(const Batch& batch, float* logits, bool backward, std::optional<double> grad_scale);
-  void embed_backward(const Batch& batch);
-
-  // Norms dispatch on the family (RMSNorm for Llama, LayerNorm for GPT).
-  void norm_forward(float* out, float* mean, float* rstd, const float* x, const std::string& name, int64_t N);
-  void norm_backward(float* dx, const float* dout, const float* x, const float* mean, const float* rstd,
-                     const std::string& name, int64_t N);
-  const float* bias_or_null(const std::string& name) const;
-  float* grad_bias_or_null(const std::string& name);
+  LossStats run(const Batch& batch, float* logits, bool backward, std::optional<double> grad_scale);
 
   ModelConfig config_;
   kernels::Backend& backend_;
   ParameterLayout layout_;
   ParameterBlock params_;
   ParameterBlock grads_;
+  LayerMath math_;
 
   int B_ = 0;
   int64_t T_ = 0;
-  int64_t head_chunk_tokens_ = 0;
   Arena arena_;
   std::vector<float*> residual_;  // L + 1 of (N, h): residual_[l] is layer l's input
   std::vector<LayerActivations> layers_;
-  std::vector<int64_t> positions_;      // (N) RoPE positions
-  std::vector<int32_t> position_ids_;   // (N) learned position ids
-  float* final_norm_;   // (N, h)
-  float* final_mean_;   // (N)
-  float* final_rstd_;   // (N)
-  float* logits_chunk_; // (head_chunk_tokens, V)
-  float* chunk_losses_; // (head_chunk_tokens)
-  float* chunk_lse_;    // (head_chunk_tokens)
+  std::vector<int64_t> positions_;     // (N) RoPE positions
+  std::vector<int32_t> position_ids_;  // (N) learned position ids
+  AttentionInput final_norm_;          // (N, h) final norm output and statistics
+  HeadScratch head_;
   // Backward scratch, reused by every layer.
-  float* d_resid_;   // (N, h) gradient of the residual stream
-  float* d_final_;   // (N, h) gradient of the final norm output
-  float* d_norm_;    // (N, h)
-  float* d_attn_;    // (N, Hq·D)
-  float* d_q_;       // (N, Hq·D)
-  float* d_k_;       // (N, Hkv·D)
-  float* d_v_;       // (N, Hkv·D)
-  float* d_act_;     // (N, f)
-  float* d_gate_;    // (N, f)
-  float* d_up_;      // (N, f)
+  float* d_resid_ = nullptr;  // (N, h) gradient of the residual stream
+  float* d_q_ = nullptr;      // (N, Hq·D)
+  float* d_k_ = nullptr;      // (N, Hkv·D)
+  float* d_v_ = nullptr;      // (N, Hkv·D)
+  float* d_attn_ = nullptr;   // (N, Hq·D)
+  LayerScratch scratch_{};
 };
 
 }  // namespace fpdt::model

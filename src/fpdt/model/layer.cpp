@@ -1,0 +1,186 @@
+// Token-local layer maths, forward and backward side by side (see layer.h).
+#include "fpdt/model/layer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fpdt/kernels/reference/cross_entropy.h"
+
+namespace fpdt::model {
+
+LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer) {
+  const std::string prefix = "layers." + std::to_string(layer) + ".";
+  auto get = [&](const char* name) -> float* {
+    const std::string full = prefix + name;
+    return layout.contains(full) ? block.get(full) : nullptr;
+  };
+  return LayerTensors{get("attn_norm.weight"), get("attn_norm.bias"), get("attn.qkv.weight"), get("attn.qkv.bias"),
+                      get("attn.out.weight"),  get("attn.out.bias"),  get("mlp_norm.weight"), get("mlp_norm.bias"),
+                      get("mlp.up.weight"),    get("mlp.up.bias"),    get("mlp.down.weight"), get("mlp.down.bias")};
+}
+
+double counted_targets(const int32_t* targets, const float* mask, int64_t n) {
+  double count = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    if (targets[i] != kernels::reference::kIgnoreIndex) count += mask ? mask[i] : 1.0;
+  return count;
+}
+
+void LayerMath::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                             const float* bias, int64_t n) {
+  if (config_.family == Family::llama)
+    backend_.rmsnorm_forward(out, rstd, x, weight, n, config_.hidden, config_.norm_eps);
+  else
+    backend_.layernorm_forward(out, mean, rstd, x, weight, bias, n, config_.hidden, config_.norm_eps);
+}
+
+void LayerMath::norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                              const float* weight, const float* mean, const float* rstd, int64_t n) {
+  if (config_.family == Family::llama)
+    backend_.rmsnorm_backward(dx, dweight, dout, x, weight, rstd, n, config_.hidden);
+  else
+    backend_.layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, n, config_.hidden);
+}
+
+// ---- embeddings -------------------------------------------------------------------------------
+
+void LayerMath::embedding_forward(const ParameterBlock& params, const int32_t* tokens,
+                                  const int32_t* position_ids, float* x, int64_t n) {
+  backend_.embedding_forward(x, tokens, params.get("embed.weight"), n, config_.hidden, false);
+  if (config_.learned_positions())
+    backend_.embedding_forward(x, position_ids, params.get("pos_embed.weight"), n, config_.hidden, true);
+}
+
+void LayerMath::embedding_backward(ParameterBlock& grads, const int32_t* tokens,
+                                   const int32_t* position_ids, const float* dx, int64_t n) {
+  backend_.embedding_backward(grads.get("embed.weight"), dx, tokens, n, config_.hidden);
+  if (config_.learned_positions())
+    backend_.embedding_backward(grads.get("pos_embed.weight"), dx, position_ids, n, config_.hidden);
+}
+
+// ---- attention input: norm → q, k, v → RoPE ------------------------------------------------------
+
+void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, const int64_t* pos, int64_t n,
+                                        const AttentionInput& saved, float* q, float* k, float* v) {
+  const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
+  norm_forward(saved.norm, saved.mean, saved.rstd, x, w.attn_norm_weight, w.attn_norm_bias, n);
+  const float* b = w.qkv_bias;
+  backend_.linear_forward(q, saved.norm, w.qkv_weight, b, n, h, qd, false);
+  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false);
+  backend_.linear_forward(v, saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, b ? b + qd + kvd : nullptr, n, h, kvd,
+                          false);
+  if (config_.uses_rope()) {
+    backend_.rope_forward(q, pos, n, config_.heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+    backend_.rope_forward(k, pos, n, config_.kv_heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+  }
+}
+
+void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTensors& g, const float* x,
+                                         const int64_t* pos, int64_t n, const AttentionInput& saved, float* dq,
+                                         float* dk, float* dv, float* dx, const LayerScratch& scratch) {
+  const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
+  if (config_.uses_rope()) {
+    backend_.rope_backward(dq, pos, n, config_.heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+    backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+  }
+  float* db = g.qkv_bias;
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, w.qkv_weight, n, h, qd, false);
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd} * h, db ? db + qd : nullptr, dk, saved.norm,
+                           w.qkv_weight + int64_t{qd} * h, n, h, kvd, true);
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd + kvd} * h, db ? db + qd + kvd : nullptr, dv,
+                           saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, n, h, kvd, true);
+  norm_backward(dx, g.attn_norm_weight, g.attn_norm_bias, scratch.d_norm, x, w.attn_norm_weight, saved.mean,
+                saved.rstd, n);
+}
+
+// ---- attention output projection ----------------------------------------------------------------
+
+void LayerMath::attention_output_forward(const LayerTensors& w, const float* attn, const float* x, float* x_mid,
+                                         int64_t n) {
+  if (x_mid != x) std::memcpy(x_mid, x, sizeof(float) * static_cast<size_t>(n) * config_.hidden);
+  backend_.linear_forward(x_mid, attn, w.out_weight, w.out_bias, n, config_.q_dim(), config_.hidden, true);
+}
+
+void LayerMath::attention_output_backward(const LayerTensors& w, const LayerTensors& g, const float* attn,
+                                          const float* d_mid, float* d_attn, int64_t n) {
+  backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, w.out_weight, n, config_.q_dim(),
+                           config_.hidden, false);
+}
+
+// ---- MLP --------------------------------------------------------------------------------------------
+
+void LayerMath::mlp_forward(const LayerTensors& w, const float* x_mid, float* x_out, int64_t n,
+                            const MlpActivations& saved) {
+  const int h = config_.hidden, f = config_.ffn_hidden;
+  norm_forward(saved.norm, saved.mean, saved.rstd, x_mid, w.mlp_norm_weight, w.mlp_norm_bias, n);
+  if (config_.family == Family::llama) {
+    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, nullptr, n, h, f, false);
+    backend_.linear_forward(saved.up, saved.norm, w.up_weight + int64_t{f} * h, nullptr, n, h, f, false);
+    backend_.swiglu_forward(saved.act, saved.gate, saved.up, n * f);
+  } else {
+    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, w.up_bias, n, h, f, false);
+    backend_.gelu_forward(saved.act, saved.gate, n * f);
+  }
+  if (x_out != x_mid) std::memcpy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
+  backend_.linear_forward(x_out, saved.act, w.down_weight, w.down_bias, n, f, h, true);
+}
+
+void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const float* x_mid, int64_t n,
+                             const MlpActivations& saved, float* d_res, const LayerScratch& scratch) {
+  const int h = config_.hidden, f = config_.ffn_hidden;
+  backend_.linear_backward(scratch.d_act, g.down_weight, g.down_bias, d_res, saved.act, w.down_weight, n, f, h,
+                           false);
+  if (config_.family == Family::llama) {
+    backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f);
+    backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
+                             false);
+    backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,
+                             w.up_weight + int64_t{f} * h, n, h, f, true);
+  } else {
+    backend_.gelu_backward(scratch.d_gate, scratch.d_act, saved.gate, n * f);
+    backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
+                             false);
+  }
+  norm_backward(d_res, g.mlp_norm_weight, g.mlp_norm_bias, scratch.d_norm, x_mid, w.mlp_norm_weight, saved.mean,
+                saved.rstd, n);
+}
+
+// ---- final norm, LM head, loss -------------------------------------------------------------------
+
+LossStats LayerMath::head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
+                                  const float* x, const int32_t* targets, const float* mask, int64_t n,
+                                  double grad_scale, const AttentionInput& saved, const HeadScratch& scratch,
+                                  float* logits, float* dx, float* d_norm) {
+  const int h = config_.hidden, V = config_.vocab_size;
+  const float* norm_weight = params.get("final_norm.weight");
+  const float* norm_bias = layout.contains("final_norm.bias") ? params.get("final_norm.bias") : nullptr;
+  norm_forward(saved.norm, saved.mean, saved.rstd, x, norm_weight, norm_bias, n);
+  const std::string head_name = config_.tie_embeddings ? "embed.weight" : "lm_head.weight";
+  const float* w_head = params.get(head_name);
+
+  LossStats stats;
+  for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
+    const int64_t count = std::min(scratch.chunk_tokens, n - begin);
+    float* chunk_logits = logits ? logits + begin * V : scratch.logits;
+    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w_head, nullptr, count, h, V, false);
+    if (targets == nullptr) continue;
+    const int32_t* chunk_targets = targets + begin;
+    const float* chunk_mask = mask ? mask + begin : nullptr;
+    backend_.cross_entropy_forward(scratch.losses, scratch.lse, chunk_logits, chunk_targets, chunk_mask, count, V);
+    for (int64_t i = 0; i < count; ++i) stats.loss_sum += scratch.losses[i];
+    stats.count += counted_targets(chunk_targets, chunk_mask, count);
+    if (dx == nullptr) continue;
+    // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
+    backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
+                                    count, V);
+    backend_.linear_backward(d_norm + begin * h, grads->get(head_name), nullptr, chunk_logits, saved.norm + begin * h,
+                             w_head, count, h, V, false);
+  }
+  if (dx != nullptr)
+    norm_backward(dx, grads->get("final_norm.weight"),
+                  layout.contains("final_norm.bias") ? grads->get("final_norm.bias") : nullptr, d_norm, x, norm_weight,
+                  saved.mean, saved.rstd, n);
+  return stats;
+}
+
+}  // namespace fpdt::model

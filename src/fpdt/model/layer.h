@@ -1,0 +1,127 @@
+// The token-local maths of the model over any n tokens: embeddings, a layer's attention input
+// (norm → q, k, v → RoPE), its output projection, its MLP, and the final norm + LM head + loss —
+// forward and backward side by side. Attention itself (which needs other tokens) is not here: the
+// caller runs it, whole-sequence (Transformer) or chunk by chunk across ranks (the FPDT pipeline).
+// These functions know nothing of chunks, ranks or tiers; buffers are the caller's.
+#pragma once
+
+#include <cstdint>
+
+#include "fpdt/kernels/backend.h"
+#include "fpdt/model/config.h"
+#include "fpdt/model/parameters.h"
+
+namespace fpdt::model {
+
+// Pointers to one layer's tensors in a ParameterBlock (weights or gradients); biases are null for Llama.
+struct LayerTensors {
+  float* attn_norm_weight;
+  float* attn_norm_bias;
+  float* qkv_weight;  // (Hq·D + 2·Hkv·D, h): q | k | v rows
+  float* qkv_bias;
+  float* out_weight;  // (h, Hq·D)
+  float* out_bias;
+  float* mlp_norm_weight;
+  float* mlp_norm_bias;
+  float* up_weight;   // Llama (2f, h): gate | up rows; GPT (f, h)
+  float* up_bias;
+  float* down_weight; // (h, f)
+  float* down_bias;
+};
+LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer);
+
+// What the attention-input step saves for its backward.
+struct AttentionInput {
+  float* norm;  // (n, h)
+  float* mean;  // (n) LayerNorm only
+  float* rstd;  // (n)
+};
+
+// What the MLP saves for its backward.
+struct MlpActivations {
+  float* norm;  // (n, h)
+  float* mean;  // (n)
+  float* rstd;  // (n)
+  float* gate;  // (n, f) Llama gate / GPT fc pre-activation
+  float* up;    // (n, f) Llama only
+  float* act;   // (n, f) input of the down projection
+};
+
+// Scratch the backward steps need, each at least n tokens long.
+struct LayerScratch {
+  float* d_norm;  // (n, h)
+  float* d_act;   // (n, f)
+  float* d_gate;  // (n, f)
+  float* d_up;    // (n, f)
+};
+
+struct LossStats {
+  double loss_sum = 0.0;  // Σ over counted positions of mask · cross-entropy
+  double count = 0.0;     // Σ over counted positions of mask (the number of counted tokens)
+  double mean() const { return count > 0 ? loss_sum / count : 0.0; }
+};
+
+// Σ mask over positions whose target is not kIgnoreIndex (mask null: the number of such positions).
+double counted_targets(const int32_t* targets, const float* mask, int64_t n);
+
+// Working memory of the LM head for up to `chunk_tokens` tokens at a time (logits never exceed it).
+struct HeadScratch {
+  int64_t chunk_tokens;
+  float* logits;  // (chunk_tokens, V); holds the logits' gradient after backward
+  float* losses;  // (chunk_tokens)
+  float* lse;     // (chunk_tokens)
+};
+
+class LayerMath {
+ public:
+  LayerMath(const ModelConfig& config, kernels::Backend& backend) : config_(config), backend_(backend) {}
+  const ModelConfig& config() const { return config_; }
+
+  // x (n, h) → q (n, Hq·D), k, v (n, Hkv·D), RoPE applied at positions pos (n) (Llama).
+  void attention_input_forward(const LayerTensors& w, const float* x, const int64_t* pos, int64_t n,
+                               const AttentionInput& saved, float* q, float* k, float* v);
+  // From dq, dk, dv (n, ·) — overwritten by the RoPE backward — to dx (n, h) += and the weight grads +=.
+  void attention_input_backward(const LayerTensors& w, const LayerTensors& g, const float* x, const int64_t* pos,
+                                int64_t n, const AttentionInput& saved, float* dq, float* dk, float* dv, float* dx,
+                                const LayerScratch& scratch);
+
+  // x_mid (n, h) = x (n, h) + attn (n, Hq·D) · outᵀ + bias. x_mid may alias x (in place).
+  void attention_output_forward(const LayerTensors& w, const float* attn, const float* x, float* x_mid, int64_t n);
+  // d_attn (n, Hq·D) = d_mid · out (overwritten); out weight and bias grads +=. (d_mid also flows to
+  // x unchanged through the skip connection: the caller keeps it.)
+  void attention_output_backward(const LayerTensors& w, const LayerTensors& g, const float* attn, const float* d_mid,
+                                 float* d_attn, int64_t n);
+
+  // x_out (n, h) = x_mid + down(act(up(norm(x_mid)))). x_out may alias x_mid.
+  void mlp_forward(const LayerTensors& w, const float* x_mid, float* x_out, int64_t n, const MlpActivations& saved);
+  // d_res (n, h): on entry dL/dx_out, on exit dL/dx_mid (the MLP branch added); weight grads +=.
+  void mlp_backward(const LayerTensors& w, const LayerTensors& g, const float* x_mid, int64_t n,
+                    const MlpActivations& saved, float* d_res, const LayerScratch& scratch);
+
+  // x (n, h) = token embedding (+ learned position embedding at position_ids, GPT).
+  void embedding_forward(const ParameterBlock& params, const int32_t* tokens,
+                         const int32_t* position_ids, float* x, int64_t n);
+  void embedding_backward(ParameterBlock& grads, const int32_t* tokens,
+                          const int32_t* position_ids, const float* dx, int64_t n);
+
+  // Final norm, LM head and cross-entropy over n tokens of the last residual stream x (n, h), in token
+  // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. logits (n, V) are
+  // written when non-null. With dx non-null (training) also the backward: dx (n, h) += dL/dx with
+  // L = grad_scale · Σ losses, and the final norm's and LM head's weight gradients +=.
+  LossStats head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
+                         const float* x, const int32_t* targets, const float* mask, int64_t n, double grad_scale,
+                         const AttentionInput& saved, const HeadScratch& scratch, float* logits, float* dx,
+                         float* d_norm);
+
+  // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT). dx accumulates.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                    int64_t n);
+  void norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+                     const float* mean, const float* rstd, int64_t n);
+
+ private:
+  const ModelConfig& config_;
+  kernels::Backend& backend_;
+};
+
+}  // namespace fpdt::model
