@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fpdt/kernels/reference/adamw.h"
+#include "fpdt/kernels/reference/attention_chunk.h"
 
 namespace fpdt::kernels {
 
@@ -55,6 +56,14 @@ class Backend {
                                   const float* k, const float* v, const float* out, const float* lse,
                                   const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
                                   double scale) = 0;
+
+  // One (q chunk, kv chunk) block of attention, merged by LSE (semantics: reference/attention_chunk.h).
+  virtual void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
+                                       bool accumulate) = 0;
+  virtual void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
+                                     int D) = 0;
+  virtual void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                        const float* delta, const AttentionChunkParams& params) = 0;
 
   virtual void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                                      const float* mask, int64_t N, int V) = 0;

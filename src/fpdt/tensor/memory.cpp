@@ -56,9 +56,11 @@ void MemoryTiers::release(Tier tier, size_t bytes) {
 
 Buffer::Buffer(Tier tier, size_t bytes, const std::string& what, const std::string& hint) : tier_(tier) {
   if (bytes == 0) return;
-  const size_t rounded = align_up(bytes);
+  // Page alignment for anything of a page or more, so it can take part in O_DIRECT transfers.
+  const size_t alignment = bytes >= kPageBytes ? kPageBytes : 64;
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   MemoryTiers::instance().reserve(tier, rounded, what, hint);
-  data_ = std::aligned_alloc(64, rounded);
+  data_ = std::aligned_alloc(alignment, rounded);
   if (data_ == nullptr) {
     MemoryTiers::instance().release(tier, rounded);
     throw Error("memory", "the operating system refused " + format_bytes(rounded) + " for " + what,

@@ -42,7 +42,10 @@ class MemoryTiers {
   TierUsage usage_[kTierCount];
 };
 
-// Owning, 64-byte aligned, tier-accounted bytes. Contents are uninitialised.
+constexpr size_t kPageBytes = 4096;
+
+// Owning, tier-accounted bytes: 64-byte aligned, page-aligned (and a whole number of pages) from a
+// page up. Contents are uninitialised.
 class Buffer {
  public:
   Buffer() = default;

@@ -5,17 +5,21 @@
 // contiguous panel of two ymm and A broadcast a row at a time by a 6 × 16 register tile (6 rows,
 // 12 accumulators). Operands are laid out so that vectors always run along tokens (queries or
 // keys), never along the head dim D — hence any D works, and the softmax reductions are vertical:
-//   forward, task (b, h, 96 queries):  Sᵀ (keys × queries) = K · Qᵀ, online softmax down the key
-//     rows, Oᵀ (D × queries) = α ∘ Oᵀ + Vᵀ · Pᵀ; scores are in log2 units (scale·log2 e folded into
-//     the packed Qᵀ) so p = 2^(s − m) by a polynomial exp2.
-//   backward, task (b, kv head, 96 keys), over the q tiles that see it and the q heads of the group:
-//     S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
+//   forward, task (b, q head, 192 queries), over 96-key tiles: Sᵀ (keys × queries) = K · Qᵀ,
+//     online softmax down the key rows, Oᵀ (D × queries) = α ∘ Oᵀ + Vᵀ · Pᵀ; scores are in log2
+//     units (scale·log2 e folded into the packed Qᵀ) so p = 2^(s − m) by a polynomial exp2.
+//   backward, task (b, kv head, 96 keys), over the 96-query tiles that see it and the q heads of the
+//     group: S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
 //     dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS (accumulated per task, written once), dQ_tile = dS K.
 //     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
 //     so dq is deterministic without a per-thread copy of it (tasks go out in increasing order,
 //     and a task only ever waits for a lower-numbered one: no deadlock).
-// Scratch comes from a workspace owned by the calling thread, grown once and reused; its size
-// depends on D and the thread count only (plus one counter per (b, q head, q tile) in backward).
+// Before the tasks, the operand a task streams through (K and V forward, Q and dO backward) is
+// copied per (b, kv head) into contiguous tiles: in place its rows sit H·D floats apart, a page or
+// half a page each, and streaming them stalled on TLB and cache misses.
+// Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
+// a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
+// set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
 #include "fpdt/kernels/cpu/flash_attention.h"
 
 #include <immintrin.h>
@@ -37,17 +41,17 @@ namespace fpdt::kernels::cpu {
 
 namespace {
 
-constexpr int kRows = 6;   // rows of a register tile (the broadcast operand)
-constexpr int kPanel = 16; // columns of a register tile and width of every panel: two ymm
-// Tile sizes (tokens). 96 = 6 row groups × 16 = 6 panels × 16, so both roles divide evenly. A
-// forward task's working set at D = 128: Qᵀ and Oᵀ 48 KiB each, Sᵀ 36 KiB, packed V 48 KiB — L2.
+constexpr int kRows = 6;    // rows of a register tile (the broadcast operand)
+constexpr int kPanel = 16;  // columns of a register tile and width of every panel: two ymm
+// Tile sizes (tokens); 96 = 16 row groups of 6 = 6 panels of 16. A forward task's working set at
+// D = 128: Qᵀ and Oᵀ 96 KiB each, Sᵀ 72 KiB, a K and a V tile 48 KiB each — in L2 (512 KiB), and
+// 192 queries per K/V tile halve the K/V traffic of 96 (measured +10 % at D = 128, one thread).
 constexpr int kFwdQueries = 192;  // queries per forward task (multiple of kPanel)
-constexpr int kFwdKeys = 96;     // keys per forward inner step
-constexpr int kBwdQueries = 96;  // queries per backward inner step
-constexpr int kBwdKeys = 96;     // keys per backward task (multiple of kPanel)
-// Forward packs K and V of as many (b, kv head) groups at a time as fit this many floats (32 MiB);
-// at least one group (2·Ck·D floats).
-constexpr int64_t kPackBudgetFloats = int64_t{8} << 20;
+constexpr int kFwdKeys = 96;      // keys per forward step
+constexpr int kBwdQueries = 96;   // queries per backward step
+constexpr int kBwdKeys = 96;      // keys per backward task (multiple of kPanel)
+// Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
+std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -88,11 +92,11 @@ enum class Store { overwrite, accumulate, rescale };  // C = AB;  C += AB;  C = 
 // The 2·R accumulators are named variables (not arrays, which GCC keeps on the stack), one macro
 // expansion per row; rows r >= R compile away.
 #define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-#define FPDT_FMA(r)                                        \
-  if constexpr (R > r) {                                   \
-    const __m256 ar = _mm256_broadcast_ss(FPDT_A_AT(r));   \
-    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);            \
-    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);            \
+#define FPDT_FMA(r)                                      \
+  if constexpr (R > r) {                                 \
+    const __m256 ar = _mm256_broadcast_ss(FPDT_A_AT(r)); \
+    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);          \
+    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);          \
   }
 template <int R, Layout kA, Store kStore>
 inline void register_tile(int K, const float* __restrict a, int64_t a_stride, const float* __restrict b,
@@ -107,14 +111,14 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
       s0 = _mm256_loadu_ps(col_scale);
       s1 = _mm256_loadu_ps(col_scale + 8);
     }
-#define FPDT_LOAD(r)                                                            \
-  if constexpr (R > r) {                                                        \
-    c##r##0 = _mm256_loadu_ps(c + r * kPanel);                                  \
-    c##r##1 = _mm256_loadu_ps(c + r * kPanel + 8);                              \
-    if constexpr (kStore == Store::rescale) {                                   \
-      c##r##0 = _mm256_mul_ps(c##r##0, s0);                                     \
-      c##r##1 = _mm256_mul_ps(c##r##1, s1);                                     \
-    }                                                                           \
+#define FPDT_LOAD(r)                               \
+  if constexpr (R > r) {                           \
+    c##r##0 = _mm256_loadu_ps(c + r * kPanel);     \
+    c##r##1 = _mm256_loadu_ps(c + r * kPanel + 8); \
+    if constexpr (kStore == Store::rescale) {      \
+      c##r##0 = _mm256_mul_ps(c##r##0, s0);        \
+      c##r##1 = _mm256_mul_ps(c##r##1, s1);        \
+    }                                              \
   }
     FPDT_FOR_ROWS(FPDT_LOAD)
 #undef FPDT_LOAD
@@ -127,14 +131,14 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
 #pragma GCC unroll 6
         for (int kk = 0; kk < kRows; ++kk) {
           const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
-#define FPDT_A_AT(r) ag + kRows * (r) + kk
+#define FPDT_A_AT(r) (ag + kRows * r + kk)
           FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
         }
       } else {
         for (int kk = 0; kk < K - k0; ++kk) {
           const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
-#define FPDT_A_AT(r) ag + kRows * (r) + kk
+#define FPDT_A_AT(r) (ag + kRows * r + kk)
           FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
         }
@@ -143,15 +147,15 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
   } else {
     for (int k = 0; k < K; ++k) {
       const __m256 b0 = _mm256_loadu_ps(b + kPanel * k), b1 = _mm256_loadu_ps(b + kPanel * k + 8);
-#define FPDT_A_AT(r) (kA == Layout::packed ? a + kRows * k + (r) : a + (r) * a_stride + k)
+#define FPDT_A_AT(r) (kA == Layout::packed ? a + kRows * k + r : a + r * a_stride + k)
       FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
     }
   }
-#define FPDT_STORE(r)                                \
-  if constexpr (R > r) {                             \
-    _mm256_storeu_ps(c + r * kPanel, c##r##0);       \
-    _mm256_storeu_ps(c + r * kPanel + 8, c##r##1);   \
+#define FPDT_STORE(r)                              \
+  if constexpr (R > r) {                           \
+    _mm256_storeu_ps(c + r * kPanel, c##r##0);     \
+    _mm256_storeu_ps(c + r * kPanel + 8, c##r##1); \
   }
   FPDT_FOR_ROWS(FPDT_STORE)
 #undef FPDT_STORE
@@ -198,8 +202,9 @@ class Workspace {
     if (count > capacity_) {
       const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
       data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-      if (!data_) throw Error("attention", "cannot allocate " + format_bytes(static_cast<double>(bytes)) +
-                                               " of attention scratch");
+      if (!data_)
+        throw Error("attention",
+                    "cannot allocate " + format_bytes(static_cast<double>(bytes)) + " of attention scratch");
       capacity_ = count;
     }
     return data_.get();
@@ -282,9 +287,7 @@ TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_la
   return need_mask ? TileMask::mask : TileMask::full;
 }
 
-int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) {
-  return static_cast<int32_t>(std::clamp(value, lo, hi));
-}
+int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) { return static_cast<int32_t>(std::clamp(value, lo, hi)); }
 
 // =============================================================================================
 // Forward
@@ -386,9 +389,9 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
 
 // One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
 // k_head: (Ck, D) the kv head's K rows, contiguous; v_head: [kv tile][D group][kFwdKeys][kRows] its V
-// (both packed once per call by pack_kv_tile).
-void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h,
-                  int64_t q_lo, const float* k_head, const float* v_head, ForwardScratch& s) {
+// (both packed once per call by attention_chunk_forward).
+void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
+                  const float* k_head, const float* v_head, ForwardScratch& s) {
   const int D = p.D;
   const int mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
   const int panels_q = (mq + kPanel - 1) / kPanel;
@@ -400,20 +403,27 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   const bool has_docs = p.q_doc_ids != nullptr;
 
   // Running state over panels_q·16 columns; columns past mq are padding that is never written out.
+  // Qᵀ is zero there, so those columns stay finite.
+  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   for (int i = 0; i < panels_q * kPanel; ++i) {
     const bool resume = accumulate && i < mq && lse_row[i] > -kInf;
     s.m[i] = resume ? lse_row[i] * kLog2e : -kInf;
     s.l[i] = resume ? 1.0f : 0.0f;
     s.m_init[i] = s.m[i];
     float* ot_column = s.ot + (i / kPanel) * D * kPanel + i % kPanel;
-    const float* out_row = out_rows + i * q_row_stride;
-    for (int d = 0; d < D; ++d) ot_column[d * kPanel] = resume ? out_row[d] : 0.0f;
-  }
-  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
-  for (int i = 0; i < panels_q * kPanel; ++i) {
     float* qt_column = s.qt + (i / kPanel) * D * kPanel + i % kPanel;
-    const float* q_row = q_rows + i * q_row_stride;
-    for (int d = 0; d < D; ++d) qt_column[d * kPanel] = i < mq ? q_row[d] * qk_scale : 0.0f;
+    if (resume) {
+      const float* out_row = out_rows + i * q_row_stride;
+      for (int d = 0; d < D; ++d) ot_column[d * kPanel] = out_row[d];
+    } else {
+      for (int d = 0; d < D; ++d) ot_column[d * kPanel] = 0.0f;
+    }
+    if (i < mq) {
+      const float* q_row = q_rows + i * q_row_stride;
+      for (int d = 0; d < D; ++d) qt_column[d * kPanel] = q_row[d] * qk_scale;
+    } else {
+      for (int d = 0; d < D; ++d) qt_column[d * kPanel] = 0.0f;
+    }
   }
   DocRange q_docs;
   if (has_docs) {
@@ -444,7 +454,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       const int rows = std::min(kRows, nk - j0);
       for (int panel = 0; panel < panels_q; ++panel)
         panel_gemm<Layout::rows, Store::overwrite>(rows, D, k_rows + j0 * D, D, 0, s.qt + panel * D * kPanel,
-                                            s.st + (panel * kFwdKeys + j0) * kPanel);
+                                                   s.st + (panel * kFwdKeys + j0) * kPanel);
     }
     for (int panel = 0; panel < panels_q; ++panel) {
       float* sp = s.st + panel * kFwdKeys * kPanel;
@@ -458,7 +468,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
     for (int panel = 0; panel < panels_q; ++panel)
       panel_gemm<Layout::packed, Store::rescale>(D, nk, v_tile, 0, kFwdKeys * kRows, s.st + panel * kFwdKeys * kPanel,
-                                       s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
+                                                 s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
   }
 
   for (int i = 0; i < mq; ++i) {
@@ -483,19 +493,19 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
 // Backward
 
 struct BackwardScratch {
-  float* kt;         // [key panel][D][16] Kᵀ of the task's keys × scale·log2 e (0 past nk)
-  float* vt;         // [key panel][D][16] Vᵀ (0 past nk)
-  float* kp;         // [D panel][kBwdKeys][16] K × scale, by panels of 16 head dims (0 past D)
-  float* dkt;        // [key panel][D][16] dKᵀ accumulator (unscaled)
-  float* dvt;        // [key panel][D][16] dVᵀ accumulator
-  float* sp;         // [key panel][kBwdQueries][16] S, then P
-  float* dpp;        // [key panel][kBwdQueries][16] dP, then dS
-  float* ds;         // (kBwdQueries, kBwdKeys) dS row-major
-  float* dq;         // [D panel][kBwdQueries][16] this pair's dQ tile
-  float* lse2;       // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
-  float* delta;      // (kBwdQueries)
-  int32_t* q_docs;   // (kBwdQueries)
-  int32_t* k_docs;   // (kBwdKeys), padded to whole panels
+  float* kt;        // [key panel][D][16] Kᵀ of the task's keys × scale·log2 e (0 past nk)
+  float* vt;        // [key panel][D][16] Vᵀ (0 past nk)
+  float* kp;        // [D panel][kBwdKeys][16] K × scale, by panels of 16 head dims (0 past D)
+  float* dkt;       // [key panel][D][16] dKᵀ accumulator (unscaled)
+  float* dvt;       // [key panel][D][16] dVᵀ accumulator
+  float* sp;        // [key panel][kBwdQueries][16] S, then P
+  float* dpp;       // [key panel][kBwdQueries][16] dP, then dS
+  float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
+  float* dq;        // [D panel][kBwdQueries][16] this pair's dQ tile
+  float* lse2;      // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
+  float* delta;     // (kBwdQueries)
+  int32_t* q_docs;  // (kBwdQueries)
+  int32_t* k_docs;  // (kBwdKeys), padded to whole panels
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -651,15 +661,20 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       float* vt_column = s.vt + panel * D * kPanel + c;
       float* dkt_column = s.dkt + panel * D * kPanel + c;
       float* dvt_column = s.dvt + panel * D * kPanel + c;
-      const float* k_row = k_rows + j * k_row_stride;
-      const float* v_row = v_rows + j * k_row_stride;
       for (int d = 0; d < D; ++d) {
-        kt_column[d * kPanel] = j < nk ? k_row[d] * qk_scale : 0.0f;
-        vt_column[d * kPanel] = j < nk ? v_row[d] : 0.0f;
         dkt_column[d * kPanel] = 0.0f;
         dvt_column[d * kPanel] = 0.0f;
       }
-      if (j >= nk) continue;
+      if (j >= nk) {  // padding keys of the last panel
+        for (int d = 0; d < D; ++d) kt_column[d * kPanel] = vt_column[d * kPanel] = 0.0f;
+        continue;
+      }
+      const float* k_row = k_rows + j * k_row_stride;
+      const float* v_row = v_rows + j * k_row_stride;
+      for (int d = 0; d < D; ++d) {
+        kt_column[d * kPanel] = k_row[d] * qk_scale;
+        vt_column[d * kPanel] = v_row[d];
+      }
       for (int dp = 0; dp < d_panels; ++dp) {
         float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
         for (int c2 = 0; c2 < kPanel; ++c2) {
@@ -701,7 +716,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           panel_gemm<Layout::grouped, Store::overwrite>(mq, D, q_tile_packed, kBwdQueries * kRows, kRows * kRows,
                                                         s.kt + panel * D * kPanel, s.sp + panel * kBwdQueries * kPanel);
           panel_gemm<Layout::grouped, Store::overwrite>(mq, D, do_tile_packed, kBwdQueries * kRows, kRows * kRows,
-                                                        s.vt + panel * D * kPanel, s.dpp + panel * kBwdQueries * kPanel);
+                                                        s.vt + panel * D * kPanel,
+                                                        s.dpp + panel * kBwdQueries * kPanel);
         }
         if (mask == TileMask::mask) {
           probabilities_and_ds<true>(s, mq, panels_k, q_first - k_first, nk, has_docs);
@@ -711,9 +727,11 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         // dVᵀ (D × 16) += dOᵀ (D × mq) · P_panel (mq × 16);  dKᵀ += Qᵀ · dS_panel
         for (int panel = 0; panel < panels_k; ++panel) {
           panel_gemm<Layout::packed, Store::accumulate>(D, mq, do_tile_packed, 0, kBwdQueries * kRows,
-                                                        s.sp + panel * kBwdQueries * kPanel, s.dvt + panel * D * kPanel);
+                                                        s.sp + panel * kBwdQueries * kPanel,
+                                                        s.dvt + panel * D * kPanel);
           panel_gemm<Layout::packed, Store::accumulate>(D, mq, q_tile_packed, 0, kBwdQueries * kRows,
-                                                        s.dpp + panel * kBwdQueries * kPanel, s.dkt + panel * D * kPanel);
+                                                        s.dpp + panel * kBwdQueries * kPanel,
+                                                        s.dkt + panel * D * kPanel);
         }
         // dQ tile (mq × 16 per D panel) = dS (mq × nk) · (scale K) (nk × 16)
         for (int dp = 0; dp < d_panels; ++dp)
@@ -798,6 +816,8 @@ void validate(const AttentionChunkParams& p) {
              "a block of 2^31 tokens or more" + shape, "use smaller chunks");
 }
 
+int64_t set_pack_budget_floats(int64_t floats) { return pack_budget_floats.exchange(std::max<int64_t>(floats, 0)); }
+
 void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   validate(p);
   if (p.B == 0 || p.Cq == 0) return;
@@ -813,15 +833,15 @@ void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams&
   // K and V are packed per (b, kv head) group into contiguous tiles first: read in place, their rows
   // are H·D floats apart, one or two per 4 KiB page, and a task's streaming over them stalls on TLB
   // and cache misses (measured: 15 % of the forward at D = 64). Groups go in batches whose packed
-  // copy fits kPackBudgetFloats, so this scratch is O(Ck·D), whatever H.
+  // copy fits the pack budget, so this scratch is O(Ck·D), whatever H.
   const int D = p.D;
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
-  const int64_t k_floats = p.Ck * D;                                        // per group
-  const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;     // per group
+  const int64_t k_floats = p.Ck * D;                                     // per group
+  const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;  // per group
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;
-  const int64_t batch = std::clamp<int64_t>(kPackBudgetFloats / (k_floats + v_floats), 1, groups);
+  const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / (k_floats + v_floats), 1, groups);
   const size_t per_thread = round_up16(ForwardScratch::floats(D));
   const int threads = omp_get_max_threads();
   float* scratch = kernel_workspace().floats(per_thread * threads + batch * (k_floats + v_floats));
@@ -872,14 +892,14 @@ void attention_chunk_delta(float* delta, const float* dout, const float* out, in
   }
 }
 
-void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                              const float* delta, const AttentionChunkParams& p) {
+void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
+                              const AttentionChunkParams& p) {
   validate(p);
   if (p.B == 0 || p.Cq == 0 || p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1) return;
   FPDT_CHECK(dq && dk && dv && dout && lse && delta, "attention", "null gradient, dout, lse or delta", "");
   // Q and dO are packed per (b, kv head) group first (their rows are H·D floats apart in place; see
   // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
-  // go in batches whose packed copy fits kPackBudgetFloats: O(Cq·D·H/Hkv) scratch, whatever H.
+  // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
   const int D = p.D;
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
@@ -887,14 +907,15 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
   const int64_t tile_floats = static_cast<int64_t>(row_groups(D)) * kBwdQueries * kRows;
   const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
-  const int64_t batch = std::clamp<int64_t>(kPackBudgetFloats / group_floats, 1, groups);
+  const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / group_floats, 1, groups);
   thread_local Counters counters;
   const size_t per_thread = round_up16(BackwardScratch::floats(D));
   const int threads = omp_get_max_threads();
   float* scratch = kernel_workspace().floats(per_thread * threads + batch * group_floats);
   float* packed_q = scratch + per_thread * threads;
   float* packed_do = packed_q + batch * group_floats / 2;
-  BackwardArgs args{dq,       dk,        dv, dout, lse, delta, &p, counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
+  BackwardArgs args{dq,       dk,        dv, dout,
+                    lse,      delta,     &p, counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
                     packed_q, packed_do, 0,  tile_floats};
   for (int64_t first = 0; first < groups; first += batch) {
     const int64_t count = std::min(batch, groups - first);
@@ -924,8 +945,8 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
   }
 }
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale) {
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_ids,
+                       int B, int64_t S, int Hq, int Hkv, int D, double scale) {
   AttentionChunkParams p;
   p.q = q;
   p.k = k;
@@ -942,8 +963,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
-                        int64_t S, int Hq, int Hkv, int D, double scale) {
+                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B, int64_t S,
+                        int Hq, int Hkv, int D, double scale) {
   AttentionChunkParams p;
   p.q = q;
   p.k = k;

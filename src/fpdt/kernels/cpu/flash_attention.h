@@ -1,6 +1,7 @@
 // Flash attention on the CPU: exact (q block, kv block) kernels that FPDT feeds one chunk pair at a
 // time, merged by log-sum-exp, and the full-sequence attention built on them (the cpu Backend's).
-// Never materialises a (Cq, Ck) matrix: scratch is a few (96 × 96) tiles per thread, whatever Cq, Ck.
+// Never materialises a (Cq, Ck) matrix: scratch is a few 96-token tiles per thread plus a capped packed
+// copy of K/V or Q/dO (set_pack_budget_floats) — nothing grows with Cq·Ck.
 // fp32 storage and compute, LSE in fp32; AVX2/FMA micro-kernels, OpenMP across tiles (see the .cpp).
 //
 // Masking (one rule for every block): key j of the kv block is visible from query i of the q block
@@ -15,11 +16,11 @@ namespace fpdt::kernels::cpu {
 
 // One (q block, kv block) pair. GQA: q head j reads kv head j / (H / Hkv); nothing is copied per q head.
 struct AttentionChunkParams {
-  const float* q = nullptr;              // (B, Cq, H, D)
-  const float* k = nullptr;              // (B, Ck, Hkv, D)
-  const float* v = nullptr;              // (B, Ck, Hkv, D)
-  const int32_t* q_doc_ids = nullptr;    // (B, Cq) document of each q token, or null (then kv_doc_ids is null too)
-  const int32_t* kv_doc_ids = nullptr;   // (B, Ck) document of each kv token, or null
+  const float* q = nullptr;             // (B, Cq, H, D)
+  const float* k = nullptr;             // (B, Ck, Hkv, D)
+  const float* v = nullptr;             // (B, Ck, Hkv, D)
+  const int32_t* q_doc_ids = nullptr;   // (B, Cq) document of each q token, or null (then kv_doc_ids is null too)
+  const int32_t* kv_doc_ids = nullptr;  // (B, Ck) document of each kv token, or null
   int B = 0;
   int64_t Cq = 0;        // q tokens in the block
   int64_t Ck = 0;        // kv tokens in the block
@@ -54,16 +55,22 @@ void attention_chunk_delta(float* delta, const float* dout, const float* out, in
 // dout (B, Cq, H, D); lse, delta (B, H, Cq). Summing over all blocks gives the exact gradient.
 // Deterministic: the result does not depend on the thread count or timing (dq sums its kv tiles in
 // order). A fully masked block returns at once.
-void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                              const float* delta, const AttentionChunkParams& params);
+void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
+                              const AttentionChunkParams& params);
+
+// The forward packs K and V, the backward Q and dO, of a batch of (b, kv head) groups into contiguous
+// tiles before computing; each call's packed copy is capped at this many floats (default 8 Mi = 32 MiB,
+// but at least one group: 2·Ck·D floats forward, about 2·Cq·D·H/Hkv backward). Returns the previous
+// cap. Results do not depend on it (tests lower it to run many batches).
+int64_t set_pack_budget_floats(int64_t floats);
 
 // Full-sequence causal attention with the semantics (and signature) of reference/attention.h:
 // one block with q_begin = kv_begin = 0 and the same document ids on both sides.
 //   forward: out (B, S, Hq, D), lse (B, Hq, S) overwritten. backward: dq, dk, dv overwritten.
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale);
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_ids,
+                       int B, int64_t S, int Hq, int Hkv, int D, double scale);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
-                        int64_t S, int Hq, int Hkv, int D, double scale);
+                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B, int64_t S,
+                        int Hq, int Hkv, int D, double scale);
 
 }  // namespace fpdt::kernels::cpu

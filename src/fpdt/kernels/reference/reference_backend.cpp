@@ -5,6 +5,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/reference/activation.h"
 #include "fpdt/kernels/reference/attention.h"
+#include "fpdt/kernels/reference/attention_chunk.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
 #include "fpdt/kernels/reference/elementwise.h"
 #include "fpdt/kernels/reference/embedding.h"
@@ -78,6 +79,17 @@ class ReferenceBackend final : public Backend {
                           const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
                           int64_t S, int Hq, int Hkv, int D, double scale) override {
     ref::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale);
+  }
+  void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params, bool accumulate) override {
+    ref::attention_chunk_forward(out, lse, params, accumulate);
+  }
+  void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
+                             int D) override {
+    ref::attention_chunk_delta(delta, dout, out, B, Cq, H, D);
+  }
+  void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                const float* delta, const AttentionChunkParams& params) override {
+    ref::attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
   }
   void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                              const float* mask, int64_t N, int V) override {

@@ -1,0 +1,107 @@
+// Reference chunk-pair attention (see attention_chunk.h): one query row at a time, float64 inside.
+#include "fpdt/kernels/reference/attention_chunk.h"
+
+#include <cmath>
+#include <vector>
+
+namespace fpdt::kernels::reference {
+
+namespace {
+
+bool visible(const AttentionChunkParams& p, int b, int64_t i, int64_t j) {
+  if (p.kv_begin + j > p.q_begin + i) return false;
+  return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
+}
+
+double dot(const float* a, const float* b, int D) {
+  double sum = 0.0;
+  for (int d = 0; d < D; ++d) sum += static_cast<double>(a[d]) * static_cast<double>(b[d]);
+  return sum;
+}
+
+}  // namespace
+
+void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+  const int group = p.H / p.Hkv;
+  std::vector<double> scores(static_cast<size_t>(p.Ck));
+  std::vector<double> acc(static_cast<size_t>(p.D));
+  for (int b = 0; b < p.B; ++b)
+    for (int head = 0; head < p.H; ++head)
+      for (int64_t i = 0; i < p.Cq; ++i) {
+        const float* q_row = p.q + ((b * p.Cq + i) * p.H + head) * p.D;
+        float* out_row = out + ((b * p.Cq + i) * p.H + head) * p.D;
+        float& row_lse = lse[(b * p.H + head) * p.Cq + i];
+        double max = -INFINITY;
+        for (int64_t j = 0; j < p.Ck; ++j) {
+          if (!visible(p, b, i, j)) continue;
+          scores[j] = p.scale * dot(q_row, p.k + ((b * p.Ck + j) * p.Hkv + head / group) * p.D, p.D);
+          max = std::fmax(max, scores[j]);
+        }
+        if (max == -INFINITY) {  // no visible key: the empty softmax
+          if (!accumulate) {
+            for (int d = 0; d < p.D; ++d) out_row[d] = 0.0f;
+            row_lse = -INFINITY;
+          }
+          continue;
+        }
+        double sum = 0.0;
+        for (int d = 0; d < p.D; ++d) acc[d] = 0.0;
+        for (int64_t j = 0; j < p.Ck; ++j) {
+          if (!visible(p, b, i, j)) continue;
+          const double weight = std::exp(scores[j] - max);
+          sum += weight;
+          const float* v_row = p.v + ((b * p.Ck + j) * p.Hkv + head / group) * p.D;
+          for (int d = 0; d < p.D; ++d) acc[d] += weight * v_row[d];
+        }
+        const double block_lse = max + std::log(sum);
+        if (!accumulate || row_lse == -INFINITY) {
+          for (int d = 0; d < p.D; ++d) out_row[d] = static_cast<float>(acc[d] / sum);
+          row_lse = static_cast<float>(block_lse);
+          continue;
+        }
+        const double old_lse = row_lse;
+        const double new_lse = std::fmax(old_lse, block_lse) + std::log1p(std::exp(-std::fabs(old_lse - block_lse)));
+        const double keep = std::exp(old_lse - new_lse), add = std::exp(block_lse - new_lse);
+        for (int d = 0; d < p.D; ++d) out_row[d] = static_cast<float>(out_row[d] * keep + (acc[d] / sum) * add);
+        row_lse = static_cast<float>(new_lse);
+      }
+}
+
+void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H, int D) {
+  for (int b = 0; b < B; ++b)
+    for (int head = 0; head < H; ++head)
+      for (int64_t i = 0; i < Cq; ++i) {
+        const int64_t row = ((b * Cq + i) * H + head) * D;
+        delta[(b * H + head) * Cq + i] = static_cast<float>(dot(dout + row, out + row, D));
+      }
+}
+
+void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                              const float* delta, const AttentionChunkParams& p) {
+  const int group = p.H / p.Hkv;
+  std::vector<double> dq_row(static_cast<size_t>(p.D));
+  for (int b = 0; b < p.B; ++b)
+    for (int head = 0; head < p.H; ++head)
+      for (int64_t i = 0; i < p.Cq; ++i) {
+        const int64_t row = ((b * p.Cq + i) * p.H + head) * p.D;
+        const double row_lse = lse[(b * p.H + head) * p.Cq + i];
+        const double row_delta = delta[(b * p.H + head) * p.Cq + i];
+        if (row_lse == -INFINITY) continue;
+        for (int d = 0; d < p.D; ++d) dq_row[d] = 0.0;
+        for (int64_t j = 0; j < p.Ck; ++j) {
+          if (!visible(p, b, i, j)) continue;
+          const int64_t kv_row = ((b * p.Ck + j) * p.Hkv + head / group) * p.D;
+          const double prob = std::exp(p.scale * dot(p.q + row, p.k + kv_row, p.D) - row_lse);
+          const double dprob = dot(dout + row, p.v + kv_row, p.D);
+          const double dscore = prob * (dprob - row_delta);
+          for (int d = 0; d < p.D; ++d) {
+            dv[kv_row + d] += static_cast<float>(prob * dout[row + d]);
+            dk[kv_row + d] += static_cast<float>(p.scale * dscore * p.q[row + d]);
+            dq_row[d] += p.scale * dscore * p.k[kv_row + d];
+          }
+        }
+        for (int d = 0; d < p.D; ++d) dq[row + d] += static_cast<float>(dq_row[d]);
+      }
+}
+
+}  // namespace fpdt::kernels::reference

@@ -1,0 +1,47 @@
+// Reference attention over one (q block, kv block) pair — the spec of the chunk kernels FPDT feeds
+// block by block and merges by log-sum-exp. Scalar, float64 accumulation, readable.
+//
+// Masking: key j of the kv block is visible from query i of the q block iff kv_begin + j ≤
+// q_begin + i (causal by global position) and, with document ids, q_doc_ids[b, i] == kv_doc_ids[b, j].
+//   forward (accumulate = false): out (B, Cq, H, D), lse (B, H, Cq) = attention of each row over this
+//     block's visible keys; a row with none gets out = 0, lse = −inf.
+//   forward (accumulate = true): merges this block into the (out, lse) already there, exactly:
+//     lse' = log(e^lse + e^lse_block), out' = out·e^(lse − lse') + out_block·e^(lse_block − lse');
+//     rows with no visible key are left untouched.
+//   delta (B, H, Cq) = rowsum(dout ∘ out) over D, from the FINAL out.
+//   backward: dq (B, Cq, H, D) +=, dk, dv (B, Ck, Hkv, D) += this block's part of the exact gradient,
+//     from the FINAL lse of the q rows (over every kv block) and their delta.
+#pragma once
+
+#include <cstdint>
+
+namespace fpdt::kernels {
+
+// One (q block, kv block) pair. GQA: q head j reads kv head j / (H / Hkv).
+struct AttentionChunkParams {
+  const float* q = nullptr;             // (B, Cq, H, D)
+  const float* k = nullptr;             // (B, Ck, Hkv, D)
+  const float* v = nullptr;             // (B, Ck, Hkv, D)
+  const int32_t* q_doc_ids = nullptr;   // (B, Cq) or null (then kv_doc_ids is null too)
+  const int32_t* kv_doc_ids = nullptr;  // (B, Ck) or null
+  int B = 0;
+  int64_t Cq = 0;        // q tokens in the block
+  int64_t Ck = 0;        // kv tokens in the block
+  int H = 0;             // q heads
+  int Hkv = 0;           // kv heads, H % Hkv == 0
+  int D = 0;             // head dim
+  int64_t q_begin = 0;   // global position of q token 0
+  int64_t kv_begin = 0;  // global position of kv token 0
+  double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
+};
+
+}  // namespace fpdt::kernels
+
+namespace fpdt::kernels::reference {
+
+void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params, bool accumulate);
+void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H, int D);
+void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                              const float* delta, const AttentionChunkParams& params);
+
+}  // namespace fpdt::kernels::reference
