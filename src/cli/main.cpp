@@ -9,6 +9,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
+#include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
@@ -24,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int command_train(int argc, char** argv) {
+int command_train(int argc, char** argv, comm::Communicator& world) {
   const train::TrainSettings d;
   OptionTable options("train", "Train a model on token shards (from `fpdt tokenize`), with checkpoints and metrics.");
   options.add("model", "NAME|config.json", d.model, "model preset or Hugging Face config.json")
@@ -53,6 +54,14 @@ int command_train(int argc, char** argv) {
       .add("threads", "N", "0", "threads (0: all cores)")
       .add("peak-gflops", "G", "0", "peak GFLOP/s for MFU (0: measure)")
       .add("compute-mem", "BYTES", "0", "compute-tier budget, e.g. 2GiB (0: unlimited)")
+      .add("sp", "P", "1", "sequence-parallel ranks per sequence (Ulysses)")
+      .add("dp", "N", "1", "data-parallel replicas (world = sp x dp ranks)")
+      .add("mode", "fpdt|ulysses", d.mode, "fpdt: chunked pipeline; ulysses: one chunk, nothing offloaded")
+      .add("chunk-tokens", "C", "0", "global tokens per chunk (a multiple of --sp; 0: use --chunks)")
+      .add("chunks", "U", "1", "chunks per sequence, when --chunk-tokens is 0")
+      .add("offload", "none|ram|disk:DIR", d.offload, "where chunks rest between uses")
+      .add("recompute", "none|layer", d.recompute, "layer: keep only layer inputs and re-run each layer")
+      .add("offload-mem", "BYTES", "0", "offload-tier budget (0: unlimited)")
       .add("stop-after", "N", "0", "exit after N steps of this process, as a preempted job would (0: off)");
   if (!options.parse(argc, argv)) return 0;
   train::TrainSettings s;
@@ -83,8 +92,16 @@ int command_train(int argc, char** argv) {
   s.peak_gflops = options.real("peak-gflops");
   s.compute_mem_bytes = options.bytes("compute-mem");
   s.stop_after_steps = options.integer("stop-after");
+  s.sp = static_cast<int>(options.integer("sp"));
+  s.dp = static_cast<int>(options.integer("dp"));
+  s.mode = options.str("mode");
+  s.chunk_tokens = options.integer("chunk-tokens");
+  s.chunks = static_cast<int>(options.integer("chunks"));
+  s.offload = options.str("offload");
+  s.recompute = options.str("recompute");
+  s.offload_mem_bytes = options.bytes("offload-mem");
 
-  const train::TrainResult result = train::train(s);
+  const train::TrainResult result = train::train(s, world);
   char line[200];
   if (result.first_val_loss >= 0) {
     std::snprintf(line, sizeof line, "start: validation loss %.4f nats/token", result.first_val_loss);
@@ -218,10 +235,18 @@ int usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace fpdt::cli;
+  std::unique_ptr<fpdt::comm::Communicator> world;
+  try {
+    // Under mpirun this is the MPI world (and sets the rank for logging); otherwise one local rank.
+    world = fpdt::comm::make_world(&argc, &argv);
+  } catch (const fpdt::Error& error) {
+    fpdt::log::error(error.what());
+    return 1;
+  }
   if (argc < 2) return usage(stderr);
   const std::string command = argv[1];
   try {
-    if (command == "train") return command_train(argc - 2, argv + 2);
+    if (command == "train") return command_train(argc - 2, argv + 2, *world);
     if (command == "sample") return command_sample(argc - 2, argv + 2);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);
@@ -229,9 +254,13 @@ int main(int argc, char** argv) {
     fpdt::log::error("[cli] unknown command '" + command + "'; hint: fpdt --help lists the commands");
     return 2;
   } catch (const fpdt::Error& error) {
+    // One rank failing ends every rank at once (the others may wait in a collective): abort prints
+    // "rank R: <error>" and takes the job down.
+    if (world->size() > 1) world->abort(error.what());
     fpdt::log::error(error.what());
     return 1;
   } catch (const std::exception& error) {
+    if (world->size() > 1) world->abort(std::string("[internal] ") + error.what());
     fpdt::log::error(std::string("[internal] ") + error.what());
     return 1;
   }

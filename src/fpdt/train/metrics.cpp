@@ -66,6 +66,15 @@ MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
+  if (this != &other) {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = other.file_;
+    other.file_ = nullptr;
+  }
+  return *this;
+}
+
 void MetricsLog::write(const StepMetrics& m) {
   if (file_ == nullptr) return;
   nlohmann::ordered_json line = {{"step", m.step},
@@ -77,7 +86,8 @@ void MetricsLog::write(const StepMetrics& m) {
                                  {"gflops", m.gflops},
                                  {"mfu", m.mfu},
                                  {"compute_peak_bytes", m.compute_peak_bytes},
-                                 {"offload_peak_bytes", m.offload_peak_bytes}};
+                                 {"offload_peak_bytes", m.offload_peak_bytes},
+                                 {"alltoall_bytes", m.alltoall_bytes}};
   if (m.val_loss >= 0.0) line["val_loss"] = m.val_loss;
   std::fprintf(file_, "%s\n", line.dump().c_str());
   std::fflush(file_);

@@ -22,6 +22,7 @@ struct StepMetrics {
   double mfu = 0.0;            // gflops / peak
   size_t compute_peak_bytes = 0;
   size_t offload_peak_bytes = 0;
+  uint64_t alltoall_bytes = 0;  // sent by this rank to the others of its sequence-parallel group
 };
 
 // Model FLOPs of one training step over `sequences` sequences of `seq_tokens` tokens:
@@ -43,6 +44,7 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
+  MetricsLog& operator=(MetricsLog&& other) noexcept;
   void write(const StepMetrics& metrics);
 
  private:

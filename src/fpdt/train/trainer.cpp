@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -47,10 +48,18 @@ nlohmann::ordered_json settings_json(const TrainSettings& s) {
           {"eval_every", s.eval_every},
           {"eval_batches", s.eval_batches},
           {"save_every", s.save_every},
+          {"sp", s.sp},
+          {"dp", s.dp},
+          {"mode", s.mode},
+          {"chunk_tokens", s.chunk_tokens},
+          {"chunks", s.chunks},
+          {"offload", s.offload},
+          {"recompute", s.recompute},
           {"seed", s.seed}};
 }
 
-void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, double peak_gflops) {
+void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, double peak_gflops,
+                 const comm::Communicator& world, const pipeline::PipelineConfig& pipeline) {
   auto row = [](const std::string& key, const std::string& value) {
     char line[160];
     std::snprintf(line, sizeof line, "| %-22s | %-40s |", key.c_str(), value.c_str());
@@ -79,6 +88,11 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
                 s.optimizer.weight_decay, s.optimizer.grad_clip);
   row("AdamW", adam);
   row("backend / threads", s.backend + " / " + std::to_string(threads));
+  row("ranks", std::to_string(world.size()) + " (" + world.backend() + "): sp " + std::to_string(s.sp) + " x dp " +
+                   std::to_string(s.dp));
+  row("mode", s.mode + (pipeline.chunk_tokens > 0 ? ", chunk " + std::to_string(pipeline.chunk_tokens) + " tokens"
+                                                   : ", " + std::to_string(pipeline.chunks) + " chunk(s)"));
+  row("offload / recompute", pipeline::offload_name(pipeline.offload) + " / " + s.recompute);
   char peak[48];
   std::snprintf(peak, sizeof peak, "%.1f GFLOP/s%s", peak_gflops, s.peak_gflops > 0 ? "" : " (measured)");
   row("peak", peak);
@@ -98,27 +112,34 @@ void check_settings(const TrainSettings& s) {
   positive(s.grad_accum, "--grad-accum");
   positive(s.eval_batches, "--eval-batches");
   if (s.eval_every < 0 || s.save_every < 0) throw Error(kModule, "--eval-every and --save-every must be ≥ 0");
+  positive(s.sp, "--sp");
+  positive(s.dp, "--dp");
+  if (s.mode != "fpdt" && s.mode != "ulysses")
+    throw Error(kModule, "unknown --mode '" + s.mode + "'", "use --mode fpdt or --mode ulysses");
   if (!(s.optimizer.lr > 0)) throw Error(kModule, "--lr must be positive");
 }
 
-model::Batch model_batch(const Batch& batch) {
-  return model::Batch{static_cast<int>(batch.batch_size), batch.seq_tokens, batch.inputs.data(),
-                      batch.targets.data(), nullptr};
+// This data-parallel replica's rows of a global batch (dp · B rows).
+model::Batch replica_rows(const Batch& batch, int dp_index, int64_t rows) {
+  const int64_t offset = dp_index * rows * batch.seq_tokens;
+  return model::Batch{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
+                      batch.targets.data() + offset, nullptr};
 }
 
 // Mean validation loss over the first `batches` batches of the validation loader, which restarts
-// from `start` each time so every evaluation sees the same tokens.
-double validation_loss(model::Transformer& model, DataLoader& loader, const DataLoaderState& start,
-                       int64_t batches, Batch& scratch) {
+// from `start` each time so every evaluation sees the same tokens; summed over every rank.
+double validation_loss(pipeline::FpdtModel& model, DataLoader& loader, const DataLoaderState& start,
+                       int64_t batches, Batch& scratch, comm::Communicator& world, int dp_index, int64_t rows) {
   loader.restore(start);
-  double loss_sum = 0.0, count = 0.0;
+  double sums[2] = {0.0, 0.0};
   for (int64_t i = 0; i < batches; ++i) {
     loader.next(scratch);
-    const model::LossStats stats = model.forward(model_batch(scratch));
-    loss_sum += stats.loss_sum;
-    count += stats.count;
+    const model::LossStats stats = model.forward(replica_rows(scratch, dp_index, rows));
+    sums[0] += stats.loss_sum;
+    sums[1] += stats.count;
   }
-  return count > 0 ? loss_sum / count : 0.0;
+  world.all_reduce_sum(sums, 2);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 }  // namespace
@@ -130,14 +151,41 @@ int set_threads(int threads) {
   return threads;
 }
 
-TrainResult train(const TrainSettings& settings) {
+pipeline::PipelineConfig pipeline_config(const TrainSettings& settings) {
+  pipeline::PipelineConfig config;
+  if (settings.mode == "ulysses") {  // the baseline: the whole sequence as one chunk, all resident
+    config.chunks = 1;
+    config.offload.kind = pipeline::OffloadKind::none;
+    return config;
+  }
+  config.chunk_tokens = settings.chunk_tokens;
+  config.chunks = settings.chunk_tokens > 0 ? 0 : settings.chunks;
+  config.offload = pipeline::parse_offload(settings.offload);
+  config.recompute = pipeline::parse_recompute(settings.recompute);
+  return config;
+}
+
+TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   check_settings(settings);
+  if (settings.sp * settings.dp != world.size())
+    throw Error(kModule,
+                "--sp " + std::to_string(settings.sp) + " x --dp " + std::to_string(settings.dp) + " = " +
+                    std::to_string(settings.sp * settings.dp) + " ranks, but the job has " +
+                    std::to_string(world.size()),
+                "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   const int threads = set_threads(settings.threads);
   if (settings.compute_mem_bytes > 0)
     MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(settings.compute_mem_bytes));
+  if (settings.offload_mem_bytes > 0)
+    MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(settings.offload_mem_bytes));
   const model::ModelConfig config = model::resolve_model(settings.model);
+  const pipeline::PipelineConfig pipeline = pipeline_config(settings);
+  pipeline::make_head_sharding(config.heads, config.kv_heads, settings.sp);  // refuse before any work
+  // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
+  const int dp_index = world.rank() / settings.sp;
+  std::unique_ptr<comm::Communicator> sp_group = world.split(dp_index, world.rank());
   const double peak_gflops = settings.peak_gflops > 0 ? settings.peak_gflops : measure_peak_gflops(threads);
-  print_table(config, settings, threads, peak_gflops);
+  print_table(config, settings, threads, peak_gflops, world, pipeline);
 
   const std::string train_path = settings.data_dir + "/train.bin";
   const std::string val_path = settings.data_dir + "/val.bin";
@@ -147,8 +195,9 @@ TrainResult train(const TrainSettings& settings) {
                 train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
                     ", more than the model's " + std::to_string(config.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
+  // Every rank reads the same global batches of dp · B rows and computes its replica's rows.
   DataLoaderConfig train_config;
-  train_config.batch_size = settings.batch_size;
+  train_config.batch_size = settings.batch_size * settings.dp;
   train_config.seq_tokens = settings.seq_tokens;
   train_config.sampling = Sampling::random;
   train_config.seed = settings.seed;
@@ -159,10 +208,17 @@ TrainResult train(const TrainSettings& settings) {
   const DataLoaderState val_start = val_loader.state();
 
   auto backend = kernels::make_backend(settings.backend);
-  model::Transformer model(config, *backend, settings.seed);
+  pipeline::FpdtModel model(config, *backend, *sp_group, pipeline, settings.seed);
   AdamW optimizer(model.layout(), *backend, settings.optimizer);
 
-  std::filesystem::create_directories(settings.out_dir);
+  if (world.rank() == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(settings.out_dir, error);
+    if (error)
+      throw Error(kModule, "cannot create the run directory " + settings.out_dir + ": " + error.message(),
+                  "choose another --out directory or check its permissions");
+  }
+  world.barrier();
   int64_t step = 0;
   std::string resumed_from;
   if (settings.resume) {
@@ -176,35 +232,44 @@ TrainResult train(const TrainSettings& settings) {
       log::info("no checkpoint in " + settings.out_dir + " yet; starting a new run");
     }
   }
-  MetricsLog metrics_log(settings.out_dir + "/metrics.jsonl", !resumed_from.empty());
+  MetricsLog metrics_log;
+  if (world.rank() == 0) metrics_log = MetricsLog(settings.out_dir + "/metrics.jsonl", !resumed_from.empty());
 
   TrainResult result;
   std::vector<Batch> micro(static_cast<size_t>(settings.grad_accum));
   Batch val_scratch;
+  auto validate = [&] {
+    return validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch, world, dp_index,
+                           settings.batch_size);
+  };
   if (resumed_from.empty()) {
-    result.first_val_loss = validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch);
+    result.first_val_loss = validate();
     char line[96];
     std::snprintf(line, sizeof line, "validation loss before training: %.4f", result.first_val_loss);
     log::info(line);
   }
 
   const double flops_per_step =
-      model_flops(config, settings.batch_size * settings.grad_accum, settings.seq_tokens);
+      model_flops(config, settings.batch_size * settings.grad_accum * settings.dp, settings.seq_tokens);
   Timer run_timer;
   const int64_t first_step = step + 1;
   auto save = [&](int64_t saved_step) {
-    TrainerState state;
-    state.step = saved_step;
-    state.data = train_loader.state();
-    state.seed = settings.seed;
-    state.settings_json = settings_json(settings).dump();
-    save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state);
+    if (world.rank() == 0) {
+      TrainerState state;
+      state.step = saved_step;
+      state.data = train_loader.state();
+      state.seed = settings.seed;
+      state.settings_json = settings_json(settings).dump();
+      save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state);
+    }
+    world.barrier();
   };
   while (step < settings.steps) {
     ++step;
     Timer step_timer;
     MemoryTiers::instance().reset_peak(Tier::compute);
     MemoryTiers::instance().reset_peak(Tier::offload);
+    sp_group->reset_bytes_sent();
     model.grads().zero();
     double counted = 0.0;
     for (Batch& batch : micro) {
@@ -213,7 +278,14 @@ TrainResult train(const TrainSettings& settings) {
     }
     double loss_sum = 0.0;
     for (const Batch& batch : micro)
-      loss_sum += model.forward_backward(model_batch(batch), counted > 0 ? 1.0 / counted : 0.0).loss_sum;
+      loss_sum += model.forward_backward(replica_rows(batch, dp_index, settings.batch_size),
+                                         counted > 0 ? 1.0 / counted : 0.0)
+                      .loss_sum;
+    result.alltoall_bytes_per_step = sp_group->bytes_sent();
+    if (world.size() > 1) {
+      world.all_reduce_sum(model.grads().data(), static_cast<size_t>(model.grads().numel()));
+      world.all_reduce_sum(&loss_sum, 1);
+    }
     StepMetrics metrics;
     metrics.step = step;
     metrics.loss = counted > 0 ? loss_sum / counted : 0.0;
@@ -222,14 +294,15 @@ TrainResult train(const TrainSettings& settings) {
     optimizer.update(model.params(), model.grads(), metrics.lr);
     metrics.step_seconds = step_timer.seconds();
     metrics.tokens_per_second =
-        static_cast<double>(settings.batch_size * settings.grad_accum * settings.seq_tokens) / metrics.step_seconds;
+        static_cast<double>(settings.batch_size * settings.dp * settings.grad_accum * settings.seq_tokens) /
+        metrics.step_seconds;
     metrics.gflops = flops_per_step / metrics.step_seconds * 1e-9;
-    metrics.mfu = metrics.gflops / peak_gflops;
+    metrics.mfu = metrics.gflops / (peak_gflops * world.size());
     metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+    metrics.alltoall_bytes = result.alltoall_bytes_per_step;
     const bool last = step == settings.steps;
-    if ((settings.eval_every > 0 && step % settings.eval_every == 0) || last)
-      metrics.val_loss = validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch);
+    if ((settings.eval_every > 0 && step % settings.eval_every == 0) || last) metrics.val_loss = validate();
     metrics_log.write(metrics);
 
     const double elapsed = run_timer.seconds();
@@ -248,13 +321,17 @@ TrainResult train(const TrainSettings& settings) {
     }
   }
 
-  if (settings.sample_tokens > 0) {
+  if (settings.sample_tokens > 0 && world.rank() == 0) {
+    // Generation runs the whole-sequence model on this rank with the trained weights.
+    model::Transformer sampler(config, *backend, settings.seed);
+    std::memcpy(sampler.params().data(), model.params().data(),
+                sizeof(float) * static_cast<size_t>(model.params().numel()));
     ByteTokenizer tokenizer;
     SampleSettings sample;
     sample.new_tokens = settings.sample_tokens;
     sample.context_tokens = settings.seq_tokens;
     Rng rng(settings.seed + 7);
-    const std::vector<int32_t> tokens = generate(model, tokenizer.encode(settings.sample_prompt), sample, rng);
+    const std::vector<int32_t> tokens = generate(sampler, tokenizer.encode(settings.sample_prompt), sample, rng);
     result.sample = tokenizer.render(tokens);
   }
   return result;

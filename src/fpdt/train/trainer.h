@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "fpdt/comm/communicator.h"
+#include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/optimizer.h"
 
 namespace fpdt::train {
@@ -29,6 +31,15 @@ struct TrainSettings {
   int threads = 0;                    // 0: all cores
   double peak_gflops = 0.0;           // 0: measure with the FMA micro-benchmark
   int64_t compute_mem_bytes = 0;      // 0: unlimited
+  // Parallelism and the FPDT pipeline. world = dp × sp ranks; sp ranks share each sequence.
+  int sp = 1;
+  int dp = 1;
+  std::string mode = "fpdt";          // "fpdt" or "ulysses" (one chunk, nothing offloaded)
+  int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
+  int chunks = 1;                     // u
+  std::string offload = "none";       // none | ram | disk:DIR
+  std::string recompute = "none";     // none | layer
+  int64_t offload_mem_bytes = 0;      // 0: unlimited
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job
                                       // would; 0: off
@@ -36,6 +47,7 @@ struct TrainSettings {
 };
 
 struct TrainResult {
+  uint64_t alltoall_bytes_per_step = 0;  // sent by this rank in its sequence-parallel group (last step)
   int64_t first_step = 0;     // first step this process ran
   int64_t last_step = 0;
   double first_loss = 0.0;    // training loss of first_step
@@ -45,7 +57,11 @@ struct TrainResult {
   std::string sample;         // generated text, when sample_tokens > 0
 };
 
-TrainResult train(const TrainSettings& settings);
+// Trains on `world` (all ranks call it; rank 0 logs, saves and samples). Throws fpdt::Error.
+TrainResult train(const TrainSettings& settings, comm::Communicator& world);
+
+// The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded).
+pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
 
 // Sets OpenMP's and OpenBLAS's thread counts (0: all cores) and returns the count in use.
 int set_threads(int threads);
