@@ -1,0 +1,151 @@
+// What every backend shares: argument checks, byte counting, the deterministic all-reduce
+// (reduce-scatter + all-gather over exchange_bytes, summing in rank order) and the limits.
+#include "fpdt/comm/communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "fpdt/base/error.h"
+
+namespace fpdt::comm {
+
+namespace {
+
+std::atomic<size_t> g_message_bytes{static_cast<size_t>(INT_MAX)};
+std::atomic<size_t> g_reduce_piece_bytes{size_t{64} << 20};
+
+void check_root(int root, int size) {
+  if (root >= 0 && root < size) return;
+  std::string message = "broadcast root ";
+  message.append(std::to_string(root)).append(" is not a rank of a group of ").append(std::to_string(size));
+  throw Error("comm", message);
+}
+
+}  // namespace
+
+Limits default_limits() { return Limits{static_cast<size_t>(INT_MAX), size_t{64} << 20}; }
+
+Limits limits() { return Limits{g_message_bytes.load(), g_reduce_piece_bytes.load()}; }
+
+void set_limits(const Limits& limits) {
+  FPDT_CHECK(limits.message_bytes > 0 && limits.message_bytes <= static_cast<size_t>(INT_MAX), "comm",
+             "message_bytes must be in [1, INT_MAX]", "");
+  FPDT_CHECK(limits.reduce_piece_bytes >= sizeof(double), "comm", "reduce_piece_bytes must hold one double", "");
+  g_message_bytes.store(limits.message_bytes);
+  g_reduce_piece_bytes.store(limits.reduce_piece_bytes);
+}
+
+void Communicator::exchange_equal_bytes(const void* send, void* recv, size_t block_bytes) {
+  const size_t ranks = static_cast<size_t>(size());
+  std::vector<size_t> counts(ranks, block_bytes), displs(ranks);
+  for (size_t j = 0; j < ranks; ++j) displs[j] = j * block_bytes;
+  exchange_bytes(send, counts.data(), displs.data(), recv, counts.data(), displs.data());
+}
+
+void Communicator::all_to_all(const float* send, float* recv, size_t count) {
+  const size_t ranks = static_cast<size_t>(size());
+  FPDT_CHECK(count == 0 || (send != nullptr && recv != nullptr), "comm", "all_to_all: null buffer", "");
+  const uintptr_t send_at = reinterpret_cast<uintptr_t>(send), recv_at = reinterpret_cast<uintptr_t>(recv);
+  const size_t buffer_bytes = ranks * count * sizeof(float);
+  FPDT_CHECK(count == 0 || send_at + buffer_bytes <= recv_at || recv_at + buffer_bytes <= send_at, "comm",
+             "all_to_all: send and recv overlap", "use two buffers");
+  exchange_equal_bytes(send, recv, count * sizeof(float));
+  add_bytes_sent((ranks - 1) * count * sizeof(float));
+}
+
+void Communicator::all_to_all_v(const float* send, const size_t* send_counts, const size_t* send_displs,
+                                float* recv, const size_t* recv_counts, const size_t* recv_displs) {
+  const size_t ranks = static_cast<size_t>(size());
+  FPDT_CHECK(send_counts && send_displs && recv_counts && recv_displs, "comm",
+             "all_to_all_v: null count or displacement array", "");
+  check_exchange_counts(send_counts, recv_counts);
+  std::vector<size_t> bytes(4 * ranks);
+  size_t* send_count_bytes = bytes.data();
+  size_t* send_displ_bytes = send_count_bytes + ranks;
+  size_t* recv_count_bytes = send_displ_bytes + ranks;
+  size_t* recv_displ_bytes = recv_count_bytes + ranks;
+  uint64_t sent = 0;
+  for (size_t j = 0; j < ranks; ++j) {
+    send_count_bytes[j] = send_counts[j] * sizeof(float);
+    send_displ_bytes[j] = send_displs[j] * sizeof(float);
+    recv_count_bytes[j] = recv_counts[j] * sizeof(float);
+    recv_displ_bytes[j] = recv_displs[j] * sizeof(float);
+    if (j != static_cast<size_t>(rank())) sent += send_count_bytes[j];
+  }
+  exchange_bytes(send, send_count_bytes, send_displ_bytes, recv, recv_count_bytes, recv_displ_bytes);
+  add_bytes_sent(sent);
+}
+
+void Communicator::all_reduce_sum(float* data, size_t count) { all_reduce_sum_impl(data, count); }
+void Communicator::all_reduce_sum(double* data, size_t count) { all_reduce_sum_impl(data, count); }
+
+// Per piece of n elements, rank r owns the segment [r·n/P, (r+1)·n/P). Reduce-scatter: every rank
+// sends segment j to rank j; rank r sums the P copies of its segment in rank order 0..P−1.
+// All-gather: every rank sends its summed segment to all. Scratch: P·⌈n/P⌉ + ⌈n/P⌉ elements.
+template <typename T>
+void Communicator::all_reduce_sum_impl(T* data, size_t count) {
+  const size_t ranks = static_cast<size_t>(size());
+  const size_t me = static_cast<size_t>(rank());
+  if (ranks == 1 || count == 0) return;
+  FPDT_CHECK(data != nullptr, "comm", "all_reduce_sum: null buffer", "");
+  const size_t piece_max = std::max<size_t>(1, limits().reduce_piece_bytes / sizeof(T));
+  const size_t segment_max = (std::min(count, piece_max) + ranks - 1) / ranks;
+  std::vector<T> received(ranks * segment_max);  // (P, segment)
+  std::vector<T> summed(segment_max);            // (segment)
+  std::vector<size_t> arrays(4 * ranks);
+  size_t* send_counts = arrays.data();
+  size_t* send_displs = send_counts + ranks;
+  size_t* recv_counts = send_displs + ranks;
+  size_t* recv_displs = recv_counts + ranks;
+
+  for (size_t begin = 0; begin < count; begin += piece_max) {
+    const size_t n = std::min(piece_max, count - begin);
+    auto segment_begin = [&](size_t j) { return j * n / ranks; };
+    const size_t my_begin = segment_begin(me);
+    const size_t my_len = segment_begin(me + 1) - my_begin;
+    T* piece = data + begin;
+
+    uint64_t sent = 0;
+    for (size_t j = 0; j < ranks; ++j) {
+      send_counts[j] = (segment_begin(j + 1) - segment_begin(j)) * sizeof(T);
+      send_displs[j] = segment_begin(j) * sizeof(T);
+      recv_counts[j] = my_len * sizeof(T);
+      recv_displs[j] = j * my_len * sizeof(T);
+      if (j != me) sent += send_counts[j];
+    }
+    exchange_bytes(piece, send_counts, send_displs, received.data(), recv_counts, recv_displs);
+    add_bytes_sent(sent);
+
+    std::memcpy(summed.data(), received.data(), my_len * sizeof(T));
+    for (size_t j = 1; j < ranks; ++j) {
+      const T* from_j = received.data() + j * my_len;
+      for (size_t i = 0; i < my_len; ++i) summed[i] += from_j[i];
+    }
+
+    for (size_t j = 0; j < ranks; ++j) {
+      send_counts[j] = my_len * sizeof(T);
+      send_displs[j] = 0;
+      recv_counts[j] = (segment_begin(j + 1) - segment_begin(j)) * sizeof(T);
+      recv_displs[j] = segment_begin(j) * sizeof(T);
+    }
+    exchange_bytes(summed.data(), send_counts, send_displs, piece, recv_counts, recv_displs);
+    add_bytes_sent((ranks - 1) * my_len * sizeof(T));
+  }
+}
+
+void Communicator::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
+  FPDT_CHECK(bytes_per_rank == 0 || (send != nullptr && recv != nullptr), "comm", "all_gather: null buffer", "");
+  gather_bytes(send, recv, bytes_per_rank);
+  add_bytes_sent(static_cast<uint64_t>(size() - 1) * bytes_per_rank);
+}
+
+void Communicator::broadcast(void* data, size_t bytes, int root) {
+  check_root(root, size());
+  FPDT_CHECK(bytes == 0 || data != nullptr, "comm", "broadcast: null buffer", "");
+  broadcast_bytes(data, bytes, root);
+  if (rank() == root) add_bytes_sent(static_cast<uint64_t>(size() - 1) * bytes);
+}
+
+}  // namespace fpdt::comm

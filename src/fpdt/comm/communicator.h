@@ -1,0 +1,118 @@
+// The communicator: one rank's view of a group of P ranks, and the collectives FPDT needs
+// (Ulysses all-to-all, gradient all-reduce, gathers for metrics). Backends: local (P = 1),
+// threads (P ranks in one process, for tests; threads.h), MPI (mpi/). It does not know tensors,
+// layouts or chunks: it moves bytes and sums floats. Collectives are called by every rank of the
+// group in the same order with agreeing sizes; a failed rank ends the job, never hangs it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fpdt::comm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "local", "threads" or "mpi" (for the configuration table).
+  virtual std::string backend() const = 0;
+
+  // Equal blocks. send: (P, count) — block j goes to rank j; recv: (P, count) — block j came from
+  // rank j. send and recv must not overlap.
+  void all_to_all(const float* send, float* recv, size_t count);
+  // Variable blocks; counts and displacements in elements, one per rank (arrays of size()).
+  // send_counts[j] on rank i must equal recv_counts[i] on rank j (checked: a mismatch throws).
+  void all_to_all_v(const float* send, const size_t* send_counts, const size_t* send_displs,
+                    float* recv, const size_t* recv_counts, const size_t* recv_displs);
+  // data (count) = the sum over ranks, in place. The order is fixed: every element is the serial
+  // sum ((x_0 + x_1) + x_2) + … over ranks 0..P−1, so the result is bitwise the same on every
+  // rank, from run to run, and across backends (reduce-scatter + all-gather, no tree).
+  void all_reduce_sum(float* data, size_t count);
+  void all_reduce_sum(double* data, size_t count);
+  // send: bytes_per_rank; recv: (P, bytes_per_rank) — block j came from rank j.
+  void all_gather(const void* send, void* recv, size_t bytes_per_rank);
+  // data (bytes): the root's bytes on every rank.
+  void broadcast(void* data, size_t bytes, int root);
+  virtual void barrier() = 0;
+
+  // Collective: ranks with the same color form a new group, ranked by key (ties by this group's
+  // rank), like MPI_Comm_split. color ≥ 0. Used for DP × SP groups. The new communicator counts
+  // its own bytes_sent.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Ends the whole job (every rank) promptly, printing "rank R: <reason>" (R = rank in the world).
+  // The threads backend cannot end the process: it fails the whole run_ranks() group instead and
+  // throws from this rank.
+  [[noreturn]] virtual void abort(const std::string& reason) = 0;
+
+  // Payload bytes this rank addressed to OTHER ranks (blocks to itself excluded) since the last
+  // reset, as the collective's definition sends them (not how a backend's algorithm routes them):
+  //   all_to_all        (P−1)·count·4          — (P−1)/P of the send buffer
+  //   all_to_all_v      Σ_{j≠rank} send_counts[j]·4
+  //   all_reduce_sum    Σ_{j≠rank} |seg_j| + (P−1)·|seg_rank| elements ≈ 2·(P−1)/P·count
+  //   all_gather        (P−1)·bytes_per_rank
+  //   broadcast         (P−1)·bytes on the root, 0 elsewhere
+  // Control traffic (barrier, split, count checks) is not counted.
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  void reset_bytes_sent() { bytes_sent_.store(0, std::memory_order_relaxed); }
+
+ protected:
+  Communicator() = default;
+
+  // Backend primitives. Arguments are checked and bytes counted by the public functions; all
+  // counts, displacements and sizes are in BYTES and may exceed INT_MAX.
+  // Rank j receives send + send_displs[j] (send_counts[j] bytes) at its recv + recv_displs[me].
+  virtual void exchange_bytes(const void* send, const size_t* send_counts, const size_t* send_displs,
+                              void* recv, const size_t* recv_counts, const size_t* recv_displs) = 0;
+  // Equal blocks of block_bytes; default: exchange_bytes with computed counts.
+  virtual void exchange_equal_bytes(const void* send, void* recv, size_t block_bytes);
+  // Called by all_to_all_v before exchange_bytes: throws when a peer's send count for this rank
+  // differs from recv_counts (the threads backend checks inside exchange_bytes; default: nothing).
+  virtual void check_exchange_counts(const size_t* send_counts, const size_t* recv_counts) {}
+  virtual void gather_bytes(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  virtual void broadcast_bytes(void* data, size_t bytes, int root) = 0;
+
+ private:
+  template <typename T>
+  void all_reduce_sum_impl(T* data, size_t count);
+  void add_bytes_sent(uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+
+  std::atomic<uint64_t> bytes_sent_{0};
+};
+
+// How big one backend message and one all-reduce piece may be. The defaults suit real runs:
+// message_bytes = INT_MAX (MPI counts are int: larger blocks are sent as several messages) and
+// reduce_piece_bytes = 64 MiB (the all-reduce's scratch, whatever the array's size). Tests shrink
+// both so the piece loops run on small arrays. Must be the same on every rank; process-wide.
+struct Limits {
+  size_t message_bytes;
+  size_t reduce_piece_bytes;
+};
+Limits limits();
+void set_limits(const Limits& limits);
+Limits default_limits();
+
+// A communicator of one rank (copies its own blocks).
+std::unique_ptr<Communicator> make_local();
+
+// The world: the MPI communicator when this process was started by mpirun/mpiexec (any size;
+// MPI_Init_thread here, MPI_Finalize at exit), else local — a plain run never initialises MPI.
+// A build without MPI launched by mpirun with several ranks throws fpdt::Error ("built without
+// MPI"). Sets fpdt::log::set_rank. Call once per process, before any other thread uses MPI.
+std::unique_ptr<Communicator> make_world(int* argc, char*** argv);
+
+// The world size the launcher announced in the environment (Open MPI, MPICH/Hydra, MVAPICH),
+// or 0 when this process was not started by mpirun/mpiexec.
+int launched_world_size();
+
+// Whether this build has the MPI backend (CMake found MPI).
+bool mpi_built();
+
+}  // namespace fpdt::comm
