@@ -62,6 +62,8 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       .add("offload", "none|ram|disk:DIR", d.offload, "where chunks rest between uses")
       .add("recompute", "none|layer", d.recompute, "layer: keep only layer inputs and re-run each layer")
       .add("offload-mem", "BYTES", "0", "offload-tier budget (0: unlimited)")
+      .flag("dry-run", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit")
+      .add("trace", "FILE", "", "write a Chrome trace (compute, copy, communication spans) to FILE")
       .add("stop-after", "N", "0", "exit after N steps of this process, as a preempted job would (0: off)");
   if (!options.parse(argc, argv)) return 0;
   train::TrainSettings s;
@@ -100,8 +102,22 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   s.offload = options.str("offload");
   s.recompute = options.str("recompute");
   s.offload_mem_bytes = options.bytes("offload-mem");
+  s.dry_run = options.enabled("dry-run");
+  s.trace_path = options.str("trace");
 
   const train::TrainResult result = train::train(s, world);
+  if (s.dry_run) {
+    // One JSON line per rank 0 for scripts (bench/fpdt_memory.sh), after the human-readable one.
+    log::info("dry run: S = " + std::to_string(s.seq_tokens) + ": compute peak " +
+              format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
+              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank");
+    log::info(nlohmann::json{{"dry_run", true},
+                             {"seq", s.seq_tokens},
+                             {"compute_peak_bytes", result.compute_peak_bytes},
+                             {"offload_peak_bytes", result.offload_peak_bytes}}
+                  .dump());
+    return 0;
+  }
   char line[200];
   if (result.first_val_loss >= 0) {
     std::snprintf(line, sizeof line, "start: validation loss %.4f nats/token", result.first_val_loss);
@@ -114,6 +130,12 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
     std::snprintf(line, sizeof line, "end: validation loss %.4f nats/token", result.last_val_loss);
     log::info(line);
   }
+  log::info(nlohmann::json{{"compute_peak_bytes", result.compute_peak_bytes},
+                           {"offload_peak_bytes", result.offload_peak_bytes},
+                           {"peak_rss_bytes", result.peak_rss_bytes},
+                           {"last_step", result.last_step},
+                           {"last_loss", result.last_loss}}
+                .dump());
   if (!result.sample.empty()) log::info("sample:\n" + result.sample);
   return 0;
 }

@@ -35,22 +35,27 @@ inline ProgramResult run_fpdt(const std::string& args) {
   return result;
 }
 
-// Starts `fpdt <args...>` in the background with its output to `log_path`; returns its pid.
-inline pid_t start_fpdt(const std::vector<std::string>& args, const std::string& log_path) {
+// Starts `program <args...>` in the background with its output to `log_path`; returns its pid.
+inline pid_t start_program(const std::string& program, const std::vector<std::string>& args,
+                           const std::string& log_path) {
   std::fflush(stdout);  // or the child's freopen would write our buffered output a second time
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::FILE* log = std::freopen(log_path.c_str(), "w", stdout);
     if (log == nullptr || ::dup2(::fileno(stdout), 2) < 0) ::_exit(127);
     std::vector<char*> argv;
-    const std::string binary = fpdt_binary();
-    argv.push_back(const_cast<char*>(binary.c_str()));
+    argv.push_back(const_cast<char*>(program.c_str()));
     for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
+    ::execvp(program.c_str(), argv.data());
     ::_exit(127);
   }
   return pid;
+}
+
+// Starts `fpdt <args...>` in the background with its output to `log_path`; returns its pid.
+inline pid_t start_fpdt(const std::vector<std::string>& args, const std::string& log_path) {
+  return start_program(fpdt_binary(), args, log_path);
 }
 
 // A tiny Llama (config.json) and a corpus of pseudo-sentences tokenized into <dir>/data.

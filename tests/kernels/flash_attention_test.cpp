@@ -93,8 +93,8 @@ Result reference_result(const Problem& c, const Inputs& in) {
   const size_t q_size = in.q.size(), kv_size = in.k.size();
   r.out.resize(q_size);
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
-  reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(),
-                               c.B, c.S, c.H, c.Hkv, c.D, in.scale);
+  reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
+                               c.S, c.H, c.Hkv, c.D, in.scale);
   r.dq.resize(q_size);
   r.dk.resize(kv_size);
   r.dv.resize(kv_size);
@@ -114,6 +114,7 @@ void expect_close(const FloatResult& got, const Result& want, const char* what) 
   const double dq_error = relative_error(got.dq, want.dq);
   const double dk_error = relative_error(got.dk, want.dk);
   const double dv_error = relative_error(got.dv, want.dv);
+  // fp32 kernel vs float64 oracle on the same inputs (see kForwardTolerance / kBackwardTolerance)
   EXPECT_LE(out_error, kForwardTolerance);
   EXPECT_LE(lse_error, kForwardTolerance);
   EXPECT_LE(dq_error, kBackwardTolerance);
@@ -136,8 +137,8 @@ TEST_P(FlashFullSequence, MatchesReference) {
   FloatResult got;
   got.out.assign(in.q.size(), 7.0f);  // junk: every output is overwritten
   got.lse.assign(want.lse.size(), 7.0f);
-  cpu::attention_forward(got.out.data(), got.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B,
-                         c.S, c.H, c.Hkv, c.D, in.scale);
+  cpu::attention_forward(got.out.data(), got.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
+                         c.H, c.Hkv, c.D, in.scale);
   got.dq.assign(in.q.size(), 7.0f);
   got.dk.assign(in.k.size(), 7.0f);
   got.dv.assign(in.k.size(), 7.0f);
@@ -172,8 +173,7 @@ INSTANTIATE_TEST_SUITE_P(Flash, FlashFullSequence,
 template <typename T>
 std::vector<T> slice_tokens(const std::vector<T>& x, int B, int64_t S, int64_t W, int64_t begin, int64_t len) {
   std::vector<T> y(static_cast<size_t>(B) * len * W);
-  for (int b = 0; b < B; ++b)
-    std::copy_n(x.begin() + (b * S + begin) * W, len * W, y.begin() + b * len * W);
+  for (int b = 0; b < B; ++b) std::copy_n(x.begin() + (b * S + begin) * W, len * W, y.begin() + b * len * W);
   return y;
 }
 // x (B, S, W)[tokens begin..] += y (B, len, W)
@@ -451,6 +451,42 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
   }
 }
 
+// Inside a diagonal block, the q rows before the block's first key see nothing: merged with
+// accumulate, they keep their out and lse bit for bit; the other rows change.
+TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
+  Rng rng(fresh_seed());
+  const int B = 1, H = 2, Hkv = 1, D = 64;
+  const int64_t Cq = 200, Ck = 150, kv_begin = 120;  // q rows 0..119 see none of keys 120..269
+  const auto q = random_normal<float>(rng, B * Cq * H * D);
+  const auto k = random_normal<float>(rng, B * Ck * Hkv * D);
+  const auto v = random_normal<float>(rng, B * Ck * Hkv * D);
+  AttentionChunkParams p;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.B = B;
+  p.Cq = Cq;
+  p.Ck = Ck;
+  p.H = H;
+  p.Hkv = Hkv;
+  p.D = D;
+  p.kv_begin = kv_begin;
+  p.scale = 0.125;
+  auto out = random_normal<float>(rng, q.size());
+  auto lse = random_normal<float>(rng, B * H * Cq);
+  const auto out_before = out, lse_before = lse;
+  cpu::attention_chunk_forward(out.data(), lse.data(), p, /*accumulate=*/true);
+  for (int h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < Cq; ++i) {
+      const bool sees_nothing = i < kv_begin;
+      EXPECT_EQ(lse[h * Cq + i] == lse_before[h * Cq + i], sees_nothing) << "head " << h << " row " << i;
+      const size_t row = (i * H + h) * D;
+      EXPECT_EQ(std::memcmp(out.data() + row, out_before.data() + row, D * sizeof(float)) == 0, sees_nothing)
+          << "head " << h << " row " << i;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The fp32 backward, fed chunk pair by chunk pair, against float64 central finite differences of
 // loss = Σ dout ∘ out of the float64 reference forward, on a random sample of q, k, v coordinates.
@@ -512,8 +548,7 @@ TEST(FlashDeterminism, SameBitsForOneAndManyThreads) {
     r.dk.resize(in.k.size());
     r.dv.resize(in.k.size());
     cpu::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
-                            in.scale);
+                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale);
     omp_set_num_threads(saved);
     return r;
   };
@@ -523,6 +558,37 @@ TEST(FlashDeterminism, SameBitsForOneAndManyThreads) {
   EXPECT_EQ(one.dq, many.dq);
   EXPECT_EQ(one.dk, many.dk);
   EXPECT_EQ(one.dv, many.dv);
+}
+
+// The packed copies of K/V (forward) and Q/dO (backward) go one (b, kv head) group at a time when
+// the budget is tiny, all at once by default: the same bits either way.
+TEST(FlashDeterminism, SameBitsWhateverThePackBudget) {
+  Rng rng(fresh_seed());
+  const Problem c{2, 300, 4, 2, 48, true};
+  const Inputs in = make_inputs(rng, c);
+  auto run = [&](int64_t budget_floats) {
+    const int64_t saved = cpu::set_pack_budget_floats(budget_floats);
+    FloatResult r;
+    r.out.resize(in.q.size());
+    r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
+    cpu::attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
+                           c.H, c.Hkv, c.D, in.scale);
+    r.dq.resize(in.q.size());
+    r.dk.resize(in.k.size());
+    r.dv.resize(in.k.size());
+    cpu::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale);
+    cpu::set_pack_budget_floats(saved);
+    return r;
+  };
+  const FloatResult all = run(int64_t{1} << 40), one_group = run(1);
+  EXPECT_EQ(all.out, one_group.out);
+  EXPECT_EQ(all.lse, one_group.lse);
+  EXPECT_EQ(all.dq, one_group.dq);
+  EXPECT_EQ(all.dk, one_group.dk);
+  EXPECT_EQ(all.dv, one_group.dv);
+  // and still the right answer (tolerances as above)
+  expect_close(one_group, reference_result(c, in), "one group per batch");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/trace.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::pipeline {
@@ -89,8 +90,8 @@ FpdtModel::~FpdtModel() {
   copies_.reset();
 }
 
-void FpdtModel::reserve(int64_t seq_tokens) {
-  if (buffers_ && plan_.seq_tokens == seq_tokens) return;
+void FpdtModel::reserve(int64_t seq_tokens, bool dry) {
+  if (buffers_ && plan_.seq_tokens == seq_tokens && dry_ == dry) return;
   if (copies_) copies_.reset();  // waits for (and forgets) the copies of the old layout
   buffers_.reset();
   exchange_.reset();
@@ -125,7 +126,8 @@ void FpdtModel::reserve(int64_t seq_tokens) {
   arrays_.d_o = store_->add_array("d_o", u, qh);
   arrays_.delta = store_->add_array("delta", u, lse_floats);
   arrays_.d_q = store_->add_array("d_q", u, qh);
-  store_->allocate();
+  store_->allocate(dry);
+  dry_ = dry;
   if (!copies_) copies_ = std::make_unique<CopyEngine>();
 
   // Compute-tier chunk buffers: one arena, every slice a multiple of the transfer block.
@@ -205,7 +207,10 @@ CopyEngine::Event FpdtModel::prefetch(int array, int64_t slot, float* staging) {
   if (store_->resident()) return 0;
   writable(staging);  // a pending write may still be reading it
   OffloadStore* store = store_.get();
-  return copies_->submit([store, array, slot, staging] { store->read(array, slot, staging); });
+  return copies_->submit([store, array, slot, staging] {
+    const trace::Span span("fetch chunk", "copy");
+    store->read(array, slot, staging);
+  });
 }
 
 const float* FpdtModel::ready(int array, int64_t slot, float* staging, CopyEngine::Event event) {
@@ -221,7 +226,10 @@ void FpdtModel::write(int array, int64_t slot, const float* src) {
     return;
   }
   OffloadStore* store = store_.get();
-  const CopyEngine::Event event = copies_->submit([store, array, slot, src] { store->write(array, slot, src); });
+  const CopyEngine::Event event = copies_->submit([store, array, slot, src] {
+    const trace::Span span("offload chunk", "copy");
+    store->write(array, slot, src);
+  });
   pending_writes_.emplace_back(src, event);
 }
 
@@ -286,7 +294,10 @@ void FpdtModel::layer_forward(int layer, bool write_output) {
     fill_chunk(config_, plan_, i, current_tokens_, nullptr, nullptr, b.tokens, nullptr, nullptr, b.positions,
                b.position_ids);
     const float* x = read(arrays_.x, slot(layer, i), b.x);
-    math_.attention_input_forward(w, x, b.positions, c, b.norm, b.q_local, b.k_local, b.v_local);
+    {
+      const trace::Span span("norm + qkv + rope", "compute");
+      math_.attention_input_forward(w, x, b.positions, c, b.norm, b.q_local, b.k_local, b.v_local);
+    }
     exchange_->q_to_heads(b.q_local, writable(b.q_head), c);
     exchange_->kv_to_heads(b.k_local, writable(b.k_head), c);
     exchange_->kv_to_heads(b.v_local, writable(b.v_head), c);
@@ -309,6 +320,7 @@ void FpdtModel::layer_forward(int layer, bool write_output) {
         k_event[1 - stage] = prefetch(arrays_.k, slot(sl, j + 1), b.k_stage[1 - stage]);
         v_event[1 - stage] = prefetch(arrays_.v, slot(sl, j + 1), b.v_stage[1 - stage]);
       }
+      const trace::Span span("attention block forward", "compute");
       backend_.attention_chunk_forward(o_head, lse, block(b.q_head, k, v, i, j), j > 0);
     }
     write(arrays_.q, slot(sl, i), b.q_head);
@@ -317,9 +329,12 @@ void FpdtModel::layer_forward(int layer, bool write_output) {
 
     exchange_->q_to_sequence(o_head, writable(b.o_local), c);
     write(arrays_.o_local, slot(sl, i), b.o_local);
-    math_.attention_output_forward(w, b.o_local, x, writable(b.x_mid), c);
-    write(arrays_.x_mid, slot(sl, i), b.x_mid);
-    math_.mlp_forward(w, b.x_mid, writable(b.x_out), c, b.mlp);
+    {
+      const trace::Span span("out proj + mlp", "compute");
+      math_.attention_output_forward(w, b.o_local, x, writable(b.x_mid), c);
+      write(arrays_.x_mid, slot(sl, i), b.x_mid);
+      math_.mlp_forward(w, b.x_mid, writable(b.x_out), c, b.mlp);
+    }
     if (write_output) write(arrays_.x, slot(layer + 1, i), b.x_out);
   }
 }
@@ -339,8 +354,11 @@ void FpdtModel::layer_backward(int layer) {
   for (int i = 0; i < u; ++i) {
     float* d_res = const_cast<float*>(read(arrays_.d_res, i, b.d_res));
     const float* x_mid = read(arrays_.x_mid, slot(sl, i), b.x_mid);
-    math_.mlp_forward(w, x_mid, writable(b.x_out), c, b.mlp);  // the MLP's activations, recomputed
-    math_.mlp_backward(w, g, x_mid, c, b.mlp, d_res, b.scratch);
+    {
+      const trace::Span span("mlp backward", "compute");
+      math_.mlp_forward(w, x_mid, writable(b.x_out), c, b.mlp);  // the MLP's activations, recomputed
+      math_.mlp_backward(w, g, x_mid, c, b.mlp, d_res, b.scratch);
+    }
     const float* o_local = read(arrays_.o_local, slot(sl, i), b.o_local);
     math_.attention_output_backward(w, g, o_local, d_res, b.d_attn, c);
     write(arrays_.d_res, i, d_res);
@@ -381,7 +399,10 @@ void FpdtModel::layer_backward(int layer) {
       const float* delta = ready(arrays_.delta, j, b.delta_stage[stage], events.delta);
       float* d_q = const_cast<float*>(ready(arrays_.d_q, j, j == i ? b.dq_first : b.dq_stage[stage], events.d_q));
       if (j + 1 < u) pending[1 - stage] = fetch_qset(j + 1, 1 - stage);
-      backend_.attention_chunk_backward(d_q, b.d_k, b.d_v, d_o, lse, delta, block(q, k, v, j, i));
+      {
+        const trace::Span span("attention block backward", "compute");
+        backend_.attention_chunk_backward(d_q, b.d_k, b.d_v, d_o, lse, delta, block(q, k, v, j, i));
+      }
       if (j == i)
         dq_i = d_q;  // final: kv chunks 0..i have all contributed
       else
@@ -397,8 +418,11 @@ void FpdtModel::layer_backward(int layer) {
     const float* x = read(arrays_.x, slot(layer, i), b.x);
     math_.norm_forward(b.norm.norm, b.norm.mean, b.norm.rstd, x, w.attn_norm_weight, w.attn_norm_bias, c);
     float* d_res = const_cast<float*>(read(arrays_.d_res, i, b.d_res));
-    math_.attention_input_backward(w, g, x, b.positions, c, b.norm, b.dq_local, b.dk_local, b.dv_local, d_res,
-                                   b.scratch);
+    {
+      const trace::Span span("qkv backward", "compute");
+      math_.attention_input_backward(w, g, x, b.positions, c, b.norm, b.dq_local, b.dk_local, b.dv_local, d_res,
+                                     b.scratch);
+    }
     write(arrays_.d_res, i, d_res);
   }
 }

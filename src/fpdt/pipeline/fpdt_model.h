@@ -58,7 +58,13 @@ class FpdtModel {
 
   // Lays out the offload store and the compute-tier chunk buffers for sequences of S tokens (the only
   // allocations of a step). Called implicitly when S changes.
-  void reserve(int64_t seq_tokens);
+  void reserve(int64_t seq_tokens) { reserve(seq_tokens, false); }
+
+  // --dry-run: lays out everything a step of S tokens uses — the same compute-tier allocations as
+  // reserve(), and the offload store counted in its tier without memory or files — so the memory of
+  // sequences too long to compute here can be measured. A step allocates nothing beyond reserve(),
+  // so this is the step's peak to the byte. The model must be reserved again before computing.
+  void dry_run(int64_t seq_tokens) { reserve(seq_tokens, true); }
 
   // batch holds the FULL sequences (B, S) on every rank of the group; this rank computes its own
   // tokens by the chunk plan. Gradients are ACCUMULATED (+=) as the gradient of grad_scale · Σ losses
@@ -85,7 +91,7 @@ class FpdtModel {
     int d_q = -1;     // u × (C, Hq/P, D)
   };
 
-  void load_sequence(const model::Batch& batch, int sequence);
+  void reserve(int64_t seq_tokens, bool dry);
   void layer_forward(int layer, bool write_output);
   void layer_backward(int layer);
   model::LossStats run(const model::Batch& batch, bool backward, double grad_scale);
@@ -119,6 +125,7 @@ class FpdtModel {
   std::unique_ptr<UlyssesExchange> exchange_;
   std::vector<std::pair<const float*, CopyEngine::Event>> pending_writes_;
   const int32_t* current_tokens_ = nullptr;  // (S) the sequence being computed
+  bool dry_ = false;                         // the current layout is a dry run's
 };
 
 }  // namespace fpdt::pipeline

@@ -44,7 +44,7 @@ OffloadStore::OffloadStore(const OffloadConfig& config) : config_(config) {}
 
 OffloadStore::~OffloadStore() {
   if (fd_ >= 0) ::close(fd_);
-  if (accounted_bytes_ > 0) MemoryTiers::instance().release(Tier::offload, accounted_bytes_);
+  if (accounted_bytes_ > 0) MemoryTiers::instance().release(accounted_tier_, accounted_bytes_);
 }
 
 int OffloadStore::add_array(const std::string& name, int64_t slots, int64_t floats) {
@@ -55,9 +55,16 @@ int OffloadStore::add_array(const std::string& name, int64_t slots, int64_t floa
   return static_cast<int>(arrays_.size()) - 1;
 }
 
-void OffloadStore::allocate() {
+void OffloadStore::allocate(bool dry) {
   if (total_bytes_ == 0) return;
   const std::string what = "offloaded chunks (" + format_bytes(static_cast<double>(total_bytes_)) + ")";
+  if (dry) {
+    const Tier tier = config_.kind == OffloadKind::none ? Tier::compute : Tier::offload;
+    MemoryTiers::instance().reserve(tier, total_bytes_, what, "lower --seq or raise the tier's limit");
+    accounted_tier_ = tier;
+    accounted_bytes_ = total_bytes_;
+    return;
+  }
   switch (config_.kind) {
     case OffloadKind::none:
       memory_ = Buffer(Tier::compute, total_bytes_, "resident chunks with --offload none",
@@ -69,6 +76,7 @@ void OffloadStore::allocate() {
     case OffloadKind::disk: break;
   }
   MemoryTiers::instance().reserve(Tier::offload, total_bytes_, what, "raise --offload-mem");
+  accounted_tier_ = Tier::offload;
   accounted_bytes_ = total_bytes_;
   file_path_ = config_.directory + "/fpdt-offload-XXXXXX";
   fd_ = ::mkstemp(file_path_.data());

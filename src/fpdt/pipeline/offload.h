@@ -51,7 +51,8 @@ class OffloadStore {
   int add_array(const std::string& name, int64_t slots, int64_t floats);
   // Allocates the storage of every array added so far. Throws fpdt::Error naming the tier when it
   // does not fit the tier's limit, or the directory when the file cannot be created or grown.
-  void allocate();
+  // dry: only count the bytes in their tier (for --dry-run: no memory, no file, no transfers).
+  void allocate(bool dry = false);
 
   // With OffloadKind::none the slots live in the compute tier and are read in place: the pointer to
   // a slot; null for the other kinds (their slots are copied into compute-tier buffers).
@@ -82,7 +83,8 @@ class OffloadStore {
   int fd_ = -1;            // disk
   bool direct_io_ = false; // disk opened with O_DIRECT
   std::string file_path_;
-  size_t accounted_bytes_ = 0;  // disk bytes counted in Tier::offload
+  Tier accounted_tier_ = Tier::offload;
+  size_t accounted_bytes_ = 0;  // bytes counted without a Buffer (disk, or a dry run)
 };
 
 // One copy thread with a FIFO queue. submit() returns an event; wait(event) blocks until that copy

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/trace.h"
 
 namespace fpdt::pipeline {
 
@@ -53,6 +54,7 @@ void UlyssesExchange::q_to_heads(const float* x, float* out, int64_t c) {
     for (int64_t t = 0; t < c; ++t)
       std::memcpy(pack_ + (p * c + t) * row, x + (t * H + p * local) * D, row * sizeof(float));
   // Block p from rank p holds its c tokens: in rank order they are the chunk's global order.
+  const trace::Span span("all-to-all q", "comm");
   comm_.all_to_all(pack_, out, static_cast<size_t>(c) * row);
 }
 
@@ -60,7 +62,10 @@ void UlyssesExchange::q_to_sequence(const float* x, float* out, int64_t c) {
   const int P = sharding_.ranks, H = sharding_.q_heads, local = sharding_.local_q_heads, D = head_dim_;
   const size_t row = static_cast<size_t>(local) * D;
   // Send block p = tokens [p·c, (p+1)·c) of the chunk (contiguous); receive our c tokens' heads from each rank.
-  comm_.all_to_all(x, pack_, static_cast<size_t>(c) * row);
+  {
+    const trace::Span span("all-to-all back", "comm");
+    comm_.all_to_all(x, pack_, static_cast<size_t>(c) * row);
+  }
   for (int p = 0; p < P; ++p)
     for (int64_t t = 0; t < c; ++t)
       std::memcpy(out + (t * H + p * local) * D, pack_ + (p * c + t) * row, row * sizeof(float));
@@ -73,12 +78,16 @@ void UlyssesExchange::kv_to_heads(const float* x, float* out, int64_t c) {
       for (int l = 0; l < local; ++l)
         std::memcpy(pack_ + ((p * c + t) * local + l) * D, x + (t * H + sharding_.kv_head_for(p, l)) * D,
                     static_cast<size_t>(D) * sizeof(float));
+  const trace::Span span("all-to-all kv", "comm");
   comm_.all_to_all(pack_, out, static_cast<size_t>(c) * local * D);
 }
 
 void UlyssesExchange::kv_grad_to_sequence(const float* x, float* out, int64_t c) {
   const int P = sharding_.ranks, H = sharding_.kv_heads, local = sharding_.local_kv_heads, D = head_dim_;
-  comm_.all_to_all(x, pack_, static_cast<size_t>(c) * local * D);
+  {
+    const trace::Span span("all-to-all kv grad", "comm");
+    comm_.all_to_all(x, pack_, static_cast<size_t>(c) * local * D);
+  }
   std::memset(out, 0, sizeof(float) * static_cast<size_t>(c) * H * D);
   // In rank order, so replicated copies are summed in the same order on every run.
   for (int p = 0; p < P; ++p)

@@ -13,6 +13,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/timer.h"
+#include "fpdt/base/trace.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/train/checkpoint.h"
@@ -110,7 +111,7 @@ void check_settings(const TrainSettings& s) {
   positive(s.batch_size, "--batch");
   positive(s.seq_tokens, "--seq");
   positive(s.grad_accum, "--grad-accum");
-  positive(s.eval_batches, "--eval-batches");
+  if (s.eval_batches < 0) throw Error(kModule, "--eval-batches must be ≥ 0 (0: no validation)");
   if (s.eval_every < 0 || s.save_every < 0) throw Error(kModule, "--eval-every and --save-every must be ≥ 0");
   positive(s.sp, "--sp");
   positive(s.dp, "--dp");
@@ -130,6 +131,7 @@ model::Batch replica_rows(const Batch& batch, int dp_index, int64_t rows) {
 // from `start` each time so every evaluation sees the same tokens; summed over every rank.
 double validation_loss(pipeline::FpdtModel& model, DataLoader& loader, const DataLoaderState& start,
                        int64_t batches, Batch& scratch, comm::Communicator& world, int dp_index, int64_t rows) {
+  if (batches == 0) return -1.0;  // validation off
   loader.restore(start);
   double sums[2] = {0.0, 0.0};
   for (int64_t i = 0; i < batches; ++i) {
@@ -143,6 +145,17 @@ double validation_loss(pipeline::FpdtModel& model, DataLoader& loader, const Dat
 }
 
 }  // namespace
+
+size_t peak_rss_bytes() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, status))
+    if (std::sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+  std::fclose(status);
+  return kib * 1024;
+}
 
 int set_threads(int threads) {
   if (threads <= 0) threads = omp_get_num_procs();
@@ -187,6 +200,20 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   const double peak_gflops = settings.peak_gflops > 0 ? settings.peak_gflops : measure_peak_gflops(threads);
   print_table(config, settings, threads, peak_gflops, world, pipeline);
 
+  auto backend = kernels::make_backend(settings.backend);
+  pipeline::FpdtModel model(config, *backend, *sp_group, pipeline, settings.seed);
+  AdamW optimizer(model.layout(), *backend, settings.optimizer);
+  if (!settings.trace_path.empty()) trace::enable(world.rank());
+
+  TrainResult result;
+  if (settings.dry_run) {
+    model.dry_run(settings.seq_tokens);
+    result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+    result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+    result.peak_rss_bytes = peak_rss_bytes();
+    return result;
+  }
+
   const std::string train_path = settings.data_dir + "/train.bin";
   const std::string val_path = settings.data_dir + "/val.bin";
   ShardReader train_shard(train_path);
@@ -207,9 +234,6 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   DataLoader val_loader(ShardReader(val_path), val_config);
   const DataLoaderState val_start = val_loader.state();
 
-  auto backend = kernels::make_backend(settings.backend);
-  pipeline::FpdtModel model(config, *backend, *sp_group, pipeline, settings.seed);
-  AdamW optimizer(model.layout(), *backend, settings.optimizer);
 
   if (world.rank() == 0) {
     std::error_code error;
@@ -235,14 +259,13 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   MetricsLog metrics_log;
   if (world.rank() == 0) metrics_log = MetricsLog(settings.out_dir + "/metrics.jsonl", !resumed_from.empty());
 
-  TrainResult result;
   std::vector<Batch> micro(static_cast<size_t>(settings.grad_accum));
   Batch val_scratch;
   auto validate = [&] {
     return validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch, world, dp_index,
                            settings.batch_size);
   };
-  if (resumed_from.empty()) {
+  if (resumed_from.empty() && settings.eval_batches > 0) {
     result.first_val_loss = validate();
     char line[96];
     std::snprintf(line, sizeof line, "validation loss before training: %.4f", result.first_val_loss);
@@ -319,6 +342,16 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
       log::info("stopping after " + std::to_string(settings.stop_after_steps) + " steps (--stop-after)");
       return result;
     }
+  }
+
+  result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result.peak_rss_bytes = peak_rss_bytes();
+  if (!settings.trace_path.empty()) {
+    const std::string path = world.size() > 1 ? settings.trace_path + ".rank" + std::to_string(world.rank())
+                                              : settings.trace_path;
+    trace::write(path);
+    log::info("trace written to " + path);
   }
 
   if (settings.sample_tokens > 0 && world.rank() == 0) {

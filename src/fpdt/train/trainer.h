@@ -22,7 +22,7 @@ struct TrainSettings {
   int64_t seq_tokens = 256;           // S
   int64_t grad_accum = 1;             // micro-batches per optimizer step
   int64_t eval_every = 50;            // 0: only at the end
-  int64_t eval_batches = 8;
+  int64_t eval_batches = 8;            // 0: no validation
   int64_t save_every = 100;           // 0: only at the end
   int64_t sample_tokens = 0;          // generate this many tokens at the end (0: none)
   std::string sample_prompt = "\n";
@@ -40,6 +40,8 @@ struct TrainSettings {
   std::string offload = "none";       // none | ram | disk:DIR
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
+  bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
+  std::string trace_path;             // write a Chrome trace of the run here ("": none)
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job
                                       // would; 0: off
@@ -47,6 +49,9 @@ struct TrainSettings {
 };
 
 struct TrainResult {
+  size_t compute_peak_bytes = 0;   // this rank, over the run (a dry run: its layout)
+  size_t offload_peak_bytes = 0;
+  size_t peak_rss_bytes = 0;       // the process's peak resident set (VmHWM)
   uint64_t alltoall_bytes_per_step = 0;  // sent by this rank in its sequence-parallel group (last step)
   int64_t first_step = 0;     // first step this process ran
   int64_t last_step = 0;
@@ -62,6 +67,9 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 
 // The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded).
 pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
+
+// The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.
+size_t peak_rss_bytes();
 
 // Sets OpenMP's and OpenBLAS's thread counts (0: all cores) and returns the count in use.
 int set_threads(int threads);

@@ -1,0 +1,115 @@
+// What `fpdt plan` is asked about: a model, a sequence, a parallel layout, a mode (ulysses, the paper's
+// FPDT implementation, or ours), recomputation, offload tier, ZeRO stage and precision. derive_shape()
+// validates it once, with one sentence per impossible input, and turns it into the per-rank numbers
+// every formula of the memory and cost models reads. Nothing here knows about hardware.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fpdt/model/config.h"
+#include "fpdt/tensor/dtype.h"
+
+namespace fpdt::plan {
+
+// ulysses: DeepSpeed-Ulysses + ZeRO + activation checkpointing (Megatron-DeepSpeed's GPT path).
+// fpdt_reference: the paper's implementation (DeepSpeed fpdt_layer.py): chunked attention with
+//   offload and double buffering, chunked MLP and loss, but several (T, h) tensors resident.
+// fpdt: ours (DESIGN.md §1): everything of length T streamed through the offload tier.
+enum class Mode { ulysses, fpdt_reference, fpdt };
+enum class Recompute { layer, none };
+// Where chunks (and activation checkpoints) rest: none = the compute tier itself.
+enum class OffloadTier { none, ram, disk };
+// model = as the model says (GPT: a learned table of max_positions rows; Llama: rotary);
+// rope = rotary positions, no table; learned = a learned table of exactly S rows and no rotary
+// (Megatron's GPT with --max-position-embeddings = --seq-length). docs/memory.md §10 says which the
+// paper's runs used.
+enum class Positions { model, rope, learned };
+
+std::string mode_name(Mode mode);
+std::string recompute_name(Recompute recompute);
+std::string offload_name(OffloadTier offload);
+std::string positions_name(Positions positions);
+// Inverses; throw fpdt::Error listing the accepted spellings.
+Mode parse_mode(const std::string& text);
+Recompute parse_recompute(const std::string& text);
+OffloadTier parse_offload(const std::string& text);
+Positions parse_positions(const std::string& text);
+// "bf16" or "fp32" → DType::bf16 / DType::f32.
+DType parse_precision(const std::string& text);
+std::string precision_name(DType precision);
+
+// Tokens with an optional binary suffix: "131072", "128K", "2M", "1G", "1e6". Throws fpdt::Error
+// naming `what` for anything else (negative values parse; derive_shape() rejects them).
+int64_t parse_tokens(const std::string& text, const std::string& what);
+
+// The global chunk the paper's implementation uses unless told otherwise (DeepSpeed's
+// ds_sequence_parallel_fpdt_chunk_size default).
+constexpr int64_t kReferenceChunkTokens = 65536;
+// The smallest local chunk the fpdt mode chooses on its own: one 128-token attention tile per rank
+// (flash-attention tiles are 64–128 rows; below one tile per rank the kernels idle).
+constexpr int64_t kMinLocalChunkTokens = 128;
+
+struct PlanConfig {
+  model::ModelConfig model;
+  Positions positions = Positions::model;
+  int64_t seq_tokens = 0;       // S, global tokens of one sequence
+  int64_t sp = 1;               // P, Ulysses ranks sharing a sequence
+  int64_t dp = 1;               // data-parallel replicas (ZeRO shards over dp · sp ranks)
+  int64_t micro_batch = 1;      // B, sequences per step and rank group
+  int64_t chunk_tokens = 0;     // C, global tokens per chunk; 0 = auto (fpdt: smallest chunk whose
+                                // prefetch hides; fpdt-reference: kReferenceChunkTokens)
+  Mode mode = Mode::fpdt;
+  Recompute recompute = Recompute::layer;
+  OffloadTier offload = OffloadTier::ram;
+  int zero_stage = 3;
+  DType precision = DType::bf16;  // storage of weights and activations: bf16 or f32
+};
+
+// Per-rank numbers, derived once (vocabulary of DESIGN.md §5). Widths are elements per token.
+struct PlanShape {
+  int64_t S = 0;        // global tokens per sequence
+  int64_t B = 0;        // sequences
+  int64_t P = 0;        // Ulysses ranks
+  int64_t W = 0;        // ZeRO ranks: dp · sp
+  int64_t T = 0;        // local tokens of a rank: B · S / P
+  int64_t C = 0;        // global chunk tokens (0 for ulysses)
+  int64_t c = 0;        // local chunk tokens: B · C / P; a head-sharded chunk holds c · width elements
+  int64_t u = 0;        // chunks per rank: S / C
+  int64_t L = 0, h = 0, f = 0, V = 0, Hq = 0, Hkv = 0, D = 0;
+  int64_t q = 0;        // Hq · D
+  int64_t kv = 0;       // Hkv · D, token-sharded k (or v) width
+  int64_t kv_heads = 0; // k (or v) width after the all-to-all, per local token: max(Hkv, P) · D
+                        // (kv heads replicated when P > Hkv, one per rank)
+  int64_t mlp_up = 0;   // width of the MLP's first projection: f (GELU) or 2f (SwiGLU gate | up)
+  bool gated_mlp = false;
+  int64_t rotary_dim = 0;   // 0 = no rotary positions
+  double a = 0;         // bytes of one stored activation element: 2 (bf16) or 4 (fp32)
+  int64_t params = 0;           // N, parameters as planned (see plan_parameter_count)
+  int64_t largest_tensor = 0;   // parameters of the largest single weight (ZeRO-3 gathers it whole)
+  int64_t matmul_params_per_layer = 0;  // weights a token multiplies with in one layer
+};
+
+// Rows of the learned position table as planned: max_positions (model, GPT), S (learned) or 0.
+int64_t position_table_rows(const PlanConfig& config);
+// Parameters counted by the plan: the model's, with its position table replaced by
+// position_table_rows(config) · h.
+int64_t plan_parameter_count(const PlanConfig& config);
+
+// The model with Hq (and Hkv for a model without grouped-query attention) set to `heads`, head_dim
+// = h / heads. Throws fpdt::Error when h is not divisible or the result is invalid.
+model::ModelConfig with_heads(const model::ModelConfig& config, int heads);
+
+// The smallest chunk C = S / k (k a whole number of chunks) that is a multiple of P and at least
+// `at_least` tokens; 0 when there is none (at_least > S).
+int64_t smallest_chunk_at_least(int64_t S, int64_t P, double at_least);
+
+// Validates everything that makes a plan impossible and returns its shape. Throws fpdt::Error
+// ("[plan] ...; hint: ...") for: non-positive sizes, S not divisible by P, heads not divisible by P
+// (kv heads may instead divide P), a chunk that is not a multiple of P or does not divide S, a ZeRO
+// stage outside 0..3, S past a learned position table, and combinations the mode does not have.
+// chunk_tokens must already be resolved (non-zero) for the fpdt modes.
+PlanShape derive_shape(const PlanConfig& config);
+
+}  // namespace fpdt::plan

@@ -1,0 +1,119 @@
+// The analytic memory model of one rank: one function per component, each returning bytes, each
+// derived once in docs/memory.md (section named in the comment). memory_components() assembles the
+// components a mode keeps, tagged with the tier they live in and the phase of the step in which they
+// are live; a tier's peak is everything live all step plus its largest phase (tier_peak).
+//
+// Vocabulary (DESIGN.md §5, per rank): T local tokens, c local chunk tokens, a bytes per stored
+// activation element (2 bf16, 4 fp32); widths q = Hq·D, kv = Hkv·D (token-sharded), kv_heads =
+// max(Hkv, P)·D (head-sharded, with replication). Head-sharded tensors of T tokens hold T · width
+// elements per rank, the same count as the token-sharded ones.
+//
+// What is modelled is what the allocator sees: tensor bytes. The runtime's own memory (CUDA context,
+// NCCL) is Hardware::reserved_bytes; allocator fragmentation is not modelled (docs/memory.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fpdt/plan/config.h"
+#include "fpdt/tensor/memory.h"
+
+namespace fpdt::plan {
+
+// When a component is live. `always`: the whole step (model states, checkpoints). The others are
+// moments of one layer (or of the loss) and never overlap each other.
+enum class Phase { always, forward, token_backward, attention_backward, loss };
+std::string phase_name(Phase phase);
+
+struct Component {
+  std::string name;     // "activation checkpoints", "attention backward chunk buffers", ...
+  std::string kind;     // "model states" | "activations" | "chunk buffers" | "offload chunks"
+  Tier tier = Tier::compute;
+  Phase phase = Phase::always;
+  double bytes = 0;
+  std::string formula;  // the formula in the plan's vocabulary, e.g. "L·a·h·T"
+};
+
+// ---- model states (docs/memory.md §3) --------------------------------------------------------------
+// Weights in the training precision, sharded over W ranks from ZeRO-3: N·a / W.
+double weight_bytes(const PlanConfig& config, const PlanShape& shape);
+// fp32 gradients (the accumulators DESIGN.md §4 and DeepSpeed's bf16 path keep), sharded from ZeRO-2: 4N / W.
+double gradient_bytes(const PlanConfig& config, const PlanShape& shape);
+// Adam m and v (8 B) plus the fp32 master copy under bf16 (4 B), sharded from ZeRO-1.
+double optimizer_bytes(const PlanConfig& config, const PlanShape& shape);
+// ZeRO-3's gathered working set: the largest weight whole plus its gradient before the reduce-scatter,
+// 2·a·largest (DeepSpeed's estimator: 4 · largest_layer_params under bf16). 0 below stage 3 or W = 1.
+double zero3_gather_bytes(const PlanConfig& config, const PlanShape& shape);
+
+// ---- shared by the modes (§4) -------------------------------------------------------------------------
+// Layer inputs kept for recomputation: L·a·h·T.
+double checkpoint_bytes(const PlanShape& shape);
+// The rotary cos/sin tables Megatron-DeepSpeed builds for the whole sequence: 2·S·rotary_dim·4.
+double rope_table_bytes(const PlanShape& shape);
+
+// ---- ulysses (§5) ----------------------------------------------------------------------------------
+// Everything one layer's recomputed forward saves for its backward, per local token × T.
+double ulysses_layer_saved_bytes(const PlanShape& shape);
+// The attention half of it (layer input, its norm, q k v o after the all-to-all, LSE, output).
+double ulysses_attention_saved_bytes(const PlanShape& shape);
+// MLP backward temporaries: gradients of the MLP output, activation and up projection.
+double ulysses_mlp_backward_bytes(const PlanShape& shape);
+// Attention backward temporaries: dO, dq dk dv on both sides of the all-to-all, flash attention's
+// fp32 dq accumulator (and its GQA expansion of dk, dv), plus the all-to-all's two staging copies.
+double ulysses_attention_backward_bytes(const PlanShape& shape);
+// The no-grad forward of one layer (smaller than the backward; reported for completeness).
+double ulysses_forward_bytes(const PlanShape& shape);
+// The LM head + Megatron-DeepSpeed's sequence-parallel cross-entropy on T tokens: bf16 logits, their
+// fp32 copy, softmax and log-softmax (14·V per token under bf16) plus the final hidden and its norm.
+double ulysses_loss_bytes(const PlanShape& shape);
+
+// ---- fpdt-reference (§6) -----------------------------------------------------------------------------
+// (T, ·) tensors the reference keeps in the compute tier at each moment of a layer.
+double reference_forward_resident_bytes(const PlanShape& shape);     // a·(2h + 2q)·T
+double reference_ffn_resident_bytes(const PlanShape& shape);         // a·(4h + q)·T
+double reference_attention_resident_bytes(const PlanShape& shape);   // a·(5h + q)·T
+double reference_loss_resident_bytes(const PlanShape& shape);        // 3·a·h·T
+// Chunk buffers of its attention forward and backward loops (current + prefetched chunks).
+double reference_forward_chunk_bytes(const PlanShape& shape);
+double reference_backward_chunk_bytes(const PlanShape& shape);
+// Its chunked MLP backward (c/2 tokens) and the fp32 weight-gradient accumulators it allocates.
+double reference_ffn_chunk_bytes(const PlanShape& shape);
+// Its chunked loss (c tokens of logits in bf16 and three fp32 copies) and fp32 head-weight gradient.
+double reference_loss_chunk_bytes(const PlanShape& shape);
+// Offloaded chunks of the layer in flight (q k v o, LSE, norm output, dq, dO) and the loss's copy.
+double reference_offload_layer_bytes(const PlanShape& shape);
+double reference_offload_forward_bytes(const PlanShape& shape);
+
+// ---- fpdt, ours (§7) — mirrors pipeline::FpdtModel::reserve(); the formula the pipeline's measured
+// peaks are checked against. The pipeline allocates once per sequence length: one compute-tier arena
+// of chunk buffers and one offload store, so every component below is live all step. It runs the B
+// sequences of a micro-batch one after another: its sizes use the per-sequence c = C/P and T = S/P.
+// Every buffer and every store slot is rounded up to the 4096-byte transfer block.
+double aligned_bytes(double bytes);
+// The chunk arena (FpdtModel::ChunkBuffers): 5 token-index vectors; 7 (c, h); 4 (c, q) and 4 (c, kv)
+// token-sharded; 10 head-sharded q-shaped (c·q: q, o, dO, 2 q stages, 2 dO stages, 3 dq) and 8
+// kv-shaped (c·kv_heads: k, v, 4 stages, dk, dv); 6 LSE-shaped (c·Hq); 6 (c, f); the all-to-all
+// packing c·max(q, kv_heads); the LM head's logits (n, V) with n = fpdt_loss_chunk_tokens; and 5 (c)
+// fp32 statistics.
+double fpdt_chunk_arena_bytes(const PlanShape& shape);
+// Tokens of one loss chunk: as many as 32 MiB of fp32 logits hold (the model's rule), at most c.
+int64_t fpdt_loss_chunk_tokens(const PlanShape& shape);
+// Store array "x": the inputs of the L layers and the final hidden state, (L + 1)·u slots of (c, h).
+double fpdt_store_inputs_bytes(const PlanShape& shape);
+// Store arrays kept per stored layer (1 under recompute = layer, L under none): x_mid (c, h), q, o
+// (c·q each), k, v (c·kv_heads each), o_local (c, q) and LSE (c·Hq), u slots each.
+double fpdt_store_layer_bytes(const PlanShape& shape, int64_t stored_layers);
+// Store arrays of the layer in backward: d_res (c, h), dO (c·q), delta (c·Hq), dq (c·q, fp32).
+double fpdt_store_gradient_bytes(const PlanShape& shape);
+
+// Every component `config.mode` keeps, with its tier and phase.
+std::vector<Component> memory_components(const PlanConfig& config, const PlanShape& shape);
+
+struct TierPeak {
+  double bytes = 0;        // always-live + the largest phase
+  double always_bytes = 0;
+  Phase phase = Phase::always;  // the phase that sets the peak
+};
+TierPeak tier_peak(const std::vector<Component>& components, Tier tier);
+
+}  // namespace fpdt::plan

@@ -1,0 +1,196 @@
+// make_plan and the longest-sequence search (see plan.h).
+#include "fpdt/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fpdt/base/error.h"
+
+namespace fpdt::plan {
+
+namespace {
+
+constexpr int64_t kSearchLimitTokens = int64_t{1} << 40;
+
+void require_positive(double value, const char* what) {
+  if (!(value > 0)) {
+    std::string message = "hardware '";
+    message.append(what).append("' must be positive");
+    throw Error("plan", message, "check the --compute-mem, --host-mem, --host-link-gbps, --peak-tflops and "
+                                 "--network-gbps values");
+  }
+}
+
+void validate_hardware(const Hardware& hw, const PlanConfig& config) {
+  require_positive(hw.compute_bytes, "compute memory");
+  require_positive(hw.peak_flops(config.precision), "peak FLOP/s");
+  require_positive(hw.compute_efficiency, "compute efficiency");
+  require_positive(hw.intra_node_bytes_per_s, "network bandwidth");
+  require_positive(hw.inter_node_bytes_per_s, "network bandwidth");
+  if (config.offload == OffloadTier::ram) {
+    require_positive(hw.host_bytes, "host memory");
+    require_positive(hw.host_link_bytes_per_s, "host link bandwidth");
+  }
+  if (config.offload == OffloadTier::disk) {
+    require_positive(hw.disk_bytes, "disk size");
+    require_positive(hw.disk_bytes_per_s, "disk bandwidth");
+  }
+  if (hw.reserved_bytes < 0 || (!hw.host_shares_compute && hw.reserved_bytes >= hw.compute_bytes)) {
+    std::string hint = "raise --compute-mem above ";
+    hint.append(format_bytes(hw.reserved_bytes));
+    throw Error("plan", "the runtime's reserve leaves no compute memory for tensors", hint);
+  }
+}
+
+// The chunk an fpdt mode plans with when none is given.
+int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
+  if (config.mode == Mode::fpdt_reference) return kReferenceChunkTokens;
+  PlanConfig probe = config;
+  probe.chunk_tokens = config.seq_tokens;  // any valid chunk: the bound does not depend on it
+  const PlanShape shape = derive_shape(probe);
+  const int64_t chunk = smallest_chunk_at_least(shape.S, shape.P, min_hiding_chunk_tokens(config, shape, hardware));
+  return chunk > 0 ? chunk : shape.S;
+}
+
+}  // namespace
+
+PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
+  PlanResult result;
+  result.config = config_in;
+  result.hardware = hardware;
+  PlanConfig& config = result.config;
+  if (config.mode != Mode::ulysses && config.chunk_tokens == 0) {
+    if (config.seq_tokens <= 0 || config.sp <= 0 || config.seq_tokens % config.sp != 0)
+      derive_shape(config);  // reports the bad size
+    config.chunk_tokens = automatic_chunk(config, hardware);
+  }
+  if (config.mode == Mode::ulysses) config.chunk_tokens = 0;
+  result.shape = derive_shape(config);
+  validate_hardware(hardware, config);
+  const PlanShape& s = result.shape;
+
+  result.components = memory_components(config, s);
+  result.compute_peak = tier_peak(result.components, Tier::compute);
+  result.offload_peak = tier_peak(result.components, Tier::offload);
+  if (hardware.host_shares_compute) {
+    const double pool = hardware.host_bytes - hardware.reserved_bytes;
+    result.compute_capacity_bytes = std::min(hardware.compute_bytes, pool);
+    result.offload_capacity_bytes = config.offload == OffloadTier::ram   ? std::max(0.0, pool - result.compute_peak.bytes)
+                                    : config.offload == OffloadTier::disk ? hardware.disk_bytes
+                                                                          : 0.0;
+  } else {
+    result.compute_capacity_bytes = hardware.compute_bytes - hardware.reserved_bytes;
+    result.offload_capacity_bytes = config.offload == OffloadTier::ram   ? hardware.host_bytes
+                                    : config.offload == OffloadTier::disk ? hardware.disk_bytes
+                                                                          : 0.0;
+  }
+  result.fits_compute = result.compute_peak.bytes <= result.compute_capacity_bytes;
+  result.fits_offload = result.offload_peak.bytes <= result.offload_capacity_bytes;
+  result.fits = result.fits_compute && result.fits_offload;
+  result.bound = !result.fits_compute ? "compute tier" : !result.fits_offload ? "offload tier" : "";
+
+  result.flops = step_flops(config, s);
+  result.traffic = step_traffic(config, s);
+  result.prefetch = prefetch_analysis(config, s, hardware);
+  result.time = step_time(config, s, hardware, result.flops, result.traffic, result.prefetch);
+  return result;
+}
+
+MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardware) {
+  MaxSeqResult result;
+  result.mode = config_in.mode;
+  result.offload = config_in.offload;
+  PlanConfig probe = config_in;
+  if (probe.sp <= 0) derive_shape(probe);  // reports the bad size
+  const int64_t P = probe.sp;
+  if (probe.mode == Mode::ulysses) {
+    probe.chunk_tokens = 0;
+    result.granule_tokens = 1024 * P;
+  } else {
+    if (probe.chunk_tokens == 0 && probe.mode == Mode::fpdt_reference) probe.chunk_tokens = kReferenceChunkTokens;
+    if (probe.chunk_tokens == 0) {
+      // The hiding bound does not depend on S: take it from the shortest valid sequence.
+      PlanConfig shortest = probe;
+      shortest.seq_tokens = P;
+      shortest.chunk_tokens = P;
+      const PlanShape shape = derive_shape(shortest);
+      const double bound = min_hiding_chunk_tokens(probe, shape, hardware);
+      int64_t chunk = P;
+      while (static_cast<double>(chunk) < bound && chunk < kSearchLimitTokens) chunk *= 2;
+      probe.chunk_tokens = chunk;
+    }
+    result.granule_tokens = probe.chunk_tokens;
+    result.chunk_tokens = probe.chunk_tokens;
+  }
+  const int64_t granule = result.granule_tokens;
+  int64_t limit = kSearchLimitTokens;
+  bool position_limited = false;
+  if (probe.model.learned_positions() && probe.positions == Positions::model && probe.model.max_positions < limit) {
+    limit = probe.model.max_positions;
+    position_limited = true;
+  }
+  const int64_t max_k = limit / granule;
+  PlanResult last;
+  auto fits = [&](int64_t k) {
+    probe.seq_tokens = k * granule;
+    last = make_plan(probe, hardware);
+    return last.fits;
+  };
+  auto bound_past = [&](int64_t k) -> std::string {
+    if (k > max_k) return position_limited ? "position table" : "search limit";
+    fits(k);
+    return last.bound;
+  };
+  if (max_k < 1) {
+    // Even one granule exceeds the position table: validate the chunk anyway (it may be the real error).
+    probe.seq_tokens = granule;
+    PlanConfig check = probe;
+    check.positions = Positions::rope;
+    derive_shape(check);
+    result.bound = "position table";
+    return result;
+  }
+  if (!fits(1)) {
+    result.bound = last.bound;
+    return result;
+  }
+  int64_t lo = 1, hi = 2;  // fits(lo); hi unknown
+  while (hi <= max_k && fits(hi)) {
+    lo = hi;
+    hi = hi > max_k / 2 ? max_k + 1 : hi * 2;
+  }
+  hi = std::min(hi, max_k + 1);
+  while (hi - lo > 1) {  // fits(lo), !fits(hi) or hi past the limit
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid;
+  }
+  result.seq_tokens = lo * granule;
+  result.bound = bound_past(lo + 1);
+  return result;
+}
+
+std::vector<MaxSeqResult> search_max_seq_all_modes(const PlanConfig& config, const Hardware& hardware) {
+  std::vector<MaxSeqResult> results;
+  for (const Mode mode : {Mode::ulysses, Mode::fpdt_reference, Mode::fpdt}) {
+    PlanConfig probe = config;
+    probe.mode = mode;
+    if (mode != Mode::fpdt) {
+      if (probe.offload == OffloadTier::disk) probe.offload = OffloadTier::ram;
+      if (mode == Mode::fpdt_reference) probe.recompute = Recompute::layer;
+    }
+    results.push_back(search_max_seq(probe, hardware));
+  }
+  if (config.offload == OffloadTier::ram && hardware.disk_bytes > 0 && hardware.disk_bytes_per_s > 0) {
+    PlanConfig probe = config;
+    probe.mode = Mode::fpdt;
+    probe.offload = OffloadTier::disk;
+    probe.chunk_tokens = 0;  // the disk's bandwidth sets its own hiding chunk
+    results.push_back(search_max_seq(probe, hardware));
+  }
+  return results;
+}
+
+}  // namespace fpdt::plan

@@ -1,0 +1,147 @@
+// Bad input to the planner gets one clear fpdt::Error ("[module] what; hint: ..."), never a crash or
+// a silent nonsense plan: unknown presets and names, heads that do not split over the ranks, a chunk
+// that does not divide, negative or zero sizes, impossible mode combinations, bad hardware numbers.
+#include <gtest/gtest.h>
+
+#include "fpdt/plan/plan.h"
+#include "testing.h"
+
+namespace fpdt::plan {
+namespace {
+
+using fpdt::testing::error_message;
+using fpdt::testing::expect_contains;
+
+PlanConfig valid_config() {
+  PlanConfig config;
+  config.model = model::preset("llama3-8b");
+  config.seq_tokens = 1 << 20;
+  config.sp = 4;
+  config.mode = Mode::fpdt;
+  return config;
+}
+
+std::string plan_error(const PlanConfig& config, const Hardware& hardware = hardware_preset("A100-80GB")) {
+  return error_message([&] { make_plan(config, hardware); });
+}
+
+TEST(PlanErrors, ValidConfigurationPlans) {
+  EXPECT_TRUE(make_plan(valid_config(), hardware_preset("A100-80GB")).fits);
+}
+
+TEST(PlanErrors, UnknownPresetsAndNames) {
+  expect_contains(error_message([] { model::resolve_model("gpt-5t"); }), {"[model]", "unknown model preset 'gpt-5t'",
+                                                                          "hint:", "llama3-8b"});
+  expect_contains(error_message([] { hardware_preset("B200"); }),
+                  {"[plan]", "unknown hardware preset 'B200'", "hint:", "A100-80GB", "cpu"});
+  expect_contains(error_message([] { parse_mode("megatron-sp"); }), {"[plan]", "unknown mode", "fpdt-reference"});
+  expect_contains(error_message([] { parse_offload("nvme"); }), {"[plan]", "unknown offload tier", "ram, disk or none"});
+  expect_contains(error_message([] { parse_recompute("selective"); }), {"[plan]", "layer or none"});
+  expect_contains(error_message([] { parse_precision("fp8"); }), {"[plan]", "bf16 or fp32"});
+  expect_contains(error_message([] { parse_positions("alibi"); }), {"[plan]", "unknown positions"});
+  expect_contains(error_message([] { parse_tokens("lots", "--seq"); }), {"[plan]", "--seq", "128K", "'lots'"});
+  EXPECT_EQ(parse_tokens("128K", "--seq"), 131072);
+  EXPECT_EQ(parse_tokens("2M", "--seq"), 2097152);
+  EXPECT_EQ(parse_tokens("1e6", "--seq"), 1000000);
+}
+
+TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
+  PlanConfig config = valid_config();
+  config.model = model::preset("gpt-30b");  // 56 heads
+  config.positions = Positions::rope;
+  config.sp = 16;
+  config.seq_tokens = 1 << 20;
+  expect_contains(plan_error(config), {"[plan]", "56 attention heads", "not divisible by --sp 16", "hint:", "--heads"});
+  config.model = with_heads(config.model, 64);
+  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+  // kv heads must split over the ranks or divide them (replication).
+  config = valid_config();  // 8 kv heads
+  config.sp = 16;           // 32 query heads / 16 fine; 16 % 8 == 0: replicated kv heads
+  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+  config.model = with_heads(model::preset("llama-demo"), 8);  // 8 query heads, 4 kv heads
+  config.sp = 8;
+  config.seq_tokens = 8 * 1024;
+  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+  model::ModelConfig odd = model::preset("llama-demo");
+  odd.hidden = 192;
+  odd.heads = 12;
+  odd.kv_heads = 6;
+  odd.head_dim = 16;
+  odd.rotary_dim = 16;
+  config.model = odd;
+  config.sp = 4;  // 12 % 4 == 0 but 6 kv heads neither split over 4 ranks nor divide 4
+  expect_contains(plan_error(config), {"[plan]", "6 key/value heads", "--sp 4"});
+  expect_contains(error_message([] { with_heads(model::preset("gpt-30b"), 100); }),
+                  {"[plan]", "not divisible by 100 heads"});
+}
+
+TEST(PlanErrors, ChunkThatDoesNotDivide) {
+  PlanConfig config = valid_config();
+  config.seq_tokens = 1 << 20;
+  config.chunk_tokens = 3 * 65536;  // does not divide 2^20
+  expect_contains(plan_error(config), {"[plan]", "chunk of 196608 tokens does not divide the sequence of 1048576",
+                                       "hint:", "try --chunk 131072 or 262144"});
+  config.chunk_tokens = 65538;  // not a multiple of --sp 4
+  expect_contains(plan_error(config), {"[plan]", "does not split over --sp 4 ranks", "hint:"});
+  config.mode = Mode::fpdt_reference;
+  config.chunk_tokens = 0;  // the reference's 64K
+  config.seq_tokens = 96 * 1024;
+  expect_contains(plan_error(config), {"[plan]", "chunk of 65536 tokens does not divide the sequence of 98304"});
+  config.mode = Mode::ulysses;  // no chunks: no constraint
+  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+}
+
+TEST(PlanErrors, NegativeAndZeroSizes) {
+  PlanConfig config = valid_config();
+  config.seq_tokens = -5;
+  expect_contains(plan_error(config), {"[plan]", "sequence length (--seq) must be positive, got -5"});
+  config = valid_config();
+  config.sp = 0;
+  expect_contains(plan_error(config), {"[plan]", "--sp", "must be positive, got 0"});
+  config = valid_config();
+  config.dp = -2;
+  expect_contains(plan_error(config), {"[plan]", "--dp", "must be positive, got -2"});
+  config = valid_config();
+  config.micro_batch = 0;
+  expect_contains(plan_error(config), {"[plan]", "--batch", "must be positive"});
+  config = valid_config();
+  config.chunk_tokens = -65536;
+  expect_contains(plan_error(config), {"[plan]", "chunk size (--chunk) must be positive, got -65536"});
+  config = valid_config();
+  config.zero_stage = 4;
+  expect_contains(plan_error(config), {"[plan]", "ZeRO stage must be 0, 1, 2 or 3, got 4"});
+  config = valid_config();
+  config.seq_tokens = 1000001;  // not divisible by --sp 4
+  expect_contains(plan_error(config), {"[plan]", "not divisible by --sp 4"});
+  Hardware broken = hardware_preset("A100-80GB");
+  broken.host_link_bytes_per_s = -1;
+  expect_contains(plan_error(valid_config(), broken), {"[plan]", "host link bandwidth", "must be positive"});
+  broken = hardware_preset("A100-80GB");
+  broken.compute_bytes = 1e9;  // less than the 2 GiB the runtime keeps
+  expect_contains(plan_error(valid_config(), broken), {"[plan]", "reserve leaves no compute memory"});
+  expect_contains(error_message([] { search_max_seq([] {
+                    PlanConfig config = valid_config();
+                    config.sp = -1;
+                    return config;
+                  }(), hardware_preset("A100-80GB")); }),
+                  {"[plan]", "--sp", "must be positive"});
+}
+
+TEST(PlanErrors, CombinationsAModeDoesNotHave) {
+  PlanConfig config = valid_config();
+  config.mode = Mode::fpdt_reference;
+  config.recompute = Recompute::none;
+  expect_contains(plan_error(config), {"[plan]", "always re-runs each layer", "hint:", "--mode fpdt"});
+  config.recompute = Recompute::layer;
+  config.offload = OffloadTier::disk;
+  expect_contains(plan_error(config), {"[plan]", "host memory only"});
+  config.mode = Mode::ulysses;
+  expect_contains(plan_error(config), {"[plan]", "not on disk"});
+  config = valid_config();
+  config.model = model::preset("gpt-2.7b");  // a learned table of 4M positions
+  config.seq_tokens = int64_t{8} << 20;
+  expect_contains(plan_error(config), {"[plan]", "exceeds the 4194304 learned positions", "--positions rope"});
+}
+
+}  // namespace
+}  // namespace fpdt::plan
