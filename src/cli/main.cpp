@@ -19,6 +19,7 @@
 #include "fpdt/train/tokenizer.h"
 #include "fpdt/train/trainer.h"
 #include "options.h"
+#include "plan_command.h"
 
 namespace fpdt::cli {
 namespace {
@@ -248,7 +249,8 @@ int usage(FILE* out) {
                "  train      train a model on token shards, with checkpoints and metrics\n"
                "  sample     generate text from a checkpoint\n"
                "  tokenize   turn text or FASTA files into token shards\n"
-               "  inspect    show what a checkpoint, safetensors file or shard holds\n");
+               "  inspect    show what a checkpoint, safetensors file or shard holds\n"
+               "  plan       predict memory, time and the longest trainable sequence of a configuration\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -272,6 +274,7 @@ int main(int argc, char** argv) {
     if (command == "sample") return command_sample(argc - 2, argv + 2);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);
+    if (command == "plan") return command_plan(argc - 2, argv + 2);
     if (command == "--help" || command == "-h" || command == "help") return usage(stdout);
     fpdt::log::error("[cli] unknown command '" + command + "'; hint: fpdt --help lists the commands");
     return 2;

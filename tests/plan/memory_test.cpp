@@ -32,7 +32,7 @@ double component(const PlanResult& plan, const std::string& name, Phase phase) {
 }
 
 TEST(MemoryModel, WorkedExampleModelStates) {
-  // docs/memory.md §2: N = 8,030,261,248, W = 4, bf16.
+  // docs/memory.md §3: N = 8,030,261,248, W = 4, bf16.
   const PlanResult plan = make_plan(llama8b_on_4(Mode::fpdt_reference, 1 * M), hardware_preset("A100-80GB"));
   const double N = 8030261248.0;
   EXPECT_EQ(plan.shape.params, 8030261248);
@@ -43,7 +43,7 @@ TEST(MemoryModel, WorkedExampleModelStates) {
 }
 
 TEST(MemoryModel, WorkedExampleUlysses) {
-  // §4: S = 128K, T = 32768. The loss dominates: 14·V + 2·a·h bytes per token.
+  // §5: S = 128K, T = 32768. The loss dominates: 14·V + 2·a·h bytes per token.
   const PlanResult plan = make_plan(llama8b_on_4(Mode::ulysses, 128 * K), hardware_preset("A100-80GB"));
   EXPECT_DOUBLE_EQ(component(plan, "logits + cross-entropy (whole T)", Phase::loss),
                    (14.0 * 128256 + 4.0 * 4096) * 32768);
@@ -55,7 +55,7 @@ TEST(MemoryModel, WorkedExampleUlysses) {
 }
 
 TEST(MemoryModel, WorkedExampleReference) {
-  // §5: S = 1M, C = 64K: T = 262144, c = 16384.
+  // §6: S = 1M, C = 64K: T = 262144, c = 16384.
   const PlanResult plan = make_plan(llama8b_on_4(Mode::fpdt_reference, 1 * M), hardware_preset("A100-80GB"));
   EXPECT_EQ(plan.shape.C, 65536);
   EXPECT_EQ(plan.shape.c, 16384);

@@ -1,4 +1,4 @@
-// The cost model (see cost_model.h and docs/memory.md §7–§9).
+// The cost model (see cost_model.h and docs/memory.md §8–§9).
 #include "fpdt/plan/cost_model.h"
 
 #include <algorithm>
