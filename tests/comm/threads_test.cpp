@@ -95,17 +95,6 @@ TEST(Local, WorldIsLocalWithoutALauncher) {
   EXPECT_EQ(world->size(), 1);
 }
 
-// A build without MPI refuses to run as one of several ranks (each would train alone, silently).
-TEST(Local, BuildWithoutMpiRefusesAMultiRankLaunch) {
-  if (mpi_built()) GTEST_SKIP() << "this build has MPI";
-  if (launched_world_size() > 0) GTEST_SKIP() << "started by mpirun";
-  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  const std::string message = fpdt::testing::error_message([] { make_world(nullptr, nullptr); });
-  ::unsetenv("OMPI_COMM_WORLD_SIZE");
-  expect_contains(message, {"[comm] started by mpirun with 2 ranks, but fpdt was built without MPI",
-                            "hint: install libopenmpi-dev and rebuild"});
-}
-
 // Runs `body` on P ranks and returns run_ranks' error message and how long it took.
 template <typename Body>
 std::pair<std::string, double> failing_run(int ranks, Body body) {

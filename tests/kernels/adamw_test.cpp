@@ -13,11 +13,10 @@
 namespace fpdt::kernels {
 namespace {
 
+using testing::to_double;
 using testing::fresh_seed;
 using testing::random_normal;
 using testing::relative_error;
-
-std::vector<double> to_double(const std::vector<float>& values) { return {values.begin(), values.end()}; }
 
 double report(const char* what, double error) {
   std::printf("[ error    ] %s: %.3e\n", what, error);

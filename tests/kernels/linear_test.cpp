@@ -15,27 +15,11 @@
 namespace fpdt::kernels {
 namespace {
 
+using testing::finite_differences;
+using testing::to_double;
 using testing::fresh_seed;
 using testing::random_normal;
 using testing::relative_error;
-
-std::vector<double> to_double(const std::vector<float>& values) { return {values.begin(), values.end()}; }
-
-// Central differences of loss() with respect to every entry of values (perturbed in place, restored).
-std::vector<double> finite_differences(std::vector<double>& values, const std::function<double()>& loss) {
-  constexpr double kStep = 1e-6;
-  std::vector<double> grad(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double saved = values[i];
-    values[i] = saved + kStep;
-    const double up = loss();
-    values[i] = saved - kStep;
-    const double down = loss();
-    values[i] = saved;
-    grad[i] = (up - down) / (2 * kStep);
-  }
-  return grad;
-}
 
 // got − initial, in float64: the increment an accumulating (+=) kernel added.
 template <typename T>

@@ -10,25 +10,6 @@ namespace fpdt::kernels {
 
 namespace fast = cpu;
 
-cpu::AttentionChunkParams to_cpu(const AttentionChunkParams& p) {
-  cpu::AttentionChunkParams c;
-  c.q = p.q;
-  c.k = p.k;
-  c.v = p.v;
-  c.q_doc_ids = p.q_doc_ids;
-  c.kv_doc_ids = p.kv_doc_ids;
-  c.B = p.B;
-  c.Cq = p.Cq;
-  c.Ck = p.Ck;
-  c.H = p.H;
-  c.Hkv = p.Hkv;
-  c.D = p.D;
-  c.q_begin = p.q_begin;
-  c.kv_begin = p.kv_begin;
-  c.scale = p.scale;
-  return c;
-}
-
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -93,7 +74,7 @@ class CpuBackend final : public Backend {
     fast::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale);
   }
   void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params, bool accumulate) override {
-    fast::attention_chunk_forward(out, lse, to_cpu(params), accumulate);
+    fast::attention_chunk_forward(out, lse, params, accumulate);
   }
   void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
                              int D) override {
@@ -101,7 +82,7 @@ class CpuBackend final : public Backend {
   }
   void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                 const float* delta, const AttentionChunkParams& params) override {
-    fast::attention_chunk_backward(dq, dk, dv, dout, lse, delta, to_cpu(params));
+    fast::attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
   }
   void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                              const float* mask, int64_t N, int V) override {

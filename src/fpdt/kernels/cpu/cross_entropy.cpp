@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/vec_math.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::kernels::cpu {
@@ -21,32 +22,6 @@ constexpr int kTileFloats = 1024;                     // 4 KiB of a row, stays i
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below N·V of this one thread is faster
 
 #if defined(__AVX2__) && defined(__FMA__)
-
-// exp(x) for 8 floats (Cephes polynomial, ≈ 2 ulp); +inf above 88, 0 below −87, NaN propagates.
-// (Same function as in activation.cpp.)
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f);
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
-  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 clamped = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), clamped);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
-  result = _mm256_blendv_ps(result, _mm256_set1_ps(INFINITY), overflow);
-  return _mm256_andnot_ps(underflow, result);
-}
 
 // The last `count` (< 8) floats of a row, padded with `fill`.
 inline __m256 load_partial(const float* x, int count, float fill) {

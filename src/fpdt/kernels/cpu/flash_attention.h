@@ -12,25 +12,13 @@
 
 #include <cstdint>
 
+#include "fpdt/kernels/reference/attention_chunk.h"
+
 namespace fpdt::kernels::cpu {
 
-// One (q block, kv block) pair. GQA: q head j reads kv head j / (H / Hkv); nothing is copied per q head.
-struct AttentionChunkParams {
-  const float* q = nullptr;             // (B, Cq, H, D)
-  const float* k = nullptr;             // (B, Ck, Hkv, D)
-  const float* v = nullptr;             // (B, Ck, Hkv, D)
-  const int32_t* q_doc_ids = nullptr;   // (B, Cq) document of each q token, or null (then kv_doc_ids is null too)
-  const int32_t* kv_doc_ids = nullptr;  // (B, Ck) document of each kv token, or null
-  int B = 0;
-  int64_t Cq = 0;        // q tokens in the block
-  int64_t Ck = 0;        // kv tokens in the block
-  int H = 0;             // q heads
-  int Hkv = 0;           // kv heads, H % Hkv == 0
-  int D = 0;             // head dim, kMinHeadDim..kMaxHeadDim
-  int64_t q_begin = 0;   // global position of q token 0
-  int64_t kv_begin = 0;  // global position of kv token 0
-  double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
-};
+// One (q block, kv block) pair: the struct every backend's chunk kernels take
+// (reference/attention_chunk.h documents it field by field).
+using AttentionChunkParams = kernels::AttentionChunkParams;
 
 constexpr int kMinHeadDim = 1;    // nothing in the kernels depends on D's size or alignment
 constexpr int kMaxHeadDim = 256;  // bounds the per-thread scratch (tuned and benchmarked for 32–256)
