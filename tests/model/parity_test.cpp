@@ -49,9 +49,11 @@ TEST_P(Parity, LogitsLossAndGradientsMatchPyTorch) {
   const std::vector<float> want_logits = golden.read_floats("golden.logits");
   std::vector<float> logits(want_logits.size());
   const LossStats forward_stats = model.forward(batch, logits.data());
-  EXPECT_LE(testing::relative_error(logits, want_logits), 1e-5) << c.model << " logits";
+  const double logits_error = testing::relative_error(logits, want_logits);
+  EXPECT_LE(logits_error, 1e-5) << c.model << " logits";
   const double want_loss = golden.read_floats("golden.loss")[0];
-  EXPECT_LE(std::abs(forward_stats.mean() - want_loss) / want_loss, 1e-5) << c.model << " loss";
+  const double loss_error = std::abs(forward_stats.mean() - want_loss) / want_loss;
+  EXPECT_LE(loss_error, 1e-5) << c.model << " loss";
 
   // Backward: every gradient, tensor by tensor in Hugging Face naming, ≤ 1e-4 relative (the issue's
   // bar): backward chains twice as many fp32 ops, with cancellation in the softmax gradients.
@@ -60,11 +62,15 @@ TEST_P(Parity, LogitsLossAndGradientsMatchPyTorch) {
   EXPECT_LE(std::abs(stats.mean() - want_loss) / want_loss, 1e-5) << c.model << " loss (training)";
   ParameterBlock want_grads(model.layout(), "golden gradients");
   load_hf_safetensors(config, model.layout(), want_grads, golden_path, "grad.");
+  double worst_gradient = 0.0;
   for (const ParameterInfo& info : model.layout().tensors()) {
     const double error = testing::relative_error(model.grads().get(info.name), want_grads.get(info.name),
                                                  static_cast<size_t>(info.numel()));
     EXPECT_LE(error, 1e-4) << c.model << " gradient of " << info.name;
+    worst_gradient = std::max(worst_gradient, error);
   }
+  std::printf("[ error    ] %s on %s: logits %.2e, loss %.2e, worst gradient %.2e\n", c.model.c_str(),
+              c.backend.c_str(), logits_error, loss_error, worst_gradient);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Parity,

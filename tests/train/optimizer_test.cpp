@@ -44,6 +44,8 @@ TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
     // 1e-5 relative (the bar). Adam's update m/√v is insensitive to the fp32 rounding of
     // the gradients except in sign, so fp32 and float64 trajectories stay this close for 5 steps.
     EXPECT_NEAR(loss, want[step], 1e-5 * want[step]) << GetParam() << " before step " << step + 1;
+    std::printf("[ error    ] %s before step %zu: loss %.6f vs %.6f (relative %.1e)\n", GetParam().c_str(), step + 1,
+                loss, want[step], std::abs(loss - want[step]) / want[step]);
     optimizer.update(model.params(), model.grads(), learning_rate(settings, static_cast<int64_t>(step) + 1));
   }
   EXPECT_EQ(optimizer.step(), 5);
