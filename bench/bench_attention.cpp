@@ -48,14 +48,22 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw fpdt::Error("bench", "missing value after " + arg, "see --help");
       return std::atoll(argv[++i]);
     };
-    if (arg == "--seq") o.seq = value();
-    else if (arg == "--batch") o.batch = static_cast<int>(value());
-    else if (arg == "--heads") o.heads = static_cast<int>(value());
-    else if (arg == "--kv-heads") o.kv_heads = static_cast<int>(value());
-    else if (arg == "--head-dim") o.head_dim = static_cast<int>(value());
-    else if (arg == "--threads") o.threads = static_cast<int>(value());
-    else if (arg == "--reps") o.reps = static_cast<int>(value());
-    else if (arg == "--docs") o.docs = true;
+    if (arg == "--seq")
+      o.seq = value();
+    else if (arg == "--batch")
+      o.batch = static_cast<int>(value());
+    else if (arg == "--heads")
+      o.heads = static_cast<int>(value());
+    else if (arg == "--kv-heads")
+      o.kv_heads = static_cast<int>(value());
+    else if (arg == "--head-dim")
+      o.head_dim = static_cast<int>(value());
+    else if (arg == "--threads")
+      o.threads = static_cast<int>(value());
+    else if (arg == "--reps")
+      o.reps = static_cast<int>(value());
+    else if (arg == "--docs")
+      o.docs = true;
     else if (arg == "--help" || arg == "-h") {
       usage();
       std::exit(0);
@@ -130,15 +138,15 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < o.reps; ++rep) {
       const double sgemm_s = std::min(sgemm.seconds(), sgemm.seconds());
       auto start = std::chrono::steady_clock::now();
-      fpdt::kernels::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H,
-                                            Hkv, D, scale);
+      fpdt::kernels::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv,
+                                            D, scale);
       const double fwd = seconds_since(start);
       start = std::chrono::steady_clock::now();
-      fpdt::kernels::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
-                                             v.data(), out.data(), lse.data(), doc_ids, B, S, H, Hkv, D, scale);
+      fpdt::kernels::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                             out.data(), lse.data(), doc_ids, B, S, H, Hkv, D, scale);
       const double bwd = seconds_since(start);
-      std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s\n", rep, Sgemm::flops() / sgemm_s / 1e9,
-                  fwd, bwd);
+      std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s\n", rep,
+                  Sgemm::flops() / sgemm_s / 1e9, fwd, bwd);
       sgemm_best = std::min(sgemm_best, sgemm_s);
       fwd_best = std::min(fwd_best, fwd);
       bwd_best = std::min(bwd_best, bwd);
