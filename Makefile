@@ -20,7 +20,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE cuda
 
 run: configure
 	cmake --build $(BUILD) -j $(JOBS) --target fpdt

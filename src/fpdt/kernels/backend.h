@@ -1,5 +1,6 @@
 // The kernel interface the model computes through. A Backend is one implementation of every op
-// (fp32 on CPU): `reference` runs the scalar spec kernels, `cpu` the fast ones; CUDA adds its own.
+// (fp32): `reference` runs the scalar spec kernels, `cpu` the fast ones, `cuda` GPU kernels on device
+// pointers (built when nvcc is found; not yet driven by the model or pipeline).
 // The model never names a kernel namespace, so a faster attention or a GPU backend drops in here.
 // Semantics and shapes of each op are those of the reference headers (kernels/reference/*.h).
 #pragma once
@@ -79,7 +80,8 @@ class Backend {
   virtual void scale_inplace(float* x, float alpha, int64_t n) = 0;
 };
 
-// "reference" or "cpu"; throws fpdt::Error for any other name.
+// "reference", "cpu" or "cuda" (device pointers; kernels/cuda, a clear error in builds without
+// CUDA); throws fpdt::Error for any other name.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace fpdt::kernels

@@ -115,6 +115,10 @@ void check_settings(const TrainSettings& s) {
   if (s.eval_every < 0 || s.save_every < 0) throw Error(kModule, "--eval-every and --save-every must be ≥ 0");
   positive(s.sp, "--sp");
   positive(s.dp, "--dp");
+  if (s.backend == "cuda")
+    throw Error(kModule, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
+                         "memory yet (issue 8)",
+                "train with --backend cpu");
   if (s.mode != "fpdt" && s.mode != "ulysses")
     throw Error(kModule, "unknown --mode '" + s.mode + "'", "use --mode fpdt or --mode ulysses");
   if (!(s.optimizer.lr > 0)) throw Error(kModule, "--lr must be positive");

@@ -1,0 +1,385 @@
+// CUDA attention chunk kernels in fp32 (semantics: reference/attention_chunk.h), FlashAttention-2
+// style: a block owns 16 rows (4 warps × 4 rows), streams the other side in tiles of 32 rows
+// through shared memory, and keeps an online softmax per row. Lane j scores tile row j (padded
+// shared rows, conflict-free); lane t owns output dims t, t+32, … . Backward is two kernels, so
+// nothing needs atomics: dQ (rows = q, tiles over kv) and dK/dV (rows = kv, tiles over q and over
+// the q heads of the GQA group). Scores are recomputed in each — correct first; the mma.sync /
+// bf16 version is the next step (issue 8). Head dim D ≤ 256 (one instantiation per ⌈D/32⌉).
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/block_reduce.cuh"
+#include "fpdt/kernels/cuda/cuda_check.h"
+#include "fpdt/kernels/cuda/cuda_kernels.h"
+
+namespace fpdt::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kBlockRows = kWarps * kRowsPerWarp;  // 16 rows per block
+constexpr int kTile = 32;                          // rows of the streamed side per step (one per lane)
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ inline bool visible(const AttentionChunkParams& p, int b, int64_t i, int64_t j) {
+  if (p.kv_begin + j > p.q_begin + i) return false;
+  return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
+}
+
+// Loads `rows` rows of a (B, C, heads, D) tensor at head `head`, from row `first`, into shared
+// memory with row stride `stride` (zero past C).
+__device__ inline void load_rows(float* dst, int stride, const float* src, int b, int64_t C, int heads, int head,
+                                 int D, int64_t first, int rows) {
+  for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int64_t i = first + r;
+    dst[r * stride + d] = i < C ? src[((b * C + i) * heads + head) * static_cast<int64_t>(D) + d] : 0.0f;
+  }
+}
+
+__device__ inline float dot_shared(const float* a, const float* b, int D) {
+  float sum = 0.0f;
+  for (int d = 0; d < D; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// Shared memory: q (16, D) | k (32, D+1) | v (32, D+1).
+template <int kDL>
+__global__ void __launch_bounds__(kWarps * 32)
+    chunk_forward_kernel(float* out, float* lse, const AttentionChunkParams p, bool accumulate) {
+  extern __shared__ float smem[];
+  const int D = p.D;
+  float* q_s = smem;
+  float* k_s = q_s + kBlockRows * D;
+  float* v_s = k_s + kTile * (D + 1);
+  const int b = blockIdx.y / p.H, head = blockIdx.y % p.H, kv_head = head / (p.H / p.Hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows);
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDL];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
+  }
+  const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
+  const int64_t kv_end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);  // keys past it are masked for all rows
+  for (int64_t tile0 = 0; tile0 < kv_end; tile0 += kTile) {
+    __syncthreads();
+    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int local = warp * kRowsPerWarp + r;
+      const int64_t i = row0 + local;
+      if (i >= p.Cq) continue;  // warp-uniform
+      const int64_t j = tile0 + lane;
+      float s = -INFINITY;
+      if (j < p.Ck && visible(p, b, i, j))
+        s = static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
+      const float m_new = fmaxf(m[r], warp_max(s));
+      if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
+      const float prob = s == -INFINITY ? 0.0f : expf(s - m_new);
+      const float correction = expf(m[r] - m_new);
+      l[r] = l[r] * correction + warp_sum(prob);
+#pragma unroll
+      for (int t = 0; t < kDL; ++t) acc[r][t] *= correction;
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float pj = __shfl_sync(kFull, prob, jj);
+        if (pj == 0.0f) continue;  // warp-uniform
+#pragma unroll
+        for (int t = 0; t < kDL; ++t) {
+          const int d = lane + 32 * t;
+          if (d < D) acc[r][t] += pj * v_s[jj * (D + 1) + d];
+        }
+      }
+      m[r] = m_new;
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t i = row0 + warp * kRowsPerWarp + r;
+    if (i >= p.Cq) continue;
+    float* out_row = out + ((b * p.Cq + i) * p.H + head) * static_cast<int64_t>(D);
+    float* row_lse = lse + (static_cast<int64_t>(b) * p.H + head) * p.Cq + i;
+    if (l[r] == 0.0f) {  // no visible key: the empty softmax
+      if (!accumulate) {
+#pragma unroll
+        for (int t = 0; t < kDL; ++t)
+          if (lane + 32 * t < D) out_row[lane + 32 * t] = 0.0f;
+        if (lane == 0) *row_lse = -INFINITY;
+      }
+      continue;
+    }
+    const float block_lse = m[r] + logf(l[r]);
+    const float old_lse = accumulate ? *row_lse : -INFINITY;
+    __syncwarp();  // every lane has read the old lse before lane 0 overwrites it
+    if (old_lse == -INFINITY) {
+#pragma unroll
+      for (int t = 0; t < kDL; ++t)
+        if (lane + 32 * t < D) out_row[lane + 32 * t] = acc[r][t] / l[r];
+      if (lane == 0) *row_lse = block_lse;
+      continue;
+    }
+    const float new_lse = fmaxf(old_lse, block_lse) + log1pf(expf(-fabsf(old_lse - block_lse)));
+    const float keep = expf(old_lse - new_lse), add = expf(block_lse - new_lse) / l[r];
+#pragma unroll
+    for (int t = 0; t < kDL; ++t) {
+      const int d = lane + 32 * t;
+      if (d < D) out_row[d] = out_row[d] * keep + acc[r][t] * add;
+    }
+    if (lane == 0) *row_lse = new_lse;
+  }
+}
+
+// One warp per (b, i, head) row: delta = Σ_d dout ∘ out.
+__global__ void chunk_delta_kernel(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
+                                   int D) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b·Cq + i)·H + head
+  const int lane = threadIdx.x % 32;
+  if (row >= B * Cq * H) return;
+  float sum = 0.0f;
+  for (int d = lane; d < D; d += 32) sum += dout[row * D + d] * out[row * D + d];
+  sum = warp_sum(sum);
+  if (lane == 0) {
+    const int64_t head = row % H, bi = row / H, b = bi / Cq, i = bi % Cq;
+    delta[(b * H + head) * Cq + i] = sum;
+  }
+}
+
+// dQ: rows are q rows, tiles stream kv. Shared: q (16, D) | dout (16, D) | k (32, D+1) | v (32, D+1).
+template <int kDL>
+__global__ void __launch_bounds__(kWarps * 32)
+    chunk_backward_dq_kernel(float* dq, const float* dout, const float* lse, const float* delta,
+                             const AttentionChunkParams p) {
+  extern __shared__ float smem[];
+  const int D = p.D;
+  float* q_s = smem;
+  float* do_s = q_s + kBlockRows * D;
+  float* k_s = do_s + kBlockRows * D;
+  float* v_s = k_s + kTile * (D + 1);
+  const int b = blockIdx.y / p.H, head = blockIdx.y % p.H, kv_head = head / (p.H / p.Hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows);
+  load_rows(do_s, D, dout, b, p.Cq, p.H, head, D, row0, kBlockRows);
+
+  float acc[kRowsPerWarp][kDL];
+  float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t i = row0 + warp * kRowsPerWarp + r;
+    const int64_t stat = (static_cast<int64_t>(b) * p.H + head) * p.Cq + i;
+    row_lse[r] = i < p.Cq ? lse[stat] : -INFINITY;
+    row_delta[r] = i < p.Cq ? delta[stat] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
+  }
+  const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
+  const int64_t kv_end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);
+  for (int64_t tile0 = 0; tile0 < kv_end; tile0 += kTile) {
+    __syncthreads();
+    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int local = warp * kRowsPerWarp + r;
+      const int64_t i = row0 + local;
+      if (i >= p.Cq || row_lse[r] == -INFINITY) continue;  // warp-uniform
+      const int64_t j = tile0 + lane;
+      float dscore = 0.0f;
+      if (j < p.Ck && visible(p, b, i, j)) {
+        const float prob =
+            expf(static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D) - row_lse[r]);
+        const float dprob = dot_shared(do_s + local * D, v_s + lane * (D + 1), D);
+        dscore = prob * (dprob - row_delta[r]);
+      }
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float ds = __shfl_sync(kFull, dscore, jj);
+        if (ds == 0.0f) continue;  // warp-uniform
+#pragma unroll
+        for (int t = 0; t < kDL; ++t) {
+          const int d = lane + 32 * t;
+          if (d < D) acc[r][t] += ds * k_s[jj * (D + 1) + d];
+        }
+      }
+    }
+  }
+  const float scale = static_cast<float>(p.scale);
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t i = row0 + warp * kRowsPerWarp + r;
+    if (i >= p.Cq) continue;
+    float* dq_row = dq + ((b * p.Cq + i) * p.H + head) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int t = 0; t < kDL; ++t)
+      if (lane + 32 * t < D) dq_row[lane + 32 * t] += scale * acc[r][t];
+  }
+}
+
+// dK, dV: rows are kv rows of one kv head, tiles stream q rows of every q head of its GQA group.
+// Shared: k (16, D) | v (16, D) | q (32, D+1) | dout (32, D+1) | lse (32) | delta (32).
+template <int kDL>
+__global__ void __launch_bounds__(kWarps * 32)
+    chunk_backward_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, const float* delta,
+                               const AttentionChunkParams p) {
+  extern __shared__ float smem[];
+  const int D = p.D;
+  float* k_s = smem;
+  float* v_s = k_s + kBlockRows * D;
+  float* q_s = v_s + kBlockRows * D;
+  float* do_s = q_s + kTile * (D + 1);
+  float* lse_s = do_s + kTile * (D + 1);
+  float* delta_s = lse_s + kTile;
+  const int b = blockIdx.y / p.Hkv, kv_head = blockIdx.y % p.Hkv, group = p.H / p.Hkv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  load_rows(k_s, D, p.k, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows);
+  load_rows(v_s, D, p.v, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows);
+
+  float dk_acc[kRowsPerWarp][kDL], dv_acc[kRowsPerWarp][kDL];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int t = 0; t < kDL; ++t) dk_acc[r][t] = dv_acc[r][t] = 0.0f;
+  // q rows before q_first see none of this block's keys (causal by global position).
+  const int64_t q_first = max(static_cast<int64_t>(0), p.kv_begin + row0 - p.q_begin);
+  const float scale = static_cast<float>(p.scale);
+  for (int g = 0; g < group; ++g) {
+    const int head = kv_head * group + g;
+    for (int64_t tile0 = q_first; tile0 < p.Cq; tile0 += kTile) {
+      __syncthreads();
+      load_rows(q_s, D + 1, p.q, b, p.Cq, p.H, head, D, tile0, kTile);
+      load_rows(do_s, D + 1, dout, b, p.Cq, p.H, head, D, tile0, kTile);
+      if (threadIdx.x < kTile) {
+        const int64_t i = tile0 + threadIdx.x;
+        const int64_t stat = (static_cast<int64_t>(b) * p.H + head) * p.Cq + i;
+        lse_s[threadIdx.x] = i < p.Cq ? lse[stat] : -INFINITY;
+        delta_s[threadIdx.x] = i < p.Cq ? delta[stat] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int local = warp * kRowsPerWarp + r;
+        const int64_t j = row0 + local;
+        if (j >= p.Ck) continue;  // warp-uniform
+        const int64_t i = tile0 + lane;
+        float prob = 0.0f, dscore = 0.0f;
+        if (i < p.Cq && lse_s[lane] != -INFINITY && visible(p, b, i, j)) {
+          prob = expf(scale * dot_shared(q_s + lane * (D + 1), k_s + local * D, D) - lse_s[lane]);
+          const float dprob = dot_shared(do_s + lane * (D + 1), v_s + local * D, D);
+          dscore = prob * (dprob - delta_s[lane]);
+        }
+        for (int ii = 0; ii < kTile; ++ii) {
+          const float pi = __shfl_sync(kFull, prob, ii);
+          const float ds = __shfl_sync(kFull, dscore, ii);
+          if (pi == 0.0f && ds == 0.0f) continue;  // warp-uniform
+#pragma unroll
+          for (int t = 0; t < kDL; ++t) {
+            const int d = lane + 32 * t;
+            if (d < D) {
+              dv_acc[r][t] += pi * do_s[ii * (D + 1) + d];
+              dk_acc[r][t] += ds * q_s[ii * (D + 1) + d];
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t j = row0 + warp * kRowsPerWarp + r;
+    if (j >= p.Ck) continue;
+    const int64_t offset = ((b * p.Ck + j) * p.Hkv + kv_head) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int t = 0; t < kDL; ++t) {
+      const int d = lane + 32 * t;
+      if (d < D) {
+        dk[offset + d] += scale * dk_acc[r][t];
+        dv[offset + d] += dv_acc[r][t];
+      }
+    }
+  }
+}
+
+size_t forward_smem_bytes(int D) { return sizeof(float) * (kBlockRows * D + 2 * kTile * (D + 1)); }
+size_t dq_smem_bytes(int D) { return sizeof(float) * (2 * kBlockRows * D + 2 * kTile * (D + 1)); }
+size_t dkdv_smem_bytes(int D) { return sizeof(float) * (2 * kBlockRows * D + 2 * kTile * (D + 1) + 2 * kTile); }
+
+// The one place where the runtime head dim becomes a compile-time constant: ⌈D/32⌉ ∈ {1, 2, 4, 8}.
+template <typename F>
+void dispatch_head_dim(int D, F&& f) {
+  if (D <= 32) return f(std::integral_constant<int, 1>{});
+  if (D <= 64) return f(std::integral_constant<int, 2>{});
+  if (D <= 128) return f(std::integral_constant<int, 4>{});
+  if (D <= kMaxHeadDim) return f(std::integral_constant<int, 8>{});
+  throw Error("kernels", "CUDA attention supports head dim D <= 256, got " + std::to_string(D),
+              "use --backend cpu for this model");
+}
+
+dim3 grid(int64_t rows, int heads_times_batch) {
+  return dim3(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(heads_times_batch));
+}
+
+}  // namespace
+
+void attention_configure() {
+  for (int D : {32, 64, 128, kMaxHeadDim})
+    dispatch_head_dim(D, [&](auto dl) {
+      constexpr int kDL = decltype(dl)::value;
+      FPDT_CUDA_CHECK(cudaFuncSetAttribute(chunk_forward_kernel<kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(forward_smem_bytes(D))));
+      FPDT_CUDA_CHECK(cudaFuncSetAttribute(chunk_backward_dq_kernel<kDL>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(dq_smem_bytes(D))));
+      FPDT_CUDA_CHECK(cudaFuncSetAttribute(chunk_backward_dkdv_kernel<kDL>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(dkdv_smem_bytes(D))));
+    });
+}
+
+void attention_chunk_forward(cudaStream_t stream, float* out, float* lse, const AttentionChunkParams& params,
+                             bool accumulate) {
+  if (params.B == 0 || params.Cq == 0) return;
+  dispatch_head_dim(params.D, [&](auto dl) {
+    constexpr int kDL = decltype(dl)::value;
+    chunk_forward_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, forward_smem_bytes(params.D),
+                                stream>>>(out, lse, params, accumulate);
+    FPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_chunk_delta(cudaStream_t stream, float* delta, const float* dout, const float* out, int B,
+                           int64_t Cq, int H, int D) {
+  const int64_t rows = B * Cq * H;
+  if (rows == 0) return;
+  constexpr int kRowsPerBlock = 8;  // 8 warps
+  chunk_delta_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
+                       stream>>>(delta, dout, out, B, Cq, H, D);
+  FPDT_CUDA_CHECK_LAUNCH();
+}
+
+void attention_chunk_backward(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
+                              const float* lse, const float* delta, const AttentionChunkParams& params) {
+  if (params.B == 0 || params.Cq == 0 || params.Ck == 0) return;
+  dispatch_head_dim(params.D, [&](auto dl) {
+    constexpr int kDL = decltype(dl)::value;
+    chunk_backward_dq_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, dq_smem_bytes(params.D),
+                                    stream>>>(dq, dout, lse, delta, params);
+    FPDT_CUDA_CHECK_LAUNCH();
+    chunk_backward_dkdv_kernel<kDL><<<grid(params.Ck, params.B * params.Hkv), kWarps * 32,
+                                      dkdv_smem_bytes(params.D), stream>>>(dk, dv, dout, lse, delta, params);
+    FPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace fpdt::kernels::cuda

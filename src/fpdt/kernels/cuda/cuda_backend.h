@@ -1,0 +1,28 @@
+// The CUDA backend's public face: make_cuda_backend(), cuda_available() and the few device-memory
+// helpers tests and benchmarks need. No CUDA type appears here, so any file may include it; in a
+// build without CUDA every function comes from cuda_stub.cpp (chosen by CMake) and throws a clear
+// fpdt::Error, except cuda_available(), which is false. A CudaBackend's ops take DEVICE pointers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "fpdt/kernels/backend.h"
+
+namespace fpdt::kernels {
+
+// A Backend over device pointers on the current CUDA device (fp32 storage and compute for now).
+// Every launch goes to the backend's own stream; the helpers below synchronise with it.
+std::unique_ptr<Backend> make_cuda_backend();
+
+// True when this build has CUDA and a usable device is present (never throws).
+bool cuda_available();
+
+// Device memory for tests, benchmarks and (later) the compute tier. All throw fpdt::Error on failure.
+void* cuda_device_alloc(size_t bytes);
+void cuda_device_free(void* device_ptr) noexcept;
+void cuda_copy_to_device(void* device_dst, const void* host_src, size_t bytes);  // synchronous
+void cuda_copy_to_host(void* host_dst, const void* device_src, size_t bytes);    // synchronous
+void cuda_synchronize();  // waits for every stream of the current device
+
+}  // namespace fpdt::kernels
