@@ -945,8 +945,10 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
   }
 }
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_ids,
-                       int B, int64_t S, int Hq, int Hkv, int D, double scale) {
+namespace {
+// The whole sequence as one causal block: q and kv both start at position 0 with the same doc ids.
+AttentionChunkParams full_sequence(const float* q, const float* k, const float* v, const int32_t* doc_ids, int B,
+                                   int64_t S, int Hq, int Hkv, int D, double scale) {
   AttentionChunkParams p;
   p.q = q;
   p.k = k;
@@ -959,24 +961,19 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   p.Hkv = Hkv;
   p.D = D;
   p.scale = scale;
-  attention_chunk_forward(out, lse, p, /*accumulate=*/false);
+  return p;
+}
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_ids,
+                       int B, int64_t S, int Hq, int Hkv, int D, double scale) {
+  attention_chunk_forward(out, lse, full_sequence(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale), /*accumulate=*/false);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B, int64_t S,
                         int Hq, int Hkv, int D, double scale) {
-  AttentionChunkParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.q_doc_ids = doc_ids;
-  p.kv_doc_ids = doc_ids;
-  p.B = B;
-  p.Cq = p.Ck = S;
-  p.H = Hq;
-  p.Hkv = Hkv;
-  p.D = D;
-  p.scale = scale;
+  const AttentionChunkParams p = full_sequence(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale);
   validate(p);
   const size_t q_elements = static_cast<size_t>(B) * S * Hq * D;
   const size_t kv_elements = static_cast<size_t>(B) * S * Hkv * D;
