@@ -37,7 +37,7 @@ ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int
   s.threads = 1;
   s.peak_gflops = 100;
   s.optimizer.warmup_steps = 2;
-  s.optimizer.lr = 1e-2;
+  s.optimizer.lr = 1e-3;  // as TinySetup::train_args, for the reason given there
   s.sp = sp;
   s.dp = dp;
   s.chunks = 2;
