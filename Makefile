@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 
 RUN_DIR ?= runs/demo
-RUN_STEPS ?= 240
+RUN_STEPS ?= 150
 
 .PHONY: deps configure build test run clean
 
@@ -26,8 +26,8 @@ run: configure
 	cmake --build $(BUILD) -j $(JOBS) --target fpdt
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
 	$(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
-	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 40 --eval-batches 8 \
-	  --save-every 80 --sample-tokens 300 --prompt "And God said"
+	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
+	  --save-every 50 --sample-tokens 300 --prompt "And God said"
 
 clean:
 	rm -rf $(BUILD)
