@@ -80,10 +80,10 @@ double pipeline_arena_bytes(const PlanShape& s) {
   const int64_t pack = c * std::max<int64_t>(s.Hq, local_kv * s.P) * D;
   const int64_t ch = c * h, cf = c * f, cq = c * q, ckv = c * kv;
   const std::vector<int64_t> float_sizes = {
-      c, ch, ch, ch, ch, c, c, cq, ckv, ckv, qh, kvh, kvh, kvh, kvh, kvh, kvh, qh, lse, cq, ch, c, c, cf, cf,
+      ch, ch, ch, ch, c, c, cq, ckv, ckv, qh, kvh, kvh, kvh, kvh, kvh, kvh, qh, lse, cq, ch, c, c, cf, cf,
       cf, pack, head_tokens * V, head_tokens, head_tokens, ch, cq, qh, lse, kvh, kvh, qh, qh, qh, qh,
       lse, lse, lse, lse, qh, qh, qh, cq, ckv, ckv, ch, cf, cf, cf};
-  double total = 5 * aligned(c * 8);
+  double total = 4 * aligned(c * 4) + aligned(c * 8);  // tokens, targets, position ids, mask; positions
   for (int64_t floats : float_sizes) total += aligned(floats * 4);
   return total;
 }

@@ -198,8 +198,9 @@ double fpdt_chunk_arena_bytes(const PlanShape& s) {
   const double qh32 = kFp32 * c * d(s.q), kvh32 = kFp32 * c * d(s.kv_heads), lse = kFp32 * c * d(s.Hq);
   const double pack = a * c * d(std::max(s.q, s.kv_heads));
   const double head_tokens = d(fpdt_loss_chunk_tokens(s));
-  double total = 5 * aligned_bytes(8 * c)               // tokens, targets, positions, position ids, mask
-                 + 5 * aligned_bytes(kFp32 * c)          // norm and MLP mean, rstd; one spare
+  double total = 4 * aligned_bytes(4 * c)               // tokens, targets, position ids, mask
+                 + aligned_bytes(8 * c)                  // positions
+                 + 4 * aligned_bytes(kFp32 * c)          // norm and MLP mean, rstd
                  + 7 * aligned_bytes(ch)                 // x, x_mid, x_out, norm1, norm2, d_res, d_norm
                  + 4 * aligned_bytes(cq)                 // q, o, d_attn, dq (token-sharded)
                  + 4 * aligned_bytes(ckv)                // k, v, dk, dv (token-sharded)
@@ -336,7 +337,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
   out.add("d_res, dO, delta, dq of the layer", "offload chunks", chunk_tier, Phase::always,
           fpdt_store_gradient_bytes(s), "(a·(h + q) + 4·(Hq + q))·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always, fpdt_chunk_arena_bytes(s),
-          "per c: a·(7h + 11q + 4kv + 6kv_heads + 6f + max(q, kv_heads)) + 4·(3q + 2kv_heads + 6Hq + 5) + 40; + 4·V·n");
+          "per c: a·(7h + 11q + 4kv + 6kv_heads + 6f + max(q, kv_heads)) + 4·(3q + 2kv_heads + 6Hq + 4) + 24; + 4·V·n");
   return out.take();
 }
 
