@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "fpdt/kernels/device_memory.h"
 #include "fpdt/kernels/reference/adamw.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
 
@@ -18,6 +19,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The memory this backend computes in, and its copies between tiers (device_memory.h).
+  virtual DeviceMemory& memory() = 0;
 
   virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
                                  bool accumulate) = 0;

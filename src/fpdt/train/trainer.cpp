@@ -211,7 +211,7 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
 
   TrainResult result;
   if (settings.dry_run) {
-    model.dry_run(settings.seq_tokens);
+    model.dry_run(settings.seq_tokens, static_cast<int>(settings.batch_size));
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
     result.peak_rss_bytes = peak_rss_bytes();

@@ -13,6 +13,7 @@ namespace fast = cpu;
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  DeviceMemory& memory() override { return host_memory(); }
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
                          bool accumulate) override {

@@ -14,6 +14,7 @@
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_kernels.h"
+#include "fpdt/kernels/cuda/cuda_memory.h"
 
 namespace fpdt::kernels {
 
@@ -70,9 +71,11 @@ class CudaBackend final : public Backend {
     FPDT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_device_), sizeof(double)));
     FPDT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
     cuda::attention_configure();
+    memory_ = cuda::make_device_memory(stream_);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    memory_.reset();
     cudaFree(scratch_);
     cudaFreeHost(sum_host_);
     cudaFree(sum_device_);
@@ -84,6 +87,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  DeviceMemory& memory() override { return *memory_; }
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
                          bool accumulate) override {
@@ -247,6 +251,7 @@ class CudaBackend final : public Backend {
   double* sum_host_ = nullptr;  // pinned
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
+  std::unique_ptr<DeviceMemory> memory_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ namespace ref = reference;
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
+  DeviceMemory& memory() override { return host_memory(); }
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
                          bool accumulate) override {
