@@ -49,7 +49,7 @@ ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
 
 Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass) const {
   const ChunkPlan plan = plan_for(seq_tokens);
-  return make_schedule(plan, config_.layers, pass, pipeline_.recompute, BlockMask(plan.chunks));
+  return make_schedule(plan, config_.layers, pass, pipeline_.recompute, make_block_mask(plan, 0, nullptr, 1));
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {

@@ -76,8 +76,11 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
   auto in_window = [&](int64_t first_query, int64_t last_key) {
     return window_tokens == 0 || first_query - last_key < window_tokens;
   };
+  // A chunk of padding only (u·C − S ≥ C: more chunks asked for than the tokens fill) has no queries
+  // of its own; its diagonal stays, so that its padding rows see themselves.
   for (int i = 0; i < u; ++i)
-    for (int j = 0; j < i; ++j) mask.live_[static_cast<size_t>(i) * u + j] = in_window(i * C, j * C + C - 1);
+    for (int j = 0; j < i; ++j)
+      mask.live_[static_cast<size_t>(i) * u + j] = i * C < plan.seq_tokens && in_window(i * C, j * C + C - 1);
   if (doc_ids == nullptr) return mask;
 
   std::vector<uint8_t> live(mask.live_.size(), 0);
@@ -340,8 +343,9 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
     b.compute(Op::attention_output, i, {Buf::o_local, Buf::x, Buf::x_mid});
     if (i + 1 < u) b.fetch(Array::x, l, i + 1, Buf::x);  // x is free: the next input loads while the MLP runs
     if (writes.activations) b.write(Buf::x_mid, Array::x_mid, l, i);
+    if (!writes.output) continue;  // recomputed for the backward, which re-runs the MLP from x_mid itself
     b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out});
-    if (writes.output) b.write(Buf::x_out, Array::x, LayerRef::next_layer, i);
+    b.write(Buf::x_out, Array::x, LayerRef::next_layer, i);
   }
 }
 
@@ -388,8 +392,6 @@ void layer_backward(Builder& b, const BlockMask& mask) {
     b.fetch(Array::k, l, i, kStages[0].k);
     b.fetch(Array::v, l, i, kStages[0].v);
     fetch_q_set(0);
-    b.fetch(Array::x, l, i, Buf::x);  // for chunk i's QKV backward at the end of this step
-    b.fetch(Array::d_res, l, i, Buf::d_res);
     b.compute(Op::zero, i, {Buf::d_k});
     b.compute(Op::zero, i, {Buf::d_v});
     if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
@@ -397,6 +399,10 @@ void layer_backward(Builder& b, const BlockMask& mask) {
       const Stage& stage = kStages[n % 2];
       const Buf d_q = n == 0 ? Buf::dq_first : stage.d_q;
       if (n + 1 < qs.size()) fetch_q_set(n + 1);
+      if (n == 0) {  // chunk i's input and gradient, for its QKV backward after the loop (behind the next q set)
+        b.fetch(Array::x, l, i, Buf::x);
+        b.fetch(Array::d_res, l, i, Buf::d_res);
+      }
       if (mask.documents()) b.compute(Op::docs, qs[n], {Buf::q_docs});
       b.compute(Op::attention_block_backward, qs[n],
                 {stage.q, kStages[0].k, kStages[0].v, stage.d_o, stage.lse, stage.delta, d_q, Buf::d_k, Buf::d_v},
