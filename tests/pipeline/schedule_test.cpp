@@ -41,7 +41,7 @@ TEST(Schedule, GoldenSmallPlans) {
     for (const int P : {1, 2})
       for (const Recompute recompute : {Recompute::none, Recompute::layer}) {
         const ChunkPlan plan = make_chunk_plan(12, P, 0, 0, u);
-        const Schedule schedule = make_schedule(plan, 2, Pass::forward_backward, recompute, BlockMask(u));
+        const Schedule schedule = make_schedule(plan, Pass::forward_backward, recompute, {BlockMask(u), BlockMask(u)});
         expect_golden("schedule_u" + std::to_string(u) + "_p" + std::to_string(P) + "_" + recompute_name(recompute),
                       schedule.describe());
       }
@@ -53,7 +53,7 @@ TEST(Schedule, GoldenWindowMask) {
   const ChunkPlan plan = make_chunk_plan(32, 2, 0, 0, 4);
   const BlockMask mask = make_block_mask(plan, 9, nullptr, 1);
   EXPECT_EQ(mask.describe_blocks(), "q 0: kv 0\nq 1: kv 0 1\nq 2: kv 1 2\nq 3: kv 2 3\n");
-  const Schedule schedule = make_schedule(plan, 2, Pass::forward_backward, Recompute::none, mask);
+  const Schedule schedule = make_schedule(plan, Pass::forward_backward, Recompute::none, {mask, mask});
   expect_golden("schedule_u4_p2_none_window9", schedule.describe());
   // Absent blocks are not fetched: the forward fetches k, v of the 3 live blocks below the diagonal;
   // the backward fetches one q set per live block (7) and each kv chunk once (4).
@@ -67,6 +67,17 @@ TEST(Schedule, GoldenWindowMask) {
   EXPECT_EQ(fetches("layer forward", Array::k), 3);
   EXPECT_EQ(fetches("layer backward", Array::q), 7);
   EXPECT_EQ(fetches("layer backward", Array::k), 4);
+
+  // A model mixing sliding-window and full layers: layers with equal masks share their programs.
+  const Schedule mixed = make_schedule(plan, Pass::forward_backward, Recompute::none, {BlockMask(4), mask, BlockMask(4)});
+  ASSERT_EQ(mixed.masks.size(), 2u);
+  std::vector<std::string> called;
+  for (const Schedule::Call& call : mixed.calls)
+    called.push_back(mixed.programs[call.program].name + " l=" + std::to_string(call.layer));
+  EXPECT_EQ(called, (std::vector<std::string>{"embed l=0", "layer forward (mask 0) l=0", "layer forward (mask 1) l=1",
+                                              "layer forward (mask 0) l=2", "head l=3", "layer backward (mask 0) l=2",
+                                              "layer backward (mask 1) l=1", "layer backward (mask 0) l=0",
+                                              "embed backward l=0"}));
 }
 
 // ---- the block mask ----------------------------------------------------------------------------------
@@ -162,6 +173,7 @@ class Simulator {
     for (const Schedule::Call& call : s_.calls) {
       const Program& program = s_.programs[call.program];
       layer_ = call.layer;
+      mask_ = program.mask >= 0 ? &s_.masks[static_cast<size_t>(program.mask)] : nullptr;
       program_start_ = next_copy_;
       for (const Step& step : program.steps) {
         SCOPED_TRACE(program.name + " l=" + std::to_string(layer_) + ": " + describe_step(step));
@@ -229,13 +241,13 @@ class Simulator {
   std::set<int> live_kv(int q) const {
     std::set<int> kv;
     for (int j = 0; j <= q; ++j)
-      if (s_.mask.live(q, j)) kv.insert(j);
+      if (mask_->live(q, j)) kv.insert(j);
     return kv;
   }
   std::set<int> live_q(int kv) const {
     std::set<int> q;
     for (int i = kv; i < u_; ++i)
-      if (s_.mask.live(i, kv)) q.insert(i);
+      if (mask_->live(i, kv)) q.insert(i);
     return q;
   }
   void expect_inputs(int chunk, bool targets = false) {
@@ -315,7 +327,7 @@ class Simulator {
         expect(b[0], "q", i);
         expect(b[1], "k", j);
         expect(b[2], "v", j);
-        if (s_.mask.documents()) {
+        if (mask_->documents()) {
           expect(Buf::q_docs, "docs", i);
           expect(Buf::kv_docs, "docs", j);
         }
@@ -371,7 +383,7 @@ class Simulator {
         expect(b[4], "lse", i);
         EXPECT_EQ(read(b[4]).blocks, live_kv(i)) << "backward before the final LSE";
         expect(b[5], "delta", i);
-        if (s_.mask.documents()) {
+        if (mask_->documents()) {
           expect(Buf::q_docs, "docs", i);
           expect(Buf::kv_docs, "docs", j);
         }
@@ -403,6 +415,7 @@ class Simulator {
   }
 
   const Schedule& s_;
+  const BlockMask* mask_ = nullptr;  // of the layer program being run
   int u_, L_;
   int layer_ = 0;
   int64_t next_copy_ = 0, program_start_ = 0;
@@ -434,8 +447,10 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
               if (t % S == 0 || rng.uniform() < 0.2) ++id;
               docs.push_back(static_cast<int32_t>(id));
             }
-            const BlockMask mask = make_block_mask(plan, window, docs.empty() ? nullptr : docs.data(), 2);
-            const Schedule schedule = make_schedule(plan, 3, pass, recompute, mask);
+            // The window applies to the middle layer only (as in models that mix sliding and full layers).
+            const int32_t* doc_ids = docs.empty() ? nullptr : docs.data();
+            const BlockMask full = make_block_mask(plan, 0, doc_ids, 2), mask = make_block_mask(plan, window, doc_ids, 2);
+            const Schedule schedule = make_schedule(plan, pass, recompute, {full, mask, full});
             SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
                          recompute_name(recompute) + (pass == Pass::forward ? " forward" : " forward + backward") +
                          " mask " + mask.describe());

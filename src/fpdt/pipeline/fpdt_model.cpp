@@ -47,9 +47,10 @@ ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
                          pipeline_.chunk_tokens > 0 ? 0 : pipeline_.chunks);
 }
 
-Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass) const {
+Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids, int batch) const {
   const ChunkPlan plan = plan_for(seq_tokens);
-  return make_schedule(plan, config_.layers, pass, pipeline_.recompute, make_block_mask(plan, 0, nullptr, 1));
+  const std::vector<BlockMask> masks(static_cast<size_t>(config_.layers), make_block_mask(plan, 0, doc_ids, batch));
+  return make_schedule(plan, pass, pipeline_.recompute, masks);
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
@@ -119,14 +120,13 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   Schedule with_documents;
   const Schedule* schedule = &schedule_;
   if (batch.doc_ids != nullptr) {  // the live blocks depend on the batch
-    with_documents = make_schedule(plan_, config_.layers, pass, pipeline_.recompute,
-                                   make_block_mask(plan_, 0, batch.doc_ids, batch.B));
+    with_documents = schedule_for(batch.T, pass, batch.doc_ids, batch.B);
     schedule = &with_documents;
   } else if (schedule_.programs.empty() || schedule_.pass != pass) {
     schedule_ = schedule_for(batch.T, pass);
   }
   batch_ = &batch;
-  documents_ = schedule->mask.documents();
+  documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
   loss_ = model::LossStats{};
   for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);

@@ -51,9 +51,10 @@ class FpdtModel {
   const ChunkPlan& plan() const { return plan_; }
 
   // This rank's chunk plan for sequences of S tokens (padded_tokens − S of them are padding), and the
-  // causal schedule of a step over them — what `fpdt train --dry-run --schedule` prints.
+  // schedule of a step over them (with the batch's document ids (B, S), or none) — what
+  // `fpdt train --dry-run --schedule` prints.
   ChunkPlan plan_for(int64_t seq_tokens) const;
-  Schedule schedule_for(int64_t seq_tokens, Pass pass) const;
+  Schedule schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids = nullptr, int batch = 1) const;
   // The memory table of micro-batches of B sequences of S tokens.
   LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
 

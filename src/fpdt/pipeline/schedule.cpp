@@ -422,27 +422,39 @@ void layer_backward(Builder& b, const BlockMask& mask) {
 
 }  // namespace
 
-Schedule make_schedule(const ChunkPlan& plan, int layers, Pass pass, Recompute recompute, const BlockMask& mask) {
-  FPDT_ASSERT(mask.chunks() == plan.chunks && layers > 0);
+Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                       const std::vector<BlockMask>& layer_masks) {
+  FPDT_ASSERT(!layer_masks.empty());
   Schedule schedule;
   schedule.plan = plan;
-  schedule.layers = layers;
+  schedule.layers = static_cast<int>(layer_masks.size());
   schedule.pass = pass;
   schedule.recompute = recompute;
-  schedule.mask = mask;
   const bool backward = pass == Pass::forward_backward;
   const int u = plan.chunks;
   const LayerRef l = LayerRef::this_layer;
-  auto add = [&](const std::string& name, auto&& build) {
+  auto add = [&](const std::string& name, int mask, auto&& build) {
     Program program;
     program.name = name;
+    program.mask = mask;
     Builder builder(program);
     build(builder);
     schedule.programs.push_back(std::move(program));
     return static_cast<int>(schedule.programs.size()) - 1;
   };
 
-  const int embed = add("embed", [&](Builder& b) {
+  // Layers with equal masks share their programs.
+  std::vector<int> mask_of_layer;
+  for (const BlockMask& mask : layer_masks) {
+    FPDT_ASSERT(mask.chunks() == u);
+    const auto found = std::find(schedule.masks.begin(), schedule.masks.end(), mask);
+    mask_of_layer.push_back(static_cast<int>(found - schedule.masks.begin()));
+    if (found == schedule.masks.end()) schedule.masks.push_back(mask);
+  }
+  const int masks = static_cast<int>(schedule.masks.size());
+  auto suffix = [&](int mask) { return masks > 1 ? " (mask " + std::to_string(mask) + ")" : std::string(); };
+
+  const int embed = add("embed", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
       b.compute(Op::inputs, i, {});
       b.compute(Op::embed, i, {Buf::x_out});
@@ -452,8 +464,12 @@ Schedule make_schedule(const ChunkPlan& plan, int layers, Pass pass, Recompute r
   // Under recompute = layer the forward keeps layer inputs (and k, v while its own chunks need them);
   // the backward re-runs the layer and keeps the rest.
   const bool keep = backward && recompute == Recompute::none;
-  const int forward = add("layer forward", [&](Builder& b) { layer_forward(b, mask, {keep, keep, true}); });
-  const int head = add("head", [&](Builder& b) {
+  std::vector<int> forward;
+  for (int m = 0; m < masks; ++m)
+    forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
+      layer_forward(b, schedule.masks[m], {keep, keep, true});
+    }));
+  const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
       b.compute(Op::inputs, i, {}, true);
       b.fetch(Array::x, l, i, Buf::x);
@@ -462,23 +478,27 @@ Schedule make_schedule(const ChunkPlan& plan, int layers, Pass pass, Recompute r
       if (backward) b.write(Buf::d_res, Array::d_res, l, i);
     }
   });
+  const int layers = schedule.layers;
   schedule.calls.push_back({embed, 0});
-  for (int layer = 0; layer < layers; ++layer) schedule.calls.push_back({forward, layer});
+  for (int layer = 0; layer < layers; ++layer) schedule.calls.push_back({forward[mask_of_layer[layer]], layer});
   schedule.calls.push_back({head, layers});
   if (!backward) return schedule;
 
-  const int backward_layer = add("layer backward", [&](Builder& b) {
-    if (recompute == Recompute::layer) layer_forward(b, mask, {true, true, false});
-    layer_backward(b, mask);
-  });
-  const int embed_backward = add("embed backward", [&](Builder& b) {
+  std::vector<int> backward_layer;
+  for (int m = 0; m < masks; ++m)
+    backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
+      if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false});
+      layer_backward(b, schedule.masks[m]);
+    }));
+  const int embed_backward = add("embed backward", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
       b.compute(Op::inputs, i, {});
       b.fetch(Array::d_res, l, i, Buf::d_res);
       b.compute(Op::embed_backward, i, {Buf::d_res});
     }
   });
-  for (int layer = layers - 1; layer >= 0; --layer) schedule.calls.push_back({backward_layer, layer});
+  for (int layer = layers - 1; layer >= 0; --layer)
+    schedule.calls.push_back({backward_layer[mask_of_layer[layer]], layer});
   schedule.calls.push_back({embed_backward, 0});
   return schedule;
 }
@@ -490,7 +510,9 @@ std::string Schedule::describe() const {
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
                      recompute_name(recompute) + "\n";
-  text += "blocks: " + mask.describe() + "\n" + mask.describe_blocks();
+  for (size_t m = 0; m < masks.size(); ++m)
+    text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
+            "\n" + masks[m].describe_blocks();
   text += "calls:";
   for (size_t n = 0; n < calls.size(); ++n)
     text += (n == 0 ? " " : "; ") + programs[calls[n].program].name + " l=" + std::to_string(calls[n].layer);

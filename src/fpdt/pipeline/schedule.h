@@ -15,9 +15,10 @@
 // written: a step that reads a buffer waits for the fetch into it; a step that overwrites a buffer
 // waits for the write out of it (the copy queue is FIFO, so a fetch never overtakes a write).
 //
-// A layer's program is the same for every layer; it names store slots relative to its layer (this
-// layer, or the next one's input), so the schedule is O(u²) steps however many layers there are, and
-// per-layer steps to come (ZeRO-3's parameter gather, prefetch and release) have their place.
+// A layer's program is the same for every layer with the same block mask (a sliding window may differ
+// by layer); it names store slots relative to its layer (this layer, or the next one's input), so the
+// schedule is O(u²) steps however many layers there are, and per-layer steps to come (ZeRO-3's
+// parameter gather, prefetch and release) have their place.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,7 @@ class BlockMask {
   std::string describe() const;
   // One line per q chunk: "q 2: kv 1 2".
   std::string describe_blocks() const;
+  bool operator==(const BlockMask& other) const = default;
 
  private:
   friend BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const int32_t* doc_ids, int B);
@@ -117,6 +119,7 @@ std::string describe_step(const Step& step);
 
 struct Program {
   std::string name;       // "embed", "layer forward", "head", "layer backward", "embed backward"
+  int mask = -1;          // layer programs: the index of their block mask in Schedule::masks
   std::vector<Step> steps;
   int copies = 0;         // fetches and writes it queues
 };
@@ -126,17 +129,20 @@ struct Schedule {
   int layers = 0;
   Pass pass = Pass::forward_backward;
   Recompute recompute = Recompute::none;
-  BlockMask mask;
+  std::vector<BlockMask> masks;  // the distinct masks of the layers (layers with equal masks share programs)
   std::vector<Program> programs;
   struct Call {
     int program;  // index into programs
     int layer;    // the layer its slots are relative to
   };
   std::vector<Call> calls;  // in order
-  // The header, the calls, and every program once, one step per line.
+  // The header, the masks, the calls, and every program once, one step per line.
   std::string describe() const;
 };
 
-Schedule make_schedule(const ChunkPlan& plan, int layers, Pass pass, Recompute recompute, const BlockMask& mask);
+// layer_masks: the block mask of each layer (their count is the number of layers); layers whose masks
+// are equal (e.g. all but the sliding-window ones) run the same layer programs.
+Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                       const std::vector<BlockMask>& layer_masks);
 
 }  // namespace fpdt::pipeline
