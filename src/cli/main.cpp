@@ -64,6 +64,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       .add("recompute", "none|layer", d.recompute, "layer: keep only layer inputs and re-run each layer")
       .add("offload-mem", "BYTES", "0", "offload-tier budget (0: unlimited)")
       .flag("dry-run", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit")
+      .flag("schedule", "with --dry-run: print the FPDT schedule of a training step (each layer program once)")
       .add("trace", "FILE", "", "write a Chrome trace (compute, copy, communication spans) to FILE")
       .add("stop-after", "N", "0", "exit after N steps of this process, as a preempted job would (0: off)");
   if (!options.parse(argc, argv)) return 0;
@@ -104,6 +105,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   s.recompute = options.str("recompute");
   s.offload_mem_bytes = options.bytes("offload-mem");
   s.dry_run = options.enabled("dry-run");
+  s.print_schedule = options.enabled("schedule");
   s.trace_path = options.str("trace");
 
   const train::TrainResult result = train::train(s, world);

@@ -17,6 +17,10 @@ namespace {
 constexpr int32_t kPaddingDocument = INT32_MIN;  // the document of padding tokens: only each other
 }  // namespace
 
+ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank) {
+  return make_chunk_plan(seq_tokens, ranks, rank, pipeline.chunk_tokens, pipeline.chunk_tokens > 0 ? 0 : pipeline.chunks);
+}
+
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
                      const PipelineConfig& pipeline, uint64_t seed)
     : config_(config),
@@ -43,8 +47,7 @@ ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
                 "sequence of " + std::to_string(seq_tokens) + " tokens exceeds the " +
                     std::to_string(config_.max_positions) + " learned positions of model '" + config_.name + "'",
                 "lower --seq or use a RoPE (Llama) model");
-  return make_chunk_plan(seq_tokens, sp_.size(), sp_.rank(), pipeline_.chunk_tokens,
-                         pipeline_.chunk_tokens > 0 ? 0 : pipeline_.chunks);
+  return plan_chunks(pipeline_, seq_tokens, sp_.size(), sp_.rank());
 }
 
 Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids, int batch) const {

@@ -35,6 +35,9 @@ struct PipelineConfig {
   Recompute recompute = Recompute::none;
 };
 
+// This rank's chunk plan of sequences of S tokens under `pipeline` (its chunk size or count).
+ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank);
+
 class FpdtModel {
  public:
   // `sp` is the sequence-parallel group; parameters are initialised from `seed` (the same on every rank).

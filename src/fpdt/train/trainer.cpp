@@ -91,8 +91,10 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("backend / threads", s.backend + " / " + std::to_string(threads));
   row("ranks", std::to_string(world.size()) + " (" + world.backend() + "): sp " + std::to_string(s.sp) + " x dp " +
                    std::to_string(s.dp));
-  row("mode", s.mode + (pipeline.chunk_tokens > 0 ? ", chunk " + std::to_string(pipeline.chunk_tokens) + " tokens"
-                                                   : ", " + std::to_string(pipeline.chunks) + " chunk(s)"));
+  const pipeline::ChunkPlan plan = pipeline::plan_chunks(pipeline, s.seq_tokens, s.sp, 0);
+  const int64_t padding = plan.padded_tokens - plan.seq_tokens;
+  row("mode", s.mode + ", " + std::to_string(plan.chunks) + " x " + std::to_string(plan.chunk_tokens) + " tokens" +
+                  (padding > 0 ? ", padding " + std::to_string(padding) : ""));
   row("offload / recompute", pipeline::offload_name(pipeline.offload) + " / " + s.recompute);
   char peak[48];
   std::snprintf(peak, sizeof peak, "%.1f GFLOP/s%s", peak_gflops, s.peak_gflops > 0 ? "" : " (measured)");
@@ -212,6 +214,8 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   TrainResult result;
   if (settings.dry_run) {
     model.dry_run(settings.seq_tokens, static_cast<int>(settings.batch_size));
+    if (settings.print_schedule && world.rank() == 0)
+      std::fputs(model.schedule_for(settings.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
     result.peak_rss_bytes = peak_rss_bytes();

@@ -41,6 +41,7 @@ struct TrainSettings {
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
+  bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job
