@@ -57,25 +57,8 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
-  const ChunkPlan plan = plan_for(seq_tokens);
-  LayoutShape shape;
-  shape.B = batch;
-  shape.c = plan.local_chunk_tokens;
-  shape.u = plan.chunks;
-  shape.L = config_.layers;
-  shape.stored_layers = pipeline_.recompute == Recompute::layer ? 1 : config_.layers;
-  shape.h = config_.hidden;
-  shape.f = config_.ffn_hidden;
-  shape.V = config_.vocab_size;
-  shape.D = config_.head_dim;
-  shape.q = config_.q_dim();
-  shape.kv = config_.kv_dim();
-  shape.local_q_heads = sharding_.local_q_heads;
-  shape.local_kv_heads = sharding_.local_kv_heads;
-  shape.P = sharding_.ranks;
-  shape.kv_replicated = sharding_.kv_replicated;
-  shape.activation_bytes = sizeof(float);
-  return shape;
+  return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float));
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {

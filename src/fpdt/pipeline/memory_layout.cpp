@@ -31,6 +31,28 @@ int64_t ArraySpec::slot_bytes(const LayoutShape& shape) const {
   return static_cast<int64_t>(kernels::transfer_bytes(static_cast<size_t>(elements * element_bytes(element, shape))));
 }
 
+LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes) {
+  LayoutShape shape;
+  shape.B = batch;
+  shape.c = plan.local_chunk_tokens;
+  shape.u = plan.chunks;
+  shape.L = config.layers;
+  shape.stored_layers = stored_layers;
+  shape.h = config.hidden;
+  shape.f = config.ffn_hidden;
+  shape.V = config.vocab_size;
+  shape.D = config.head_dim;
+  shape.q = config.q_dim();
+  shape.kv = config.kv_dim();
+  shape.local_q_heads = sharding.local_q_heads;
+  shape.local_kv_heads = sharding.local_kv_heads;
+  shape.P = sharding.ranks;
+  shape.kv_replicated = sharding.kv_replicated;
+  shape.activation_bytes = activation_bytes;
+  return shape;
+}
+
 int64_t head_rows(const LayoutShape& s) {
   const int64_t by_budget = s.V > 0 ? kHeadLogitsBytes / (4 * s.V) : 1;
   return std::clamp<int64_t>(by_budget, 1, std::max<int64_t>(s.rows(), 1));

@@ -14,6 +14,10 @@
 #include <optional>
 #include <vector>
 
+#include "fpdt/model/config.h"
+#include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/ulysses.h"
+
 namespace fpdt::pipeline {
 
 // Sizes the layout depends on. Widths are elements per token row.
@@ -92,6 +96,11 @@ struct ArraySpec {
 };
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
+
+// The table's sizes for `config` on the plan's ranks and chunks with B sequences per chunk, keeping
+// `stored_layers` layers' activations, each activation element `activation_bytes` bytes.
+LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes);
 
 // Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
 int64_t head_rows(const LayoutShape& shape);

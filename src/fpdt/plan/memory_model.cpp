@@ -180,24 +180,10 @@ double reference_offload_forward_bytes(const PlanShape& s) {
 // ---- fpdt, ours: the pipeline's memory table ----------------------------------------------------------
 
 pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
-  pipeline::LayoutShape layout;
-  layout.B = s.B;
-  layout.c = s.C / s.P;
-  layout.u = s.u;
-  layout.L = s.L;
-  layout.stored_layers = config.recompute == Recompute::layer ? 1 : s.L;
-  layout.h = s.h;
-  layout.f = s.f;
-  layout.V = s.V;
-  layout.D = s.D;
-  layout.q = s.q;
-  layout.kv = s.kv;
-  layout.P = s.P;
-  layout.local_q_heads = s.Hq / s.P;
-  layout.local_kv_heads = s.kv_heads / (s.D * s.P);
-  layout.kv_replicated = s.Hkv < s.P;
-  layout.activation_bytes = static_cast<int64_t>(s.a);
-  return layout;
+  const int P = static_cast<int>(s.P);
+  return pipeline::layout_shape(config.model, pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P),
+                                pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
+                                config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a));
 }
 
 // ---- assembly -------------------------------------------------------------------------------------------
