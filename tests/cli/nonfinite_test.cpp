@@ -10,10 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
-#include "fpdt/tensor/safetensors.h"
 #include "fpdt_program.h"
 
 namespace fpdt::testing {
@@ -53,49 +50,31 @@ std::vector<std::string> step_folders(const std::string& run) {
   return folders;
 }
 
-std::vector<nlohmann::json> logged(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-std::vector<float> weights(const std::string& folder) {
-  SafetensorsReader reader(folder + "/model.safetensors");
-  std::vector<float> all;
-  for (const std::string& name : reader.names()) {
-    const std::vector<float> values = reader.read_floats(name);
-    all.insert(all.end(), values.begin(), values.end());
+class NonFinite : public ::testing::Test {
+ protected:
+  void SetUp() override { setup_ = std::make_unique<TinySetup>(dir_, fresh_seed()); }
+  std::vector<std::string> every_step_saved(int64_t steps) const {
+    std::vector<std::string> args = setup_->train_args(run_, steps);
+    args.insert(args.end(), {"--save-every", "1"});  // the last flag wins: a checkpoint per step, 2 kept
+    return args;
   }
-  return all;
-}
+  TempDir dir_;
+  std::unique_ptr<TinySetup> setup_;
+  const std::string run_ = dir_.file("run");
+};
 
-std::vector<std::string> every_step_saved(const TinySetup& setup, const std::string& run, int64_t steps) {
-  std::vector<std::string> args = setup.train_args(run, steps);
-  args.insert(args.end(), {"--save-every", "1"});  // the last flag wins: a checkpoint per step, 2 kept
-  return args;
-}
-
-TEST(NonFinite, InfiniteLearningRateStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
-  TempDir dir;
-  const TinySetup setup(dir, fresh_seed());
-  const std::string run = dir.file("run");
-  const ProgramResult result = train_with_fault(every_step_saved(setup, run, 10), "lr-inf@6");
+TEST_F(NonFinite, InfiniteLearningRateStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
+  const std::string& run = run_;
+  const ProgramResult result = train_with_fault(every_step_saved(10), "lr-inf@6");
   expect_one_clear_error(result, {"[train]", "step 6's update made the weights non-finite", "not saved",
                                   "every checkpoint in " + run + " holds finite weights"});
   // Rotation kept the newest two, both before the fault and finite; latest is step 5.
   EXPECT_EQ(step_folders(run), (std::vector<std::string>{"step_4", "step_5"}));
   for (const std::string& folder : step_folders(run)) expect_finite_checkpoint(run + "/" + folder);
   EXPECT_EQ(file_bytes(run + "/latest"), "step_5\n");
-  EXPECT_EQ(logged(run + "/metrics.jsonl").size(), 5u);
+  EXPECT_EQ(metrics_lines(run + "/metrics.jsonl").size(), 5u);
   // The last finite checkpoint continues the run.
-  std::vector<std::string> resume = setup.train_args(run, 10);
+  std::vector<std::string> resume = setup_->train_args(run, 10);
   resume.push_back("--resume");
   const ProgramResult resumed = run_fpdt(join_args(resume), 300);
   ASSERT_EQ(resumed.exit_status, 0) << resumed.output;
@@ -103,40 +82,36 @@ TEST(NonFinite, InfiniteLearningRateStopsTheRunAndKeepsTheLastFiniteCheckpoint) 
   expect_finite_checkpoint(run + "/step_10");
 }
 
-TEST(NonFinite, NonFiniteStepsAreSkippedAndTooManyInARowStopTheRun) {
-  TempDir dir;
-  const TinySetup setup(dir, fresh_seed());
-  const std::string run = dir.file("run");
-  const ProgramResult result = train_with_fault(every_step_saved(setup, run, 10), "nan-grad@4x5");
+TEST_F(NonFinite, NonFiniteStepsAreSkippedAndTooManyInARowStopTheRun) {
+  const std::string& run = run_;
+  const ProgramResult result = train_with_fault(every_step_saved(10), "nan-grad@4x5");
   expect_one_clear_error(result, {"[train]", "not finite in 3 steps in a row (4..6", "none of them was applied",
                                   "the weights are those of step 3"});
-  const std::vector<nlohmann::json> lines = logged(run + "/metrics.jsonl");
+  const std::vector<nlohmann::json> lines = metrics_lines(run + "/metrics.jsonl");
   ASSERT_EQ(lines.size(), 6u);
   for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i].contains("skipped"), i >= 3) << lines[i].dump();
   EXPECT_TRUE(lines[3]["grad_norm"].is_null());  // NaN is logged as null
   // Skipped steps move nothing: the weights saved after steps 4 and 5 are both step 3's (bitwise);
   // the run stopped at step 6, before its checkpoint.
   EXPECT_EQ(step_folders(run), (std::vector<std::string>{"step_4", "step_5"}));
-  EXPECT_EQ(weights(run + "/step_4"), weights(run + "/step_5"));
+  EXPECT_EQ(checkpoint_weights(run + "/step_4"), checkpoint_weights(run + "/step_5"));
   for (const std::string& folder : step_folders(run)) expect_finite_checkpoint(run + "/" + folder);
 }
 
-TEST(NonFinite, FewerSkippedStepsThanTheLimitLetTheRunFinish) {
-  TempDir dir;
-  const TinySetup setup(dir, fresh_seed());
-  const std::string run = dir.file("run");
-  const ProgramResult result = train_with_fault(setup.train_args(run, 8), "nan-grad@3x2");
+TEST_F(NonFinite, FewerSkippedStepsThanTheLimitLetTheRunFinish) {
+  const std::string& run = run_;
+  const ProgramResult result = train_with_fault(setup_->train_args(run, 8), "nan-grad@3x2");
   ASSERT_EQ(result.exit_status, 0) << result.output;
   EXPECT_NE(result.output.find("\"skipped_steps\":2"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("SKIPPED"), std::string::npos) << result.output;
-  const std::vector<nlohmann::json> lines = logged(run + "/metrics.jsonl");
+  const std::vector<nlohmann::json> lines = metrics_lines(run + "/metrics.jsonl");
   ASSERT_EQ(lines.size(), 8u);
   for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i].contains("skipped"), i == 2 || i == 3);
   EXPECT_TRUE(std::isfinite(lines.back()["val_loss"].get<double>()));
   expect_finite_checkpoint(run + "/step_8");
 }
 
-TEST(NonFinite, TheTestHookRefusesWhatItDoesNotKnow) {
+TEST(NonFiniteHook, RefusesWhatItDoesNotKnow) {
   expect_one_clear_error(train_with_fault({"train"}, "melt@3"), {"[train]", "FPDT_TEST_FAULT='melt@3'"});
 }
 

@@ -52,11 +52,7 @@ ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int
       run.alltoall_bytes = result.alltoall_bytes_per_step;
     }
   });
-  SafetensorsReader weights(out + "/step_5/model.safetensors");
-  for (const std::string& name : weights.names()) {
-    const std::vector<float> values = weights.read_floats(name);
-    run.weights.insert(run.weights.end(), values.begin(), values.end());
-  }
+  run.weights = checkpoint_weights(out + "/step_5");
   return run;
 }
 

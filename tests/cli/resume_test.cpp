@@ -17,11 +17,7 @@ namespace {
 // The logged steps in file order, each with its deterministic fields.
 std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::string& path) {
   std::vector<std::pair<int64_t, nlohmann::json>> steps;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) {
-    const nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) continue;  // the line being written when the run was killed
+  for (const nlohmann::json& json : metrics_lines(path)) {
     nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
     if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
     steps.emplace_back(json["step"].get<int64_t>(), kept);
@@ -33,11 +29,6 @@ bool logged(const std::string& path, int64_t step) {
   for (const auto& [logged_step, fields] : logged_steps(path))
     if (logged_step == step) return true;
   return false;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
 }
 
 TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {

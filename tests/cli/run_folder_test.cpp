@@ -7,8 +7,6 @@
 #include <sys/file.h>
 
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "fpdt_program.h"
 
@@ -19,15 +17,8 @@ namespace fs = std::filesystem;
 
 std::vector<int64_t> logged_steps(const std::string& path) {
   std::vector<int64_t> steps;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  for (const nlohmann::json& line : metrics_lines(path)) steps.push_back(line["step"].get<int64_t>());
   return steps;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream file(path);
-  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
 }
 
 std::vector<int64_t> steps_from(int64_t first, int64_t last) {
@@ -56,25 +47,23 @@ class RunFolder : public ::testing::Test {
 };
 
 TEST_F(RunFolder, AFreshRunIntoARunIsRefusedAndChangesNothing) {
-  const std::string metrics_before = read_file(run_ + "/metrics.jsonl");
+  const std::string metrics_before = file_bytes(run_ + "/metrics.jsonl");
   expect_one_clear_error(train(3, ""), {"[train]", run_ + " already holds a run", "--resume", "--overwrite"});
-  EXPECT_EQ(read_file(run_ + "/latest"), "step_10\n");
-  EXPECT_EQ(read_file(run_ + "/metrics.jsonl"), metrics_before);
+  EXPECT_EQ(file_bytes(run_ + "/latest"), "step_10\n");
+  EXPECT_EQ(file_bytes(run_ + "/metrics.jsonl"), metrics_before);
   EXPECT_TRUE(fs::exists(run_ + "/step_10/model.safetensors"));
 }
 
 TEST_F(RunFolder, OverwriteDeletesOnlyTheRunAndSaysSo) {
   const ProgramResult result = train(3, "--overwrite");
   ASSERT_EQ(result.exit_status, 0) << result.output;
-  EXPECT_NE(result.output.find("--overwrite: deleted the previous run in " + run_ + ": latest, metrics.jsonl, step_10, "
-                               "step_5"),
-            std::string::npos)
-      << result.output;
-  EXPECT_EQ(read_file(run_ + "/latest"), "step_3\n");
+  expect_contains(result.output, {"--overwrite: deleted the previous run in " + run_ + ": latest, metrics.jsonl, "
+                                  "step_10, step_5"});
+  EXPECT_EQ(file_bytes(run_ + "/latest"), "step_3\n");
   EXPECT_FALSE(fs::exists(run_ + "/step_5"));
   EXPECT_FALSE(fs::exists(run_ + "/step_10"));
   EXPECT_EQ(logged_steps(run_ + "/metrics.jsonl"), steps_from(1, 3));
-  EXPECT_EQ(read_file(run_ + "/notes.txt"), "the user's own file");
+  EXPECT_EQ(file_bytes(run_ + "/notes.txt"), "the user's own file");
 }
 
 TEST_F(RunFolder, ResumeCleansWhatAKilledWriterLeftAndLogsEachStepOnce) {
@@ -84,21 +73,19 @@ TEST_F(RunFolder, ResumeCleansWhatAKilledWriterLeftAndLogsEachStepOnce) {
   write_text_file(run_ + "/latest.tmp.a1B2c3", "step_15\n");
   fs::create_directories(run_ + "/step_15.partial");
   write_text_file(run_ + "/step_15.partial/model.safetensors.tmp.x9Y8z7", "half");
-  std::string metrics = read_file(run_ + "/metrics.jsonl");
+  std::string metrics = file_bytes(run_ + "/metrics.jsonl");
   for (int64_t step : {11, 12}) metrics += "{\"step\":" + std::to_string(step) + ",\"loss\":9.0}\n";
   metrics += "{\"step\":13,\"lo";
   write_text_file(run_ + "/metrics.jsonl", metrics);
 
   const ProgramResult result = train(14, "--resume");
   ASSERT_EQ(result.exit_status, 0) << result.output;
-  EXPECT_NE(result.output.find("removed what an interrupted run left in " + run_ + ": latest.tmp.a1B2c3, "
-                               "step_15.partial"),
-            std::string::npos)
-      << result.output;
+  expect_contains(result.output, {"removed what an interrupted run left in " + run_ + ": latest.tmp.a1B2c3, "
+                                  "step_15.partial"});
   EXPECT_FALSE(fs::exists(run_ + "/latest.tmp.a1B2c3"));
   EXPECT_FALSE(fs::exists(run_ + "/step_15.partial"));
   EXPECT_EQ(logged_steps(run_ + "/metrics.jsonl"), steps_from(1, 14));
-  EXPECT_EQ(read_file(run_ + "/notes.txt"), "the user's own file");
+  EXPECT_EQ(file_bytes(run_ + "/notes.txt"), "the user's own file");
 }
 
 TEST_F(RunFolder, ASecondLiveWriterIsRefused) {
