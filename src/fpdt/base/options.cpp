@@ -306,7 +306,7 @@ std::string OptionSet::help() const {
   std::string text = "usage: fpdt " + command_ + " [options]" +
                      (positional_name_.empty() ? "" : " " + positional_name_) + "\n\n" + summary_ + "\n\noptions:\n";
   for (const Option& option : options_) text += option.help_line() + "\n";
-  return text + "  --help                         this text\n";
+  return text + "  --help                       this text\n";
 }
 
 nlohmann::ordered_json OptionSet::values() const {

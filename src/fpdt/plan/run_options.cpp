@@ -33,7 +33,10 @@ Option& batch(OptionSet& set, int64_t& field) {
 }
 
 Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word) {
-  return set.add("chunk-tokens", "C", "global tokens per chunk, a multiple of --sp (0: " + zero + ")", field)
+  return set
+      .add("chunk-tokens", "C",
+           "global tokens per chunk, a multiple of --sp (" + (zero_word.empty() ? "0" : zero_word) + ": " + zero + ")",
+           field)
       .unit(Unit::tokens)
       .at_least(0)
       .zero_means(zero_word);
@@ -73,7 +76,7 @@ Option& compute_mem(OptionSet& set, std::optional<int64_t>& field) {
 }
 
 Option& threads(OptionSet& set, int& field) {
-  return set.add("threads", "N", "threads", field).at_least(0).at_most(4096).zero_means("all cores");
+  return set.add("threads", "N", "threads for OpenMP and OpenBLAS", field).at_least(0).at_most(4096).zero_means("all cores");
 }
 
 Option& zero(OptionSet& set, int& field) {
