@@ -62,16 +62,19 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   log::info(option_rule);
 }
 
-// The largest sizes a step lays out are a few dozen (T, width) arrays per layer; refuse a sequence
-// whose layout could not be counted in 64-bit bytes, before anything is laid out. (A bound, not the
-// layout: every array of FpdtModel::reserve is at most padded S × (L + 2) × 16 widths of 4 bytes.)
+// Refuses a sequence whose layout could not be counted in 64-bit bytes, before anything is laid out.
+// A bound, not the layout: FpdtModel::reserve lays out fewer than 64 arrays per layer (+ 2), each of
+// at most u slots of c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
+// LM-head buffer of at most 32 MiB.
 void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s) {
   using Wide = long double;
   const Wide width = std::max({Wide(config.hidden), Wide(config.ffn_hidden), Wide(config.q_dim()),
                                Wide(config.kv_dim()) * s.sp});
-  const long double padded = static_cast<long double>(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : s.sp);
-  const long double bytes = padded * (config.layers + 2) * 16 * width * 4;
-  if (bytes > static_cast<long double>(std::numeric_limits<int64_t>::max()))
+  const Wide chunks = s.mode == "ulysses" ? 1 : s.chunk_tokens > 0 ? std::ceil(Wide(s.seq_tokens) / s.chunk_tokens)
+                                                                   : Wide(s.chunks);
+  const Wide padded = Wide(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : Wide(s.sp) * chunks);
+  const Wide bytes = Wide(config.layers + 2) * 64 * (padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
+  if (bytes > static_cast<Wide>(std::numeric_limits<int64_t>::max()))
     throw Error(kModule,
                 "--seq " + str(s.seq_tokens) + " is too long for '" + config.name +
                     "': one step's buffers would take more bytes than 64-bit sizes count",
