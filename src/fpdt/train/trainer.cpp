@@ -135,27 +135,9 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   config_ = model::resolve_model(s.model);
   check_layout_fits(config_, s);
-  const pipeline::PipelineConfig pipeline = pipeline_config(s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
-
   if (!s.dry_run) {
-    const std::string train_path = s.data_dir + "/train.bin";
-    ShardReader train_shard(train_path);
-    if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
-      throw Error(kModule,
-                  train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
-                      ", more than the model's " + str(config_.vocab_size),
-                  "use a model whose vocab_size covers the tokenizer");
-    DataLoaderConfig train_config;
-    train_config.batch_size = s.batch_size * s.dp;
-    train_config.seq_tokens = s.seq_tokens;
-    train_config.sampling = Sampling::random;
-    train_config.seed = s.seed;
-    train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
-    DataLoaderConfig val_config = train_config;
-    val_config.sampling = Sampling::sequential;
-    val_loader_ = std::make_unique<DataLoader>(ShardReader(s.data_dir + "/val.bin"), val_config);
-    val_start_ = val_loader_->state();
+    open_data();
     // The folder is taken only once the run can start: a refused run leaves it as it was.
     if (world.rank() == 0)
       run_folder_ = std::make_unique<RunFolder>(s.out_dir, s.resume      ? RunStart::resume
@@ -163,39 +145,63 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
                                                                          : RunStart::fresh);
     world.barrier();
   }
-
-  threads_ = set_threads(s.threads);
-  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
-  if (s.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.offload_mem_bytes));
-  // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
-  dp_index_ = world.rank() / s.sp;
-  sp_group_ = world.split(dp_index_, world.rank());
-  peak_gflops_ = s.peak_gflops > 0 ? s.peak_gflops : measure_peak_gflops(threads_);
-  print_table(config_, s, threads_, peak_gflops_, world);
-
-  backend_ = kernels::make_backend(s.backend);
-  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline, s.seed);
-  optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);
-  if (!s.trace_path.empty()) trace::enable(world.rank());
+  build_model();
   if (s.dry_run) return;
-
-  if (s.resume) {
-    const std::string latest = latest_checkpoint(s.out_dir);
-    if (!latest.empty()) {
-      const TrainerState state =
-          load_checkpoint(latest, config_, model_->layout(), model_->params(), *optimizer_);
-      step_ = state.step;
-      train_loader_->restore(state.data);
-      resumed_ = true;
-      log::info("resumed from " + latest + " at step " + str(step_));
-    } else {
-      log::info("no checkpoint in " + s.out_dir + " yet; starting a new run");
-    }
-  }
+  if (s.resume) resume();
   if (world.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
   micro_.resize(static_cast<size_t>(s.grad_accum));
   flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);
   first_step_ = step_ + 1;
+}
+
+void Trainer::open_data() {
+  const TrainSettings& s = settings_;
+  const std::string train_path = s.data_dir + "/train.bin";
+  ShardReader train_shard(train_path);
+  if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
+    throw Error(kModule,
+                train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
+                    ", more than the model's " + str(config_.vocab_size),
+                "use a model whose vocab_size covers the tokenizer");
+  DataLoaderConfig train_config;
+  train_config.batch_size = s.batch_size * s.dp;
+  train_config.seq_tokens = s.seq_tokens;
+  train_config.sampling = Sampling::random;
+  train_config.seed = s.seed;
+  train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
+  DataLoaderConfig val_config = train_config;
+  val_config.sampling = Sampling::sequential;
+  val_loader_ = std::make_unique<DataLoader>(ShardReader(s.data_dir + "/val.bin"), val_config);
+  val_start_ = val_loader_->state();
+}
+
+void Trainer::build_model() {
+  const TrainSettings& s = settings_;
+  threads_ = set_threads(s.threads);
+  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
+  if (s.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.offload_mem_bytes));
+  // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
+  dp_index_ = world_.rank() / s.sp;
+  sp_group_ = world_.split(dp_index_, world_.rank());
+  peak_gflops_ = s.peak_gflops > 0 ? s.peak_gflops : measure_peak_gflops(threads_);
+  print_table(config_, s, threads_, peak_gflops_, world_);
+  backend_ = kernels::make_backend(s.backend);
+  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), s.seed);
+  optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);
+  if (!s.trace_path.empty()) trace::enable(world_.rank());
+}
+
+void Trainer::resume() {
+  const std::string latest = latest_checkpoint(settings_.out_dir);
+  if (latest.empty()) {
+    log::info("no checkpoint in " + settings_.out_dir + " yet; starting a new run");
+    return;
+  }
+  const TrainerState state = load_checkpoint(latest, config_, model_->layout(), model_->params(), *optimizer_);
+  step_ = state.step;
+  train_loader_->restore(state.data);
+  resumed_ = true;
+  log::info("resumed from " + latest + " at step " + str(step_));
 }
 
 Trainer::~Trainer() = default;

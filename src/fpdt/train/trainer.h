@@ -68,6 +68,10 @@ class Trainer {
   bool done() const { return step_ >= settings_.steps; }
 
  private:
+  // Set-up, in order: the data loaders; the model, optimizer and their ranks; the latest checkpoint.
+  void open_data();
+  void build_model();
+  void resume();
   TrainResult dry_run();
   // Logs a step's metrics and folds them into the result; throws after too many skipped steps in a row.
   void record(const StepMetrics& metrics);
