@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
@@ -46,6 +47,9 @@ nlohmann::json cursor_to_json(const DataLoaderState& s) {
           {"sampling", s.sampling}};
 }
 
+// Inside trainer_state.json, what is wrong throws std::invalid_argument (or nlohmann's exceptions);
+// load_checkpoint turns each into one "<path> is corrupt: ..." error.
+
 // A whole number in T's range (nlohmann would cast a float or a negative number silently).
 template <class T>
 T whole_number(const nlohmann::ordered_json& value, const char* key) {
@@ -54,14 +58,14 @@ T whole_number(const nlohmann::ordered_json& value, const char* key) {
                         ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
                         : value.is_number_integer() && std::is_signed_v<T> &&
                               value.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::lowest());
-  if (!fits) throw Error(kModule, std::string("\"") + key + "\" is not a whole number in its range");
+  if (!fits) throw std::invalid_argument(std::string("\"") + key + "\" is not a whole number in its range");
   return value.get<T>();
 }
 
 DataLoaderState cursor_from_json(const nlohmann::ordered_json& json) {
   DataLoaderState s{};
   const nlohmann::ordered_json& rng = json.at("rng_state");
-  if (!rng.is_array() || rng.size() != 4) throw Error(kModule, "rng_state must have 4 words");
+  if (!rng.is_array() || rng.size() != 4) throw std::invalid_argument("\"rng_state\" must have 4 words");
   for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], "rng_state");
   s.batches_served = whole_number<uint64_t>(json.at("batches_served"), "batches_served");
   s.next_window = whole_number<uint64_t>(json.at("next_window"), "next_window");
@@ -84,11 +88,9 @@ nlohmann::ordered_json parse_state(const std::string& path) {
   const std::string text = read_text(path);
   try {
     return nlohmann::ordered_json::parse(text, [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
-      if (depth > kMaxStateDepth) throw Error(kModule, "nested deeper than a trainer state is");
+      if (depth > kMaxStateDepth) throw std::invalid_argument("nested deeper than a trainer state is");
       return true;
     });
-  } catch (const Error& error) {
-    throw Error(kModule, path + " is corrupt: " + error.what(), "resume from another checkpoint");
   } catch (const std::exception& error) {
     const std::string reason = error.what();
     throw Error(kModule, path + " is corrupt: " + reason.substr(0, 160) + (reason.size() > 160 ? "..." : ""),
@@ -209,10 +211,12 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
       throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
                                std::to_string(kStateVersion));
     state.step = whole_number<int64_t>(json.at("step"), "step");
-    if (state.step < 0) throw Error(kModule, "\"step\" is negative");
+    if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
     state.seed = whole_number<uint64_t>(json.at("seed"), "seed");
     state.data = cursor_from_json(json.at("data_cursor"));
     state.settings = json.at("settings");
+  } catch (const Error&) {
+    throw;  // names the file already
   } catch (const std::exception& error) {
     // Every message here is ours or nlohmann's "key not found" / type error: short.
     throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
