@@ -243,11 +243,15 @@ void Option::check() const {
         using T = std::decay_t<decltype(*field)>;
         if constexpr (std::is_same_v<T, std::string>) {
           check_text(*field);
-        } else if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>>) {
-          if (*field) check_number(static_cast<long double>(**field), text());
         } else if constexpr (!std::is_same_v<T, bool>) {
-          if (!std::isfinite(static_cast<long double>(*field))) fail("must be a finite number", text());
-          check_number(static_cast<long double>(*field), text());
+          std::optional<long double> number;  // none for an unset optional
+          if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>>) {
+            if (*field) number = static_cast<long double>(**field);
+          } else {
+            number = static_cast<long double>(*field);
+          }
+          if (number && !std::isfinite(*number)) fail("must be a finite number", text());
+          if (number) check_number(*number, text());
         }
       },
       target_);

@@ -65,14 +65,15 @@ std::string listed(const std::vector<std::string>& names) {
   return text;
 }
 
-}  // namespace
-
+// Whether `dir` holds a run: a `latest` pointer, a metrics.jsonl or a step_<N> folder.
 bool holds_run(const std::string& dir) {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
     if (is_run_entry(entry)) return true;
   return false;
 }
+
+}  // namespace
 
 RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir) {
   std::error_code error;

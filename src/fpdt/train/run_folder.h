@@ -26,7 +26,4 @@ class RunFolder {
   int lock_fd_ = -1;
 };
 
-// Whether `dir` holds a run: a `latest` pointer, a metrics.jsonl or a step_<N> folder.
-bool holds_run(const std::string& dir);
-
 }  // namespace fpdt::train

@@ -64,7 +64,6 @@ class Trainer {
   // Peaks, the trace file and the sample of a finished run.
   TrainResult finish();
 
-  int64_t current_step() const { return step_; }
   bool done() const { return step_ >= settings_.steps; }
 
  private:
