@@ -15,8 +15,8 @@ namespace fpdt::train {
 
 // Test hook, never an option: makes steps non-finite on purpose so tests can watch the guard work.
 // The `fpdt` program reads it from the environment: FPDT_TEST_FAULT="lr-inf@K" (every update from
-// step K on uses lr = inf) or "nan-grad@K" / "nan-grad@KxN" (a NaN in the gradient of steps K .. K+N−1;
-// N = 1 without "xN").
+// step K on uses lr = inf) or "nan-grad@K" / "nan-grad@KxN" (a NaN in rank 0's gradient, before the
+// all-reduce, in steps K .. K+N−1; N = 1 without "xN").
 struct FaultInjection {
   int64_t lr_inf_from_step = 0;    // 0: never
   int64_t nan_grad_from_step = 0;  // 0: never

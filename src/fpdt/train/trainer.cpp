@@ -236,14 +236,14 @@ StepMetrics Trainer::step() {
         model_->forward_backward(replica_rows(batch, dp_index_, s.batch_size), counted > 0 ? 1.0 / counted : 0.0)
             .loss_sum;
   result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
+  const FaultInjection& fault = s.fault;
+  if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
+      step_ < fault.nan_grad_from_step + fault.nan_grad_steps && world_.rank() == 0)
+    model_->grads().data()[0] = std::numeric_limits<float>::quiet_NaN();  // one rank's gradient only
   if (world_.size() > 1) {
     world_.all_reduce_sum(model_->grads().data(), static_cast<size_t>(model_->grads().numel()));
     world_.all_reduce_sum(&loss_sum, 1);
   }
-  const FaultInjection& fault = s.fault;
-  if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
-      step_ < fault.nan_grad_from_step + fault.nan_grad_steps)
-    model_->grads().data()[0] = std::numeric_limits<float>::quiet_NaN();
 
   StepMetrics metrics;
   metrics.step = step_;
