@@ -51,7 +51,7 @@ TEST(Commands, DryRunPrintsTheScheduleAndThePadding) {
   const ProgramResult run = run_fpdt("train --model llama-tiny --seq 100 --chunk-tokens 48 --recompute layer --dry-run "
                                      "--schedule --peak-gflops 1 --threads 1 --out " + dir.file("run"));
   ASSERT_EQ(run.exit_status, 0) << run.output;
-  for (const char* expected : {"fpdt, 3 x 48 tokens, padding 44", "FPDT schedule: S 100 tokens (padded to 144)",
+  for (const char* expected : {"3 x 48 tokens (48 per rank), padding 44", "FPDT schedule: S 100 tokens (padded to 144)",
                                "recompute layer", "program layer backward", "attention block backward 2,1"})
     EXPECT_NE(run.output.find(expected), std::string::npos) << expected << " in\n" << run.output;
 }
