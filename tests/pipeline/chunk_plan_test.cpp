@@ -73,9 +73,8 @@ TEST(Offload, MissingDirectoryAndUnknownTierAreClearErrors) {
   LayoutShape shape;
   shape.c = 4;
   shape.h = 8;
-  testing::expect_contains(testing::error_message([&] {
-                             OffloadStore(kernels::host_memory(), parse_offload("disk:/nonexistent/fpdt"), shape, false);
-                           }),
+  const OffloadConfig missing = parse_offload("disk:/nonexistent/fpdt");
+  testing::expect_contains(testing::error_message([&] { OffloadStore(kernels::host_memory(), missing, shape, false); }),
                            {"[offload] cannot create an offload file in /nonexistent/fpdt", "create the directory"});
   testing::expect_contains(testing::error_message([] { parse_offload("tape"); }),
                            {"unknown offload tier 'tape'", "none, ram or disk:DIR"});

@@ -69,7 +69,8 @@ TEST(Schedule, GoldenWindowMask) {
   EXPECT_EQ(fetches("layer backward", Array::k), 4);
 
   // A model mixing sliding-window and full layers: layers with equal masks share their programs.
-  const Schedule mixed = make_schedule(plan, Pass::forward_backward, Recompute::none, {BlockMask(4), mask, BlockMask(4)});
+  const Schedule mixed =
+      make_schedule(plan, Pass::forward_backward, Recompute::none, {BlockMask(4), mask, BlockMask(4)});
   ASSERT_EQ(mixed.masks.size(), 2u);
   std::vector<std::string> called;
   for (const Schedule::Call& call : mixed.calls)
@@ -449,7 +450,8 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
             }
             // The window applies to the middle layer only (as in models that mix sliding and full layers).
             const int32_t* doc_ids = docs.empty() ? nullptr : docs.data();
-            const BlockMask full = make_block_mask(plan, 0, doc_ids, 2), mask = make_block_mask(plan, window, doc_ids, 2);
+            const BlockMask full = make_block_mask(plan, 0, doc_ids, 2);
+            const BlockMask mask = make_block_mask(plan, window, doc_ids, 2);
             const Schedule schedule = make_schedule(plan, pass, recompute, {full, mask, full});
             SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
                          recompute_name(recompute) + (pass == Pass::forward ? " forward" : " forward + backward") +

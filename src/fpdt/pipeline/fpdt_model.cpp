@@ -18,7 +18,8 @@ constexpr int32_t kPaddingDocument = INT32_MIN;  // the document of padding toke
 }  // namespace
 
 ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank) {
-  return make_chunk_plan(seq_tokens, ranks, rank, pipeline.chunk_tokens, pipeline.chunk_tokens > 0 ? 0 : pipeline.chunks);
+  const int chunks = pipeline.chunk_tokens > 0 ? 0 : pipeline.chunks;
+  return make_chunk_plan(seq_tokens, ranks, rank, pipeline.chunk_tokens, chunks);
 }
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
@@ -79,14 +80,15 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
                             "lower --chunk-tokens or --batch, or raise --compute-mem");
   char* slice = static_cast<char*>(arena_->data());  // a handle: only offsets are taken from it
   for (const BufferSpec& buffer : chunk_buffers(shape)) {
-    own_[static_cast<size_t>(buffer.id)] = slice;
-    bytes_[static_cast<size_t>(buffer.id)] = static_cast<size_t>(buffer.elements * element_bytes(buffer.element, shape));
+    const size_t id = static_cast<size_t>(buffer.id);
+    own_[id] = slice;
+    bytes_[id] = static_cast<size_t>(buffer.elements * element_bytes(buffer.element, shape));
     slice += buffer.bytes(shape);
   }
   bound_ = own_;
   head_rows_ = head_rows(shape);
-  exchange_ = std::make_unique<UlyssesExchange>(sp_, backend_, sharding_, config_.head_dim, shape.c, own<float>(Buf::pack),
-                                                own<int32_t>(Buf::exchange_rows));
+  exchange_ = std::make_unique<UlyssesExchange>(sp_, backend_, sharding_, config_.head_dim, shape.c,
+                                                own<float>(Buf::pack), own<int32_t>(Buf::exchange_rows));
   copies_ = memory_.make_copy_queue();
   last_event_ = 0;
   const size_t rows = static_cast<size_t>(shape.rows());
@@ -198,7 +200,8 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
     case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
     case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp); return;
     case Op::head: {
-      const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses), own<float>(Buf::logits_lse)};
+      const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
+                                    own<float>(Buf::logits_lse)};
       const model::LossStats stats =
           math_.head_forward(layout_, params_, step.flag ? &grads_ : nullptr, at(0), own<int32_t>(Buf::targets),
                              batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,

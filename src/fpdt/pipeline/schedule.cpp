@@ -172,7 +172,8 @@ Role operand_role(Op op, int operand, bool flag) {
 
 std::string describe_step(const Step& step) {
   std::string text = op_name(step.op);
-  if (step.op == Op::wait) return text + (step.copy < 0 ? " copies before this program" : " #" + std::to_string(step.copy));
+  if (step.op == Op::wait)
+    return text + (step.copy < 0 ? " copies before this program" : " #" + std::to_string(step.copy));
   if (step.op == Op::fetch || step.op == Op::write) {
     const std::string slot = std::string(array_name(step.array)) + "[" +
                              (step.layer == LayerRef::next_layer ? "l+1, " : "l, ") + std::to_string(step.chunk) + "]";

@@ -181,8 +181,8 @@ double reference_offload_forward_bytes(const PlanShape& s) {
 
 pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
   const int P = static_cast<int>(s.P);
-  return pipeline::layout_shape(config.model, pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P),
-                                pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
+  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
+  return pipeline::layout_shape(config.model, sharding, pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
                                 config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a));
 }
 
@@ -277,7 +277,9 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
 
   // fpdt, ours: one arena and one store, allocated once per sequence length (live all step).
   const pipeline::LayoutShape layout = fpdt_layout(config, s);
-  auto store = [&](pipeline::StoreGroup group) { return d(static_cast<int64_t>(pipeline::store_bytes(layout, group))); };
+  auto store = [&](pipeline::StoreGroup group) {
+    return d(static_cast<int64_t>(pipeline::store_bytes(layout, group)));
+  };
   const bool one_layer = layout.stored_layers == 1;
   out.add("layer inputs x (L + 1 layers)", "offload chunks", chunk_tier, Phase::always,
           store(pipeline::StoreGroup::inputs), "(L + 1)·a·h·T");
@@ -288,7 +290,8 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
           store(pipeline::StoreGroup::gradients), "(a·(h + q) + 4·(Hq + q))·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,
           d(static_cast<int64_t>(pipeline::chunk_arena_bytes(layout))),
-          "per row of B·c: a·(7h + 11q + 4kv + 6kv_heads + 6f) + 4·(3q + 2kv_heads + 6Hq + 4 + 2P) + 24; + a·c·max(q, kv_heads) + 4·V·n");
+          "per row of B·c: a·(7h + 11q + 4kv + 6kv_heads + 6f) + 4·(3q + 2kv_heads + 6Hq + 4 + 2P) + 24; "
+          "+ a·c·max(q, kv_heads) + 4·V·n");
   return out.take();
 }
 
