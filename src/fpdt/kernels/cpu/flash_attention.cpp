@@ -294,6 +294,12 @@ TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_la
 
 int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) { return static_cast<int32_t>(std::clamp(value, lo, hi)); }
 
+// A 16-lane visibility mask (two halves) narrowed by another condition: vis &= cond.
+inline void keep(__m256i& vis0, __m256i& vis1, __m256i cond0, __m256i cond1) {
+  vis0 = _mm256_and_si256(vis0, cond0);
+  vis1 = _mm256_and_si256(vis1, cond1);
+}
+
 // =============================================================================================
 // Forward
 
@@ -356,13 +362,11 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
       __m256i vis1 = _mm256_cmpgt_epi32(i_lane1, threshold);
       if (window > 0) {  // visible iff i < end, the end clamped into int32 range
         const __m256i end = _mm256_set1_epi32(clamp_to_int(k_first_rel + j + window, -1, kFwdQueries + 1));
-        vis0 = _mm256_and_si256(vis0, _mm256_cmpgt_epi32(end, i_lane0));
-        vis1 = _mm256_and_si256(vis1, _mm256_cmpgt_epi32(end, i_lane1));
+        keep(vis0, vis1, _mm256_cmpgt_epi32(end, i_lane0), _mm256_cmpgt_epi32(end, i_lane1));
       }
       if (has_docs) {
         const __m256i k_doc = _mm256_set1_epi32(s.k_docs[j]);
-        vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(q_doc0, k_doc));
-        vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(q_doc1, k_doc));
+        keep(vis0, vis1, _mm256_cmpeq_epi32(q_doc0, k_doc), _mm256_cmpeq_epi32(q_doc1, k_doc));
       }
       const __m256 s0 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel), _mm256_castsi256_ps(vis0));
       const __m256 s1 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel + 8), _mm256_castsi256_ps(vis1));
@@ -594,13 +598,11 @@ void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_re
         __m256i vis1 = _mm256_cmpgt_epi32(limit_v, j1);
         if (window > 0) {  // visible iff j > before, before = q_rel + i − window (clamped)
           const __m256i before = _mm256_set1_epi32(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
-          vis0 = _mm256_and_si256(vis0, _mm256_cmpgt_epi32(j0, before));
-          vis1 = _mm256_and_si256(vis1, _mm256_cmpgt_epi32(j1, before));
+          keep(vis0, vis1, _mm256_cmpgt_epi32(j0, before), _mm256_cmpgt_epi32(j1, before));
         }
         if (has_docs) {
           const __m256i q_doc = _mm256_set1_epi32(s.q_docs[i]);
-          vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(k_doc0, q_doc));
-          vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(k_doc1, q_doc));
+          keep(vis0, vis1, _mm256_cmpeq_epi32(k_doc0, q_doc), _mm256_cmpeq_epi32(k_doc1, q_doc));
         }
         p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(vis0));
         p1 = _mm256_and_ps(p1, _mm256_castsi256_ps(vis1));
