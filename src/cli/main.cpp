@@ -158,15 +158,17 @@ int command_sample(int argc, char** argv) {
       .add("temperature", "T", "0.8", "softmax temperature")
       .add("top-k", "K", "40", "sample among the K most likely tokens (0: all)")
       .add("seed", "N", "1", "sampling seed")
-      .add("threads", "N", "0", "threads (0: all cores)");
+      .add("threads", "N", "0", "threads (0: all cores)")
+      .flag("ids", "also print the token ids (prompt and generated) on a last line");
   if (!options.parse(argc, argv)) return 0;
   train::set_threads(static_cast<int>(options.integer("threads")));
   const std::string folder = checkpoint_folder(options.str("checkpoint"));
   const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
+  // The checkpoint's own tokenizer (the one its shards were made with).
+  const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend("cpu");
   model::Transformer model(config, *backend);
   model::load_hf_safetensors(config, model.layout(), model.params(), folder + "/model.safetensors");
-  train::ByteTokenizer tokenizer;
   train::SampleSettings settings;
   settings.new_tokens = options.integer("tokens");
   settings.context_tokens = options.integer("context");
@@ -175,24 +177,40 @@ int command_sample(int argc, char** argv) {
   Rng rng(static_cast<uint64_t>(options.integer("seed")));
   const auto tokens = train::generate(model, tokenizer.encode(options.str("prompt")), settings, rng);
   std::printf("%s\n", tokenizer.render(tokens).c_str());
+  if (options.enabled("ids")) {
+    std::string line = "ids:";
+    for (const int32_t id : tokens) line += " " + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
 int command_tokenize(int argc, char** argv) {
-  OptionTable options("tokenize", "Tokenize text or FASTA files (bytes) into train.bin and val.bin shards.",
+  OptionTable options("tokenize", "Tokenize text or FASTA files into train.bin and val.bin shards (+ the tokenizer's files).",
                       "FILE...");
   options.add("out", "DIR", "data/corpus", "output folder (created if missing)")
-      .add("val-fraction", "F", "0.05", "fraction of tokens, taken from the end, for validation");
+      .add("val-fraction", "F", "0.05", "fraction of tokens, taken from the end, for validation")
+      .add("tokenizer", "bytes|PATH", "bytes", "bytes, or a Hugging Face tokenizer.json (or a folder with one)")
+      .add("eos-token", "TOKEN", "", "token between documents (default: the tokenizer's eos_token)");
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().empty())
     throw Error("cli", "no input files for fpdt tokenize", "fpdt tokenize --out DIR FILE...");
+  const std::string tokenizer_path = options.str("tokenizer");
+  if (tokenizer_path == "bytes" && !options.str("eos-token").empty())
+    throw Error("cli", "--eos-token applies to a tokenizer.json; the byte tokenizer ends documents with <|eod|>",
+                "drop --eos-token, or pass --tokenizer PATH");
+  const train::Tokenizer tokenizer = tokenizer_path == "bytes"
+                                         ? train::Tokenizer::bytes()
+                                         : train::Tokenizer::load(tokenizer_path, options.str("eos-token"));
   fs::create_directories(options.str("out"));
   const train::TokenizeSummary summary =
-      train::tokenize_files(options.positional(), options.str("out"), options.real("val-fraction"));
-  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d)\n", summary.train_path.c_str(),
-              static_cast<unsigned long long>(summary.train_tokens), summary.val_path.c_str(),
-              static_cast<unsigned long long>(summary.val_tokens), static_cast<unsigned long long>(summary.documents),
-              summary.vocab_size);
+      train::tokenize_files(options.positional(), options.str("out"), options.real("val-fraction"), tokenizer);
+  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d, separator '%s' = %d, tokenizer %s)\n",
+              summary.train_path.c_str(), static_cast<unsigned long long>(summary.train_tokens),
+              summary.val_path.c_str(), static_cast<unsigned long long>(summary.val_tokens),
+              static_cast<unsigned long long>(summary.documents), summary.vocab_size,
+              tokenizer.end_of_document_token().c_str(), tokenizer.end_of_document_id(),
+              train::fingerprint_string(tokenizer.fingerprint()).c_str());
   return 0;
 }
 
@@ -236,9 +254,14 @@ int command_inspect(int argc, char** argv) {
     return 0;
   }
   const train::ShardReader shard(path);
-  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u\n", path.c_str(),
-              shard.header().version, static_cast<unsigned long long>(shard.token_count()), shard.token_width_bytes(),
-              shard.vocab_size());
+  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u, tokenizer %s, separator id %s\n",
+              path.c_str(), shard.header().version, static_cast<unsigned long long>(shard.token_count()),
+              shard.token_width_bytes(), shard.vocab_size(),
+              shard.tokenizer().fingerprint == 0 ? "not recorded"
+                                                 : train::fingerprint_string(shard.tokenizer().fingerprint).c_str(),
+              shard.tokenizer().end_of_document_id == train::kNoEndOfDocument
+                  ? "none"
+                  : std::to_string(shard.tokenizer().end_of_document_id).c_str());
   return 0;
 }
 

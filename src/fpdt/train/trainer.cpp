@@ -28,6 +28,41 @@ namespace {
 
 constexpr const char* kModule = "train";
 
+// The tokenizer the shards were made with: <data>/tokenizer.json, checked against the fingerprint
+// both shards record, or the byte tokenizer for shards that record it or nothing (version 1).
+Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train_shard, const ShardReader& val_shard) {
+  if (train_shard.tokenizer() != val_shard.tokenizer())
+    throw Error(kModule,
+                train_shard.path() + " and " + val_shard.path() + " were made by different tokenizers (" +
+                    fingerprint_string(train_shard.tokenizer().fingerprint) + ", " +
+                    fingerprint_string(val_shard.tokenizer().fingerprint) + ")",
+                "re-create both with one `fpdt tokenize` run");
+  const uint64_t recorded = train_shard.tokenizer().fingerprint;
+  const std::string file = data_dir + "/" + kTokenizerFile;
+  Tokenizer tokenizer = std::filesystem::exists(file) ? Tokenizer::load(data_dir) : Tokenizer::bytes();
+  const bool unrecorded_bytes = recorded == 0 && tokenizer.is_byte_tokenizer() &&
+                                train_shard.vocab_size() == static_cast<uint32_t>(tokenizer.vocab_size());
+  if (recorded != tokenizer.fingerprint() && !unrecorded_bytes) {
+    if (!std::filesystem::exists(file))
+      throw Error(kModule,
+                  train_shard.path() + " was made by tokenizer " + fingerprint_string(recorded) + ", but " + data_dir +
+                      " holds no " + kTokenizerFile,
+                  "put back the tokenizer.json that `fpdt tokenize` wrote beside the shards, or re-run it");
+    throw Error(kModule,
+                train_shard.path() + " was made by another tokenizer (" + fingerprint_string(recorded) + ") than " + file +
+                    " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
+                "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
+  }
+  if (recorded != 0 && train_shard.tokenizer().end_of_document_id != static_cast<uint32_t>(tokenizer.end_of_document_id()))
+    throw Error(kModule,
+                train_shard.path() + " separates documents with id " +
+                    std::to_string(train_shard.tokenizer().end_of_document_id) + ", but " + data_dir +
+                    "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
+                    std::to_string(tokenizer.end_of_document_id()) + ")",
+                "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
+  return tokenizer;
+}
+
 nlohmann::ordered_json settings_json(const TrainSettings& s) {
   return {{"model", s.model},
           {"data_dir", s.data_dir},
@@ -221,10 +256,13 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   const std::string train_path = settings.data_dir + "/train.bin";
   const std::string val_path = settings.data_dir + "/val.bin";
   ShardReader train_shard(train_path);
+  ShardReader val_shard(val_path);
+  const Tokenizer tokenizer = shards_tokenizer(settings.data_dir, train_shard, val_shard);
   if (train_shard.vocab_size() > static_cast<uint32_t>(config.vocab_size))
     throw Error(kModule,
                 train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
-                    ", more than the model's " + std::to_string(config.vocab_size),
+                    " (its tokenizer's ids go up to " + std::to_string(train_shard.vocab_size() - 1) +
+                    "), more than the model's " + std::to_string(config.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
   // Every rank reads the same global batches of dp · B rows and computes its replica's rows.
   DataLoaderConfig train_config;
@@ -235,7 +273,7 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   DataLoader train_loader(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
   val_config.sampling = Sampling::sequential;
-  DataLoader val_loader(ShardReader(val_path), val_config);
+  DataLoader val_loader(std::move(val_shard), val_config);
   const DataLoaderState val_start = val_loader.state();
 
 
@@ -252,6 +290,13 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
   if (settings.resume) {
     resumed_from = latest_checkpoint(settings.out_dir);
     if (!resumed_from.empty()) {
+      const Tokenizer trained_with = checkpoint_tokenizer(resumed_from, config.vocab_size);
+      if (trained_with.fingerprint() != tokenizer.fingerprint())
+        throw Error(kModule,
+                    "cannot resume " + resumed_from + ": it was trained on shards of tokenizer " +
+                        fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings.data_dir +
+                        " were made by tokenizer " + fingerprint_string(tokenizer.fingerprint()),
+                    "resume with the --data the run was trained on, or start a new --out directory");
       const TrainerState state = load_checkpoint(resumed_from, config, model.layout(), model.params(), optimizer);
       step = state.step;
       train_loader.restore(state.data);
@@ -287,7 +332,7 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
       state.data = train_loader.state();
       state.seed = settings.seed;
       state.settings_json = settings_json(settings).dump();
-      save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state);
+      save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state, tokenizer);
     }
     world.barrier();
   };
@@ -363,7 +408,6 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
     model::Transformer sampler(config, *backend, settings.seed);
     std::memcpy(sampler.params().data(), model.params().data(),
                 sizeof(float) * static_cast<size_t>(model.params().numel()));
-    ByteTokenizer tokenizer;
     SampleSettings sample;
     sample.new_tokens = settings.sample_tokens;
     sample.context_tokens = settings.seq_tokens;
