@@ -151,6 +151,26 @@ def check(name, documents, files, style, args):
             STEPS, logged["val_loss"], str(dtype).replace("torch.", ""), loss, abs(loss - logged["val_loss"])))
 
 
+def check_byte_run(args):
+    """A byte-level run (the byte tokenizer, a GPT-2 model) also carries a tokenizer that loads."""
+    print("\n== bytes: the byte tokenizer's checkpoint, GPT-2 model", flush=True)
+    data_dir, run_dir = os.path.join(REPO, "data", "kjv"), os.path.join(args.work, "bytes", "run")
+    run([args.fpdt, "train", "--model", "gpt-tiny", "--data", data_dir, "--out", run_dir, "--steps", "2", "--batch", "2",
+         "--seq", "64", "--eval-batches", "1", "--save-every", "0", "--threads", "2", "--peak-gflops", "100"])
+    auto = AutoTokenizer.from_pretrained(os.path.join(run_dir, "step_2"))
+    with open(os.path.join(REPO, "data", "kjv.txt"), encoding="utf-8", newline="") as f:
+        text = f.read(20000)
+    shard, vocab, eos, _ = read_shard(os.path.join(data_dir, "train.bin"))
+    ids = auto(text, add_special_tokens=False)["input_ids"]
+    mixed = "Ünïcödé " + text[:100] + "<|eod|>" + text[100:200]
+    mixed_ids = auto(mixed, add_special_tokens=False)["input_ids"]
+    want_mixed = list(("Ünïcödé " + text[:100]).encode()) + [256] + list(text[100:200].encode())
+    print("AutoTokenizer (%s, vocab %d, eos %r): ids of the first %d characters equal the byte shard's: %s; "
+          "special token and UTF-8 bytes: %s; decode round trip: %s" % (
+              type(auto).__name__, len(auto), auto.eos_token, len(text), ids == shard[:len(ids)].tolist(),
+              mixed_ids == want_mixed, auto.decode(mixed_ids) == mixed))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fpdt", default=os.path.join(REPO, "build", "fpdt"))
@@ -170,6 +190,7 @@ def main():
         with open(path, encoding="utf-8", newline="") as f:
             documents.append(f.read())
     check("tutor", documents, tutor_files, "llama3", args)
+    check_byte_run(args)
 
 
 if __name__ == "__main__":

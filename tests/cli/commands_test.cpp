@@ -59,6 +59,28 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
 }
 
+TEST(Commands, TrainsOnVersionOneByteShards) {
+  // Shards from before shards recorded their tokenizer (version 1, no tokenizer.json beside them) are
+  // byte-tokenizer shards: training runs, and the checkpoint carries the byte tokenizer.
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  for (const char* name : {"train.bin", "val.bin"}) {
+    const std::string path = setup.data_dir + "/" + name;
+    std::string bytes = read_file(path);
+    std::string v1 = bytes.substr(0, 28) + std::string(4, '\0') + bytes.substr(48);
+    v1[8] = 1;  // version
+    write_text_file(path, v1);
+  }
+  std::filesystem::remove(setup.data_dir + "/tokenizer.json");
+  std::filesystem::remove(setup.data_dir + "/tokenizer_config.json");
+  const ProgramResult trained = run_fpdt(join_args(setup.train_args(dir.file("run"), 2)));
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), train::Tokenizer::bytes().tokenizer_json());
+  const std::string inspected = run_fpdt("inspect " + setup.data_dir + "/train.bin").output;
+  EXPECT_NE(inspected.find("token shard version 1,"), std::string::npos) << inspected;
+  EXPECT_NE(inspected.find("tokenizer not recorded"), std::string::npos) << inspected;
+}
+
 TEST(Commands, TokenizeTrainAndSampleWithAHuggingFaceTokenizer) {
   // The Llama-3-style fixture tokenizer (501 ids): shards record it, the checkpoint carries it, and
   // sample encodes the prompt and decodes the ids with it (printed with --ids).

@@ -184,12 +184,12 @@ struct Tokenizer::Impl {
   // Added tokens, matched on the raw text (normalized = false) or after normalization (true; there is
   // no normalizer, so on the same text, but in a second pass as the library does).
   std::vector<AddedToken> added;
+  std::array<bool, 256> added_first_byte{};  // bytes that start some added token
   std::vector<PreTokenizerStep> pre_tokenizers;
   bool byte_level_decoder = false;
   bool needs_utf8 = false;
   bool byte_tokenizer = false;
   std::vector<std::string> id_to_token;  // (V) "" where no token has the id
-  std::vector<uint8_t> is_added;         // (V)
   int32_t eos_id = -1;
   std::string eos_token;
   uint64_t fingerprint = 0;
@@ -356,11 +356,10 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   for (const auto& [token, id] : vocab) size = std::max<int64_t>(size, id + 1);
   for (const AddedToken& token : added) size = std::max<int64_t>(size, token.id + 1);
   id_to_token.assign(static_cast<size_t>(size), std::string());
-  is_added.assign(static_cast<size_t>(size), 0);
   for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
   for (const AddedToken& token : added) {
     id_to_token[static_cast<size_t>(token.id)] = token.content;
-    is_added[static_cast<size_t>(token.id)] = 1;
+    added_first_byte[static_cast<unsigned char>(token.content[0])] = true;
   }
   if (size == 0) fail("has an empty vocabulary", "pass a trained tokenizer.json");
 
@@ -401,6 +400,10 @@ void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
                                   std::vector<std::pair<std::string_view, int32_t>>& out) const {
   size_t start = 0, pos = 0;
   while (pos < text.size()) {
+    if (!added_first_byte[static_cast<unsigned char>(text[pos])]) {
+      ++pos;
+      continue;
+    }
     const AddedToken* best = nullptr;
     for (const AddedToken& token : added)
       if (token.normalized == normalized && token.content[0] == text[pos] &&
