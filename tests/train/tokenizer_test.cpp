@@ -202,7 +202,10 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<=a)b"; }),
                   {"regex '(?<=a)b'", "lookbehind"});
   expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; }),
-                  {"\\w is not supported"});
+                  {"edited.json pre_tokenizer.pretokenizers[].pattern", "\\w is not supported"});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = 1 << 30; }), {"id of 1073741824", "limit"});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"] = nlohmann::json::object(); j["added_tokens"] = nlohmann::json::array(); j["model"]["merges"] = nlohmann::json::array(); }),
+                  {"empty vocabulary"});
   // Malformed text: truncated, not an object, nested past the depth limit.
   const std::string text = good.dump();
   expect_contains(error_message([&] { Tokenizer::from_json(text.substr(0, text.size() / 2), "", "", "cut.json"); }),
@@ -211,6 +214,18 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   expect_contains(error_message([] { Tokenizer::from_json(std::string(100000, '[') + std::string(100000, ']'), "", "", "deep.json"); }),
                   {"deep.json", "nests", "deep"});
   expect_contains(error_message([&] { Tokenizer::from_json(text, "{not json", "", "x.json"); }), {"tokenizer_config.json is not valid JSON"});
+  // A pathological pattern is an error on the text that exposes it, never a hang or a crash:
+  // exponential backtracking, and a repeated group nesting one level per repetition.
+  nlohmann::json nested = good;
+  nested["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:a|a)*(?:a|a)*(?:a|a)*b|.";
+  const Tokenizer exponential = Tokenizer::from_json(nested.dump(), "", "", "nested.json");
+  expect_contains(error_message([&] { (void)exponential.encode(std::string(40, 'a')); }), {"backtracks too much"});
+  nested["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:ab)+|.";
+  const Tokenizer deep = Tokenizer::from_json(nested.dump(), "", "", "deep.json");
+  EXPECT_EQ(deep.decode(deep.encode("abab x")), "abab x");
+  std::string long_run;
+  for (int i = 0; i < 20000; ++i) long_run += "ab";
+  expect_contains(error_message([&] { (void)deep.encode(long_run); }), {"nests more than 5000 repetitions"});
   // Text that is not UTF-8 cannot be split by regex.
   const Tokenizer gpt2 = Tokenizer::load(kFixtures + "/gpt2");
   EXPECT_FALSE(gpt2.accepts_any_bytes());

@@ -33,6 +33,8 @@ constexpr const char* kSupportedHint =
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr size_t kMaxJsonDepth = 64;
+// Largest vocabulary (1 + the largest id) accepted: real ones are ≤ 256K; this bounds the id table.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 constexpr size_t kWordCacheLimit = 1 << 16;
 
 // GPT-2's byte ↔ character map: printable Latin-1 bytes stand for themselves, the other 68 bytes for
@@ -246,7 +248,8 @@ void Tokenizer::Impl::parse_pre_tokenizer(const json& node, const std::string& w
     if (flag(node, "use_regex", true)) step.regex = std::make_unique<text::Regex>(kGpt2Pattern);
   } else if (type == "Split") {
     const json& pattern = node.at("pattern");
-    if (pattern.contains("Regex")) step.regex = std::make_unique<text::Regex>(pattern.at("Regex").get<std::string>());
+    if (pattern.contains("Regex"))
+      step.regex = std::make_unique<text::Regex>(pattern.at("Regex").get<std::string>(), origin + " " + where + ".pattern");
     else step.literal = pattern.at("String").get<std::string>();
     const std::string behavior = node.at("behavior").get<std::string>();
     if (behavior == "Removed") step.behavior = PreTokenizerStep::removed;
@@ -324,7 +327,8 @@ void Tokenizer::Impl::parse(const json& root) {
     const bool empty_sequence = type == "Sequence" && normalizer->at("normalizers").empty();
     if (!empty_sequence)
       fail("normalizer '" + type + "' is not supported (tokenizers without a normalizer are)",
-           "GPT-2 and Llama 3 tokenizers have none; Qwen2's NFC is not implemented yet");
+           "GPT-2 and Llama 3 tokenizers have none; NFC (Qwen2) is not implemented: the library normalizes with "
+           "Unicode 9.0 tables, its regexes use Unicode 16.0, so exact ids need a second table set");
   }
   if (root.contains("pre_tokenizer")) parse_pre_tokenizer(root.at("pre_tokenizer"), "pre_tokenizer");
   const auto decoder = root.find("decoder");
@@ -355,6 +359,9 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   int64_t size = 0;
   for (const auto& [token, id] : vocab) size = std::max<int64_t>(size, id + 1);
   for (const AddedToken& token : added) size = std::max<int64_t>(size, token.id + 1);
+  if (size > kMaxVocabSize)
+    fail("has an id of " + std::to_string(size - 1) + ", more than fpdt's limit of " + std::to_string(kMaxVocabSize - 1),
+         "ids must be dense from 0; fix the tokenizer.json");
   id_to_token.assign(static_cast<size_t>(size), std::string());
   for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
   for (const AddedToken& token : added) {

@@ -1,5 +1,6 @@
-// Tokenizers: a Hugging Face tokenizer.json with a BPE model (byte-level as in GPT-2, Llama 3, Qwen2),
-// encoded and decoded here in C++ with the `tokenizers` library's exact ids and text; the byte
+// Tokenizers: a Hugging Face tokenizer.json with a BPE model (byte-level as in GPT-2, Llama 3, and
+// Qwen2's pre-tokenizer; normalizers such as Qwen2's NFC are refused), encoded and decoded here in C++
+// with the `tokenizers` library's exact ids and text; the byte
 // tokenizer (ids 0..255 = bytes, 256 = "<|eod|>") is one such tokenizer.json, built in. Also FASTA
 // parsing and `tokenize_files`, which turns text/FASTA inputs into train.bin and val.bin shards with
 // the tokenizer's end-of-document token between documents.

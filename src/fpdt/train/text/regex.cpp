@@ -15,6 +15,11 @@ namespace fpdt::train::text {
 namespace {
 constexpr const char* kModule = "tokenizer";
 constexpr size_t kUnbounded = SIZE_MAX;
+// Bounds that turn a pathological pattern into an error instead of a hang or a stack overflow:
+// nested match calls (each a few hundred bytes of stack; repetitions of a group nest one level per
+// repetition) and match steps per text byte (the supported patterns take about ten).
+constexpr int kMaxMatchDepth = 5000;
+constexpr uint64_t kMaxStepsPerByte = 1000;
 }  // namespace
 
 // One code point test: a union of items, optionally negated.
@@ -60,7 +65,7 @@ using Node = Regex::Node;
 
 class Parser {
  public:
-  explicit Parser(std::string_view pattern) : pattern_(pattern) {}
+  Parser(std::string_view pattern, std::string_view origin) : pattern_(pattern), origin_(origin) {}
 
   std::unique_ptr<Node> parse() {
     auto root = parse_alternation();
@@ -71,7 +76,8 @@ class Parser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(kModule,
-                "pre-tokenizer regex '" + std::string(pattern_) + "' at offset " + std::to_string(pos_) + ": " + what,
+                (origin_.empty() ? "" : std::string(origin_) + ": ") + "pre-tokenizer regex '" + std::string(pattern_) +
+                    "' at offset " + std::to_string(pos_) + ": " + what,
                 "fpdt's regex engine supports the constructs of GPT-2, Llama 3 and Qwen2 patterns");
   }
   bool at_end() const { return pos_ >= pattern_.size(); }
@@ -342,6 +348,7 @@ class Parser {
   }
 
   std::string_view pattern_;
+  std::string_view origin_;
   size_t pos_ = 0;
   bool ignore_case_ = false;
 };
@@ -361,9 +368,27 @@ struct Continuation {
 
 class Matcher {
  public:
-  explicit Matcher(std::string_view text) : text_(text) {}
+  Matcher(std::string_view text, std::string_view pattern)
+      : text_(text), pattern_(pattern), step_budget_(kMaxStepsPerByte * (text.size() + 1000)) {}
 
   bool match(const Node& node, size_t pos, const Continuation* then) {
+    if (++steps_ > step_budget_)
+      throw Error(kModule, "pre-tokenizer regex '" + std::string(pattern_) + "' backtracks too much on a text of " +
+                               std::to_string(text_.size()) + " bytes (more than " +
+                               std::to_string(kMaxStepsPerByte) + " steps per byte)",
+                  "the pattern has nested or ambiguous repetitions; GPT-2, Llama 3 and Qwen2 patterns do not");
+    if (depth_ >= kMaxMatchDepth)
+      throw Error(kModule, "pre-tokenizer regex '" + std::string(pattern_) + "' nests more than " +
+                               std::to_string(kMaxMatchDepth) + " repetitions of a group on this text",
+                  "repeat single characters or classes (e.g. \\p{L}+) rather than groups");
+    ++depth_;
+    const bool matched = match_node(node, pos, then);
+    --depth_;
+    return matched;
+  }
+
+ private:
+  bool match_node(const Node& node, size_t pos, const Continuation* then) {
     switch (node.kind) {
       case Node::char_class: {
         if (pos >= text_.size()) return false;
@@ -390,7 +415,6 @@ class Matcher {
     return false;
   }
 
- private:
   bool proceed(const Continuation* then, size_t pos) {
     switch (then->kind) {
       case Continuation::accept: *then->end = pos; return true;
@@ -444,18 +468,23 @@ class Matcher {
   }
 
   std::string_view text_;
+  std::string_view pattern_;
+  uint64_t step_budget_;
+  uint64_t steps_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern) : pattern_(pattern), root_(Parser(pattern).parse()) {}
+Regex::Regex(std::string_view pattern, std::string_view origin)
+    : pattern_(pattern), root_(Parser(pattern, origin).parse()) {}
 Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> matches;
-  Matcher matcher(text);
+  Matcher matcher(text, pattern_);
   size_t search_from = 0;
   bool matched_before = false;
   size_t last_match_end = 0;

@@ -16,14 +16,16 @@ namespace fpdt::train::text {
 
 class Regex {
  public:
-  // Throws fpdt::Error naming the construct and its offset for a pattern the engine does not support.
-  explicit Regex(std::string_view pattern);
+  // Throws fpdt::Error naming the construct and its offset for a pattern the engine does not support;
+  // `origin` (e.g. the file and field the pattern came from) starts the message.
+  explicit Regex(std::string_view pattern, std::string_view origin = "");
   ~Regex();
   Regex(Regex&&) noexcept;
   Regex& operator=(Regex&&) noexcept;
 
   // Every match in order, as Oniguruma's find_iter: each search starts at the previous match's end,
   // and an empty match right at the previous match's end is skipped. [begin, end) byte offsets.
+  // Throws fpdt::Error when a pathological pattern would backtrack without end or overflow the stack.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
   const std::string& pattern() const { return pattern_; }
 
