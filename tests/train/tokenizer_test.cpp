@@ -119,9 +119,11 @@ TEST(Tokenizer, ByteTokenizerIsItsTokenizerJson) {
   EXPECT_EQ(bytes.end_of_document_token(), kEndOfDocumentName);
   EXPECT_EQ(bytes.token_id("<|eod|>"), 256);
   EXPECT_EQ(bytes.token_id("<|nope|>"), -1);
-  const Tokenizer general = Tokenizer::from_json(bytes.tokenizer_json(), "", "<|eod|>", "test");
+  // Its tokenizer.json read back is the byte tokenizer; the same JSON written otherwise runs the general path.
+  EXPECT_TRUE(Tokenizer::from_json(bytes.tokenizer_json(), "", "", "test").is_byte_tokenizer());
+  const Tokenizer general = Tokenizer::from_json(nlohmann::json::parse(bytes.tokenizer_json()).dump(), "", "", "test");
   EXPECT_FALSE(general.is_byte_tokenizer());
-  EXPECT_EQ(general.fingerprint(), bytes.fingerprint());
+  EXPECT_EQ(general.end_of_document_id(), kEndOfDocumentId);
   Rng rng(fpdt::testing::fresh_seed());
   std::string every_byte;
   for (int byte = 0; byte < 256; ++byte) every_byte.push_back(static_cast<char>(byte));

@@ -173,6 +173,35 @@ std::vector<std::pair<size_t, size_t>> apply_behavior(PreTokenizerStep::Behavior
   return pieces;
 }
 
+// The byte tokenizer's tokenizer.json: ids 0..255 for the bytes (through the byte-level alphabet, no
+// merges), and <|eod|> = 256, special.
+const std::string& byte_tokenizer_json() {
+  static const std::string text = [] {
+    const ByteAlphabet& alphabet = byte_alphabet();
+    nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+    for (int b = 0; b < 256; ++b) vocab[alphabet.byte_to_utf8[b]] = b;
+    const nlohmann::ordered_json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+    const nlohmann::ordered_json root = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens",
+         {{{"id", kEndOfDocumentId}, {"content", kEndOfDocumentName}, {"single_word", false}, {"lstrip", false},
+           {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", byte_level},
+        {"post_processor", nullptr},
+        {"decoder", byte_level},
+        {"model",
+         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+          {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
+    return root.dump(2) + "\n";
+  }();
+  return text;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -595,6 +624,7 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
     impl->fail(std::string("is not a valid tokenizer.json: ") + error.what(), "pass a Hugging Face tokenizer.json");
   }
   impl->finish(end_of_document);
+  impl->byte_tokenizer = tokenizer_json == byte_tokenizer_json();
   return Tokenizer(std::move(impl));
 }
 
@@ -610,32 +640,7 @@ Tokenizer Tokenizer::load(const std::string& path, const std::string& end_of_doc
 }
 
 Tokenizer Tokenizer::bytes() {
-  static const std::string text = [] {
-    const ByteAlphabet& alphabet = byte_alphabet();
-    nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-    for (int b = 0; b < 256; ++b) vocab[alphabet.byte_to_utf8[b]] = b;
-    const nlohmann::ordered_json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
-    const nlohmann::ordered_json root = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens",
-         {{{"id", kEndOfDocumentId}, {"content", kEndOfDocumentName}, {"single_word", false}, {"lstrip", false},
-           {"rstrip", false}, {"normalized", false}, {"special", true}}}},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", byte_level},
-        {"post_processor", nullptr},
-        {"decoder", byte_level},
-        {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-          {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
-    return root.dump(2) + "\n";
-  }();
-  Tokenizer tokenizer = from_json(text, "", std::string(kEndOfDocumentName), "the byte tokenizer");
-  tokenizer.impl_->byte_tokenizer = true;
-  return tokenizer;
+  return from_json(byte_tokenizer_json(), "", std::string(kEndOfDocumentName), "the byte tokenizer");
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
