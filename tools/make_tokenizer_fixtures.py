@@ -5,7 +5,8 @@ decoder against the library without Python:
   <name>/tokenizer.json    small byte-level BPE tokenizers trained here (vocab 500), one per
                            pre-tokenizer style: gpt2 (ByteLevel with its regex), gpt2_prefix
                            (add_prefix_space), llama3 (Split by Llama 3's regex, ignore_merges),
-                           qwen2 (Split by Qwen2's regex), splits (Split by a literal and by a regex with
+                           qwen2 (Split by Qwen2's regex), qwen2_nfc (the same with Qwen2's NFC
+                           normalizer and a normalized added token), splits (Split by a literal and by a regex with
                            every SplitDelimiterBehavior), plus bytes/ (fpdt's byte tokenizer, written by
                            `fpdt tokenize`; not regenerated here, only its golden ids)
   wordpiece/, unigram/     tokenizer.json of model types fpdt refuses
@@ -20,7 +21,7 @@ import os
 import random
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "train", "fixtures", "tokenizers")
@@ -54,8 +55,10 @@ POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") +
         list("       \t\n\n\r.,;:!?-_()[]{}<>|/\\\"#$%&*+=@^`~") +
         ["\u00a0", "\u3000", "\u2028", "\u0085", "\u000b", "\u000c", "\u200b", "\u200d", "\ufeff", "\u017f", "\u212a",
          "é", "ß", "ñ", "œ", "ж", "Ж", "λ", "ש", "ع", "ह", "्", "ा", "中", "文", "あ", "한", "ไ", "๓", "٣", "½", "²", "Ⅻ",
-         "😀", "🏽", "🇩", "𝔘", "\U00010d4a", "\U00011f04", "\u0378", "\ue000", "\U0010fffd", "\u0301", "\u20ac", "\x00", "\x7f"])
-SPECIALS_IN_TEXT = ["<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>", "<|user|>", "<|endoftext", "<|eod|>"]
+         "😀", "🏽", "🇩", "𝔘", "\U00010d4a", "\U00011f04", "\u0378", "\ue000", "\U0010fffd", "\u0301", "\u20ac", "\x00", "\x7f",
+         "\u0316", "\u0345", "\u1df6", "\u1100", "\u1161", "\u11a8", "\u212b", "\u0308"])
+SPECIALS_IN_TEXT = ["<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>", "<|user|>", "<|endoftext", "<|eod|>",
+                    "cafe\u0301!", "caf\u00e9!"]
 
 
 def random_texts(rng, count):
@@ -77,6 +80,10 @@ def test_texts():
         "a\n\nb", "a  \nb", "trailing   ", "\n\n\n", "  \n  \n", "12 345 6789 0", "<|endoftext|>",
         "a<|endoftext|>b", "<|endoftext|><|endoftext|>", "<|endoftext", "x<|begin_of_text|>y<|end_of_text|>",
         "<|user|> hi <|user|>", "ÀÁÂ ĀĂĄ Ġ Ċ ĉ", "\U00010d4a\U00010d4b letters of Unicode 16",
+        # Normalization: decomposed and composed forms, marks out of canonical order, Hangul jamo,
+        # singletons (Angstrom, Ohm), a mark the library's Unicode 9.0 tables do not know (U+1DF6).
+        "e\u0301 \u00e9 a\u0316\u0301 a\u0301\u0316 \u1100\u1161\u11a8 \uac01 \u212b \u2126 a\u0345\u1df6 \u0958 \ufb2a",
+        "Cafe\u0301 na\u0308ive \u1e9b\u0323 \u0f73 \u0344 q\u0307\u0323 \u03d3 \u2000\u2001",
     ]
     return fixed + random_texts(rng, 300)
 
@@ -86,8 +93,10 @@ def training_corpus():
     return SENTENCES * 20 + random_texts(rng, 400)
 
 
-def train(pre_tokenizer, special_tokens, vocab_size=500, ignore_merges=False):
+def train(pre_tokenizer, special_tokens, vocab_size=500, ignore_merges=False, normalizer=None):
     tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if normalizer is not None:
+        tokenizer.normalizer = normalizers.Sequence([normalizer])
     tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False,
@@ -105,6 +114,8 @@ def build():
                         ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>"], ignore_merges=True),
         "qwen2": train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), "isolated"), byte_level]),
                        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
+        "qwen2_nfc": train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), "isolated"), byte_level]),
+                           ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], normalizer=normalizers.NFC()),
         "splits": train(pre_tokenizers.Sequence([
             pre_tokenizers.Split(" ", "merged_with_next"),
             pre_tokenizers.Split(Regex(r"\p{N}"), "contiguous"),
@@ -113,8 +124,10 @@ def build():
             pre_tokenizers.Split(Regex(r"\p{Lu}+"), "isolated", invert=True),
             byte_level]), ["<|endoftext|>"]),
     }
-    # A normal (not special) added token, matched in text too.
+    # A normal (not special) added token, matched in text too; on qwen2_nfc a normalized one, matched
+    # after NFC (its text has a composed character, the test text the decomposed form).
     built["llama3"].add_tokens(["<|user|>"])
+    built["qwen2_nfc"].add_tokens([AddedToken("caf\u00e9!", normalized=True)])
     for name, tokenizer in built.items():
         os.makedirs(os.path.join(OUT, name), exist_ok=True)
         tokenizer.save(os.path.join(OUT, name, "tokenizer.json"))
@@ -136,7 +149,7 @@ def golden():
     texts = test_texts()
     rng = random.Random(7)
     result = {"texts": texts, "tokenizers": {}}
-    for name in ("gpt2", "gpt2_prefix", "llama3", "qwen2", "splits", "bytes"):
+    for name in ("gpt2", "gpt2_prefix", "llama3", "qwen2", "qwen2_nfc", "splits", "bytes"):
         tokenizer = Tokenizer.from_file(os.path.join(OUT, name, "tokenizer.json"))
         ids = [tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
         size = tokenizer.get_vocab_size(with_added_tokens=True)

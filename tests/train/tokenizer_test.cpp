@@ -16,6 +16,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/train/shard.h"
+#include "fpdt/train/text/normalize.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -83,21 +84,21 @@ TEST_P(LibraryGolden, EncodeAndDecodeEqualTheLibrary) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LibraryGolden,
-                         ::testing::Values("gpt2", "gpt2_prefix", "llama3", "qwen2", "splits", "bytes"));
+                         ::testing::Values("gpt2", "gpt2_prefix", "llama3", "qwen2", "qwen2_nfc", "splits", "bytes"));
 
 TEST(Tokenizer, ByteLevelBpeRoundTripsRandomUtf8) {
-  // Byte-level BPE loses nothing: decode(encode(text)) == text for any UTF-8 text, special tokens
-  // included. Long runs of one class (a million spaces) must not deepen the regex engine's stack.
+  // Byte-level BPE loses nothing: decode(encode(text)) == text for any UTF-8 text (its NFC for a
+  // tokenizer that normalizes), special tokens included. Long runs of one class (a million spaces) must not deepen the regex engine's stack.
   Rng rng(fpdt::testing::fresh_seed());
   const std::vector<std::string> pool = {"a", "Z", "7", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", ".", "é",
                                          "ж", "中", "😀", "\u00a0", "\u3000", "<|endoftext|>", "\u0301", "1234"};
-  for (const char* name : {"gpt2", "gpt2_prefix", "llama3", "qwen2"}) {
+  for (const char* name : {"gpt2", "gpt2_prefix", "llama3", "qwen2", "qwen2_nfc"}) {
     const Tokenizer tokenizer = Tokenizer::load(kFixtures + "/" + name);
     for (int trial = 0; trial < 20; ++trial) {
       std::string text;
       const size_t pieces = rng.below(300);
       for (size_t i = 0; i < pieces; ++i) text += pool[rng.below(pool.size())];
-      std::string want = text;
+      const std::string want = std::string(name) == "qwen2_nfc" ? text::nfc(text) : text;
       if (std::string(name) != "gpt2_prefix") {  // add_prefix_space adds spaces, checked by the golden ids
         EXPECT_EQ(tokenizer.decode(tokenizer.encode(text)), want) << name;
       }
@@ -105,6 +106,17 @@ TEST(Tokenizer, ByteLevelBpeRoundTripsRandomUtf8) {
     const std::string runs = "a" + std::string(1 << 20, ' ') + "b" + std::string(1 << 20, 'x') + "\n";
     EXPECT_EQ(tokenizer.decode(tokenizer.encode(runs)), std::string(name) == "gpt2_prefix" ? " " + runs : runs) << name;
   }
+}
+
+TEST(Tokenizer, NfcIsTheLibrarysUnicode9Nfc) {
+  // Spot checks; tools/make_unicode_tables.py compares the tables with the library's NFC on 1.1M texts.
+  EXPECT_EQ(text::nfc("e\u0301"), "\u00e9");                             // composition
+  EXPECT_EQ(text::nfc("\u212b"), "\u00c5");                              // singleton (Angstrom sign)
+  EXPECT_EQ(text::nfc("\u1100\u1161\u11a8"), "\uac01");                  // Hangul LVT
+  EXPECT_EQ(text::nfc("a\u0301\u0316"), "\u00e1\u0316");                 // reordered, then composed
+  EXPECT_EQ(text::nfc("\u0958"), "\u0915\u093c");                         // composition exclusion
+  EXPECT_EQ(text::nfc("a\u0345\u1df6"), "a\u0345\u1df6");                // U+1DF6 (Unicode 10) has no class in 9.0
+  EXPECT_EQ(text::nfc(""), "");
 }
 
 TEST(Tokenizer, ByteTokenizerIsItsTokenizerJson) {
@@ -191,7 +203,9 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
     edit(bad);
     return error_message([&] { Tokenizer::from_json(bad.dump(), "", "", "edited.json"); });
   };
-  expect_contains(refused([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), {"edited.json", "normalizer 'NFC'"});
+  expect_contains(refused([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; }), {"edited.json", "normalizer 'Lowercase'"});
+  expect_contains(refused([](auto& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "NFKC"}}}}}; }),
+                  {"normalizer 'NFKC'"});
   expect_contains(refused([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }), {"'Whitespace' is not supported"});
   expect_contains(refused([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }), {"decoder 'WordPiece'"});
   expect_contains(refused([](auto& j) { j["model"]["dropout"] = 0.1; }), {"dropout"});

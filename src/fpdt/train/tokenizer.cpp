@@ -16,6 +16,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/train/text/normalize.h"
 #include "fpdt/train/text/regex.h"
 #include "fpdt/train/text/unicode.h"
 
@@ -56,6 +57,8 @@ const ByteAlphabet& byte_alphabet() {
   static const ByteAlphabet alphabet;
   return alphabet;
 }
+
+bool first_invalid_utf8_in(std::string_view text) { return text::first_invalid_utf8(text) != text.size(); }
 
 uint64_t fnv1a(std::string_view text) {
   uint64_t hash = 0xcbf29ce484222325ull;
@@ -99,6 +102,7 @@ size_t json_depth(std::string_view text) {
 
 struct AddedToken {
   std::string content;
+  std::string match_text;  // what is matched: content, or its normal form for a normalized token
   int32_t id = 0;
   bool normalized = false;
   bool special = false;
@@ -212,9 +216,10 @@ struct Tokenizer::Impl {
   bool ignore_merges = false, fuse_unk = false, byte_fallback = false;
   int32_t unk_id = -1;
   std::string continuing_subword_prefix, end_of_word_suffix;
-  // Added tokens, matched on the raw text (normalized = false) or after normalization (true; there is
-  // no normalizer, so on the same text, but in a second pass as the library does).
+  // Added tokens, matched on the raw text (normalized = false) or, in a second pass as the library
+  // does, on the normalized text (true).
   std::vector<AddedToken> added;
+  bool nfc = false;  // the normalizer: NFC or none
   std::array<bool, 256> added_first_byte{};  // bytes that start some added token
   std::vector<PreTokenizerStep> pre_tokenizers;
   bool byte_level_decoder = false;
@@ -236,7 +241,7 @@ struct Tokenizer::Impl {
 
   void split_added(std::string_view text, bool normalized, std::vector<std::pair<std::string_view, int32_t>>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out,
-                    std::unordered_map<std::string, std::vector<int32_t>>& cache) const;
+                    std::unordered_map<std::string, std::vector<int32_t>>& cache, const TokenSink& sink) const;
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
 };
 
@@ -352,12 +357,16 @@ void Tokenizer::Impl::parse(const json& root) {
   parse_model(root.at("model"));
   const auto normalizer = root.find("normalizer");
   if (normalizer != root.end() && !normalizer->is_null()) {
-    const std::string type = normalizer->at("type").get<std::string>();
-    const bool empty_sequence = type == "Sequence" && normalizer->at("normalizers").empty();
-    if (!empty_sequence)
-      fail("normalizer '" + type + "' is not supported (tokenizers without a normalizer are)",
-           "GPT-2 and Llama 3 tokenizers have none; NFC (Qwen2) is not implemented: the library normalizes with "
-           "Unicode 9.0 tables, its regexes use Unicode 16.0, so exact ids need a second table set");
+    // NFC alone, or a Sequence of nothing but NFC (as Qwen2 writes it).
+    std::vector<json> steps{*normalizer};
+    if (normalizer->at("type").get<std::string>() == "Sequence") steps = normalizer->at("normalizers").get<std::vector<json>>();
+    for (const json& step : steps) {
+      const std::string type = step.at("type").get<std::string>();
+      if (type != "NFC")
+        fail("normalizer '" + type + "' is not supported (none and NFC are)", "GPT-2 and Llama 3 have none, Qwen2 has NFC");
+      nfc = true;
+    }
+    needs_utf8 = needs_utf8 || nfc;
   }
   if (root.contains("pre_tokenizer")) parse_pre_tokenizer(root.at("pre_tokenizer"), "pre_tokenizer");
   const auto decoder = root.find("decoder");
@@ -379,7 +388,10 @@ void Tokenizer::Impl::parse(const json& root) {
         if (flag(token, unsupported))
           fail("added token '" + added_token.content + "' sets " + unsupported + ", which fpdt does not implement",
                "GPT-2, Llama 3 and Qwen2 tokenizers leave it false");
-      if (!added_token.content.empty()) added.push_back(std::move(added_token));
+      if (added_token.content.empty()) continue;
+      if (first_invalid_utf8_in(added_token.content))
+        fail("added token " + std::to_string(id) + " is not valid UTF-8", "fix the tokenizer.json");
+      added.push_back(std::move(added_token));
     }
   }
 }
@@ -393,9 +405,10 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
          "ids must be dense from 0; fix the tokenizer.json");
   id_to_token.assign(static_cast<size_t>(size), std::string());
   for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
-  for (const AddedToken& token : added) {
+  for (AddedToken& token : added) {
     id_to_token[static_cast<size_t>(token.id)] = token.content;
-    added_first_byte[static_cast<unsigned char>(token.content[0])] = true;
+    token.match_text = token.normalized && nfc ? text::nfc(token.content) : token.content;
+    if (!token.match_text.empty()) added_first_byte[static_cast<unsigned char>(token.match_text[0])] = true;
   }
   if (size == 0) fail("has an empty vocabulary", "pass a trained tokenizer.json");
 
@@ -442,17 +455,17 @@ void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
     }
     const AddedToken* best = nullptr;
     for (const AddedToken& token : added)
-      if (token.normalized == normalized && token.content[0] == text[pos] &&
-          (best == nullptr || token.content.size() > best->content.size()) &&
-          text.compare(pos, token.content.size(), token.content) == 0)
+      if (token.normalized == normalized && !token.match_text.empty() && token.match_text[0] == text[pos] &&
+          (best == nullptr || token.match_text.size() > best->match_text.size()) &&
+          text.compare(pos, token.match_text.size(), token.match_text) == 0)
         best = &token;
     if (best == nullptr) {
       ++pos;
       continue;
     }
     if (start < pos) out.emplace_back(text.substr(start, pos - start), -1);
-    out.emplace_back(text.substr(pos, best->content.size()), best->id);
-    pos += best->content.size();
+    out.emplace_back(text.substr(pos, best->match_text.size()), best->id);
+    pos += best->match_text.size();
     start = pos;
   }
   if (start < text.size()) out.emplace_back(text.substr(start), -1);
@@ -552,11 +565,24 @@ void Tokenizer::Impl::encode_word(const std::string& word, std::vector<int32_t>&
     if (!symbol.removed) out.push_back(symbol.id);
 }
 
+namespace {
+// Hands `ids` to `sink` once it holds a million (bounded memory for long documents).
+void flush_if_full(std::vector<int32_t>& ids, const TokenSink& sink) {
+  if (ids.size() < (size_t{1} << 20)) return;
+  sink(ids);
+  ids.clear();
+}
+}  // namespace
+
 // Pre-tokenizes a piece of text without added tokens and appends the BPE ids of its words.
 void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out,
-                                   std::unordered_map<std::string, std::vector<int32_t>>& cache) const {
+                                   std::unordered_map<std::string, std::vector<int32_t>>& cache,
+                                   const TokenSink& sink) const {
   if (byte_tokenizer) {  // the general path gives the same: one word, one id per byte (tested)
-    for (const char c : piece) out.push_back(static_cast<unsigned char>(c));
+    for (const char c : piece) {
+      out.push_back(static_cast<unsigned char>(c));
+      flush_if_full(out, sink);
+    }
     return;
   }
   std::vector<std::string> words{std::string(piece)};
@@ -599,6 +625,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
       if (cache.size() >= kWordCacheLimit) cache.clear();
       cache.emplace(word, std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
     }
+    flush_if_full(out, sink);
   }
 }
 
@@ -663,23 +690,30 @@ void Tokenizer::encode(std::string_view text, const TokenSink& sink) const {
   if (impl_->needs_utf8) {
     const size_t bad = text::first_invalid_utf8(text);
     if (bad != text.size())
-      throw Error(kModule, "text is not valid UTF-8 at byte " + std::to_string(bad) + " (" + impl_->origin + " splits text by regex)",
+      throw Error(kModule, "text is not valid UTF-8 at byte " + std::to_string(bad) + " (" + impl_->origin + " normalizes or splits it by regex)",
                   "convert the input to UTF-8 (iconv), or use the byte tokenizer for binary data");
   }
+  // As the library: added tokens split out of the raw text, then each piece between them normalized,
+  // normalized added tokens split out of it, and what is left pre-tokenized and merged.
   std::vector<std::pair<std::string_view, int32_t>> raw_pieces, pieces;
   impl_->split_added(text, /*normalized=*/false, raw_pieces);
-  for (const auto& [piece, id] : raw_pieces) {
-    if (id >= 0) pieces.emplace_back(piece, id);
-    else impl_->split_added(piece, /*normalized=*/true, pieces);
-  }
   std::unordered_map<std::string, std::vector<int32_t>> cache;
   std::vector<int32_t> ids;
-  for (const auto& [piece, id] : pieces) {
-    if (id >= 0) ids.push_back(id);
-    else impl_->encode_piece(piece, ids, cache);
-    if (ids.size() >= (size_t{1} << 20)) {
-      sink(ids);
-      ids.clear();
+  std::string normal_form;
+  for (const auto& [raw_piece, raw_id] : raw_pieces) {
+    pieces.clear();
+    if (raw_id >= 0) {
+      pieces.emplace_back(raw_piece, raw_id);
+    } else if (impl_->nfc) {
+      normal_form = text::nfc(raw_piece);
+      impl_->split_added(normal_form, /*normalized=*/true, pieces);
+    } else {
+      impl_->split_added(raw_piece, /*normalized=*/true, pieces);
+    }
+    for (const auto& [piece, id] : pieces) {
+      if (id >= 0) ids.push_back(id);
+      else impl_->encode_piece(piece, ids, cache, sink);
+      flush_if_full(ids, sink);
     }
   }
   if (!ids.empty()) sink(ids);

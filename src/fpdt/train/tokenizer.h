@@ -1,6 +1,5 @@
-// Tokenizers: a Hugging Face tokenizer.json with a BPE model (byte-level as in GPT-2, Llama 3, and
-// Qwen2's pre-tokenizer; normalizers such as Qwen2's NFC are refused), encoded and decoded here in C++
-// with the `tokenizers` library's exact ids and text; the byte
+// Tokenizers: a Hugging Face tokenizer.json with a BPE model (byte-level as in GPT-2, Llama 3, Qwen2),
+// encoded and decoded here in C++ with the `tokenizers` library's exact ids and text; the byte
 // tokenizer (ids 0..255 = bytes, 256 = "<|eod|>") is one such tokenizer.json, built in. Also FASTA
 // parsing and `tokenize_files`, which turns text/FASTA inputs into train.bin and val.bin shards with
 // the tokenizer's end-of-document token between documents.
@@ -35,8 +34,8 @@ class Tokenizer {
   // `end_of_document` when given, else tokenizer_config.json's eos_token (beside tokenizer.json), else
   // the only special token, else one of <|endoftext|>, <|end_of_text|>, </s>, <eos>. Throws fpdt::Error
   // for a missing or malformed file and for what fpdt does not implement (model types other than BPE,
-  // normalizers, pre-tokenizers other than ByteLevel/Split/Sequence, BPE dropout, added tokens with
-  // single_word/lstrip/rstrip), naming the file and the field.
+  // normalizers other than NFC, pre-tokenizers other than ByteLevel/Split/Sequence, decoders other than
+  // ByteLevel, BPE dropout, added tokens with single_word/lstrip/rstrip), naming the file and the field.
   static Tokenizer load(const std::string& path, const std::string& end_of_document = "");
   // The same from the texts of tokenizer.json and tokenizer_config.json ("" when there is none);
   // `origin` names them in errors.
@@ -54,13 +53,13 @@ class Tokenizer {
   // Id of a token of the vocabulary or an added token, or -1.
   int32_t token_id(std::string_view token) const;
   bool is_byte_tokenizer() const;
-  // False when encode needs valid UTF-8 (some pre-tokenizer splits by regex).
+  // False when encode needs valid UTF-8 (it normalizes, or a pre-tokenizer splits by regex).
   bool accepts_any_bytes() const;
 
   // The library's `Tokenizer.encode(text, add_special_tokens=False).ids`: added tokens in the text
   // (special ones included) are matched first, as the library does; no post-processor tokens (BOS)
-  // are added. Text must be valid UTF-8 unless the tokenizer splits no text by regex (the byte
-  // tokenizer takes any bytes); else fpdt::Error with the byte offset.
+  // are added. Text must be valid UTF-8 unless the tokenizer neither normalizes nor splits by regex
+  // (the byte tokenizer takes any bytes); else fpdt::Error with the byte offset.
   std::vector<int32_t> encode(std::string_view text) const;
   // The same, handed to `sink` a piece at a time (memory independent of the text's length).
   void encode(std::string_view text, const TokenSink& sink) const;
