@@ -4,7 +4,7 @@ decoder against the library without Python:
 
   <name>/tokenizer.json    small byte-level BPE tokenizers trained here (vocab 500), one per
                            pre-tokenizer style: gpt2 (ByteLevel with its regex), gpt2_prefix
-                           (add_prefix_space), llama3 (Split by Llama 3's regex, ignore_merges),
+                           (add_prefix_space; added tokens with lstrip/rstrip), llama3 (Split by Llama 3's regex, ignore_merges),
                            qwen2 (Split by Qwen2's regex), qwen2_nfc (the same with Qwen2's NFC
                            normalizer and a normalized added token), splits (Split by a literal and by a regex with
                            every SplitDelimiterBehavior), plus bytes/ (fpdt's byte tokenizer, written by
@@ -58,7 +58,7 @@ POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") +
          "😀", "🏽", "🇩", "𝔘", "\U00010d4a", "\U00011f04", "\u0378", "\ue000", "\U0010fffd", "\u0301", "\u20ac", "\x00", "\x7f",
          "\u0316", "\u0345", "\u1df6", "\u1100", "\u1161", "\u11a8", "\u212b", "\u0308"])
 SPECIALS_IN_TEXT = ["<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>", "<|user|>", "<|endoftext", "<|eod|>",
-                    "cafe\u0301!", "caf\u00e9!"]
+                    "cafe\u0301!", "caf\u00e9!", " <mask> ", "\t<sep>\u3000 ", "  <both>\n<both>  ", "<mask><sep>  <mask>"]
 
 
 def random_texts(rng, count):
@@ -79,7 +79,7 @@ def test_texts():
         "", " ", "  ", "\n", "a", "'s", "'S", "'ſ", "'K", "x'll've'd", " 'tis", "hello world", " hello  world  ",
         "a\n\nb", "a  \nb", "trailing   ", "\n\n\n", "  \n  \n", "12 345 6789 0", "<|endoftext|>",
         "a<|endoftext|>b", "<|endoftext|><|endoftext|>", "<|endoftext", "x<|begin_of_text|>y<|end_of_text|>",
-        "<|user|> hi <|user|>", "ÀÁÂ ĀĂĄ Ġ Ċ ĉ", "\U00010d4a\U00010d4b letters of Unicode 16",
+        "<|user|> hi <|user|>", "a <mask> b <sep>  c\u2000<both>\u2000d", "<sep> <mask>", "x  <both>  <both>  y", "ÀÁÂ ĀĂĄ Ġ Ċ ĉ", "\U00010d4a\U00010d4b letters of Unicode 16",
         # Normalization: decomposed and composed forms, marks out of canonical order, Hangul jamo,
         # singletons (Angstrom, Ohm), a mark the library's Unicode 9.0 tables do not know (U+1DF6).
         "e\u0301 \u00e9 a\u0316\u0301 a\u0301\u0316 \u1100\u1161\u11a8 \uac01 \u212b \u2126 a\u0345\u1df6 \u0958 \ufb2a",
@@ -128,6 +128,9 @@ def build():
     # after NFC (its text has a composed character, the test text the decomposed form).
     built["llama3"].add_tokens(["<|user|>"])
     built["qwen2_nfc"].add_tokens([AddedToken("caf\u00e9!", normalized=True)])
+    # Added tokens that take the white space around them (lstrip/rstrip), on the GPT-2 style.
+    built["gpt2_prefix"].add_tokens([AddedToken("<mask>", lstrip=True), AddedToken("<sep>", rstrip=True),
+                                     AddedToken("<both>", lstrip=True, rstrip=True, special=True)])
     for name, tokenizer in built.items():
         os.makedirs(os.path.join(OUT, name), exist_ok=True)
         tokenizer.save(os.path.join(OUT, name, "tokenizer.json"))

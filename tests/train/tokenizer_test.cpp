@@ -209,7 +209,7 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   expect_contains(refused([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }), {"'Whitespace' is not supported"});
   expect_contains(refused([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }), {"decoder 'WordPiece'"});
   expect_contains(refused([](auto& j) { j["model"]["dropout"] = 0.1; }), {"dropout"});
-  expect_contains(refused([](auto& j) { j["added_tokens"][0]["lstrip"] = true; }), {"lstrip"});
+  expect_contains(refused([](auto& j) { j["added_tokens"][0]["single_word"] = true; }), {"single_word"});
   expect_contains(refused([](auto& j) { j["model"]["merges"][0] = "Ġ"; }), {"merges[0]", "two tokens"});
   expect_contains(refused([](auto& j) { j["model"]["merges"][1] = {"no-such", "token"}; }), {"merges[1]", "not in the vocabulary"});
   expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = -5; }), {"not a valid id"});

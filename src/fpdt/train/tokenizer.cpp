@@ -106,6 +106,8 @@ struct AddedToken {
   int32_t id = 0;
   bool normalized = false;
   bool special = false;
+  bool lstrip = false;  // the match takes the white space before it
+  bool rstrip = false;  // ... and after it
 };
 
 struct PreTokenizerStep {
@@ -384,10 +386,12 @@ void Tokenizer::Impl::parse(const json& root) {
       added_token.id = static_cast<int32_t>(id);
       added_token.special = flag(token, "special");
       added_token.normalized = flag(token, "normalized", !added_token.special);
-      for (const char* unsupported : {"single_word", "lstrip", "rstrip"})
-        if (flag(token, unsupported))
-          fail("added token '" + added_token.content + "' sets " + unsupported + ", which fpdt does not implement",
-               "GPT-2, Llama 3 and Qwen2 tokenizers leave it false");
+      if (flag(token, "single_word"))
+        fail("added token '" + added_token.content + "' sets single_word, which fpdt does not implement",
+             "GPT-2, Llama 3 and Qwen2 tokenizers leave it false");
+      added_token.lstrip = flag(token, "lstrip");
+      added_token.rstrip = flag(token, "rstrip");
+      if (added_token.lstrip || added_token.rstrip) needs_utf8 = true;  // white space is found by code point
       if (added_token.content.empty()) continue;
       if (first_invalid_utf8_in(added_token.content))
         fail("added token " + std::to_string(id) + " is not valid UTF-8", "fix the tokenizer.json");
@@ -447,7 +451,7 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
 // with id −1 for text between matches.
 void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
                                   std::vector<std::pair<std::string_view, int32_t>>& out) const {
-  size_t start = 0, pos = 0;
+  size_t start = 0, pos = 0;  // start: where the text not yet handed out begins; pos: where matching goes on
   while (pos < text.size()) {
     if (!added_first_byte[static_cast<unsigned char>(text[pos])]) {
       ++pos;
@@ -463,10 +467,29 @@ void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
       ++pos;
       continue;
     }
-    if (start < pos) out.emplace_back(text.substr(start, pos - start), -1);
-    out.emplace_back(text.substr(pos, best->match_text.size()), best->id);
+    // lstrip/rstrip widen the piece over the white space around the match (not over an earlier piece);
+    // matching goes on after the match itself, as the library's Aho-Corasick iteration does.
+    size_t piece_begin = pos, piece_end = pos + best->match_text.size();
+    if (best->lstrip) {
+      while (piece_begin > 0) {
+        const size_t previous = text::previous_boundary(text, piece_begin);
+        size_t at = previous;
+        if (!text::is_white_space(text::next_code_point(text, at))) break;
+        piece_begin = previous;
+      }
+      piece_begin = std::max(piece_begin, start);
+    }
+    if (best->rstrip) {
+      while (piece_end < text.size()) {
+        size_t after = piece_end;
+        if (!text::is_white_space(text::next_code_point(text, after))) break;
+        piece_end = after;
+      }
+    }
+    if (start < piece_begin) out.emplace_back(text.substr(start, piece_begin - start), -1);
+    out.emplace_back(text.substr(piece_begin, piece_end - piece_begin), best->id);
     pos += best->match_text.size();
-    start = pos;
+    start = piece_end;
   }
   if (start < text.size()) out.emplace_back(text.substr(start), -1);
 }

@@ -35,7 +35,7 @@ class Tokenizer {
   // the only special token, else one of <|endoftext|>, <|end_of_text|>, </s>, <eos>. Throws fpdt::Error
   // for a missing or malformed file and for what fpdt does not implement (model types other than BPE,
   // normalizers other than NFC, pre-tokenizers other than ByteLevel/Split/Sequence, decoders other than
-  // ByteLevel, BPE dropout, added tokens with single_word/lstrip/rstrip), naming the file and the field.
+  // ByteLevel, BPE dropout, added tokens with single_word), naming the file and the field.
   static Tokenizer load(const std::string& path, const std::string& end_of_document = "");
   // The same from the texts of tokenizer.json and tokenizer_config.json ("" when there is none);
   // `origin` names them in errors.
