@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "fpdt/model/config.h"
@@ -27,13 +28,14 @@ struct TrainerState {
   int64_t step = 0;            // optimizer steps completed
   DataLoaderState data{};      // the training loader's cursor
   uint64_t seed = 0;
-  std::string settings_json;   // the run's effective settings, for `fpdt inspect` and resume checks
-  uint64_t tokenizer_fingerprint = 0;  // Tokenizer::fingerprint() of the run's tokenizer (0: not recorded)
+  nlohmann::ordered_json settings;  // the run's effective settings ({"option": value}), for `fpdt inspect`
 };
 
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
-// step folders and removes older ones. Throws fpdt::Error naming the path on any failure.
-// The tokenizer's files are written beside the weights.
+// step folders and removes older ones. Refuses (fpdt::Error, nothing written or removed) weights or
+// moments that are not finite, so every checkpoint in a run folder is one a run can continue from and
+// the rotation never deletes the last finite one. Throws fpdt::Error naming the path on any failure.
+// The tokenizer's files are written beside the weights, its fingerprint into trainer_state.json.
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
                      const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
                      const TrainerState& state, const Tokenizer& tokenizer, int keep = 2);
@@ -43,7 +45,8 @@ std::string latest_checkpoint(const std::string& run_dir);
 
 // Restores params, optimizer moments and step from a step folder; returns the trainer state. Checks
 // that the checkpoint's config.json describes `config`; throws fpdt::Error for a missing, truncated
-// or corrupt file, naming it.
+// or corrupt file, naming it (a trainer state that is not a small shallow JSON object of whole numbers,
+// an AdamW step count that is not one, non-finite weights or moments).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer);
 
