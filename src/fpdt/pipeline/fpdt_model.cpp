@@ -9,7 +9,6 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/trace.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::pipeline {
 
@@ -117,7 +116,11 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
   loss_ = model::LossStats{};
-  for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);
+  for (const Schedule::Call& call : schedule->calls) {
+    const Program& program = schedule->programs[call.program];
+    if (program.mask >= 0) window_tokens_ = schedule->masks[static_cast<size_t>(program.mask)].window_tokens();
+    execute(program, call.layer);
+  }
   copies_->wait_all();
   batch_ = nullptr;
   return loss_;
@@ -254,7 +257,7 @@ void FpdtModel::upload_inputs(int chunk, bool with_targets) {
       host_positions_[row] = position;
       host_position_ids_[row] = static_cast<int32_t>(std::min(position, max_id));
       if (!with_targets) continue;
-      host_targets_[row] = real && batch.targets ? batch.targets[source] : kernels::reference::kIgnoreIndex;
+      host_targets_[row] = real && batch.targets ? batch.targets[source] : kernels::kIgnoreIndex;
       host_mask_[row] = real && batch.loss_mask ? batch.loss_mask[source] : 1.0f;
     }
   const size_t rows = static_cast<size_t>(batch.B * c);
@@ -298,6 +301,7 @@ kernels::AttentionChunkParams FpdtModel::block(const float* q, const float* k, c
   params.q_begin = plan_.chunk_begin(q_chunk);
   params.kv_begin = plan_.chunk_begin(kv_chunk);
   params.scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  params.window = window_tokens_;
   return params;
 }
 

@@ -122,7 +122,8 @@ class FpdtModel {
 
   // The step being executed.
   const model::Batch* batch_ = nullptr;
-  bool documents_ = false;  // blocks take document ids
+  bool documents_ = false;      // blocks take document ids
+  int64_t window_tokens_ = 0;   // the sliding window of the layer program being run (0: none)
   double grad_scale_ = 0.0;
   model::LossStats loss_;
   model::LayerTensors weights_{}, gradients_{};  // of the program's layer

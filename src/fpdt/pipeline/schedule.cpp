@@ -7,6 +7,7 @@
 #include <map>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/ops.h"
 
 namespace fpdt::pipeline {
 
@@ -71,16 +72,13 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
   mask.documents_ = doc_ids != nullptr;
   const int u = plan.chunks;
   const int64_t C = plan.chunk_tokens;
-  // Off the diagonal every key precedes every query, so the closest pair is (the first query of chunk
-  // i, the last key of chunk j) — within one document when there are documents.
-  auto in_window = [&](int64_t first_query, int64_t last_key) {
-    return window_tokens == 0 || first_query - last_key < window_tokens;
-  };
-  // A chunk of padding only (u·C − S ≥ C: more chunks asked for than the tokens fill) has no queries
-  // of its own; its diagonal stays, so that its padding rows see themselves.
+  // The real tokens of global chunk i (none in a chunk of padding only, when more chunks were asked
+  // for than the tokens fill: its diagonal stays, so that its padding rows see themselves).
+  auto real = [&](int i) { return std::clamp<int64_t>(plan.seq_tokens - i * C, 0, C); };
   for (int i = 0; i < u; ++i)
     for (int j = 0; j < i; ++j)
-      mask.live_[static_cast<size_t>(i) * u + j] = i * C < plan.seq_tokens && in_window(i * C, j * C + C - 1);
+      mask.live_[static_cast<size_t>(i) * u + j] =
+          kernels::block_has_visible_pair(i * C, real(i), j * C, real(j), window_tokens);
   if (doc_ids == nullptr) return mask;
 
   std::vector<uint8_t> live(mask.live_.size(), 0);
@@ -91,9 +89,11 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
     for (int i = 0; i < u; ++i)
       for (int j = 0; j < i; ++j) {
         if (!mask.live_[static_cast<size_t>(i) * u + j]) continue;  // out of the window
+        // Off the diagonal every key precedes every query: the closest pair of a document is its first
+        // query in chunk i and its last key in chunk j.
         for (const auto& [document, queries] : spans[i]) {
           const auto keys = spans[j].find(document);
-          if (keys != spans[j].end() && in_window(queries.first, keys->second.second)) {
+          if (keys != spans[j].end() && kernels::position_visible(queries.first, keys->second.second, window_tokens)) {
             live[static_cast<size_t>(i) * u + j] = 1;
             break;
           }
