@@ -8,6 +8,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
 #include "fpdt/model/transformer.h"
 #include "testing.h"

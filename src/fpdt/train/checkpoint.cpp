@@ -9,6 +9,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/tensor/safetensors.h"
 
 namespace fpdt::train {
