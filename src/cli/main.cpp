@@ -31,6 +31,10 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   const train::TrainSettings d;
   OptionTable options("train", "Train a model on token shards (from `fpdt tokenize`), with checkpoints and metrics.");
   options.add("model", "NAME|config.json", d.model, "model preset or Hugging Face config.json")
+      .add("init-from", "DIR", "", "start from a Hugging Face model folder (config.json + safetensors weights)")
+      .add("rope-theta", "THETA", "", "replace the model's RoPE base θ (context extension)")
+      .add("rope-scaling", "JSON", "",
+           "replace its RoPE scaling: a rope_parameters object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4}'")
       .add("data", "DIR", d.data_dir, "folder with train.bin and val.bin")
       .add("out", "DIR", d.out_dir, "run folder: checkpoints, metrics.jsonl")
       .add("backend", "cpu|reference", d.backend, "kernel backend")
@@ -70,6 +74,9 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   if (!options.parse(argc, argv)) return 0;
   train::TrainSettings s;
   s.model = options.str("model");
+  s.init_from = options.str("init-from");
+  if (!options.str("rope-theta").empty()) s.rope_theta = options.real("rope-theta");
+  s.rope_scaling = options.str("rope-scaling");
   s.data_dir = options.str("data");
   s.out_dir = options.str("out");
   s.backend = options.str("backend");
@@ -166,7 +173,7 @@ int command_sample(int argc, char** argv) {
   const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
   auto backend = kernels::make_backend("cpu");
   model::Transformer model(config, *backend);
-  model::load_hf_safetensors(config, model.layout(), model.params(), folder + "/model.safetensors");
+  model::HfCheckpoint(folder).load(config, model.layout(), model.params());
   train::ByteTokenizer tokenizer;
   train::SampleSettings settings;
   settings.new_tokens = options.integer("tokens");
@@ -226,9 +233,11 @@ int command_inspect(int argc, char** argv) {
       std::printf("trainer state:\n%s", text.str().c_str());
     }
     std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
-                config.family == model::Family::llama ? "llama" : "gpt", config.layers, config.hidden, config.heads,
+                model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads,
                 config.kv_heads, config.vocab_size, static_cast<long long>(config.parameter_count()));
-    print_safetensors(folder + "/model.safetensors");
+    std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
+                model::describe_window(config).c_str());
+    for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
     if (fs::exists(folder + "/optimizer.safetensors")) print_safetensors(folder + "/optimizer.safetensors");
     return 0;
   }

@@ -11,27 +11,6 @@
 namespace fpdt::testing {
 namespace {
 
-// Exit status 1 and exactly one error line, which contains every part.
-void expect_one_clear_error(const ProgramResult& result, std::initializer_list<std::string> parts) {
-  EXPECT_EQ(result.exit_status, 1) << result.output;
-  int error_lines = 0;
-  std::string error_line;
-  size_t begin = 0;
-  while (begin < result.output.size()) {
-    size_t end = result.output.find('\n', begin);
-    if (end == std::string::npos) end = result.output.size();
-    const std::string line = result.output.substr(begin, end - begin);
-    if (line.starts_with("[") && line.find("] ") != std::string::npos && !line.starts_with("[ ")) {
-      ++error_lines;
-      error_line = line;
-    }
-    begin = end + 1;
-  }
-  EXPECT_EQ(error_lines, 1) << result.output;
-  for (const std::string& part : parts) EXPECT_NE(error_line.find(part), std::string::npos) << "'" << part << "' not in: " << error_line;
-  EXPECT_EQ(result.output.find("terminate called"), std::string::npos) << result.output;
-}
-
 class TrainErrors : public ::testing::Test {
  protected:
   void SetUp() override {

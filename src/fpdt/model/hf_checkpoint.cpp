@@ -158,7 +158,7 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw Error(kModule, index_path + " has no weight_map object", "download the index again");
-  // Shards in the order the index first names them; every tensor it lists must be in its shard.
+  // Every shard the index names (in name order); every tensor it lists must be in its shard.
   std::vector<std::string> shards;
   std::map<std::string, std::string> listed;
   for (const auto& [name, file] : index["weight_map"].items()) {
@@ -169,6 +169,7 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
     if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
     listed[name] = shard;
   }
+  std::sort(shards.begin(), shards.end());
   for (const std::string& shard : shards) {
     if (!fs::exists(fs::path(dir_) / shard))
       throw Error(kModule, dir_ + ": shard " + shard + " named by " + kIndexFile + " is missing",

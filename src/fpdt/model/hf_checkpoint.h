@@ -40,7 +40,7 @@ class HfCheckpoint {
   explicit HfCheckpoint(std::string dir);
 
   const std::string& dir() const { return dir_; }
-  std::vector<std::string> files() const;  // paths of the safetensors files, in index order
+  std::vector<std::string> files() const;  // paths of the safetensors files (shards in name order)
 
   // Reads the weights of `config` into `params` (fp32, converted exactly from BF16/F16). A tied
   // model's lm_head.weight, when the file has one, must equal the embedding. Buffers transformers

@@ -15,6 +15,7 @@
 #include "fpdt/base/timer.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/tensor/memory.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/train/checkpoint.h"
 #include "fpdt/train/data_loader.h"
@@ -30,6 +31,9 @@ constexpr const char* kModule = "train";
 
 nlohmann::ordered_json settings_json(const TrainSettings& s) {
   return {{"model", s.model},
+          {"init_from", s.init_from},
+          {"rope_theta", s.rope_theta ? nlohmann::json(*s.rope_theta) : nlohmann::json(nullptr)},
+          {"rope_scaling", s.rope_scaling},
           {"data_dir", s.data_dir},
           {"out_dir", s.out_dir},
           {"backend", s.backend},
@@ -68,13 +72,16 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   };
   const std::string rule = "+" + std::string(24, '-') + "+" + std::string(42, '-') + "+";
   log::info(rule);
-  row("model", config.name + (config.family == model::Family::llama ? " (llama)" : " (gpt)"));
+  row("model", config.name + " (" + model::model_type_name(config.type) + ")");
   row("layers / hidden / ffn", std::to_string(config.layers) + " / " + std::to_string(config.hidden) + " / " +
                                    std::to_string(config.ffn_hidden));
   row("heads / kv heads / dim", std::to_string(config.heads) + " / " + std::to_string(config.kv_heads) + " / " +
                                     std::to_string(config.head_dim));
   row("vocabulary", std::to_string(config.vocab_size));
   row("parameters", std::to_string(config.parameter_count()));
+  row("positions", model::describe_rope(config));
+  row("attention window", model::describe_window(config));
+  row("weights", s.init_from.empty() ? "random (seed " + std::to_string(s.seed) + ")" : "from " + s.init_from);
   row("data", s.data_dir);
   row("output", s.out_dir);
   row("steps", std::to_string(s.steps));
@@ -122,6 +129,21 @@ void check_settings(const TrainSettings& s) {
   if (s.mode != "fpdt" && s.mode != "ulysses")
     throw Error(kModule, "unknown --mode '" + s.mode + "'", "use --mode fpdt or --mode ulysses");
   if (!(s.optimizer.lr > 0)) throw Error(kModule, "--lr must be positive");
+  if (!s.init_from.empty() && s.resume)
+    throw Error(kModule, "--init-from and --resume cannot be combined",
+                "--resume continues a run folder of ours; --init-from starts a new run from a Hugging Face folder");
+  if (!s.init_from.empty() && s.model != TrainSettings{}.model)
+    throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
+                "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
+}
+
+// The model of the run: a preset or config.json, or the --init-from folder's config.json, with the
+// RoPE overrides of a context extension.
+model::ModelConfig run_model(const TrainSettings& s) {
+  model::ModelConfig config =
+      s.init_from.empty() ? model::resolve_model(s.model) : model::load_hf_config(s.init_from + "/config.json");
+  model::override_rope(config, s.rope_theta, s.rope_scaling);
+  return config;
 }
 
 // This data-parallel replica's rows of a global batch (dp · B rows).
@@ -195,7 +217,7 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
     MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(settings.compute_mem_bytes));
   if (settings.offload_mem_bytes > 0)
     MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(settings.offload_mem_bytes));
-  const model::ModelConfig config = model::resolve_model(settings.model);
+  const model::ModelConfig config = run_model(settings);
   const pipeline::PipelineConfig pipeline = pipeline_config(settings);
   pipeline::make_head_sharding(config.heads, config.kv_heads, settings.sp);  // refuse before any work
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
@@ -216,6 +238,11 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
     result.peak_rss_bytes = peak_rss_bytes();
     return result;
+  }
+
+  if (!settings.init_from.empty()) {
+    model::HfCheckpoint(settings.init_from).load(config, model.layout(), model.params());
+    log::info("weights from " + settings.init_from);
   }
 
   const std::string train_path = settings.data_dir + "/train.bin";
