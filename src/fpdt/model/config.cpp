@@ -5,12 +5,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 
 namespace fpdt::model {
 
@@ -503,12 +503,17 @@ void read_rope(const HfReader& r, ModelConfig& config) {
   config.rope_scaling = scaling;
 }
 
+// The sizes both families have, under each family's names.
+void read_sizes(const HfReader& r, ModelConfig& config, const char* hidden, const char* layers, const char* heads) {
+  config.vocab_size = r.integer("vocab_size", 1);
+  config.hidden = r.integer(hidden, 1);
+  config.layers = r.integer(layers, 1);
+  config.heads = r.integer(heads, 1);
+}
+
 void read_llama_like(const HfReader& r, ModelConfig& config) {
   config.family = Family::llama;
-  config.vocab_size = r.integer("vocab_size", 1);
-  config.hidden = r.integer("hidden_size", 1);
-  config.layers = r.integer("num_hidden_layers", 1);
-  config.heads = r.integer("num_attention_heads", 1);
+  read_sizes(r, config, "hidden_size", "num_hidden_layers", "num_attention_heads");
   // Absent: Hq for llama, transformers' class default for mistral (8) and qwen2 (32).
   config.kv_heads = r.value("num_key_value_heads").is_null() ? config.heads : r.integer("num_key_value_heads", 1);
   config.ffn_hidden = r.integer("intermediate_size", 1);
@@ -563,10 +568,7 @@ void read_llama_like(const HfReader& r, ModelConfig& config) {
 
 void read_gpt2(const HfReader& r, ModelConfig& config) {
   config.family = Family::gpt;
-  config.vocab_size = r.integer("vocab_size", 1);
-  config.hidden = r.integer("n_embd", 1);
-  config.layers = r.integer("n_layer", 1);
-  config.heads = r.integer("n_head", 1);
+  read_sizes(r, config, "n_embd", "n_layer", "n_head");
   config.kv_heads = config.heads;
   if (config.hidden % config.heads != 0)
     throw Error(kModule,
@@ -788,11 +790,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
 }
 
 ModelConfig load_hf_config(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw Error(kModule, "cannot open model config " + path, "check the path");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_hf_config(text.str(), path);
+  return parse_hf_config(read_text_file(path, kModule, "give a Hugging Face config.json (or a folder holding one)"), path);
 }
 
 std::string to_hf_config_json(const ModelConfig& config) {

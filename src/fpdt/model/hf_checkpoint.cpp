@@ -4,12 +4,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 
 namespace fpdt::model {
 
@@ -52,14 +51,6 @@ void read_entry(const SafetensorsReader& reader, const std::string& name, const 
   reader.read(name, Tensor(staging.data(), DType::f32, entry.hf_shape));
   for (int64_t i = 0; i < columns; ++i)
     for (int64_t o = 0; o < entry.rows; ++o) rows[o * columns + i] = staging[i * entry.rows + o];
-}
-
-std::string read_file_text(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw Error(kModule, "cannot open " + path, "check the path and its permissions");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 std::string names_excerpt(const std::vector<std::string>& names) {
@@ -152,7 +143,7 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
   }
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(read_file_text(index_path));
+    index = nlohmann::json::parse(read_text_file(index_path, kModule, "check the path and its permissions"));
   } catch (const nlohmann::json::exception& error) {
     throw Error(kModule, index_path + " is not valid JSON: " + error.what(), "download the index again");
   }
