@@ -27,7 +27,7 @@ run: configure
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
 	$(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
 	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
-	  --save-every 50 --sample-tokens 300 --prompt "And God said"
+	  --save-every 50 --sample-tokens 300 --prompt "And God said" --overwrite
 
 clean:
 	rm -rf $(BUILD)

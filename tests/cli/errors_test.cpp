@@ -1,11 +1,20 @@
-// Bad input to `fpdt train` and friends: a missing, truncated or corrupt checkpoint, a shard that is
-// missing or not a shard, an unknown option, an output directory that cannot be written. Each gets
-// one clear error line (the "[module] ...; hint: ..." format) and a non-zero exit, never a crash.
+// Bad input to `fpdt train` and friends: a missing, truncated or corrupt checkpoint (trainer state,
+// AdamW step count, non-finite weights), a shard that is missing or not a shard, an unknown option or a
+// value that makes no sense, options that contradict each other, an output directory that cannot be
+// written, `fpdt inspect` on a pipe. Each gets one clear error line (the "[module] ...; hint: ..."
+// format) and a non-zero exit, never a crash, a hang or "[internal]".
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 
+#include "fpdt/tensor/safetensors.h"
 #include "fpdt_program.h"
 
 namespace fpdt::testing {
@@ -62,6 +71,55 @@ TEST_F(TrainErrors, CorruptTrainerState) {
   expect_one_clear_error(resume(), {"trainer_state.json", "corrupt"});
 }
 
+// optimizer.safetensors with its "step" metadata replaced (the header is rewritten whole, so its
+// length may change; tensor offsets are relative to the end of the header).
+void set_optimizer_step(const std::string& path, const std::string& step) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
+  header["__metadata__"]["step"] = step;
+  const std::string text = header.dump();
+  const uint64_t length = text.size();
+  std::string rewritten(8, '\0');
+  std::memcpy(rewritten.data(), &length, 8);
+  write_text_file(path, rewritten + text + bytes.substr(8 + header_bytes));
+}
+
+TEST_F(TrainErrors, CorruptAdamWStepCount) {
+  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "-5");  // would turn the run into NaN
+  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer.safetensors is corrupt", "AdamW step '-5'"});
+  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "five");  // was "[internal] stoll"
+  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer.safetensors is corrupt", "AdamW step 'five'"});
+  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "6");  // more updates than steps
+  expect_one_clear_error(resume(), {"[checkpoint]", "counts 6 AdamW updates, more than the 5 steps"});
+}
+
+TEST_F(TrainErrors, TrainerStateNestedTooDeep) {
+  std::string nested = "{\"format\": \"fpdt-trainer-state\", \"settings\": ";
+  nested += std::string(100000, '[') + std::string(100000, ']') + "}";
+  write_text_file(checkpoint_file("trainer_state.json"), nested);
+  expect_one_clear_error(resume(), {"trainer_state.json is corrupt", "nested deeper"});
+  write_text_file(checkpoint_file("trainer_state.json"),
+                  "{\"format\": \"fpdt-trainer-state\", \"version\": 1, \"step\": -3}");
+  expect_one_clear_error(resume(), {"trainer_state.json is corrupt", "\"step\""});
+}
+
+TEST_F(TrainErrors, CheckpointWithNonFiniteWeights) {
+  const std::string path = checkpoint_file("model.safetensors");
+  SafetensorsReader reader(path);
+  const SafetensorsEntry& entry = reader.entry(reader.names().front());
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  file.read(reinterpret_cast<char*>(&header_bytes), 8);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  file.seekp(static_cast<std::streamoff>(8 + header_bytes + entry.begin_bytes));
+  file.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  file.close();
+  expect_one_clear_error(resume(), {"[checkpoint]", "step_5 holds non-finite weights", "hint: resume from an earlier"});
+}
+
 TEST_F(TrainErrors, ShardThatIsNotAShard) {
   write_text_file(setup_->data_dir + "/train.bin", std::string(64, 'x'));
   expect_one_clear_error(run_fpdt(join_args(setup_->train_args(dir_.file("other"), 5))),
@@ -78,9 +136,56 @@ TEST_F(TrainErrors, OutputDirectoryThatCannotBeWritten) {
   expect_one_clear_error(run_fpdt(join_args(setup_->train_args("/sys/fpdt_run", 5))), {"/sys/fpdt_run"});
 }
 
-TEST_F(TrainErrors, UnknownOptionAndBadValue) {
+TEST(OptionErrors, UnknownOptionAndBadValue) {
   expect_one_clear_error(run_fpdt("train --bogus 1"), {"unknown option --bogus", "fpdt train --help"});
-  expect_one_clear_error(run_fpdt("train --steps many"), {"--steps expects a whole number, got 'many'"});
+  expect_one_clear_error(run_fpdt("train --steps many"), {"--steps must be a whole number, got 'many'"});
+}
+
+// Every numeric option is checked against its meaning before anything runs: one error naming it.
+TEST(OptionErrors, ValuesThatMakeNoSense) {
+  struct Case {
+    const char* args;
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {"--beta1 2", {"[cli] --beta1 must be ≥ 0 and < 1, got '2'", "hint: --beta1 B1: AdamW beta1 (default 0.9)"}},
+      {"--beta2 -1", {"[cli] --beta2 must be ≥ 0 and < 1, got '-1'"}},
+      {"--lr inf", {"[cli] --lr must be a finite number, got 'inf'"}},
+      {"--lr 0", {"[cli] --lr must be > 0, got '0'"}},
+      {"--grad-clip -1", {"[cli] --grad-clip must be ≥ 0, got '-1'"}},
+      {"--warmup -5", {"[cli] --warmup must be ≥ 0, got '-5'"}},
+      {"--min-lr -1", {"[cli] --min-lr must be ≥ 0, got '-1'"}},
+      {"--min-lr 0.1 --lr 0.01", {"[train] --min-lr 0.1 is above --lr 0.01"}},
+      {"--threads -5", {"[cli] --threads must be ≥ 0 and ≤ 4096, got '-5'"}},
+      {"--chunk-tokens -8", {"[cli] --chunk-tokens must be ≥ 0, got '-8'"}},
+      {"--compute-mem 1e30TiB", {"[cli] --compute-mem must be at most 9223372036854775807 bytes, got '1e30TiB'"}},
+      {"--steps 1e30", {"[cli] --steps must be at most 9223372036854775807, got '1e30'"}},
+      {"--sp 0", {"[cli] --sp must be ≥ 1, got '0'"}},
+      {"--seq 0", {"[cli] --seq must be ≥ 1, got '0'"}},
+      {"--max-nonfinite-steps 0", {"[cli] --max-nonfinite-steps must be ≥ 1, got '0'"}},
+      {"--offload tape", {"[cli] unknown --offload 'tape'", "none, ram, disk or disk:DIR"}},
+      {"--chunks 1000 --seq 64", {"[train] --chunks 1000 leaves chunks without tokens", "use --chunks 64 or fewer"}},
+      {"--chunk-tokens 8192 --seq 64", {"[train] --chunk-tokens 8192 is longer than the sequence of 64 tokens"}},
+      {"--chunk-tokens 6 --sp 4", {"[train] --chunk-tokens 6 does not split over --sp 4 ranks"}},
+      {"--batch 1e9", {"[train] the token buffers of one step", "more than this machine's", "lower --batch"}},
+      {"--dry-run --seq 1e18", {"[train] --seq 1000000000000000000 is too long for 'llama-demo'"}},
+      {"--mode fpdt-reference", {"[train] --mode fpdt-reference is the paper's implementation"}},
+      {"--resume --overwrite", {"[train] --resume and --overwrite contradict each other"}},
+  };
+  for (const Case& bad : cases) {
+    SCOPED_TRACE(bad.args);
+    const ProgramResult result = run_fpdt(std::string("train ") + bad.args, 60);
+    expect_one_clear_error(result, {});
+    for (const std::string& part : bad.parts) EXPECT_NE(result.output.find(part), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("[internal]"), std::string::npos) << result.output;
+  }
+}
+
+TEST(InspectErrors, APipeIsRefusedNotWaitedOn) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
+  expect_one_clear_error(run_fpdt("inspect " + dir.file("pipe"), 60), {"[cli]", "pipe", "neither a file nor a folder"});
+  expect_one_clear_error(run_fpdt("inspect " + dir.file("nothing"), 60), {"[cli]", "no such file or folder"});
 }
 
 }  // namespace

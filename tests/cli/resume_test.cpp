@@ -1,11 +1,11 @@
 // Resume: a run killed (SIGKILL) after its step-10 checkpoint and resumed with --resume gives
-// bitwise the same losses, validation losses and final weights as a run that was never stopped.
+// bitwise the same losses, validation losses and final weights as a run that was never stopped, and
+// its metrics.jsonl holds each step once (the steps re-run after the checkpoint replace their lines).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -14,24 +14,21 @@
 namespace fpdt::testing {
 namespace {
 
-// Per step, the last logged line's deterministic fields (a resumed run logs again the steps the
-// killed process did after its checkpoint; the later line is the one that counts).
-std::map<int64_t, nlohmann::json> logged_steps(const std::string& path) {
-  std::map<int64_t, nlohmann::json> steps;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) {
-    const nlohmann::json json = nlohmann::json::parse(line);
+// The logged steps in file order, each with its deterministic fields.
+std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::string& path) {
+  std::vector<std::pair<int64_t, nlohmann::json>> steps;
+  for (const nlohmann::json& json : metrics_lines(path)) {
     nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
     if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
-    steps[json["step"].get<int64_t>()] = kept;
+    steps.emplace_back(json["step"].get<int64_t>(), kept);
   }
   return steps;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+bool logged(const std::string& path, int64_t step) {
+  for (const auto& [logged_step, fields] : logged_steps(path))
+    if (logged_step == step) return true;
+  return false;
 }
 
 TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {
@@ -47,7 +44,7 @@ TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {
   ASSERT_GT(pid, 0);
   bool exited_by_itself = false;
   for (int wait_ms = 0; wait_ms < 120000; ++wait_ms) {
-    if (logged_steps(killed + "/metrics.jsonl").count(11)) break;
+    if (logged(killed + "/metrics.jsonl", 11)) break;
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       exited_by_itself = true;
@@ -75,8 +72,11 @@ TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {
   const auto want = logged_steps(straight + "/metrics.jsonl");
   const auto got = logged_steps(killed + "/metrics.jsonl");
   ASSERT_EQ(want.size(), 20u);
-  ASSERT_EQ(got.size(), 20u);
-  for (const auto& [step, fields] : want) EXPECT_EQ(got.at(step), fields) << "step " << step;  // bitwise
+  ASSERT_EQ(got.size(), 20u);  // each step once, in order
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].first, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(got[i], want[i]) << "step " << i + 1;  // bitwise
+  }
   EXPECT_EQ(file_bytes(killed + "/step_20/model.safetensors"), file_bytes(straight + "/step_20/model.safetensors"));
   EXPECT_EQ(file_bytes(killed + "/step_20/optimizer.safetensors"),
             file_bytes(straight + "/step_20/optimizer.safetensors"));

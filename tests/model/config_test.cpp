@@ -248,7 +248,7 @@ TEST(ModelConfig, RopeOverridesForContextExtension) {
   EXPECT_EQ(config.rope_scaling.type, RopeType::yarn);
   EXPECT_DOUBLE_EQ(config.rope_scaling.factor, 8.0);
   EXPECT_DOUBLE_EQ(config.rope_theta, 500000.0);
-  EXPECT_NE(describe_rope(config).find("yarn ×8"), std::string::npos) << describe_rope(config);
+  EXPECT_NE(describe_rope(config).find("yarn x8"), std::string::npos) << describe_rope(config);
   override_rope(config, std::nullopt, R"({"rope_type": "default"})");
   EXPECT_EQ(config.rope_scaling.type, RopeType::none);
   EXPECT_THROW(override_rope(config, -5.0, ""), Error);

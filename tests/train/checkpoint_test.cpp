@@ -1,11 +1,13 @@
 // Checkpoints: save/load round-trips weights, moments and state bitwise; the folder is one Hugging
-// Face tools can load (config.json + model.safetensors with HF names); and a save that fails part way
-// (the disk fills up) leaves the previous checkpoint and `latest` untouched.
+// Face tools can load (config.json + model.safetensors with HF names); a save that fails part way
+// (the disk fills up) leaves the previous checkpoint and `latest` untouched; weights or moments that
+// are not finite are never saved (so rotation never deletes the last finite checkpoint) nor loaded.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 
 #include "fpdt/base/error.h"
@@ -28,7 +30,7 @@ struct Fixture {
     Rng rng(seed);
     for (float* block : {optimizer.m().data(), optimizer.v().data()})
       for (int64_t i = 0; i < optimizer.m().numel(); ++i) block[i] = static_cast<float>(rng.uniform());
-    optimizer.set_step(7);
+    optimizer.set_step(1);  // not the default, and no more updates than any saved step
   }
   bool same_as(Fixture& other) {
     const size_t bytes = sizeof(float) * static_cast<size_t>(model.params().numel());
@@ -113,6 +115,51 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   load_checkpoint(latest_checkpoint(dir.path()), loaded.config, loaded.model.layout(), loaded.model.params(),
                   loaded.optimizer);
   EXPECT_TRUE(fixture.same_as(loaded));
+}
+
+TEST(Checkpoint, NonFiniteStateIsNeverSavedNorLoaded) {
+  testing::TempDir dir;
+  const uint64_t seed = testing::fresh_seed();
+  Fixture fixture(seed), loaded(seed + 1);
+  for (int64_t step : {1, 2})
+    save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
+                    state_at(step), /*keep=*/2);
+  const float good = fixture.model.params().data()[5];
+  // A weight, then a first moment, then a negative second moment: each save is refused, and neither
+  // a step folder nor a rotation happens (step_1 and step_2 stay, latest stays at step_2).
+  float* const poisoned[] = {fixture.model.params().data() + 5, fixture.optimizer.m().data() + 5,
+                             fixture.optimizer.v().data() + 5};
+  const float poisons[] = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -1.0f};
+  for (int i = 0; i < 3; ++i) {
+    const float kept = *poisoned[i];
+    *poisoned[i] = poisons[i];
+    testing::expect_contains(testing::error_message([&] {
+                               save_checkpoint(dir.path(), fixture.config, fixture.model.layout(),
+                                               fixture.model.params(), fixture.optimizer, state_at(3), 2);
+                             }),
+                             {"[checkpoint]", "refusing to save step_3", "finite"});
+    *poisoned[i] = kept;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("step_3")));
+    EXPECT_FALSE(std::filesystem::exists(dir.file("step_3.partial")));
+    EXPECT_TRUE(std::filesystem::exists(dir.file("step_1")));
+    EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("step_2"));
+  }
+  EXPECT_EQ(fixture.model.params().data()[5], good);
+  load_checkpoint(dir.file("step_2"), loaded.config, loaded.model.layout(), loaded.model.params(), loaded.optimizer);
+  EXPECT_TRUE(fixture.same_as(loaded));
+}
+
+TEST(Checkpoint, RefusesAnAdamWStepCountThatIsNotOne) {
+  testing::TempDir dir;
+  Fixture fixture(testing::fresh_seed());
+  fixture.optimizer.set_step(-5);  // bias correction 1 − β^−5 < 0: every update would be NaN
+  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
+                  state_at(4));
+  testing::expect_contains(testing::error_message([&] {
+                             load_checkpoint(dir.file("step_4"), fixture.config, fixture.model.layout(),
+                                             fixture.model.params(), fixture.optimizer);
+                           }),
+                           {"[checkpoint]", "step_4/optimizer.safetensors is corrupt", "AdamW step '-5'"});
 }
 
 TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {

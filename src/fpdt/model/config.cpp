@@ -887,10 +887,10 @@ void override_rope(ModelConfig& config, std::optional<double> theta, const std::
 
 std::string describe_rope(const ModelConfig& config) {
   if (!config.uses_rope()) return "learned positions";
-  std::string text = "θ " + format_number(config.rope_theta);
+  std::string text = "theta " + format_number(config.rope_theta);
   const RopeScaling& s = config.rope_scaling;
   if (s.type == RopeType::none) return text;
-  text += ", " + rope_type_name(s.type) + " ×" + format_number(s.factor);
+  text += ", " + rope_type_name(s.type) + " x" + format_number(s.factor);
   if (s.type == RopeType::llama3)
     text += " (original " + std::to_string(s.original_max_positions) + ", low " + format_number(s.low_freq_factor) +
             ", high " + format_number(s.high_freq_factor) + ")";

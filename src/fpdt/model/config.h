@@ -104,8 +104,9 @@ std::string to_hf_config_json(const ModelConfig& config);
 // same rules; "" keeps the config's. Throws fpdt::Error for a GPT model or a bad value.
 void override_rope(ModelConfig& config, std::optional<double> theta, const std::string& scaling_json);
 
-// One line for people: "θ 500000, llama3 ×8 (original 8192, low 1, high 4)"; "learned positions"
-// for GPT. And the rope_parameters object of config.json as JSON text (for `fpdt plan --json`).
+// One line for people (ASCII, for tables): "theta 500000, llama3 x8 (original 8192, low 1, high 4)";
+// "learned positions" for GPT. And the rope_parameters object of config.json as JSON text (for
+// `fpdt plan --json`).
 std::string describe_rope(const ModelConfig& config);
 std::string rope_parameters_json(const ModelConfig& config);
 // "none", or "16 tokens (layers 1-3)" / "4096 tokens (all layers)".

@@ -2,10 +2,13 @@
 #include "fpdt/train/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
@@ -41,19 +44,75 @@ nlohmann::json cursor_to_json(const DataLoaderState& s) {
           {"sampling", s.sampling}};
 }
 
-DataLoaderState cursor_from_json(const nlohmann::json& json) {
+// Inside trainer_state.json, what is wrong throws std::invalid_argument (or nlohmann's exceptions);
+// load_checkpoint turns each into one "<path> is corrupt: ..." error.
+
+// A whole number in T's range (nlohmann would cast a float or a negative number silently).
+template <class T>
+T whole_number(const nlohmann::ordered_json& value, const char* key) {
+  // nlohmann keeps a non-negative whole number as unsigned and a negative one as signed.
+  const bool fits = value.is_number_unsigned()
+                        ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : value.is_number_integer() && std::is_signed_v<T> &&
+                              value.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::lowest());
+  if (!fits) throw std::invalid_argument(std::string("\"") + key + "\" is not a whole number in its range");
+  return value.get<T>();
+}
+
+DataLoaderState cursor_from_json(const nlohmann::ordered_json& json) {
   DataLoaderState s{};
-  const auto rng = json.at("rng_state").get<std::vector<uint64_t>>();
-  if (rng.size() != 4) throw Error(kModule, "rng_state must have 4 words");
-  std::copy(rng.begin(), rng.end(), s.rng_state);
-  s.batches_served = json.at("batches_served").get<uint64_t>();
-  s.next_window = json.at("next_window").get<uint64_t>();
-  s.epoch = json.at("epoch").get<uint64_t>();
-  s.shard_tokens = json.at("shard_tokens").get<uint64_t>();
-  s.batch_size = json.at("batch_size").get<int64_t>();
-  s.seq_tokens = json.at("seq_tokens").get<int64_t>();
-  s.sampling = json.at("sampling").get<uint32_t>();
+  const nlohmann::ordered_json& rng = json.at("rng_state");
+  if (!rng.is_array() || rng.size() != 4) throw std::invalid_argument("\"rng_state\" must have 4 words");
+  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], "rng_state");
+  s.batches_served = whole_number<uint64_t>(json.at("batches_served"), "batches_served");
+  s.next_window = whole_number<uint64_t>(json.at("next_window"), "next_window");
+  s.epoch = whole_number<uint64_t>(json.at("epoch"), "epoch");
+  s.shard_tokens = whole_number<uint64_t>(json.at("shard_tokens"), "shard_tokens");
+  s.batch_size = whole_number<int64_t>(json.at("batch_size"), "batch_size");
+  s.seq_tokens = whole_number<int64_t>(json.at("seq_tokens"), "seq_tokens");
+  s.sampling = whole_number<uint32_t>(json.at("sampling"), "sampling");
   return s;
+}
+
+// trainer_state.json is small and shallow: a file past 1 MiB or nested deeper than 8 levels is
+// refused before it is built, and an error quotes at most 160 characters of the parser's message.
+constexpr size_t kMaxStateBytes = 1 << 20;
+constexpr int kMaxStateDepth = 8;
+
+nlohmann::ordered_json parse_state(const std::string& path) {
+  if (file_size(path, kModule) > kMaxStateBytes)
+    throw Error(kModule, path + " is larger than a trainer state can be (1 MiB)", "resume from another checkpoint");
+  const std::string text = read_text(path);
+  try {
+    return nlohmann::ordered_json::parse(text, [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+      if (depth > kMaxStateDepth) throw std::invalid_argument("nested deeper than a trainer state is");
+      return true;
+    });
+  } catch (const std::exception& error) {
+    const std::string reason = error.what();
+    throw Error(kModule, path + " is corrupt: " + reason.substr(0, 160) + (reason.size() > 160 ? "..." : ""),
+                "resume from another checkpoint");
+  }
+}
+
+// What an update would turn into NaN: a weight or moment that is not finite, or a negative second
+// moment (its square root). `what` names the checkpoint or step for the message.
+void check_finite_state(const model::ParameterBlock& params, AdamW& optimizer, const std::string& what,
+                        const std::string& hint) {
+  if (!all_finite(params)) throw Error(kModule, what + " holds non-finite weights (NaN or Inf)", hint);
+  if (!all_finite(optimizer.m()) || !all_finite(optimizer.v()) || !all_at_least_zero(optimizer.v()))
+    throw Error(kModule, what + " holds AdamW moments that are not finite (or negative second moments)", hint);
+}
+
+// The optimizer's update count from optimizer.safetensors' metadata: a whole number ≥ 0.
+int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path) {
+  const std::string text = moments.metadata("step");
+  int64_t step = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (error != std::errc() || end != text.data() + text.size() || step < 0)
+    throw Error(kModule, path + " is corrupt: its AdamW step '" + text.substr(0, 40) + "' is not a count of updates",
+                "resume from another checkpoint");
+  return step;
 }
 
 }  // namespace
@@ -62,6 +121,9 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
                      const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
                      const TrainerState& state, int keep) {
   const std::string name = "step_" + std::to_string(state.step);
+  // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
+  check_finite_state(params, optimizer, "refusing to save " + name + ": the model",
+                     "a step made the weights non-finite; the checkpoints already in " + run_dir + " are intact");
   const fs::path final_dir = fs::path(run_dir) / name;
   const fs::path temp_dir = fs::path(run_dir) / (name + ".partial");
   std::error_code error;
@@ -91,7 +153,7 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
       {"step", state.step},
       {"seed", state.seed},
       {"data_cursor", cursor_to_json(state.data)},
-      {"settings", state.settings_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(state.settings_json)}};
+      {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
   write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
 
   fs::remove_all(final_dir, error);
@@ -137,31 +199,42 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
 
   const std::string state_path = (dir / "trainer_state.json").string();
   TrainerState state;
+  const nlohmann::ordered_json json = parse_state(state_path);
   try {
-    const nlohmann::json json = nlohmann::json::parse(read_text(state_path));
-    if (json.at("format").get<std::string>() != kStateFormat)
-      throw Error(kModule, state_path + " is not an fpdt trainer state (format '" + json.at("format").get<std::string>() + "')");
-    const int version = json.at("version").get<int>();
+    if (!json.is_object() || !json.contains("format") || json.at("format") != kStateFormat)
+      throw Error(kModule, state_path + " is not an fpdt trainer state (no \"format\": \"" + kStateFormat + "\")");
+    const int version = whole_number<int>(json.at("version"), "version");
     if (version != kStateVersion)
       throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
                                std::to_string(kStateVersion));
-    state.step = json.at("step").get<int64_t>();
-    state.seed = json.at("seed").get<uint64_t>();
+    state.step = whole_number<int64_t>(json.at("step"), "step");
+    if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
+    state.seed = whole_number<uint64_t>(json.at("seed"), "seed");
     state.data = cursor_from_json(json.at("data_cursor"));
-    state.settings_json = json.at("settings").dump();
+    state.settings = json.at("settings");
   } catch (const Error&) {
-    throw;
+    throw;  // names the file already
   } catch (const std::exception& error) {
+    // Every message here is ours or nlohmann's "key not found" / type error: short.
     throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
   }
 
   load_hf_safetensors(config, layout, params, (dir / "model.safetensors").string());
-  SafetensorsReader moments((dir / "optimizer.safetensors").string());
+  const std::string moments_path = (dir / "optimizer.safetensors").string();
+  SafetensorsReader moments(moments_path);
   for (const model::ParameterInfo& info : layout.tensors()) {
     moments.read("m." + info.name, optimizer.m().view(info.name));
     moments.read("v." + info.name, optimizer.v().view(info.name));
   }
-  optimizer.set_step(std::stoll(moments.metadata("step")));
+  const int64_t updates = optimizer_step(moments, moments_path);
+  if (updates > state.step)
+    throw Error(kModule, moments_path + " counts " + std::to_string(updates) + " AdamW updates, more than the " +
+                             std::to_string(state.step) + " steps of " + state_path,
+                "the files come from different checkpoints; resume from another one");
+  optimizer.set_step(updates);
+  check_finite_state(params, optimizer, checkpoint_dir,
+                     "resume from an earlier checkpoint (write its folder name into " +
+                         (dir.parent_path() / "latest").string() + ")");
   return state;
 }
 

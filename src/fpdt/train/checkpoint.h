@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "fpdt/model/config.h"
@@ -23,11 +24,13 @@ struct TrainerState {
   int64_t step = 0;            // optimizer steps completed
   DataLoaderState data{};      // the training loader's cursor
   uint64_t seed = 0;
-  std::string settings_json;   // the run's effective settings, for `fpdt inspect` and resume checks
+  nlohmann::ordered_json settings;  // the run's effective settings ({"option": value}), for `fpdt inspect`
 };
 
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
-// step folders and removes older ones. Throws fpdt::Error naming the path on any failure.
+// step folders and removes older ones. Refuses (fpdt::Error, nothing written or removed) weights or
+// moments that are not finite, so every checkpoint in a run folder is one a run can continue from and
+// the rotation never deletes the last finite one. Throws fpdt::Error naming the path on any failure.
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
                      const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
                      const TrainerState& state, int keep = 2);
@@ -37,7 +40,8 @@ std::string latest_checkpoint(const std::string& run_dir);
 
 // Restores params, optimizer moments and step from a step folder; returns the trainer state. Checks
 // that the checkpoint's config.json describes `config`; throws fpdt::Error for a missing, truncated
-// or corrupt file, naming it.
+// or corrupt file, naming it (a trainer state that is not a small shallow JSON object of whole numbers,
+// an AdamW step count that is not one, non-finite weights or moments).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer);
 
