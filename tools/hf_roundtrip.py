@@ -5,16 +5,17 @@ recorded (metrics.jsonl, full precision) on the same tokens, within 1e-6 relativ
 
     PY=$(tools/reference_env.sh) && $PY tools/hf_roundtrip.py [--fpdt build/fpdt] [--steps 20]
 
-Cases: the golden sets of tools/make_hf_golden.py (vocabulary 80), each trained on random tokens
-written as fpdt token shards (format: src/fpdt/train/shard.h); one also extends its context with
---rope-theta and --rope-scaling, which must reach transformers through the saved config.json.
+Cases: the golden sets of tools/make_hf_golden.py (vocabulary 257, the byte tokenizer's), each
+trained on this repository's documentation and sources tokenized by `fpdt tokenize`; one also extends
+its context with --rope-theta and --rope-scaling, which must reach transformers through the saved
+config.json.
 Needs the reference environment (tools/reference_env.sh); `make test` does not run it.
 """
 
 import argparse
 import json
 import os
-import struct
+import glob
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOCAB = 80  # the golden models'
+VOCAB = 257  # the golden models' and the byte tokenizer's
 B, S, EVAL_BATCHES = 2, 64, 4
 TOLERANCE = 1e-6
 
@@ -43,11 +44,11 @@ CASES = [
 ]
 
 
-def write_shard(path, tokens):
-    """fpdt token shard: magic, version 1, 2-byte tokens, count, vocabulary, reserved; then uint16 tokens."""
-    with open(path, "wb") as f:
-        f.write(b"FPDTSHRD" + struct.pack("<IIQII", 1, 2, len(tokens), VOCAB, 0))
-        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+def read_shard(path):
+    """The tokens of an fpdt token shard (src/fpdt/train/shard.h: a 48-byte header, then uint16 tokens)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"FPDTSHRD", path
+    return np.frombuffer(data[48:], dtype="<u2").astype(np.int64)
 
 
 def transformers_loss(folder, val_tokens):
@@ -61,18 +62,16 @@ def transformers_loss(folder, val_tokens):
     return float(F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)))
 
 
-def run_case(fpdt, work, name, extra, steps):
-    rng = np.random.default_rng(len(name))
-    data = os.path.join(work, name, "data")
-    os.makedirs(data)
-    # A learnable stream: each token mostly follows from the one before, so 20 steps move the loss.
-    train = rng.integers(0, VOCAB, 200000)
-    train[1::2] = (train[0::2][: len(train[1::2])] * 7 + 3) % VOCAB
-    val = rng.integers(0, VOCAB, EVAL_BATCHES * B * S + 1)
-    val[1::2] = (val[0::2][: len(val[1::2])] * 7 + 3) % VOCAB
-    write_shard(os.path.join(data, "train.bin"), train)
-    write_shard(os.path.join(data, "val.bin"), val)
-    out = os.path.join(work, name, "run")
+def tokenize(fpdt, work):
+    """Shards of this repository's docs and sources (bytes): text that a few steps can learn from."""
+    files = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")) + glob.glob(os.path.join(ROOT, "src", "fpdt", "*", "*.h")))
+    data = os.path.join(work, "data")
+    subprocess.run([fpdt, "tokenize", "--out", data, "--val-fraction", "0.1", *files], check=True, capture_output=True)
+    return data, read_shard(os.path.join(data, "val.bin"))
+
+
+def run_case(fpdt, work, data, val, name, extra, steps):
+    out = os.path.join(work, name)
     command = [fpdt, "train", "--init-from", os.path.join(ROOT, "tests", "golden", name), "--data", data, "--out", out,
                "--steps", str(steps), "--batch", str(B), "--seq", str(S), "--lr", "3e-3", "--warmup", "2",
                "--eval-every", "0", "--eval-batches", str(EVAL_BATCHES), "--save-every", "0", "--peak-gflops", "100",
@@ -100,7 +99,9 @@ def main():
     parser.add_argument("--cases", nargs="*", default=[name for name, _ in CASES])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fpdt_roundtrip_") as work:
-        results = [run_case(args.fpdt, work, name, extra, args.steps) for name, extra in CASES if name in args.cases]
+        data, val = tokenize(args.fpdt, work)
+        results = [run_case(args.fpdt, work, data, val, name, extra, args.steps)
+                   for name, extra in CASES if name in args.cases]
     sys.exit(0 if all(results) else 1)
 
 

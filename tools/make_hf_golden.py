@@ -10,7 +10,8 @@ Every model is a random transformers model saved with save_pretrained, so the fi
 what a user downloads; the numbers are transformers' own forward (eager attention).
 
 tests/golden/<set>/ for the sets of issue 13 (odd sizes: hidden 288, 6 heads, 2 kv heads, head_dim
-48; V = 80; one batch B = 2, T = 64):
+48; V = 257, the byte tokenizer's, so fpdt can train them on `fpdt tokenize` shards; one batch
+B = 2, T = 64):
     llama        untied, saved sharded (model.safetensors.index.json + shards), BF16
     llama_tied   tied, model.safetensors BF16; variant/ holds the same model as transformers writes
                  its base model (no "model." prefix) in F16, sharded
@@ -62,7 +63,7 @@ IGNORE_INDEX = -100
 SENSITIVITY_MIN = 1e-3  # each feature moves the logits by at least this (relative); the tests' bar is 1e-5
 
 ODD = dict(hidden_size=288, num_attention_heads=6, num_key_value_heads=2, head_dim=48, intermediate_size=96,
-           vocab_size=80, num_hidden_layers=1, max_position_embeddings=64, rms_norm_eps=1e-5)
+           vocab_size=257, num_hidden_layers=1, max_position_embeddings=64, rms_norm_eps=1e-5)
 
 
 def odd(**changes):
@@ -250,7 +251,7 @@ def qwen2_mistral_sets():
 
 
 def gpt2_set():
-    settings = dict(vocab_size=80, n_embd=288, n_head=6, n_layer=2, n_inner=96, n_positions=64,
+    settings = dict(vocab_size=257, n_embd=288, n_head=6, n_layer=2, n_inner=96, n_positions=64,
                     layer_norm_epsilon=1e-5, scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True,
                     bos_token_id=0, eos_token_id=0)
     model = build(GPT2Config, GPT2LMHeadModel, settings)
@@ -304,7 +305,7 @@ def write_grad_set(name, model, seed):
                         "loss": repr(loss.item())})
     size = folder_bytes(path)
     assert size < SIZE_LIMIT_BYTES, f"{name}: {size} bytes"
-    print(f"{name:12s} loss {float(loss):.6f}  {size / 1e6:.2f} MB  AdamW " + " ".join(f"{x:.4f}" for x in losses))
+    print(f"{name:12s} loss {loss.item():.6f}  {size / 1e6:.2f} MB  AdamW " + " ".join(f"{x:.4f}" for x in losses))
 
 
 def grad_sets():

@@ -88,6 +88,7 @@ int command_sample(int argc, char** argv) {
   settings.new_tokens = 300;
   int threads = 0;
   uint64_t seed = 1;
+  bool print_ids = false;
   OptionSet options("sample", "Generate text from a checkpoint with top-k sampling.");
   options.add("checkpoint", "DIR", "run folder or step folder", checkpoint);
   options.add("prompt", "TEXT", "prompt text", prompt);
@@ -97,37 +98,55 @@ int command_sample(int argc, char** argv) {
   options.add("top-k", "K", "sample among the K most likely tokens", settings.top_k).at_least(0).zero_means("all");
   options.add("seed", "N", "sampling seed", seed);
   plan::options::threads(options, threads);
+  options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
   if (!options.parse(argc, argv)) return 0;
   train::set_threads(threads);
   const std::string folder = checkpoint_folder(checkpoint);
   const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
+  // The checkpoint's own tokenizer (the one its shards were made with).
+  const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend("cpu");
   model::Transformer model(config, *backend);
   model::HfCheckpoint(folder).load(config, model.layout(), model.params());
-  train::ByteTokenizer tokenizer;
   Rng rng(seed);
   const auto tokens = train::generate(model, tokenizer.encode(prompt), settings, rng);
   std::printf("%s\n", tokenizer.render(tokens).c_str());
+  if (print_ids) {
+    std::string line = "ids:";
+    for (const int32_t id : tokens) line += " " + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
 int command_tokenize(int argc, char** argv) {
   std::string out = "data/corpus";
+  std::string tokenizer_path = "bytes", end_of_document;
   double val_fraction = 0.05;
-  OptionSet options("tokenize", "Tokenize text or FASTA files (bytes) into train.bin and val.bin shards.", "FILE...");
+  OptionSet options("tokenize", "Tokenize text or FASTA files into train.bin and val.bin shards (+ the tokenizer's files).",
+                    "FILE...");
   options.add("out", "DIR", "output folder (created if missing)", out);
   options.add("val-fraction", "F", "fraction of tokens, taken from the end, for validation", val_fraction)
       .at_least(0)
       .below(1);
+  options.add("tokenizer", "bytes|PATH", "bytes, or a Hugging Face tokenizer.json (or a folder with one)", tokenizer_path);
+  options.add("eos-token", "TOKEN", "token between documents (default: the tokenizer's eos_token)", end_of_document);
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().empty())
     throw Error("cli", "no input files for fpdt tokenize", "fpdt tokenize --out DIR FILE...");
+  if (tokenizer_path == "bytes" && !end_of_document.empty())
+    throw Error("cli", "--eos-token applies to a tokenizer.json; the byte tokenizer ends documents with <|eod|>",
+                "drop --eos-token, or pass --tokenizer PATH");
+  const train::Tokenizer tokenizer =
+      tokenizer_path == "bytes" ? train::Tokenizer::bytes() : train::Tokenizer::load(tokenizer_path, end_of_document);
   fs::create_directories(out);
-  const train::TokenizeSummary summary = train::tokenize_files(options.positional(), out, val_fraction);
-  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d)\n", summary.train_path.c_str(),
-              static_cast<unsigned long long>(summary.train_tokens), summary.val_path.c_str(),
-              static_cast<unsigned long long>(summary.val_tokens), static_cast<unsigned long long>(summary.documents),
-              summary.vocab_size);
+  const train::TokenizeSummary summary = train::tokenize_files(options.positional(), out, val_fraction, tokenizer);
+  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d, separator '%s' = %d, tokenizer %s)\n",
+              summary.train_path.c_str(), static_cast<unsigned long long>(summary.train_tokens),
+              summary.val_path.c_str(), static_cast<unsigned long long>(summary.val_tokens),
+              static_cast<unsigned long long>(summary.documents), summary.vocab_size,
+              tokenizer.end_of_document_token().c_str(), tokenizer.end_of_document_id(),
+              train::fingerprint_string(tokenizer.fingerprint()).c_str());
   return 0;
 }
 
@@ -181,9 +200,14 @@ int command_inspect(int argc, char** argv) {
     return 0;
   }
   const train::ShardReader shard(path);
-  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u\n", path.c_str(),
-              shard.header().version, static_cast<unsigned long long>(shard.token_count()), shard.token_width_bytes(),
-              shard.vocab_size());
+  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u, tokenizer %s, separator id %s\n",
+              path.c_str(), shard.header().version, static_cast<unsigned long long>(shard.token_count()),
+              shard.token_width_bytes(), shard.vocab_size(),
+              shard.tokenizer().fingerprint == 0 ? "not recorded"
+                                                 : train::fingerprint_string(shard.tokenizer().fingerprint).c_str(),
+              shard.tokenizer().end_of_document_id == train::kNoEndOfDocument
+                  ? "none"
+                  : std::to_string(shard.tokenizer().end_of_document_id).c_str());
   return 0;
 }
 

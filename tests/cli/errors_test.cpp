@@ -1,5 +1,6 @@
 // Bad input to `fpdt train` and friends: a missing, truncated or corrupt checkpoint (trainer state,
-// AdamW step count, non-finite weights), a shard that is missing or not a shard, an unknown option or a
+// AdamW step count, non-finite weights), a shard that is missing or not a shard, shards of another
+// tokenizer or vocabulary, an unsupported tokenizer, an unknown option or a
 // value that makes no sense, options that contradict each other, an output directory that cannot be
 // written, `fpdt inspect` on a pipe. Each gets one clear error line (the "[module] ...; hint: ..."
 // format) and a non-zero exit, never a crash, a hang or "[internal]".
@@ -186,6 +187,79 @@ TEST(InspectErrors, APipeIsRefusedNotWaitedOn) {
   ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
   expect_one_clear_error(run_fpdt("inspect " + dir.file("pipe"), 60), {"[cli]", "pipe", "neither a file nor a folder"});
   expect_one_clear_error(run_fpdt("inspect " + dir.file("nothing"), 60), {"[cli]", "no such file or folder"});
+}
+
+// Shards of the Llama-3-style fixture tokenizer (501 ids) and of the GPT-2-style one, a model that fits
+// them (vocab 512) and one that does not (the tiny setup's 257).
+class TokenizerErrors : public TrainErrors {
+ protected:
+  void SetUp() override {
+    TrainErrors::SetUp();
+    const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth.\n";
+    write_text_file(dir_.file("text.txt"), text);
+    for (const char* name : {"llama3", "gpt2"}) {
+      const ProgramResult made = run_fpdt("tokenize --tokenizer " + fixtures + name + " --out " + dir_.file(name) + " " +
+                                          dir_.file("text.txt"));
+      ASSERT_EQ(made.exit_status, 0) << made.output;
+    }
+    write_text_file(dir_.file("wide.json"), R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})");
+  }
+  std::vector<std::string> wide_args(const std::string& data, const std::string& out) {
+    std::vector<std::string> args = setup_->train_args(out, 2);
+    args[2] = dir_.file("wide.json");
+    args[4] = dir_.file(data);
+    return args;
+  }
+};
+
+TEST_F(TokenizerErrors, ModelVocabularyThatDoesNotFitTheShards) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("other"), 2);
+  args[4] = dir_.file("llama3");
+  expect_one_clear_error(run_fpdt(join_args(args)), {"[train]", "vocabulary of 501", "more than the model's 257"});
+}
+
+TEST_F(TokenizerErrors, ShardsOfAnotherTokenizerThanTheFolders) {
+  std::filesystem::copy_file(dir_.file("gpt2/tokenizer.json"), dir_.file("llama3/tokenizer.json"),
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::remove(dir_.file("llama3/tokenizer_config.json"));
+  expect_one_clear_error(run_fpdt(join_args(wide_args("llama3", dir_.file("other")))),
+                         {"[train]", "train.bin was made by another tokenizer", "re-run `fpdt tokenize`"});
+  std::filesystem::remove(dir_.file("llama3/tokenizer.json"));
+  expect_one_clear_error(run_fpdt(join_args(wide_args("llama3", dir_.file("other")))),
+                         {"[train]", "holds no tokenizer.json"});
+}
+
+TEST_F(TokenizerErrors, TrainAndValidationShardsOfDifferentTokenizers) {
+  std::filesystem::copy_file(dir_.file("gpt2/val.bin"), dir_.file("llama3/val.bin"),
+                             std::filesystem::copy_options::overwrite_existing);
+  expect_one_clear_error(run_fpdt(join_args(wide_args("llama3", dir_.file("other")))),
+                         {"[train]", "were made by different tokenizers"});
+}
+
+TEST_F(TokenizerErrors, ResumingOnShardsOfAnotherTokenizer) {
+  const ProgramResult first = run_fpdt(join_args(wide_args("llama3", dir_.file("wide_run"))));
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  std::vector<std::string> args = wide_args("gpt2", dir_.file("wide_run"));
+  args[8] = "4";  // --steps
+  args.push_back("--resume");
+  expect_one_clear_error(run_fpdt(join_args(args)), {"[train]", "cannot resume", "trained on shards of tokenizer", "--data"});
+}
+
+TEST_F(TokenizerErrors, UnsupportedOrMalformedTokenizerFiles) {
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+  expect_one_clear_error(run_fpdt("tokenize --tokenizer " + fixtures + "wordpiece --out " + dir_.file("x") + " " +
+                                  dir_.file("text.txt")),
+                         {"[tokenizer]", "model type 'WordPiece' is not supported"});
+  write_text_file(dir_.file("broken.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+  expect_one_clear_error(run_fpdt("tokenize --tokenizer " + dir_.file("broken.json") + " --out " + dir_.file("x") +
+                                  " " + dir_.file("text.txt")),
+                         {"[tokenizer]", "broken.json", "not a valid tokenizer.json"});
+  expect_one_clear_error(run_fpdt("tokenize --eos-token x --out " + dir_.file("x") + " " + dir_.file("text.txt")),
+                         {"[cli]", "--eos-token"});
 }
 
 }  // namespace

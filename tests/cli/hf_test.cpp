@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "fpdt/model/hf_checkpoint.h"
-#include "fpdt/train/shard.h"
 #include "fpdt_program.h"
 
 namespace fpdt::testing {
@@ -52,13 +51,8 @@ TEST(HfPrograms, ARefusedFieldOfEachTypeIsOneLineAndExitStatusOne) {
 
 TEST(HfPrograms, InitFromTrainsFromTheFolderAndSavesTheRopeOverrides) {
   TempDir dir;
-  Rng rng(fresh_seed());
-  std::vector<int32_t> tokens(4096);
-  for (int32_t& token : tokens) token = static_cast<int32_t>(rng.below(80));  // the golden models' vocabulary
-  std::filesystem::create_directories(dir.file("data"));
-  train::write_shard(dir.file("data/train.bin"), tokens, 80);
-  train::write_shard(dir.file("data/val.bin"), tokens, 80);
-  const std::string common = " --data " + dir.file("data") + " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 2 "
+  const TinySetup setup(dir, fresh_seed());  // byte-tokenized text; the golden models' vocabulary is the bytes'
+  const std::string common = " --data " + setup.data_dir + " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 2 "
                              "--peak-gflops 100 --lr 1e-9 --min-lr 0 --warmup 1 ";
   const ProgramResult result = run_fpdt("train --init-from " + golden("llama_tied") + " --out " + dir.file("run") + common +
                                         "--rope-theta 20000 --rope-scaling '{\"rope_type\": \"linear\", \"factor\": 2}'");

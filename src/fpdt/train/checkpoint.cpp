@@ -119,7 +119,7 @@ int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path
 
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
                      const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
-                     const TrainerState& state, int keep) {
+                     const TrainerState& state, const Tokenizer& tokenizer, int keep) {
   const std::string name = "step_" + std::to_string(state.step);
   // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
   check_finite_state(params, optimizer, "refusing to save " + name + ": the model",
@@ -153,8 +153,10 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
       {"step", state.step},
       {"seed", state.seed},
       {"data_cursor", cursor_to_json(state.data)},
+      {"tokenizer_fingerprint", fingerprint_string(tokenizer.fingerprint())},
       {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
   write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+  tokenizer.save(temp_dir.string());
 
   fs::remove_all(final_dir, error);
   fs::rename(temp_dir, final_dir, error);
@@ -236,6 +238,39 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
                      "resume from an earlier checkpoint (write its folder name into " +
                          (dir.parent_path() / "latest").string() + ")");
   return state;
+}
+
+Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size) {
+  const fs::path dir(checkpoint_dir);
+  if (!fs::exists(dir / kTokenizerFile)) {
+    if (model_vocab_size == Tokenizer::bytes().vocab_size()) return Tokenizer::bytes();
+    throw Error(kModule, checkpoint_dir + " carries no " + kTokenizerFile + " and its model's vocabulary (" +
+                             std::to_string(model_vocab_size) + ") is not the byte tokenizer's",
+                "copy the tokenizer.json (and tokenizer_config.json) that its training shards were made with into it");
+  }
+  Tokenizer tokenizer = Tokenizer::load(checkpoint_dir);
+  const fs::path state_path = dir / "trainer_state.json";
+  if (fs::exists(state_path)) {
+    uint64_t recorded = 0;
+    try {
+      const nlohmann::json state = nlohmann::json::parse(read_text(state_path.string()));
+      if (state.contains("tokenizer_fingerprint"))
+        recorded = std::stoull(state.at("tokenizer_fingerprint").get<std::string>(), nullptr, 16);
+    } catch (const std::exception& error) {
+      throw Error(kModule, state_path.string() + " is corrupt: " + error.what(), "use another checkpoint");
+    }
+    if (recorded != 0 && recorded != tokenizer.fingerprint())
+      throw Error(kModule,
+                  (dir / kTokenizerFile).string() + " is another tokenizer (" + fingerprint_string(tokenizer.fingerprint()) +
+                      ") than the one the model was trained with (" + fingerprint_string(recorded) + ")",
+                  "put back the tokenizer.json the run's shards were made with (fpdt inspect on a shard shows its fingerprint)");
+  }
+  if (tokenizer.vocab_size() > model_vocab_size)
+    throw Error(kModule,
+                (dir / kTokenizerFile).string() + " has ids up to " + std::to_string(tokenizer.vocab_size() - 1) +
+                    ", beyond the model's vocabulary of " + std::to_string(model_vocab_size),
+                "the tokenizer does not belong to this model");
+  return tokenizer;
 }
 
 }  // namespace fpdt::train

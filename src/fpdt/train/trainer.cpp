@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "fpdt/base/error.h"
@@ -24,6 +25,41 @@ namespace fpdt::train {
 namespace {
 
 constexpr const char* kModule = "train";
+
+// The tokenizer the shards were made with: <data>/tokenizer.json, checked against the fingerprint
+// both shards record, or the byte tokenizer for shards that record it or nothing (version 1).
+Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train_shard, const ShardReader& val_shard) {
+  if (train_shard.tokenizer() != val_shard.tokenizer())
+    throw Error(kModule,
+                train_shard.path() + " and " + val_shard.path() + " were made by different tokenizers (" +
+                    fingerprint_string(train_shard.tokenizer().fingerprint) + ", " +
+                    fingerprint_string(val_shard.tokenizer().fingerprint) + ")",
+                "re-create both with one `fpdt tokenize` run");
+  const uint64_t recorded = train_shard.tokenizer().fingerprint;
+  const std::string file = data_dir + "/" + kTokenizerFile;
+  Tokenizer tokenizer = std::filesystem::exists(file) ? Tokenizer::load(data_dir) : Tokenizer::bytes();
+  const bool unrecorded_bytes = recorded == 0 && tokenizer.is_byte_tokenizer() &&
+                                train_shard.vocab_size() == static_cast<uint32_t>(tokenizer.vocab_size());
+  if (recorded != tokenizer.fingerprint() && !unrecorded_bytes) {
+    if (!std::filesystem::exists(file))
+      throw Error(kModule,
+                  train_shard.path() + " was made by tokenizer " + fingerprint_string(recorded) + ", but " + data_dir +
+                      " holds no " + kTokenizerFile,
+                  "put back the tokenizer.json that `fpdt tokenize` wrote beside the shards, or re-run it");
+    throw Error(kModule,
+                train_shard.path() + " was made by another tokenizer (" + fingerprint_string(recorded) + ") than " + file +
+                    " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
+                "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
+  }
+  if (recorded != 0 && train_shard.tokenizer().end_of_document_id != static_cast<uint32_t>(tokenizer.end_of_document_id()))
+    throw Error(kModule,
+                train_shard.path() + " separates documents with id " +
+                    std::to_string(train_shard.tokenizer().end_of_document_id) + ", but " + data_dir +
+                    "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
+                    std::to_string(tokenizer.end_of_document_id()) + ")",
+                "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
+  return tokenizer;
+}
 
 std::string str(int64_t value) { return std::to_string(value); }
 
@@ -168,10 +204,13 @@ void Trainer::open_data() {
   const TrainSettings& s = settings_;
   const std::string train_path = s.data_dir + "/train.bin";
   ShardReader train_shard(train_path);
+  ShardReader val_shard(s.data_dir + "/val.bin");
+  tokenizer_ = std::make_unique<Tokenizer>(shards_tokenizer(s.data_dir, train_shard, val_shard));
   if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
     throw Error(kModule,
                 train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
-                    ", more than the model's " + str(config_.vocab_size),
+                    " (its tokenizer's ids go up to " + std::to_string(train_shard.vocab_size() - 1) +
+                    "), more than the model's " + str(config_.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
   DataLoaderConfig train_config;
   train_config.batch_size = s.batch_size * s.dp;
@@ -181,7 +220,7 @@ void Trainer::open_data() {
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
   val_config.sampling = Sampling::sequential;
-  val_loader_ = std::make_unique<DataLoader>(ShardReader(s.data_dir + "/val.bin"), val_config);
+  val_loader_ = std::make_unique<DataLoader>(std::move(val_shard), val_config);
   val_start_ = val_loader_->state();
 }
 
@@ -207,6 +246,13 @@ void Trainer::resume() {
     log::info("no checkpoint in " + settings_.out_dir + " yet; starting a new run");
     return;
   }
+  const Tokenizer trained_with = checkpoint_tokenizer(latest, config_.vocab_size);
+  if (trained_with.fingerprint() != tokenizer_->fingerprint())
+    throw Error(kModule,
+                "cannot resume " + latest + ": it was trained on shards of tokenizer " +
+                    fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings_.data_dir +
+                    " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
+                "resume with the --data the run was trained on, or start a new --out directory");
   const TrainerState state = load_checkpoint(latest, config_, model_->layout(), model_->params(), *optimizer_);
   step_ = state.step;
   train_loader_->restore(state.data);
@@ -332,7 +378,7 @@ void Trainer::save() {
     state.data = train_loader_->state();
     state.seed = settings_.seed;
     state.settings = settings_json(settings_);
-    save_checkpoint(settings_.out_dir, config_, model_->layout(), model_->params(), *optimizer_, state);
+    save_checkpoint(settings_.out_dir, config_, model_->layout(), model_->params(), *optimizer_, state, *tokenizer_);
   }
   world_.barrier();
 }
@@ -378,13 +424,12 @@ TrainResult Trainer::finish() {
     model::Transformer sampler(config_, *backend_, s.seed);
     std::memcpy(sampler.params().data(), model_->params().data(),
                 sizeof(float) * static_cast<size_t>(model_->params().numel()));
-    ByteTokenizer tokenizer;
     SampleSettings sample;
     sample.new_tokens = s.sample_tokens;
     sample.context_tokens = s.seq_tokens;
     Rng rng(s.seed + 7);
-    const std::vector<int32_t> tokens = generate(sampler, tokenizer.encode(s.sample_prompt), sample, rng);
-    result_.sample = tokenizer.render(tokens);
+    const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
+    result_.sample = tokenizer_->render(tokens);
   }
   return result_;
 }

@@ -23,6 +23,7 @@
 #include "fpdt/train/optimizer.h"
 #include "fpdt/train/run_folder.h"
 #include "fpdt/train/settings.h"
+#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 
@@ -87,6 +88,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   // Data (not for a dry run). Every rank reads the same global batches of dp · B rows.
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
   DataLoaderState val_start_{};
   std::vector<Batch> micro_;  // grad_accum micro-batches of one step
   Batch val_scratch_;
