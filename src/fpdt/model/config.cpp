@@ -11,6 +11,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/model/rope.h"
 
 namespace fpdt::model {
 
@@ -896,7 +897,7 @@ std::string describe_rope(const ModelConfig& config) {
             ", high " + format_number(s.high_freq_factor) + ")";
   if (s.type == RopeType::yarn)
     text += " (original " + std::to_string(s.original_max_positions) + ", beta " + format_number(s.beta_fast) + "/" +
-            format_number(s.beta_slow) + ")";
+            format_number(s.beta_slow) + ", attention x" + format_number(rope_frequencies(config).attention_scaling) + ")";
   return text;
 }
 
