@@ -3,7 +3,6 @@
 #include "fpdt/model/transformer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "fpdt/base/error.h"
