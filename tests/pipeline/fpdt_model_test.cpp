@@ -217,6 +217,50 @@ TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
   }
 }
 
+// A sliding window (Mistral, Qwen2) in the first layer and none in the second: the pipeline skips the
+// blocks wholly out of the window (absent from that layer's program) and must equal the unchunked model
+// with the same element mask, chunked and on P = 2, offloaded and recomputed bitwise.
+TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  config.sliding_window = 10;
+  config.sliding_layers = {true, false};
+  const int64_t S = 48;
+  const Data data(rng, 2, S, config.vocab_size);
+  const Result want = run_unchunked(config, data, seed);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;  // C = 12: under the window only blocks (i, i) and (i, i − 1) are live (the nearest
+                        // pair of (i, i − 2) is 13 tokens apart)
+  pipeline.offload = parse_offload("none");
+  {
+    auto backend = kernels::make_backend("cpu");
+    auto local = comm::make_local();
+    const FpdtModel model(config, *backend, *local, pipeline);
+    const Schedule schedule = model.schedule_for(S, Pass::forward_backward);
+    ASSERT_EQ(schedule.masks.size(), 2u);
+    EXPECT_EQ(schedule.masks[0].describe(), "causal, window 10 tokens (7 of 10 causal blocks live)");
+    EXPECT_EQ(schedule.masks[1].live_count(), 10);
+  }
+  for (const int ranks : {1, 2}) {
+    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
+    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
+                              (want.loss_sum / want.count);
+    const double grad_error = testing::relative_error(got.grads, want.grads);
+    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
+    // Chunked LSE merges and per-rank partial sums: fp32 rounding only (as the invariance test).
+    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
+    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload("ram");
+    other.recompute = Recompute::layer;
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, got.loss_sum);
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
+  }
+}
+
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {
   EXPECT_THROW(make_head_sharding(6, 6, 4), Error);   // 6 heads over 4 ranks
   EXPECT_THROW(make_head_sharding(12, 6, 4), Error);  // 6 kv heads: neither split nor replicated over 4

@@ -52,7 +52,9 @@ ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
 
 Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids, int batch) const {
   const ChunkPlan plan = plan_for(seq_tokens);
-  const std::vector<BlockMask> masks(static_cast<size_t>(config_.layers), make_block_mask(plan, 0, doc_ids, batch));
+  std::vector<BlockMask> masks;
+  for (int layer = 0; layer < config_.layers; ++layer)
+    masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
   return make_schedule(plan, pass, pipeline_.recompute, masks);
 }
 
@@ -116,11 +118,7 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
   loss_ = model::LossStats{};
-  for (const Schedule::Call& call : schedule->calls) {
-    const Program& program = schedule->programs[call.program];
-    if (program.mask >= 0) window_tokens_ = schedule->masks[static_cast<size_t>(program.mask)].window_tokens();
-    execute(program, call.layer);
-  }
+  for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);
   copies_->wait_all();
   batch_ = nullptr;
   return loss_;
@@ -197,7 +195,8 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
     case Op::attention_block: {
       float* o = at(3);
       float* lse = at(4);
-      backend_.attention_chunk_forward(o, lse, block(at(0), at(1), at(2), step.chunk, step.kv_chunk), step.flag);
+      backend_.attention_chunk_forward(o, lse, block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk),
+                                       step.flag);
       return;
     }
     case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
@@ -226,7 +225,7 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       return;
     case Op::attention_block_backward:
       backend_.attention_chunk_backward(at(6), at(7), at(8), at(3), at(4), at(5),
-                                        block(at(0), at(1), at(2), step.chunk, step.kv_chunk));
+                                        block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk));
       return;
     case Op::attention_norm:
       math_.norm_forward(norm.norm, norm.mean, norm.rstd, at(0), weights_.attn_norm_weight, weights_.attn_norm_bias, n);
@@ -282,8 +281,8 @@ void FpdtModel::upload_documents(int chunk, Buf buffer) {
   memory_.upload(own<int32_t>(buffer), host_docs_.data(), static_cast<size_t>(batch.B * C) * sizeof(int32_t));
 }
 
-kernels::AttentionChunkParams FpdtModel::block(const float* q, const float* k, const float* v, int q_chunk,
-                                               int kv_chunk) const {
+kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const float* k, const float* v,
+                                               int q_chunk, int kv_chunk) const {
   kernels::AttentionChunkParams params;
   params.q = q;
   params.k = k;
@@ -300,8 +299,8 @@ kernels::AttentionChunkParams FpdtModel::block(const float* q, const float* k, c
   params.D = config_.head_dim;
   params.q_begin = plan_.chunk_begin(q_chunk);
   params.kv_begin = plan_.chunk_begin(kv_chunk);
-  params.scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
-  params.window = window_tokens_;
+  params.scale = config_.attention_scale(layer);
+  params.window = config_.window(layer);  // the window its block mask was made with (schedule_for)
   return params;
 }
 

@@ -92,7 +92,8 @@ class FpdtModel {
   // document ids.
   void upload_inputs(int chunk, bool with_targets);
   void upload_documents(int chunk, Buf buffer);
-  kernels::AttentionChunkParams block(const float* q, const float* k, const float* v, int q_chunk,
+  // The (q chunk, kv chunk) block of `layer` (its softmax scale and sliding window).
+  kernels::AttentionChunkParams block(int layer, const float* q, const float* k, const float* v, int q_chunk,
                                       int kv_chunk) const;
 
   model::ModelConfig config_;
@@ -122,8 +123,7 @@ class FpdtModel {
 
   // The step being executed.
   const model::Batch* batch_ = nullptr;
-  bool documents_ = false;      // blocks take document ids
-  int64_t window_tokens_ = 0;   // the sliding window of the layer program being run (0: none)
+  bool documents_ = false;  // blocks take document ids
   double grad_scale_ = 0.0;
   model::LossStats loss_;
   model::LayerTensors weights_{}, gradients_{};  // of the program's layer
