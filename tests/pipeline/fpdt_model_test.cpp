@@ -177,6 +177,29 @@ TEST(Pipeline, BatchedChunksEqualSequencesOneByOne) {
   EXPECT_LE(grad_error, 1e-5);
 }
 
+// The masked pipeline on P = 1 and 2 ranks against the unchunked model with the same element mask
+// (`want`): chunked LSE merges and per-rank partial sums give fp32 rounding only (1e-5, as the
+// invariance test); offloaded to `offload` and recomputed it is bitwise the same.
+void expect_masked_pipeline_equals(const model::ModelConfig& config, const PipelineConfig& pipeline,
+                                   const char* offload, const Data& data, const Result& want, uint64_t seed) {
+  for (const int ranks : {1, 2}) {
+    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
+    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
+                              (want.loss_sum / want.count);
+    const double grad_error = testing::relative_error(got.grads, want.grads);
+    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
+    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
+    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload(offload);
+    other.recompute = Recompute::layer;
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << "P " << ranks;
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)))
+        << "P " << ranks;
+  }
+}
+
 // Packed documents: with document ids the pipeline must equal the unchunked model with the same
 // element mask, and the blocks no document spans are skipped (they are absent from the schedule).
 TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
@@ -195,26 +218,10 @@ TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
   EXPECT_EQ(make_block_mask(make_chunk_plan(S, 1, 0, 0, 4), 0, docs.data(), B).live_count(), 5);
   const Result want = run_unchunked(config, data, seed);
 
-  for (const int ranks : {1, 2}) {
-    PipelineConfig pipeline;
-    pipeline.chunks = 4;
-    pipeline.offload = parse_offload("none");
-    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
-    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
-                              (want.loss_sum / want.count);
-    const double grad_error = testing::relative_error(got.grads, want.grads);
-    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
-    // Chunked LSE merges and per-rank partial sums: fp32 rounding only (as the invariance test).
-    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
-    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
-    // Offloaded and recomputed: bitwise the same.
-    PipelineConfig other = pipeline;
-    other.offload = parse_offload("disk:/tmp");
-    other.recompute = Recompute::layer;
-    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
-    EXPECT_EQ(offloaded.loss_sum, got.loss_sum);
-    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
-  }
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;
+  pipeline.offload = parse_offload("none");
+  expect_masked_pipeline_equals(config, pipeline, "disk:/tmp", data, want, seed);
 }
 
 // A sliding window (Mistral, Qwen2) in the first layer and none in the second: the pipeline skips the
@@ -243,22 +250,7 @@ TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
     EXPECT_EQ(schedule.masks[0].describe(), "causal, window 10 tokens (7 of 10 causal blocks live)");
     EXPECT_EQ(schedule.masks[1].live_count(), 10);
   }
-  for (const int ranks : {1, 2}) {
-    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
-    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
-                              (want.loss_sum / want.count);
-    const double grad_error = testing::relative_error(got.grads, want.grads);
-    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
-    // Chunked LSE merges and per-rank partial sums: fp32 rounding only (as the invariance test).
-    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
-    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
-    PipelineConfig other = pipeline;
-    other.offload = parse_offload("ram");
-    other.recompute = Recompute::layer;
-    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
-    EXPECT_EQ(offloaded.loss_sum, got.loss_sum);
-    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
-  }
+  expect_masked_pipeline_equals(config, pipeline, "ram", data, want, seed);
 }
 
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {
