@@ -148,7 +148,7 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
 LossStats LayerMath::head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
                                   const float* x, const int32_t* targets, const float* mask, int64_t n,
                                   double grad_scale, const AttentionInput& saved, const HeadScratch& scratch,
-                                  float* logits, float* dx, float* d_norm) {
+                                  float* logits, float* dx, float* d_norm, const TokenResults& per_token) {
   const int h = config_.hidden, V = config_.vocab_size;
   const float* norm_weight = params.get("final_norm.weight");
   const float* norm_bias = layout.contains("final_norm.bias") ? params.get("final_norm.bias") : nullptr;
@@ -161,11 +161,17 @@ LossStats LayerMath::head_forward(const ParameterLayout& layout, const Parameter
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = logits ? logits + begin * V : scratch.logits;
     backend_.linear_forward(chunk_logits, saved.norm + begin * h, w_head, nullptr, count, h, V, false);
+    if (per_token.predictions != nullptr)
+      for (int64_t i = 0; i < count; ++i) {
+        const float* row = chunk_logits + i * V;
+        per_token.predictions[begin + i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      }
     if (targets == nullptr) continue;
     const int32_t* chunk_targets = targets + begin;
     const float* chunk_mask = mask ? mask + begin : nullptr;
     backend_.cross_entropy_forward(scratch.losses, scratch.lse, chunk_logits, chunk_targets, chunk_mask, count, V);
     for (int64_t i = 0; i < count; ++i) stats.loss_sum += scratch.losses[i];
+    if (per_token.losses != nullptr) std::copy(scratch.losses, scratch.losses + count, per_token.losses + begin);
     stats.count += counted_targets(chunk_targets, chunk_mask, count);
     if (dx == nullptr) continue;
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.

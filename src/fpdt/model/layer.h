@@ -73,6 +73,13 @@ struct HeadScratch {
   float* lse;     // (chunk_tokens)
 };
 
+// Per-token results of the LM head over n tokens, written when non-null. The argmax is read from
+// the logits where they are (host memory on the CPU backends, like the losses summed here).
+struct TokenResults {
+  float* losses = nullptr;         // (n) mask · cross-entropy of each token (0 where its target is ignored)
+  int32_t* predictions = nullptr;  // (n) argmax of its logits (the lowest id among equals): the greedy next token
+};
+
 class LayerMath {
  public:
   LayerMath(const ModelConfig& config, kernels::Backend& backend)
@@ -109,11 +116,12 @@ class LayerMath {
   // Final norm, LM head and cross-entropy over n tokens of the last residual stream x (n, h), in token
   // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. logits (n, V) are
   // written when non-null. With dx non-null (training) also the backward: dx (n, h) += dL/dx with
-  // L = grad_scale · Σ losses, and the final norm's and LM head's weight gradients +=.
+  // L = grad_scale · Σ losses, and the final norm's and LM head's weight gradients +=. per_token: each
+  // token's loss (with targets) and greedy prediction, where asked.
   LossStats head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
                          const float* x, const int32_t* targets, const float* mask, int64_t n, double grad_scale,
                          const AttentionInput& saved, const HeadScratch& scratch, float* logits, float* dx,
-                         float* d_norm);
+                         float* d_norm, const TokenResults& per_token = {});
 
   // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT). dx accumulates.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,

@@ -60,7 +60,8 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
   return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float));
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float),
+                                !pipeline_.forward_only);
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
@@ -98,12 +99,17 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   host_position_ids_.resize(rows);
   host_positions_.resize(rows);
   host_mask_.resize(rows);
+  host_losses_.resize(rows);
+  host_predictions_.resize(rows);
   host_docs_.resize(rows * static_cast<size_t>(shape.P));
 }
 
 // ---- the executor -----------------------------------------------------------------------------------
 
-model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double grad_scale) {
+model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs) {
+  FPDT_CHECK(pass == Pass::forward || !pipeline_.forward_only, "pipeline",
+             "this model is laid out for forward passes only (evaluation); a training step needs the backward's store",
+             "build the model with PipelineConfig::forward_only = false to train it");
   model::check_batch(config_, batch);
   reserve(batch.T, batch.B, false);
   Schedule with_documents;
@@ -117,6 +123,7 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   batch_ = &batch;
   documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
+  outputs_ = outputs;
   loss_ = model::LossStats{};
   for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);
   copies_->wait_all();
@@ -204,12 +211,15 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
     case Op::head: {
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
                                     own<float>(Buf::logits_lse)};
+      const model::TokenResults per_token{outputs_.losses ? host_losses_.data() : nullptr,
+                                          outputs_.predictions ? host_predictions_.data() : nullptr};
       const model::LossStats stats =
           math_.head_forward(layout_, params_, step.flag ? &grads_ : nullptr, at(0), own<int32_t>(Buf::targets),
                              batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
-                             nullptr, step.flag ? at(1) : nullptr, scratch.d_norm);
+                             nullptr, step.flag ? at(1) : nullptr, scratch.d_norm, per_token);
       loss_.loss_sum += stats.loss_sum;
       loss_.count += stats.count;
+      store_token_results(step.chunk);
       return;
     }
     case Op::mlp_backward:
@@ -268,6 +278,17 @@ void FpdtModel::upload_inputs(int chunk, bool with_targets) {
   memory_.upload(own<float>(Buf::loss_mask), host_mask_.data(), rows * sizeof(float));
 }
 
+void FpdtModel::store_token_results(int chunk) {
+  if (outputs_.losses == nullptr && outputs_.predictions == nullptr) return;
+  const int64_t c = plan_.local_chunk_tokens, S = plan_.seq_tokens, begin = plan_.local_chunk_begin(chunk);
+  const int64_t real = std::clamp<int64_t>(S - begin, 0, c);
+  for (int sequence = 0; sequence < batch_->B; ++sequence) {
+    const size_t row = static_cast<size_t>(sequence * c), at = static_cast<size_t>(sequence * S + begin);
+    if (outputs_.losses) std::copy_n(host_losses_.begin() + row, real, outputs_.losses + at);
+    if (outputs_.predictions) std::copy_n(host_predictions_.begin() + row, real, outputs_.predictions + at);
+  }
+}
+
 // Document ids (B, C) of global chunk `chunk`, the rows of a head-sharded block.
 void FpdtModel::upload_documents(int chunk, Buf buffer) {
   const model::Batch& batch = *batch_;
@@ -304,11 +325,13 @@ kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const 
   return params;
 }
 
-model::LossStats FpdtModel::forward_backward(const model::Batch& batch, double grad_scale) {
+model::LossStats FpdtModel::forward_backward(const model::Batch& batch, double grad_scale, const TokenOutputs& outputs) {
   FPDT_CHECK(batch.targets != nullptr, "pipeline", "forward_backward needs targets", "");
-  return run(batch, Pass::forward_backward, grad_scale);
+  return run(batch, Pass::forward_backward, grad_scale, outputs);
 }
 
-model::LossStats FpdtModel::forward(const model::Batch& batch) { return run(batch, Pass::forward, 0.0); }
+model::LossStats FpdtModel::forward(const model::Batch& batch, const TokenOutputs& outputs) {
+  return run(batch, Pass::forward, 0.0, outputs);
+}
 
 }  // namespace fpdt::pipeline

@@ -33,6 +33,17 @@ struct PipelineConfig {
   int chunks = 1;            // u, when chunk_tokens is 0
   OffloadConfig offload;
   Recompute recompute = Recompute::none;
+  // Forward passes only (evaluation): the store keeps what a forward needs (memory_layout.h: two
+  // layers' inputs, one layer's k and v) and the arena has no backward buffers; forward_backward is
+  // refused.
+  bool forward_only = false;
+};
+
+// Per-token results of a pass over a batch (B, S), each in host memory, written at this rank's real
+// tokens (those of its chunk plan below S); the other entries are left as they are. Null: not wanted.
+struct TokenOutputs {
+  float* losses = nullptr;         // (B, S) mask · cross-entropy of the token's target (0 where ignored)
+  int32_t* predictions = nullptr;  // (B, S) argmax of the token's logits: the greedy next token
 };
 
 // This rank's chunk plan of sequences of S tokens under `pipeline` (its chunk size or count).
@@ -74,13 +85,13 @@ class FpdtModel {
   // batch holds the FULL sequences (B, S) on every rank of the group; this rank computes its own
   // tokens by the chunk plan. Gradients are ACCUMULATED (+=) as the gradient of grad_scale · Σ losses
   // over this rank's tokens; they are not reduced across ranks (the trainer all-reduces them).
-  // Returns this rank's loss sum and count.
-  model::LossStats forward_backward(const model::Batch& batch, double grad_scale);
-  model::LossStats forward(const model::Batch& batch);
+  // Returns this rank's loss sum and count; `outputs` receives this rank's per-token results.
+  model::LossStats forward_backward(const model::Batch& batch, double grad_scale, const TokenOutputs& outputs = {});
+  model::LossStats forward(const model::Batch& batch, const TokenOutputs& outputs = {});
 
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry);
-  model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale);
+  model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs);
   void execute(const Program& program, int layer);
   void execute(const Step& step, int layer, kernels::CopyEvent before_program);
   // A buffer's handle as a step reads it (a resident fetch binds it to its store slot), or as a step
@@ -92,6 +103,8 @@ class FpdtModel {
   // document ids.
   void upload_inputs(int chunk, bool with_targets);
   void upload_documents(int chunk, Buf buffer);
+  // The head's per-token results of local chunk `chunk` (rows (b, t)) → the batch's (B, S) outputs.
+  void store_token_results(int chunk);
   // The (q chunk, kv chunk) block of `layer` (its softmax scale and sliding window).
   kernels::AttentionChunkParams block(int layer, const float* q, const float* k, const float* v, int q_chunk,
                                       int kv_chunk) const;
@@ -125,6 +138,7 @@ class FpdtModel {
   const model::Batch* batch_ = nullptr;
   bool documents_ = false;  // blocks take document ids
   double grad_scale_ = 0.0;
+  TokenOutputs outputs_;
   model::LossStats loss_;
   model::LayerTensors weights_{}, gradients_{};  // of the program's layer
   std::vector<kernels::CopyEvent> events_;       // of the program's copies
@@ -133,6 +147,8 @@ class FpdtModel {
   std::vector<int32_t> host_tokens_, host_targets_, host_position_ids_, host_docs_;
   std::vector<int64_t> host_positions_;
   std::vector<float> host_mask_;
+  std::vector<float> host_losses_;        // the head's per-token results of a chunk (B·c rows)
+  std::vector<int32_t> host_predictions_;
 };
 
 }  // namespace fpdt::pipeline

@@ -32,7 +32,7 @@ int64_t ArraySpec::slot_bytes(const LayoutShape& shape) const {
 }
 
 LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
-                         int64_t batch, int64_t stored_layers, int64_t activation_bytes) {
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool backward) {
   LayoutShape shape;
   shape.B = batch;
   shape.c = plan.local_chunk_tokens;
@@ -50,6 +50,7 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
   shape.P = sharding.ranks;
   shape.kv_replicated = sharding.kv_replicated;
   shape.activation_bytes = activation_bytes;
+  shape.backward = backward;
   return shape;
 }
 
@@ -62,6 +63,7 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
   const int64_t n = s.rows(), C_rows = s.P * n;  // token rows; head-sharded rows B·C
   const int64_t qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
   const int64_t head = head_rows(s);
+  const int64_t back = s.backward ? 1 : 0;  // the backward's buffers: none in a forward-only layout
   using E = Element;
   std::vector<BufferSpec> table = {
       {Buf::tokens, "tokens", "(B·c)", E::int32, n},
@@ -102,30 +104,30 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::logits, "logits", "(n, V) n = head rows", E::fp32, head * s.V},
       {Buf::losses, "losses", "(n)", E::fp32, head},
       {Buf::logits_lse, "logits_lse", "(n)", E::fp32, head},
-      {Buf::d_res, "d_res", "(B·c, h)", E::activation, n * s.h},
-      {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::activation, n * s.q},
-      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, kvh},
-      {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, kvh},
-      {Buf::q_stage0, "q_stage0", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::q_stage1, "q_stage1", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::do_stage0, "do_stage0", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::do_stage1, "do_stage1", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::lse_stage0, "lse_stage0", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::lse_stage1, "lse_stage1", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::delta_stage0, "delta_stage0", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::delta_stage1, "delta_stage1", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::dq_stage0, "dq_stage0", "(B, C, Hq/P, D)", E::fp32, qh},
-      {Buf::dq_stage1, "dq_stage1", "(B, C, Hq/P, D)", E::fp32, qh},
-      {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, qh},
-      {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::activation, n * s.q},
-      {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
-      {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
-      {Buf::d_norm, "d_norm", "(B·c, h)", E::activation, n * s.h},
-      {Buf::d_act, "d_act", "(B·c, f)", E::activation, n * s.f},
-      {Buf::d_gate, "d_gate", "(B·c, f)", E::activation, n * s.f},
-      {Buf::d_up, "d_up", "(B·c, f)", E::activation, n * s.f},
+      {Buf::d_res, "d_res", "(B·c, h)", E::activation, back * (n * s.h)},
+      {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::activation, back * (n * s.q)},
+      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, back * lse},
+      {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
+      {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
+      {Buf::q_stage0, "q_stage0", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::q_stage1, "q_stage1", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::do_stage0, "do_stage0", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::do_stage1, "do_stage1", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::lse_stage0, "lse_stage0", "(B, Hq/P, C)", E::fp32, back * lse},
+      {Buf::lse_stage1, "lse_stage1", "(B, Hq/P, C)", E::fp32, back * lse},
+      {Buf::delta_stage0, "delta_stage0", "(B, Hq/P, C)", E::fp32, back * lse},
+      {Buf::delta_stage1, "delta_stage1", "(B, Hq/P, C)", E::fp32, back * lse},
+      {Buf::dq_stage0, "dq_stage0", "(B, C, Hq/P, D)", E::fp32, back * qh},
+      {Buf::dq_stage1, "dq_stage1", "(B, C, Hq/P, D)", E::fp32, back * qh},
+      {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, back * qh},
+      {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::activation, back * (n * s.q)},
+      {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::activation, back * (n * s.kv)},
+      {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::activation, back * (n * s.kv)},
+      {Buf::d_norm, "d_norm", "(B·c, h)", E::activation, back * (n * s.h)},
+      {Buf::d_act, "d_act", "(B·c, f)", E::activation, back * (n * s.f)},
+      {Buf::d_gate, "d_gate", "(B·c, f)", E::activation, back * (n * s.f)},
+      {Buf::d_up, "d_up", "(B·c, f)", E::activation, back * (n * s.f)},
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kBufCount);
   for (int i = 0; i < kBufCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
@@ -139,22 +141,24 @@ const char* buffer_name(Buf buffer) {
 
 std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   const int64_t n = s.rows(), qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
-  const int64_t stored = s.stored_layers;
+  // Forward only: the inputs of the running layer and the next, its k and v, nothing else.
+  const int64_t stored = s.backward ? s.stored_layers : 0, inputs_kept = s.backward ? s.L + 1 : 2;
+  const int64_t kv_kept = s.backward ? s.stored_layers : 1, grad_kept = s.backward ? 1 : 0;
   using E = Element;
   const StoreGroup inputs = StoreGroup::inputs, kept = StoreGroup::activations, grads = StoreGroup::gradients;
   std::vector<ArraySpec> table = {
-      {Array::x, "x", "(B·c, h)", inputs, E::activation, s.L + 1, n * s.h},
+      {Array::x, "x", "(B·c, h)", inputs, E::activation, inputs_kept, n * s.h},
       {Array::x_mid, "x_mid", "(B·c, h)", kept, E::activation, stored, n * s.h},
       {Array::q, "q", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
-      {Array::k, "k", "(B, C, Hkv/P, D)", kept, E::activation, stored, kvh},
-      {Array::v, "v", "(B, C, Hkv/P, D)", kept, E::activation, stored, kvh},
+      {Array::k, "k", "(B, C, Hkv/P, D)", kept, E::activation, kv_kept, kvh},
+      {Array::v, "v", "(B, C, Hkv/P, D)", kept, E::activation, kv_kept, kvh},
       {Array::o, "o", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
       {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * s.q},
       {Array::lse, "lse", "(B, Hq/P, C)", kept, E::fp32, stored, lse},
-      {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, 1, n * s.h},
-      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, 1, qh},
-      {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, 1, lse},
-      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, 1, qh},
+      {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, grad_kept, n * s.h},
+      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
+      {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
+      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
   for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);

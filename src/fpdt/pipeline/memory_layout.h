@@ -27,6 +27,7 @@ struct LayoutShape {
   int64_t u = 1;               // chunks
   int64_t L = 1;               // layers
   int64_t stored_layers = 1;   // layers whose activations the store keeps (1 under recompute = layer)
+  bool backward = true;        // laid out for backward passes; false: forward passes only (evaluation)
   int64_t h = 0, f = 0, V = 0, D = 0;
   int64_t q = 0;               // Hq·D
   int64_t kv = 0;              // Hkv·D (token-sharded k or v)
@@ -82,6 +83,9 @@ enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, d_res, d_o, del
 constexpr int kArrayCount = static_cast<int>(Array::count);
 // What an array keeps: layer inputs (L + 1: the last is the final hidden state), a stored layer's
 // activations, or the gradients of the layer in backward.
+// A layout for forward passes only keeps what a forward needs: the input of the running layer and of
+// the next (2 layers, the slots of layer l at l mod 2), the running layer's k and v (for its later
+// chunks), nothing else; its arena has no backward buffers.
 enum class StoreGroup : uint8_t { inputs, activations, gradients };
 
 struct ArraySpec {
@@ -90,7 +94,8 @@ struct ArraySpec {
   const char* shape;  // of one slot
   StoreGroup group;
   Element element;
-  int64_t layers;     // L + 1 (layer inputs and the final hidden state), stored_layers, or 1
+  int64_t layers;     // L + 1 (layer inputs and the final hidden state), stored_layers, or 1; the slots of
+                      // layer l are those of l mod layers (0: the array is not laid out)
   int64_t elements;   // per slot
   int64_t slot_bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
 };
@@ -98,9 +103,10 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
 
 // The table's sizes for `config` on the plan's ranks and chunks with B sequences per chunk, keeping
-// `stored_layers` layers' activations, each activation element `activation_bytes` bytes.
+// `stored_layers` layers' activations, each activation element `activation_bytes` bytes, for backward
+// passes or (backward false) forward passes only.
 LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
-                         int64_t batch, int64_t stored_layers, int64_t activation_bytes);
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool backward = true);
 
 // Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
 int64_t head_rows(const LayoutShape& shape);

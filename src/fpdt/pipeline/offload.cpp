@@ -46,8 +46,8 @@ OffloadStore::OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& c
 
 size_t OffloadStore::offset(Array array, int layer, int chunk) const {
   const Placed& placed = arrays_[static_cast<size_t>(array)];
-  const int64_t layer_index = placed.layers == 1 ? 0 : layer;
-  FPDT_ASSERT(layer_index >= 0 && layer_index < placed.layers && chunk >= 0 && chunk < chunks_);
+  FPDT_ASSERT(placed.layers > 0 && layer >= 0 && chunk >= 0 && chunk < chunks_);
+  const int64_t layer_index = layer % placed.layers;  // arrays that keep fewer layers reuse their slots
   return placed.offset + placed.slot_bytes * static_cast<size_t>(layer_index * chunks_ + chunk);
 }
 

@@ -28,8 +28,8 @@ class OffloadStore {
   // when the file cannot be created or grown.
   OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& config, const LayoutShape& shape, bool dry);
 
-  // Byte offset of the slot of (array, layer, chunk) in storage(); the layer is ignored by arrays
-  // that keep one layer.
+  // Byte offset of the slot of (array, layer, chunk) in storage(); an array that keeps n layers
+  // holds layer l in the slots of l mod n (one layer: the layer is ignored).
   size_t offset(Array array, int layer, int chunk) const;
   // Bytes one slot holds (what a copy moves; the slot itself is rounded up to the transfer block).
   size_t slot_bytes(Array array) const { return arrays_[static_cast<size_t>(array)].bytes; }
