@@ -132,6 +132,19 @@ std::string error_message(Action&& action) {
   return "";
 }
 
+// Compares `text` with the golden file at `file_path`; FPDT_UPDATE_GOLDEN=1 rewrites the file (and fails,
+// so an update is never mistaken for a pass: read the diff, then run again).
+inline void expect_golden(const std::string& file_path, const std::string& text) {
+  if (std::getenv("FPDT_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(file_path) << text;
+    FAIL() << "rewrote " << file_path;
+  }
+  std::ifstream file(file_path);
+  ASSERT_TRUE(file.good()) << "no golden file " << file_path << " (FPDT_UPDATE_GOLDEN=1 writes it)";
+  const std::string want((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, want) << file_path;
+}
+
 inline void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
   for (const std::string& part : parts)
     EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;

@@ -1,4 +1,4 @@
-// The `fpdt` program: train | sample | tokenize | inspect | plan. Each subcommand declares its options
+// The `fpdt` program: train | eval | sample | tokenize | inspect | plan. Each subcommand declares its options
 // once, bound to the fields they set (base/options.h; train's in train/settings.h, the ones commands
 // share in plan/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
 #include <cstdio>
@@ -23,6 +23,7 @@
 #include "fpdt/train/trainer.h"
 #include "fpdt/base/options.h"
 #include "fpdt/plan/run_options.h"
+#include "eval_command.h"
 #include "plan_command.h"
 
 namespace fpdt::cli {
@@ -74,14 +75,6 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   return 0;
 }
 
-// A run folder (with `latest`) or a step folder → the step folder.
-std::string checkpoint_folder(const std::string& path) {
-  if (fs::exists(fs::path(path) / "latest")) return train::latest_checkpoint(path);
-  if (fs::exists(fs::path(path) / "config.json")) return path;
-  throw Error("cli", path + " is neither a run folder (with 'latest') nor a checkpoint folder (with config.json)",
-              "pass the --out folder of a training run or one of its step_<N> folders");
-}
-
 int command_sample(int argc, char** argv) {
   std::string checkpoint = "runs/demo", prompt = "And God said";
   train::SampleSettings settings;
@@ -101,7 +94,7 @@ int command_sample(int argc, char** argv) {
   options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
   if (!options.parse(argc, argv)) return 0;
   train::set_threads(threads);
-  const std::string folder = checkpoint_folder(checkpoint);
+  const std::string folder = train::checkpoint_folder(checkpoint);
   const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
   // The checkpoint's own tokenizer (the one its shards were made with).
   const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
@@ -176,7 +169,7 @@ int command_inspect(int argc, char** argv) {
     throw Error("cli", path + " is neither a file nor a folder (a pipe, socket or device)",
                 "give a checkpoint folder, a .safetensors file or a token shard");
   if (fs::is_directory(status)) {
-    const std::string folder = checkpoint_folder(path);
+    const std::string folder = train::checkpoint_folder(path);
     const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
     std::printf("checkpoint %s\n", folder.c_str());
     const std::string state_path = folder + "/trainer_state.json";
@@ -216,6 +209,7 @@ int usage(FILE* out) {
                "usage: fpdt COMMAND [options]   (fpdt COMMAND --help for its options)\n\n"
                "commands:\n"
                "  train      train a model on token shards, with checkpoints and metrics\n"
+               "  eval       loss by context position and passkey retrieval of a checkpoint on long sequences\n"
                "  sample     generate text from a checkpoint\n"
                "  tokenize   turn text or FASTA files into token shards\n"
                "  inspect    show what a checkpoint, safetensors file or shard holds\n"
@@ -240,6 +234,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "train") return command_train(argc - 2, argv + 2, *world);
+    if (command == "eval") return command_eval(argc - 2, argv + 2, *world);
     if (command == "sample") return command_sample(argc - 2, argv + 2);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);

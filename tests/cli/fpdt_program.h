@@ -24,13 +24,10 @@ struct ProgramResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `fpdt <args>` (args are shell words, already quoted as needed) to completion; with a limit in
-// seconds, a run that outlives it is killed (exit status 137) instead of hanging the test.
-inline ProgramResult run_fpdt(const std::string& args, int limit_seconds = 0) {
+// Runs a shell command to completion and captures its stdout and stderr.
+inline ProgramResult run_command(const std::string& command) {
   ProgramResult result;
-  const std::string limit = limit_seconds > 0 ? "timeout -s KILL " + std::to_string(limit_seconds) + " " : "";
-  const std::string command = limit + fpdt_binary() + " " + args + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return result;
   char buffer[4096];
   size_t got;
@@ -38,6 +35,13 @@ inline ProgramResult run_fpdt(const std::string& args, int limit_seconds = 0) {
   const int status = ::pclose(pipe);
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+// Runs `fpdt <args>` (args are shell words, already quoted as needed) to completion; with a limit in
+// seconds, a run that outlives it is killed (exit status 137) instead of hanging the test.
+inline ProgramResult run_fpdt(const std::string& args, int limit_seconds = 0) {
+  const std::string limit = limit_seconds > 0 ? "timeout -s KILL " + std::to_string(limit_seconds) + " " : "";
+  return run_command(limit + fpdt_binary() + " " + args);
 }
 
 // Starts `program <args...>` in the background with its output to `log_path`; returns its pid.

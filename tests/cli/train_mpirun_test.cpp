@@ -12,17 +12,10 @@
 #include <thread>
 
 #include "fpdt/tensor/safetensors.h"
-#include "fpdt_program.h"
+#include "mpirun_program.h"
 
 namespace fpdt::testing {
 namespace {
-
-std::vector<std::string> mpirun_prefix(int ranks) {
-  std::vector<std::string> args = {FPDT_MPIEXEC, FPDT_MPIEXEC_NUMPROC_FLAG, std::to_string(ranks)};
-  std::istringstream flags(FPDT_MPIEXEC_FLAGS);
-  for (std::string flag; flags >> flag;) args.push_back(flag);
-  return args;
-}
 
 std::vector<float> final_weights(const std::string& run, int64_t step) {
   return checkpoint_weights(run + "/step_" + std::to_string(step));
@@ -33,22 +26,6 @@ std::vector<std::string> five_steps(const TinySetup& setup, const std::string& o
   args.insert(args.end(), {"--seq", "30", "--chunks", "2", "--offload", "ram", "--threads", "1", "--batch",
                            std::to_string(batch), "--eval-batches", "1"});
   return args;
-}
-
-ProgramResult run_mpi(const std::vector<std::string>& prefix, const std::vector<std::string>& args) {
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  std::string command;
-  for (const std::string& word : prefix) command += "'" + word + "' ";
-  command += "'" + fpdt_binary() + "' " + join_args(args) + " 2>&1";
-  ProgramResult result;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
-  const int status = ::pclose(pipe);
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
 }
 
 TEST(TrainMpirun, SequenceAndDataParallelRanksMatchOneProcess) {

@@ -5,12 +5,9 @@
 // read after its fetch completed and no buffer overwritten while a write still reads it.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "fpdt/pipeline/schedule.h"
 #include "testing.h"
@@ -20,19 +17,9 @@ namespace {
 
 // ---- golden text ---------------------------------------------------------------------------------------
 
-// Compares with tests/pipeline/golden/NAME.txt; FPDT_UPDATE_GOLDEN=1 rewrites the file (and fails, so
-// an update is never mistaken for a pass: read the diff, then run again).
+// Compares with tests/pipeline/golden/NAME.txt (FPDT_UPDATE_GOLDEN=1 rewrites it).
 void expect_golden(const std::string& name, const std::string& text) {
-  const std::string path = std::string(FPDT_SOURCE_DIR) + "/tests/pipeline/golden/" + name + ".txt";
-  if (std::getenv("FPDT_UPDATE_GOLDEN") != nullptr) {
-    std::ofstream(path) << text;
-    FAIL() << "rewrote " << path;
-  }
-  std::ifstream file(path);
-  ASSERT_TRUE(file.good()) << "no golden file " << path << " (FPDT_UPDATE_GOLDEN=1 writes it)";
-  std::stringstream want;
-  want << file.rdbuf();
-  EXPECT_EQ(text, want.str()) << name;
+  testing::expect_golden(std::string(FPDT_SOURCE_DIR) + "/tests/pipeline/golden/" + name + ".txt", text);
 }
 
 TEST(Schedule, GoldenSmallPlans) {

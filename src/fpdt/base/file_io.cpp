@@ -102,4 +102,8 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
   }
 }
 
+void write_text_file_atomic(const std::string& path, const std::string& text, const std::string& module) {
+  write_file_atomic(path, [&](int fd) { write_fully(fd, text.data(), text.size(), path, module); }, module);
+}
+
 }  // namespace fpdt

@@ -15,6 +15,9 @@ namespace fpdt {
 void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_all,
                        const std::string& module);
 
+// write_file_atomic of a whole text.
+void write_text_file_atomic(const std::string& path, const std::string& text, const std::string& module);
+
 // Writes `bytes` bytes at the file's current position, retrying short writes; throws fpdt::Error
 // naming `path` on failure (e.g. ENOSPC).
 void write_fully(int fd, const void* data, size_t bytes, const std::string& path, const std::string& module);

@@ -16,6 +16,10 @@ Option& model(OptionSet& set, std::string& field) {
   return set.add("model", "NAME|config.json", "model preset or Hugging Face config.json", field);
 }
 
+Option& backend(OptionSet& set, std::string& field) {
+  return set.add("backend", "cpu|reference", "kernel backend", field).choices({"cpu", "reference", "cuda"});
+}
+
 Option& seq(OptionSet& set, int64_t& field) {
   return set.add("seq", "S", "global tokens per sequence, e.g. 4096, 128K, 2M", field).unit(Unit::tokens).at_least(1);
 }
@@ -40,6 +44,10 @@ Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, co
       .unit(Unit::tokens)
       .at_least(0)
       .zero_means(zero_word);
+}
+
+Option& chunks(OptionSet& set, int& field) {
+  return set.add("chunks", "U", "chunks per sequence, when --chunk-tokens is 0", field).at_least(1);
 }
 
 Option& mode(OptionSet& set, std::string& field) {

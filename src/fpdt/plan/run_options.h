@@ -12,6 +12,7 @@
 namespace fpdt::plan::options {
 
 Option& model(OptionSet& set, std::string& field);     // --model NAME|config.json
+Option& backend(OptionSet& set, std::string& field);   // --backend cpu|reference|cuda
 Option& seq(OptionSet& set, int64_t& field);           // --seq S (tokens: 131072, 128K, 2M)
 Option& sp(OptionSet& set, int& field);                // --sp P
 Option& dp(OptionSet& set, int& field);                // --dp N
@@ -19,6 +20,7 @@ Option& batch(OptionSet& set, int64_t& field);         // --batch B
 // --chunk-tokens C; `zero` says what 0 does in this command ("auto" is also accepted for 0 when
 // zero_word is "auto").
 Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word = "");
+Option& chunks(OptionSet& set, int& field);            // --chunks U (when --chunk-tokens is 0)
 Option& mode(OptionSet& set, std::string& field);      // --mode fpdt|ulysses|fpdt-reference
 Option& recompute(OptionSet& set, std::string& field); // --recompute none|layer
 Option& offload(OptionSet& set, std::string& field);   // --offload none|ram|disk|disk:DIR

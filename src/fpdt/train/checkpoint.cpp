@@ -25,9 +25,7 @@ constexpr const char* kModule = "checkpoint";
 constexpr const char* kStateFormat = "fpdt-trainer-state";
 constexpr int kStateVersion = 1;
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  write_file_atomic(path, [&](int fd) { write_fully(fd, text.data(), text.size(), path, kModule); }, kModule);
-}
+void write_text_atomic(const std::string& path, const std::string& text) { write_text_file_atomic(path, text, kModule); }
 
 std::string read_text(const std::string& path) {
   return read_text_file(path, kModule, "the checkpoint is incomplete; resume from another one");
@@ -188,6 +186,13 @@ std::string latest_checkpoint(const std::string& run_dir) {
     throw Error(kModule, pointer.string() + " names '" + name + "', which is not a checkpoint folder",
                 "the run directory was edited by hand; point 'latest' at an existing step_<N> folder");
   return folder.string();
+}
+
+std::string checkpoint_folder(const std::string& path) {
+  if (fs::exists(fs::path(path) / "latest")) return latest_checkpoint(path);
+  if (fs::exists(fs::path(path) / "config.json")) return path;
+  throw Error(kModule, path + " is neither a run folder (with 'latest') nor a checkpoint folder (with config.json)",
+              "pass the --out folder of a training run or one of its step_<N> folders");
 }
 
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,

@@ -42,6 +42,9 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
 
 // The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
 std::string latest_checkpoint(const std::string& run_dir);
+// A run folder (with `latest`) or a step or Hugging Face folder (with config.json) → the step folder;
+// throws fpdt::Error for anything else.
+std::string checkpoint_folder(const std::string& path);
 
 // Restores params, optimizer moments and step from a step folder; returns the trainer state. Checks
 // that the checkpoint's config.json describes `config`; throws fpdt::Error for a missing, truncated

@@ -19,34 +19,6 @@ std::string str(int64_t value) { return std::to_string(value); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-// Chunk options against the sequence: every chunk must hold real tokens, and a chunk is cut evenly
-// over the sp ranks (the chunk plan's rule: with u chunks, c = ⌈S / (P·u)⌉ tokens per rank and chunk).
-void check_chunks(const TrainSettings& s) {
-  if (s.mode == "ulysses") return;  // one chunk of the whole sequence
-  const int64_t S = s.seq_tokens, P = s.sp;
-  if (s.chunk_tokens > 0) {
-    const int64_t C = s.chunk_tokens, covering = ceil_div(S, P) * P;
-    if (C % P != 0)
-      throw Error(kModule, "--chunk-tokens " + str(C) + " does not split over --sp " + str(P) + " ranks",
-                  "use a multiple of " + str(P));
-    if (C > covering)
-      throw Error(kModule, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(S) + " tokens",
-                  "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
-    if (ceil_div(S, C) > INT_MAX)
-      throw Error(kModule, "--chunk-tokens " + str(C) + " cuts --seq " + str(S) + " into more than " + str(INT_MAX) +
-                               " chunks",
-                  "use longer chunks");
-    return;
-  }
-  const int64_t c = ceil_div(S, P * s.chunks);  // local tokens per chunk
-  const int64_t holding = ceil_div(S, P * c);   // chunks that hold real tokens
-  if (holding < s.chunks)
-    throw Error(kModule,
-                "--chunks " + str(s.chunks) + " leaves chunks without tokens: " + str(S) + " tokens over " + str(P) +
-                    " rank(s) fill " + str(holding) + " chunks of " + str(c * P) + " tokens",
-                "use --chunks " + str(holding) + " or fewer");
-}
-
 // The token buffers of a step live in host memory: dp·B rows of S inputs and S targets per
 // micro-batch, grad_accum micro-batches and one validation batch.
 void check_batch_memory(const TrainSettings& s) {
@@ -70,6 +42,60 @@ struct BoundOptions {
 };
 
 }  // namespace
+
+void check_runnable(const std::string& module, const std::string& backend, const std::string& mode) {
+  if (backend == "cuda")
+    throw Error(module, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
+                        "memory yet (issue 8)",
+                "run with --backend cpu");
+  if (mode == "fpdt-reference")
+    throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
+                            module + " does not run",
+                "use --mode fpdt (ours) or --mode ulysses");
+}
+
+void check_chunk_options(const std::string& module, const std::string& mode, int64_t seq_tokens, int sp,
+                         int64_t chunk_tokens, int chunks) {
+  if (mode == "ulysses") return;  // one chunk of the whole sequence
+  const int64_t S = seq_tokens, P = sp;
+  if (chunk_tokens > 0) {
+    const int64_t C = chunk_tokens, covering = ceil_div(S, P) * P;
+    if (C % P != 0)
+      throw Error(module, "--chunk-tokens " + str(C) + " does not split over --sp " + str(P) + " ranks",
+                  "use a multiple of " + str(P));
+    if (C > covering)
+      throw Error(module, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(S) + " tokens",
+                  "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
+    if (ceil_div(S, C) > INT_MAX)
+      throw Error(module, "--chunk-tokens " + str(C) + " cuts --seq " + str(S) + " into more than " + str(INT_MAX) +
+                              " chunks",
+                  "use longer chunks");
+    return;
+  }
+  const int64_t c = ceil_div(S, P * chunks);  // local tokens per chunk
+  const int64_t holding = ceil_div(S, P * c);  // chunks that hold real tokens
+  if (holding < chunks)
+    throw Error(module,
+                "--chunks " + str(chunks) + " leaves chunks without tokens: " + str(S) + " tokens over " + str(P) +
+                    " rank(s) fill " + str(holding) + " chunks of " + str(c * P) + " tokens",
+                "use --chunks " + str(holding) + " or fewer");
+}
+
+pipeline::PipelineConfig make_pipeline_config(const std::string& mode, int64_t chunk_tokens, int chunks,
+                                              const std::string& offload, const std::string& recompute,
+                                              const std::string& disk_dir) {
+  pipeline::PipelineConfig config;
+  if (mode == "ulysses") {  // the baseline: the whole sequence as one chunk, all resident
+    config.chunks = 1;
+    config.offload.kind = pipeline::OffloadKind::none;
+    return config;
+  }
+  config.chunk_tokens = chunk_tokens;
+  config.chunks = chunk_tokens > 0 ? 0 : chunks;
+  config.offload = pipeline::parse_offload(offload == "disk" ? "disk:" + disk_dir : offload);
+  config.recompute = pipeline::parse_recompute(recompute);
+  return config;
+}
 
 FaultInjection parse_fault_injection(const std::string& text) {
   FaultInjection fault;
@@ -102,7 +128,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
           s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
-  set.add("backend", "cpu|reference", "kernel backend", s.backend).choices({"cpu", "reference", "cuda"});
+  run::backend(set, s.backend);
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
   run::batch(set, s.batch_size);
   run::seq(set, s.seq_tokens);
@@ -136,7 +162,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   run::dp(set, s.dp);
   run::mode(set, s.mode);
   run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
-  set.add("chunks", "U", "chunks per sequence, when --chunk-tokens is 0", s.chunks).at_least(1);
+  run::chunks(set, s.chunks);
   run::offload(set, s.offload);
   run::recompute(set, s.recompute);
   set.add("offload-mem", "BYTES", "offload-tier budget per rank", s.offload_mem_bytes)
@@ -156,14 +182,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  if (s.backend == "cuda")
-    throw Error(kModule, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
-                         "memory yet (issue 8)",
-                "train with --backend cpu");
-  if (s.mode == "fpdt-reference")
-    throw Error(kModule, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt train "
-                         "does not run",
-                "use --mode fpdt (ours) or --mode ulysses");
+  check_runnable(kModule, s.backend, s.mode);
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");
@@ -176,7 +195,7 @@ void check_settings(const TrainSettings& s) {
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");
-  check_chunks(s);
+  check_chunk_options(kModule, s.mode, s.seq_tokens, s.sp, s.chunk_tokens, s.chunks);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "fpdt/base/options.h"
+#include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/optimizer.h"
 
 namespace fpdt::train {
@@ -77,6 +78,19 @@ void declare_train_options(OptionSet& set, TrainSettings& settings);
 // that leaves chunks empty, token buffers larger than this machine's memory, --resume with
 // --overwrite, ...). Throws one fpdt::Error naming the option.
 void check_settings(const TrainSettings& settings);
+
+// What the `train` and `eval` of this build cannot run: --backend cuda, --mode fpdt-reference.
+void check_runnable(const std::string& module, const std::string& backend, const std::string& mode);
+// The pipeline options that `train` and `eval` share, against the sequence (every chunk must hold real
+// tokens; a chunk is cut evenly over the sp ranks: with u chunks, c = ⌈S / (P·u)⌉ tokens per rank and
+// chunk); throws one fpdt::Error of `module` naming the option.
+void check_chunk_options(const std::string& module, const std::string& mode, int64_t seq_tokens, int sp,
+                         int64_t chunk_tokens, int chunks);
+// The pipeline those options ask for: mode ulysses is one chunk with nothing offloaded; offload "disk"
+// is a file in `disk_dir`.
+pipeline::PipelineConfig make_pipeline_config(const std::string& mode, int64_t chunk_tokens, int chunks,
+                                              const std::string& offload, const std::string& recompute,
+                                              const std::string& disk_dir);
 
 // The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
 nlohmann::ordered_json settings_json(const TrainSettings& settings);

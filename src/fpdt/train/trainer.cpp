@@ -152,18 +152,8 @@ int set_threads(int threads) {
   return threads;
 }
 
-pipeline::PipelineConfig pipeline_config(const TrainSettings& settings) {
-  pipeline::PipelineConfig config;
-  if (settings.mode == "ulysses") {  // the baseline: the whole sequence as one chunk, all resident
-    config.chunks = 1;
-    config.offload.kind = pipeline::OffloadKind::none;
-    return config;
-  }
-  config.chunk_tokens = settings.chunk_tokens;
-  config.chunks = settings.chunk_tokens > 0 ? 0 : settings.chunks;
-  config.offload = pipeline::parse_offload(settings.offload == "disk" ? "disk:" + settings.out_dir : settings.offload);
-  config.recompute = pipeline::parse_recompute(settings.recompute);
-  return config;
+pipeline::PipelineConfig pipeline_config(const TrainSettings& s) {
+  return make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, s.recompute, s.out_dir);
 }
 
 // ---- set-up ---------------------------------------------------------------------------------------
