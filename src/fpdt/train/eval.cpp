@@ -1,0 +1,422 @@
+// `fpdt eval` (see eval.h): options, the loss by context position, the passkey grid, their JSON.
+#include "fpdt/train/eval.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
+#include "fpdt/base/log.h"
+#include "fpdt/base/random.h"
+#include "fpdt/base/timer.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/model/hf_checkpoint.h"
+#include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/plan/run_options.h"
+#include "fpdt/tensor/memory.h"
+#include "fpdt/train/checkpoint.h"
+#include "fpdt/train/data_loader.h"
+#include "fpdt/train/settings.h"
+#include "fpdt/train/shard.h"
+#include "fpdt/train/trainer.h"
+
+namespace fpdt::train {
+
+namespace {
+
+constexpr const char* kModule = "eval";
+
+// The passkey prompt's text (see make_passkey_prompt). The answer is " " + the number, so that a BPE
+// tokenizer sees the number as it follows "is" in running text.
+constexpr const char* kPasskeyIntro =
+    "A secret number is hidden in the long text below. Remember it, for you will be asked for it.\n";
+constexpr const char* kPasskeyFiller = "The grass grows, the wind blows, and the river runs on to the sea. ";
+constexpr const char* kPasskeyQuestion = "\nWhat is the secret number? The secret number is";
+constexpr int64_t kPasskeyDigits = 5;
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+std::string passkey_needle(const std::string& number) {
+  return "The secret number is " + number + ". Remember it: " + number + ". ";
+}
+
+// Calls visit(position) for every real position (< S) of this rank's chunks, in order.
+template <class Visit>
+void for_each_local_position(const pipeline::ChunkPlan& plan, Visit&& visit) {
+  for (int chunk = 0; chunk < plan.chunks; ++chunk) {
+    const int64_t begin = plan.local_chunk_begin(chunk);
+    const int64_t end = std::min(begin + plan.local_chunk_tokens, plan.seq_tokens);
+    for (int64_t position = begin; position < end; ++position) visit(position);
+  }
+}
+
+// Index of the bucket of context length n ≥ 1 among `buckets` buckets (the bucket [2^k, 2^(k+1) − 1] is
+// k; the last one may hold S too).
+size_t bucket_of(int64_t context, size_t buckets) {
+  return std::min(static_cast<size_t>(std::bit_width(static_cast<uint64_t>(context)) - 1), buckets - 1);
+}
+
+// The prompt lengths --passkey-lengths names (each checked against --seq), or none.
+std::vector<int64_t> passkey_lengths(const EvalSettings& s) {
+  std::vector<int64_t> lengths;
+  if (s.passkey_trials == 0 || s.passkey_lengths == "none") return lengths;
+  if (s.passkey_lengths == "auto") {
+    for (int64_t L = 1024; L < s.seq_tokens; L *= 2) lengths.push_back(L);
+    lengths.push_back(s.seq_tokens);
+    return lengths;
+  }
+  size_t begin = 0;
+  while (begin <= s.passkey_lengths.size()) {
+    const size_t end = std::min(s.passkey_lengths.find(',', begin), s.passkey_lengths.size());
+    const std::string item = s.passkey_lengths.substr(begin, end - begin);
+    const std::optional<long double> value = parse_number(item, Unit::tokens);
+    if (!value || *value < 1 || *value != std::floor(*value))
+      throw Error(kModule, "--passkey-lengths: '" + item + "' is not a number of tokens",
+                  "auto, none, or token counts separated by commas, e.g. 1K,4K,16K");
+    if (*value > static_cast<long double>(s.seq_tokens))
+      throw Error(kModule, "--passkey-lengths: " + item + " tokens is longer than --seq " + str(s.seq_tokens),
+                  "raise --seq (the model is laid out for sequences of --seq tokens) or shorten the prompt");
+    lengths.push_back(static_cast<int64_t>(*value));
+    begin = end + 1;
+  }
+  return lengths;
+}
+
+// The shard of the split, checked against the checkpoint's tokenizer.
+ShardReader open_split(const EvalSettings& s, const Tokenizer& tokenizer, const std::string& folder) {
+  const std::string path = s.data_dir + "/" + s.split + ".bin";
+  if (!std::filesystem::exists(path))
+    throw Error(kModule, "no " + s.split + ".bin in " + s.data_dir,
+                "tokenize held-out text with the checkpoint's tokenizer: fpdt tokenize --tokenizer " + folder +
+                    " --out " + s.data_dir + " FILE...");
+  ShardReader shard(path);
+  const uint64_t made_by = shard.tokenizer().fingerprint;
+  // Version 1 shards record no tokenizer: the byte tokenizer wrote them all.
+  const bool same = made_by == 0 ? tokenizer.is_byte_tokenizer() && shard.vocab_size() <= 257
+                                 : made_by == tokenizer.fingerprint();
+  if (!same)
+    throw Error(kModule,
+                path + " was made by tokenizer " + (made_by == 0 ? "bytes" : fingerprint_string(made_by)) +
+                    " (vocabulary " + std::to_string(shard.vocab_size()) + "), but " + folder +
+                    " was trained with tokenizer " + fingerprint_string(tokenizer.fingerprint()) + " (vocabulary " +
+                    std::to_string(tokenizer.vocab_size()) + ")",
+                "evaluate on shards of the checkpoint's own tokenizer: fpdt tokenize --tokenizer " + folder +
+                    " --out DIR FILE...");
+  return shard;
+}
+
+}  // namespace
+
+void declare_eval_options(OptionSet& set, EvalSettings& s) {
+  namespace run = plan::options;
+  set.add("checkpoint", "DIR", "run folder (its latest step), step folder or Hugging Face model folder", s.checkpoint);
+  set.add("data", "DIR", "folder with val.bin (and train.bin) made by the checkpoint's tokenizer", s.data_dir);
+  set.add("split", "val|train", "the shard the sequences come from", s.split).choices({"val", "train"});
+  set.add("out", "DIR", "where loss_by_position.json and passkey.json go (default: <checkpoint>/eval)", s.out_dir);
+  run::seq(set, s.seq_tokens);
+  run::batch(set, s.batch_size);
+  set.add("sequences", "N", "held-out sequences of --seq tokens for the loss by position", s.sequences)
+      .at_least(0)
+      .zero_means("all");
+  set.add("passkey-lengths", "auto|none|L,...",
+          "prompt lengths of the passkey grid (auto: 1K, 2K, ... up to --seq; none: no grid)", s.passkey_lengths);
+  set.add("passkey-depths", "N", "depths of the number in the filler: 0, 1/(N-1), ..., 1", s.passkey_depths)
+      .at_least(1)
+      .at_most(101);
+  set.add("passkey-trials", "N", "prompts (numbers) per depth and length (0: no passkey grid)", s.passkey_trials)
+      .at_least(0);
+  set.add("seed", "N", "seed of the passkey numbers", s.seed);
+  run::threads(set, s.threads);
+  run::backend(set, s.backend);
+  run::compute_mem(set, s.compute_mem_bytes);
+  run::sp(set, s.sp);
+  run::mode(set, s.mode);
+  run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
+  run::chunks(set, s.chunks);
+  run::offload(set, s.offload);
+}
+
+std::vector<PositionBucket> position_buckets(int64_t seq_tokens) {
+  std::vector<PositionBucket> buckets;
+  for (int64_t first = 1; first <= seq_tokens; first *= 2)
+    buckets.push_back({first, std::min(2 * first - 1, seq_tokens)});
+  // S a power of two: its own bucket would hold one position; it joins the one before.
+  if (buckets.size() > 1 && buckets.back().first == seq_tokens) {
+    buckets.pop_back();
+    buckets.back().last = seq_tokens;
+  }
+  return buckets;
+}
+
+int64_t passkey_fixed_tokens(const Tokenizer& tokenizer, const std::string& number) {
+  return static_cast<int64_t>(tokenizer.encode(kPasskeyIntro).size() + tokenizer.encode(passkey_needle(number)).size() +
+                              tokenizer.encode(kPasskeyQuestion).size() + tokenizer.encode(" " + number).size());
+}
+
+PasskeyPrompt make_passkey_prompt(const Tokenizer& tokenizer, int64_t length_tokens, double depth,
+                                  const std::string& number) {
+  const std::vector<int32_t> intro = tokenizer.encode(kPasskeyIntro), filler = tokenizer.encode(kPasskeyFiller),
+                             needle = tokenizer.encode(passkey_needle(number)),
+                             question = tokenizer.encode(kPasskeyQuestion), answer = tokenizer.encode(" " + number);
+  const int64_t fixed = passkey_fixed_tokens(tokenizer, number);
+  if (length_tokens < fixed)
+    throw Error(kModule,
+                "a passkey prompt of " + str(length_tokens) + " tokens is shorter than its fixed parts (" + str(fixed) +
+                    " tokens: intro, number, question and answer)",
+                "use --passkey-lengths of at least " + str(fixed));
+  FPDT_CHECK(depth >= 0 && depth <= 1 && !filler.empty(), kModule, "passkey depth must be in [0, 1]", "");
+  const int64_t filler_tokens = length_tokens - fixed, unit = static_cast<int64_t>(filler.size());
+  // Whole filler sentences before the needle.
+  const int64_t before = unit * static_cast<int64_t>(std::floor(depth * static_cast<double>(filler_tokens / unit)));
+  PasskeyPrompt prompt;
+  std::vector<int32_t>& tokens = prompt.tokens;
+  tokens.reserve(static_cast<size_t>(length_tokens));
+  auto append = [&](const std::vector<int32_t>& part) { tokens.insert(tokens.end(), part.begin(), part.end()); };
+  auto append_filler = [&](int64_t from, int64_t to) {
+    for (int64_t i = from; i < to; ++i) tokens.push_back(filler[static_cast<size_t>(i % unit)]);
+  };
+  append(intro);
+  append_filler(0, before);
+  prompt.needle_begin = static_cast<int64_t>(tokens.size());
+  append(needle);
+  append_filler(before, filler_tokens);
+  append(question);
+  prompt.answer_begin = static_cast<int64_t>(tokens.size());
+  append(answer);
+  FPDT_ASSERT(static_cast<int64_t>(tokens.size()) == length_tokens);
+  return prompt;
+}
+
+EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
+  EvalSettings s = settings;
+  if (s.out_dir.empty()) s.out_dir = s.checkpoint + "/eval";
+  {
+    EvalSettings copy = s;
+    OptionSet bound(kModule, "");
+    declare_eval_options(bound, copy);
+    bound.check();
+  }
+  check_runnable(kModule, s.backend, s.mode);
+  if (s.sp != world.size())
+    throw Error(kModule, "--sp " + str(s.sp) + " ranks, but the job has " + str(world.size()),
+                "launch --sp ranks (mpirun -np P fpdt eval --sp P ...)");
+  check_chunk_options(kModule, s.mode, s.seq_tokens, s.sp, s.chunk_tokens, s.chunks);
+  const std::vector<int64_t> lengths = passkey_lengths(s);
+
+  // The checkpoint, its tokenizer, the data it is evaluated on.
+  EvalResult result;
+  result.checkpoint = checkpoint_folder(s.checkpoint);
+  const model::ModelConfig config = model::load_hf_config(result.checkpoint + "/config.json");
+  const Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
+  const ShardReader shard = open_split(s, tokenizer, result.checkpoint);
+  const int64_t S = s.seq_tokens;
+  const int64_t whole = static_cast<int64_t>((shard.token_count() - std::min<uint64_t>(shard.token_count(), 1)) /
+                                             static_cast<uint64_t>(S));
+  if (whole == 0)
+    throw Error(kModule,
+                shard.path() + " holds " + std::to_string(shard.token_count()) + " tokens, fewer than one sequence of --seq " +
+                    str(S) + " (+1 target)",
+                "lower --seq, evaluate --split train, or tokenize more held-out text (fpdt tokenize --val-fraction)");
+  if (s.sequences > whole)
+    throw Error(kModule,
+                "--sequences " + str(s.sequences) + " asks for more than the " + str(whole) + " sequences of " + str(S) +
+                    " tokens in " + shard.path(),
+                "use --sequences " + str(whole) + " or fewer (0: all of them)");
+  result.seq_tokens = S;
+  result.sequences = s.sequences > 0 ? s.sequences : whole;
+
+  // The model, laid out for forward passes only.
+  set_threads(s.threads);
+  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
+  auto backend = kernels::make_backend(s.backend);
+  pipeline::PipelineConfig pipeline = make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, "none", s.out_dir);
+  pipeline.forward_only = true;
+  if (pipeline.offload.kind == pipeline::OffloadKind::disk) std::filesystem::create_directories(pipeline.offload.directory);
+  pipeline::FpdtModel model(config, *backend, world, pipeline);
+  const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
+  model::HfCheckpoint(result.checkpoint).load(config, model.layout(), model.params());
+  log::info("eval " + result.checkpoint + ": " + config.name + " (" + model::describe_rope(config) + "), S = " + str(S) +
+            ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
+            pipeline::offload_name(pipeline.offload) + ", " + str(world.size()) + " rank(s)");
+
+  // Loss by context position: sequence k is tokens [k·S, k·S + S] of the split.
+  result.buckets.clear();
+  for (const PositionBucket& bucket : position_buckets(S)) result.buckets.push_back(LossBucket{bucket});
+  {
+    const Timer timer;
+    const int64_t B = s.batch_size;
+    std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
+    std::vector<float> losses(inputs.size());
+    std::vector<double> sums(2 * result.buckets.size(), 0.0);  // loss sums, then token counts
+    for (int64_t first = 0; first < result.sequences; first += B) {
+      const int rows = static_cast<int>(std::min(B, result.sequences - first));
+      for (int row = 0; row < rows; ++row) {
+        shard.read(static_cast<uint64_t>((first + row) * S), static_cast<uint64_t>(S + 1), window.data());
+        fill_inputs(inputs.data() + row * S, S, window, 0);
+        fill_targets(targets.data() + row * S, S, window);
+      }
+      model.forward(model::Batch{rows, S, inputs.data(), targets.data(), nullptr},
+                    pipeline::TokenOutputs{losses.data(), nullptr});
+      for (int row = 0; row < rows; ++row)
+        for_each_local_position(plan, [&](int64_t position) {
+          const size_t bucket = bucket_of(position + 1, result.buckets.size());
+          sums[bucket] += losses[static_cast<size_t>(row * S + position)];
+          sums[result.buckets.size() + bucket] += 1.0;
+        });
+      char line[160];
+      std::snprintf(line, sizeof line, "loss by position: %lld/%lld sequences, %.1f s",
+                    static_cast<long long>(first + rows), static_cast<long long>(result.sequences), timer.seconds());
+      log::info(line);
+    }
+    world.all_reduce_sum(sums.data(), sums.size());
+    double loss_sum = 0.0, tokens = 0.0;
+    for (size_t k = 0; k < result.buckets.size(); ++k) {
+      result.buckets[k].loss_sum = sums[k];
+      result.buckets[k].tokens = sums[result.buckets.size() + k];
+      loss_sum += sums[k];
+      tokens += sums[result.buckets.size() + k];
+    }
+    result.mean_loss = tokens > 0 ? loss_sum / tokens : 0.0;
+    result.loss_seconds = timer.seconds();
+  }
+
+  // The passkey grid: per length, the prompts of every depth and trial, B at a time.
+  if (!lengths.empty()) {
+    const Timer timer;
+    Rng rng(s.seed);
+    for (const int64_t L : lengths) {
+      const pipeline::ChunkPlan length_plan = model.plan_for(L);
+      std::vector<PasskeyPrompt> prompts;
+      std::vector<std::string> numbers;
+      for (int64_t d = 0; d < s.passkey_depths; ++d) {
+        const double depth = s.passkey_depths == 1 ? 0.0 : static_cast<double>(d) / static_cast<double>(s.passkey_depths - 1);
+        PasskeyCell cell;
+        cell.length_tokens = L;
+        cell.depth = depth;
+        cell.trials = s.passkey_trials;
+        for (int64_t trial = 0; trial < s.passkey_trials; ++trial) {
+          const std::string number = std::to_string(10000 + rng.below(90000));
+          FPDT_ASSERT(static_cast<int64_t>(number.size()) == kPasskeyDigits);
+          prompts.push_back(make_passkey_prompt(tokenizer, L, depth, number));
+        }
+        cell.needle_depth = static_cast<double>(prompts.back().needle_begin) / static_cast<double>(L);
+        result.passkey.push_back(cell);
+      }
+      // Per prompt: answer tokens predicted wrongly, and their loss sum, over this rank's positions.
+      std::vector<double> tallies(2 * prompts.size(), 0.0);
+      std::vector<int32_t> inputs, targets;
+      std::vector<float> losses;
+      std::vector<int32_t> predictions;
+      for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(s.batch_size)) {
+        const size_t rows = std::min(prompts.size() - first, static_cast<size_t>(s.batch_size));
+        inputs.assign(rows * static_cast<size_t>(L), 0);
+        targets.assign(inputs.size(), kIgnoreIndex);
+        losses.assign(inputs.size(), 0.0f);
+        predictions.assign(inputs.size(), 0);
+        for (size_t row = 0; row < rows; ++row) {
+          const PasskeyPrompt& prompt = prompts[first + row];
+          const size_t at = row * static_cast<size_t>(L);
+          std::copy(prompt.tokens.begin(), prompt.tokens.end(), inputs.begin() + static_cast<std::ptrdiff_t>(at));
+          // Position p predicts token p + 1: the answer's tokens from positions answer_begin − 1 .. L − 2.
+          for (int64_t p = prompt.answer_begin - 1; p + 1 < L; ++p)
+            targets[at + static_cast<size_t>(p)] = prompt.tokens[static_cast<size_t>(p + 1)];
+        }
+        model.forward(model::Batch{static_cast<int>(rows), L, inputs.data(), targets.data(), nullptr},
+                      pipeline::TokenOutputs{losses.data(), predictions.data()});
+        for (size_t row = 0; row < rows; ++row) {
+          const size_t at = row * static_cast<size_t>(L);
+          double* tally = &tallies[2 * (first + row)];
+          for_each_local_position(length_plan, [&](int64_t p) {
+            const int32_t target = targets[at + static_cast<size_t>(p)];
+            if (target == kIgnoreIndex) return;
+            tally[0] += predictions[at + static_cast<size_t>(p)] != target ? 1.0 : 0.0;
+            tally[1] += losses[at + static_cast<size_t>(p)];
+          });
+        }
+      }
+      world.all_reduce_sum(tallies.data(), tallies.size());
+      PasskeyCell* cells = &result.passkey[result.passkey.size() - static_cast<size_t>(s.passkey_depths)];
+      for (size_t n = 0; n < prompts.size(); ++n) {
+        PasskeyCell& cell = cells[n / static_cast<size_t>(s.passkey_trials)];
+        const double answer_tokens = static_cast<double>(L - prompts[n].answer_begin);
+        cell.correct += tallies[2 * n] == 0.0 ? 1 : 0;
+        cell.answer_loss += tallies[2 * n + 1] / answer_tokens / static_cast<double>(s.passkey_trials);
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "passkey: length %lld done, %.1f s", static_cast<long long>(L), timer.seconds());
+      log::info(line);
+    }
+    result.passkey_seconds = timer.seconds();
+  }
+
+  result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result.peak_rss_bytes = peak_rss_bytes();
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(s.out_dir);
+    write_text_file_atomic(s.out_dir + "/loss_by_position.json", loss_json(result, s).dump(2) + "\n", kModule);
+    if (!result.passkey.empty())
+      write_text_file_atomic(s.out_dir + "/passkey.json", passkey_json(result, s).dump(2) + "\n", kModule);
+  }
+  return result;
+}
+
+namespace {
+
+nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings& s) {
+  nlohmann::ordered_json json;
+  json["checkpoint"] = result.checkpoint;
+  json["data"] = s.data_dir + "/" + s.split + ".bin";
+  json["seq"] = result.seq_tokens;
+  json["ranks"] = s.sp;
+  json["mode"] = s.mode;
+  json["chunk_tokens"] = s.chunk_tokens;
+  json["chunks"] = s.chunks;
+  json["offload"] = s.offload;
+  json["compute_peak_bytes"] = result.compute_peak_bytes;
+  json["offload_peak_bytes"] = result.offload_peak_bytes;
+  json["peak_rss_bytes"] = result.peak_rss_bytes;
+  return json;
+}
+
+}  // namespace
+
+nlohmann::ordered_json loss_json(const EvalResult& result, const EvalSettings& settings) {
+  nlohmann::ordered_json json = common_json(result, settings);
+  json["sequences"] = result.sequences;
+  json["mean_loss"] = result.mean_loss;
+  json["seconds"] = result.loss_seconds;
+  json["tokens_per_second"] =
+      result.loss_seconds > 0 ? static_cast<double>(result.sequences * result.seq_tokens) / result.loss_seconds : 0.0;
+  nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
+  for (const LossBucket& bucket : result.buckets)
+    buckets.push_back({{"first", bucket.positions.first},
+                       {"last", bucket.positions.last},
+                       {"tokens", bucket.tokens},
+                       {"loss_sum", bucket.loss_sum},
+                       {"mean_loss", bucket.mean()}});
+  json["buckets"] = buckets;
+  return json;
+}
+
+nlohmann::ordered_json passkey_json(const EvalResult& result, const EvalSettings& settings) {
+  nlohmann::ordered_json json = common_json(result, settings);
+  json["seconds"] = result.passkey_seconds;
+  json["digits"] = kPasskeyDigits;
+  nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+  for (const PasskeyCell& cell : result.passkey)
+    cells.push_back({{"length", cell.length_tokens},
+                     {"depth", cell.depth},
+                     {"needle_depth", cell.needle_depth},
+                     {"trials", cell.trials},
+                     {"correct", cell.correct},
+                     {"accuracy", cell.trials > 0 ? static_cast<double>(cell.correct) / static_cast<double>(cell.trials) : 0.0},
+                     {"answer_loss", cell.answer_loss}});
+  json["cells"] = cells;
+  return json;
+}
+
+}  // namespace fpdt::train

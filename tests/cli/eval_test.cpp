@@ -1,0 +1,113 @@
+// `fpdt eval` as a user runs it: a trained checkpoint evaluated through chunks offloaded to disk writes
+// loss_by_position.json (every position of every sequence counted once) and passkey.json (the grid asked
+// for) and prints both; the compute peak does not grow with S; and bad input — S beyond a model's learned
+// positions, missing or too little data, data of another vocabulary, a prompt longer than --seq, more ranks
+// than the job has — gets one clear error line each.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "fpdt_program.h"
+
+namespace fpdt::testing {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  return nlohmann::json::parse(file);
+}
+
+class EvalCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = std::make_unique<TinySetup>(dir_, fresh_seed());
+    run_ = dir_.file("run");
+    const ProgramResult trained = run_fpdt(join_args(setup_->train_args(run_, 5)));
+    ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  }
+  std::string eval_args(const std::string& more) const {
+    return "eval --checkpoint " + run_ + " --data " + setup_->data_dir + " --threads 1 " + more;
+  }
+  TempDir dir_;
+  std::unique_ptr<TinySetup> setup_;
+  std::string run_;
+};
+
+TEST_F(EvalCommand, WritesLossByPositionAndPasskeyGrid) {
+  const ProgramResult result = run_fpdt(eval_args("--seq 256 --chunk-tokens 64 --offload disk --batch 2 --out " +
+                                                  dir_.file("eval") +
+                                                  " --passkey-lengths 250 --passkey-depths 2 --passkey-trials 1"));
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  expect_contains(result.output, {"loss by context position", "128-256", "passkey retrieval", "compute peak"});
+  const nlohmann::json loss = read_json(dir_.file("eval/loss_by_position.json"));
+  EXPECT_EQ(loss["seq"], 256);
+  EXPECT_NE(loss["checkpoint"].get<std::string>().find("step_5"), std::string::npos);
+  // val.bin holds ~10% of the tiny corpus: every whole sequence of 256 tokens is evaluated, each position once.
+  const int64_t sequences = loss["sequences"];
+  EXPECT_GE(sequences, 2);
+  double tokens = 0.0, loss_sum = 0.0;
+  for (const auto& bucket : loss["buckets"]) {
+    EXPECT_EQ(bucket["tokens"].get<double>(),
+              static_cast<double>(sequences * (bucket["last"].get<int64_t>() - bucket["first"].get<int64_t>() + 1)));
+    tokens += bucket["tokens"].get<double>();
+    loss_sum += bucket["loss_sum"].get<double>();
+  }
+  EXPECT_EQ(tokens, static_cast<double>(sequences * 256));
+  EXPECT_NEAR(loss["mean_loss"].get<double>(), loss_sum / tokens, 1e-12);
+  EXPECT_LT(loss["mean_loss"].get<double>(), 5.55);  // five steps beat the uniform log(257)
+  const nlohmann::json passkey = read_json(dir_.file("eval/passkey.json"));
+  ASSERT_EQ(passkey["cells"].size(), 2u);
+  EXPECT_EQ(passkey["cells"][1]["depth"], 1.0);
+  EXPECT_EQ(passkey["cells"][1]["length"], 250);
+}
+
+// The compute tier holds the model and O(B·C·h) chunk buffers: 16× the sequence, the same peak.
+TEST_F(EvalCommand, ComputePeakDoesNotGrowWithTheSequence) {
+  const auto peak = [&](int64_t S) {
+    const ProgramResult result = run_fpdt(eval_args("--seq " + std::to_string(S) + " --chunk-tokens 32 --offload ram "
+                                                    "--passkey-trials 0 --sequences 1 --split train --out " +
+                                                    dir_.file("eval" + std::to_string(S))));
+    EXPECT_EQ(result.exit_status, 0) << result.output;
+    return read_json(dir_.file("eval" + std::to_string(S) + "/loss_by_position.json"));
+  };
+  const nlohmann::json short_run = peak(128), long_run = peak(2048);
+  EXPECT_EQ(short_run["compute_peak_bytes"], long_run["compute_peak_bytes"]);
+  EXPECT_LT(short_run["offload_peak_bytes"].get<int64_t>() * 8, long_run["offload_peak_bytes"].get<int64_t>());
+}
+
+TEST_F(EvalCommand, BadInputGetsOneClearError) {
+  // S beyond a model's learned positions (the GPT-2 golden model has 64).
+  const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/golden/gpt2";
+  expect_one_clear_error(run_fpdt("eval --checkpoint " + gpt2 + " --data " + setup_->data_dir + " --seq 128"),
+                         {"[pipeline]", "128 tokens exceeds the 64 learned positions", "lower --seq"});
+  // Missing data, too little of it, more sequences than it holds.
+  expect_one_clear_error(run_fpdt(eval_args("--seq 64 --data " + dir_.file("nowhere"))),
+                         {"[eval]", "no val.bin in " + dir_.file("nowhere"), "fpdt tokenize --tokenizer"});
+  expect_one_clear_error(run_fpdt(eval_args("--seq 1M")), {"[eval]", "val.bin holds", "fewer than one sequence of --seq 1048576"});
+  expect_one_clear_error(run_fpdt(eval_args("--seq 256 --sequences 1000")), {"[eval]", "--sequences 1000 asks for more"});
+  // Data of another vocabulary: shards of a BPE tokenizer for a byte-level checkpoint.
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+  write_text_file(dir_.file("text.txt"), std::string(2000, 'a') + " In the beginning God created the heaven.\n");
+  const ProgramResult made = run_fpdt("tokenize --tokenizer " + fixtures + "gpt2 --val-fraction 0.5 --out " +
+                                      dir_.file("bpe") + " " + dir_.file("text.txt"));
+  ASSERT_EQ(made.exit_status, 0) << made.output;
+  expect_one_clear_error(run_fpdt(eval_args("--seq 16 --data " + dir_.file("bpe"))),
+                         {"[eval]", "val.bin was made by tokenizer 0x", "(vocabulary 500)", "trained with tokenizer",
+                          "(vocabulary 257)"});
+  // A passkey prompt longer than --seq, or shorter than its fixed parts.
+  expect_one_clear_error(run_fpdt(eval_args("--seq 128 --passkey-lengths 256")),
+                         {"[eval]", "256 tokens is longer than --seq 128"});
+  expect_one_clear_error(run_fpdt(eval_args("--seq 128 --passkey-lengths 100")),
+                         {"[eval]", "shorter than its fixed parts"});
+  // Options: more ranks than the job, chunks that do not fit, a value that makes no sense.
+  expect_one_clear_error(run_fpdt(eval_args("--seq 128 --sp 2")), {"[eval]", "--sp 2 ranks, but the job has 1"});
+  expect_one_clear_error(run_fpdt(eval_args("--seq 128 --chunk-tokens 512")),
+                         {"[eval]", "--chunk-tokens 512 is longer than the sequence of 128 tokens"});
+  expect_one_clear_error(run_fpdt(eval_args("--seq 128 --split test")), {"[cli]", "--split"});
+  expect_one_clear_error(run_fpdt("eval --checkpoint " + dir_.file("nothing") + " --seq 128"),
+                         {"[checkpoint]", "neither a run folder"});
+}
+
+}  // namespace
+}  // namespace fpdt::testing
