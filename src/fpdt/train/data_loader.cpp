@@ -61,7 +61,8 @@ void fill_documents(int32_t* doc_ids, int32_t* positions, int64_t row_tokens, st
     }
   }
   // The padding: one document after the real ones (the next id: `document` unless it holds tokens).
-  const int32_t padding = real > 0 && window[static_cast<size_t>(real - 1)] != end_of_document ? document + 1 : document;
+  const bool unfinished = real > 0 && window[static_cast<size_t>(real - 1)] != end_of_document;
+  const int32_t padding = unfinished ? document + 1 : document;
   for (int64_t i = real; i < row_tokens; ++i) {
     doc_ids[i] = padding;
     if (positions) positions[i] = static_cast<int32_t>(i - real);

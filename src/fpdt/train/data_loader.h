@@ -34,9 +34,9 @@ void fill_targets(int32_t* targets, int64_t row_tokens, std::span<const int32_t>
 // and the EOS belongs to the document it ends (its target, the next document's first token, still
 // counts in the loss). In a row, document 0 is everything up to and including the first EOS, document
 // d the tokens after the d-th EOS up to and including the (d+1)-th; the padding past the real
-// positions is one document of its own after them (the next id). A document that the row's start cuts — a document
-// longer than S always is — is the part the row holds, a document of its own from position 0: so
-// restarted positions are always < S (learned positions need no more than the sequence).
+// positions is one document of its own after them (the next id). A document that the row's start
+// cuts — a document longer than S always is — is the part the row holds, a document of its own from
+// position 0: so restarted positions are always < S (learned positions need no more than the sequence).
 // doc_ids (row_tokens): document of each input token, 0, 1, 2, … in order.
 // positions (row_tokens) or null: position of each token in its document (padding: from 0 after the
 // real positions).
