@@ -77,6 +77,18 @@ int command_eval(int argc, char** argv, comm::Communicator& world) {
   train::declare_eval_options(options, settings);
   if (!options.parse(argc, argv)) return 0;
   const train::EvalResult result = train::evaluate(settings, world);
+  if (settings.dry_run) {
+    log::info("dry run of a forward at S = " + tokens_text(result.seq_tokens) + ": compute peak " +
+              format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
+              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank");
+    log::info(nlohmann::ordered_json{{"dry_run", true},
+                             {"seq", result.seq_tokens},
+                             {"compute_peak_bytes", result.compute_peak_bytes},
+                             {"offload_peak_bytes", result.offload_peak_bytes},
+                             {"peak_rss_bytes", result.peak_rss_bytes}}
+                  .dump());
+    return 0;
+  }
   print_loss(result);
   if (!result.passkey.empty()) print_passkey(result);
   const std::string out = settings.out_dir.empty() ? settings.checkpoint + "/eval" : settings.out_dir;

@@ -1,5 +1,5 @@
 // `fpdt eval --sp 2` under mpirun: the loss by context position and the passkey grid of two processes
-// equal one process's (chunked, offloaded to RAM), and the ranks' compute peaks are what one chunk needs.
+// equal one process's (chunked, offloaded to RAM).
 #include <gtest/gtest.h>
 
 #include <fstream>

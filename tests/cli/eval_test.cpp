@@ -74,6 +74,18 @@ TEST_F(EvalCommand, ComputePeakDoesNotGrowWithTheSequence) {
   const nlohmann::json short_run = peak(128), long_run = peak(2048);
   EXPECT_EQ(short_run["compute_peak_bytes"], long_run["compute_peak_bytes"]);
   EXPECT_LT(short_run["offload_peak_bytes"].get<int64_t>() * 8, long_run["offload_peak_bytes"].get<int64_t>());
+  // The dry run lays out what the runs allocate: the same peaks at 2048, and at 4 times the length the
+  // same compute peak, the offload tier 4 times the one at 2048.
+  const auto dry = [&](int64_t S) {
+    const ProgramResult result = run_fpdt(eval_args("--seq " + std::to_string(S) + " --chunk-tokens 32 --offload ram --dry-run"));
+    EXPECT_EQ(result.exit_status, 0) << result.output;
+    return nlohmann::json::parse(result.output.substr(result.output.rfind("{\"dry_run\"")));
+  };
+  const nlohmann::json dry_long = dry(2048), dry_huge = dry(4 * 2048);
+  EXPECT_EQ(dry_long["compute_peak_bytes"], long_run["compute_peak_bytes"]);
+  EXPECT_EQ(dry_long["offload_peak_bytes"], long_run["offload_peak_bytes"]);
+  EXPECT_EQ(dry_huge["compute_peak_bytes"], long_run["compute_peak_bytes"]);
+  EXPECT_EQ(dry_huge["offload_peak_bytes"].get<int64_t>(), long_run["offload_peak_bytes"].get<int64_t>() * 4);
 }
 
 TEST_F(EvalCommand, BadInputGetsOneClearError) {

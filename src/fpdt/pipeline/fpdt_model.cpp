@@ -102,7 +102,7 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   host_losses_.resize(rows);
   host_predictions_.resize(rows);
   host_docs_.resize(rows * static_cast<size_t>(shape.P));
-  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, Pass::forward_backward), *store_) : OffloadTraffic{};
+  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, pipeline_.forward_only ? Pass::forward : Pass::forward_backward), *store_) : OffloadTraffic{};
 }
 
 // ---- the executor -----------------------------------------------------------------------------------

@@ -89,8 +89,8 @@ class FpdtModel {
   model::LossStats forward_backward(const model::Batch& batch, double grad_scale, const TokenOutputs& outputs = {});
   model::LossStats forward(const model::Batch& batch, const TokenOutputs& outputs = {});
   // The bytes the last forward or forward_backward moved to and from the offload store (counted as
-  // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step of
-  // the reserved shape would move without document ids.
+  // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step (a
+  // forward, when laid out forward only) of the reserved shape would move without document ids.
   const OffloadTraffic& traffic() const { return traffic_; }
 
  private:

@@ -137,6 +137,8 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
   run::chunks(set, s.chunks);
   run::offload(set, s.offload);
+  set.add("dry-run", "", "lay out the forward at --seq (no data, no weights, no arithmetic), print the tier peaks and exit",
+          s.dry_run);
 }
 
 std::vector<PositionBucket> position_buckets(int64_t seq_tokens) {
@@ -211,8 +213,10 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.checkpoint = checkpoint_folder(s.checkpoint);
   const model::ModelConfig config = model::load_hf_config(result.checkpoint + "/config.json");
   const Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
-  const ShardReader shard = open_split(s, tokenizer, result.checkpoint);
   const int64_t S = s.seq_tokens;
+  ShardReader shard;
+  if (!s.dry_run) {
+  shard = open_split(s, tokenizer, result.checkpoint);
   const int64_t whole = static_cast<int64_t>((shard.token_count() - std::min<uint64_t>(shard.token_count(), 1)) /
                                              static_cast<uint64_t>(S));
   if (whole == 0)
@@ -225,8 +229,9 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
                 "--sequences " + str(s.sequences) + " asks for more than the " + str(whole) + " sequences of " + str(S) +
                     " tokens in " + shard.path(),
                 "use --sequences " + str(whole) + " or fewer (0: all of them)");
-  result.seq_tokens = S;
   result.sequences = s.sequences > 0 ? s.sequences : whole;
+  }
+  result.seq_tokens = S;
 
   // The model, laid out for forward passes only.
   set_threads(s.threads);
@@ -237,6 +242,13 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   if (pipeline.offload.kind == pipeline::OffloadKind::disk) std::filesystem::create_directories(pipeline.offload.directory);
   pipeline::FpdtModel model(config, *backend, world, pipeline);
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
+  if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
+    model.dry_run(S, static_cast<int>(s.batch_size));
+    result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+    result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+    result.peak_rss_bytes = peak_rss_bytes();
+    return result;
+  }
   model::HfCheckpoint(result.checkpoint).load(config, model.layout(), model.params());
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + model::describe_rope(config) + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +

@@ -40,6 +40,7 @@ struct EvalSettings {
   int64_t chunk_tokens = 0;              // C (0: cut the sequence into `chunks`)
   int chunks = 1;
   std::string offload = "none";          // none | ram | disk (a file in out_dir) | disk:DIR
+  bool dry_run = false;                  // lay out the forward at S and report the tiers' peaks only
 };
 
 // Declares every `fpdt eval` option, bound to the fields of `settings` (the options a run describes
@@ -100,7 +101,7 @@ struct EvalResult {
 };
 
 // Runs the evaluation on every rank of `world` (world size = settings.sp); rank 0 writes the JSON files
-// into the settings' out_dir. Throws fpdt::Error for bad settings, a missing or foreign checkpoint or
+// into the settings' out_dir. A dry run lays out the forward at S and returns the peaks, nothing else. Throws fpdt::Error for bad settings, a missing or foreign checkpoint or
 // data, or a sequence the model cannot take.
 EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world);
 
