@@ -1,12 +1,13 @@
 # The two commands of the README's quick start, plus the pieces they are made of.
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
-#   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv),
-#               train the demo Llama on it, print the start/end loss and a generated sample
+#   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv), train
+#               the demo Llama on short sequences of it, extend its context to 16K with FPDT, evaluate
+#               both by context position and plot it (scripts/long_context_demo.sh, ~10 minutes on 2 cores)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
 RUN_DIR ?= runs/demo
-RUN_STEPS ?= 150
+CMAKE_CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFPDT_WERROR=ON
 
 .PHONY: deps configure build test run clean
 
@@ -14,7 +15,7 @@ deps:
 	bash scripts/install_deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFPDT_WERROR=ON
+	$(CMAKE_CONFIGURE)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -22,12 +23,13 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE cuda
 
-run: configure
+# One apt run installs the build's packages and the demo's (corpus, plotting).
+run:
+	bash scripts/install_deps.sh bible-kjv python3-matplotlib
+	$(CMAKE_CONFIGURE)
 	cmake --build $(BUILD) -j $(JOBS) --target fpdt
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
-	$(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
-	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
-	  --save-every 50 --sample-tokens 300 --prompt "And God said" --overwrite
+	bash scripts/long_context_demo.sh $(BUILD)/fpdt $(RUN_DIR)
 
 clean:
 	rm -rf $(BUILD)
