@@ -2,7 +2,7 @@
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
 #   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv), train
 #               the demo Llama on short sequences of it, extend its context to 16K with FPDT, evaluate
-#               both by context position and plot it (scripts/long_context_demo.sh, ~10 minutes on 2 cores)
+#               both by context position and plot it (scripts/long_context_demo.sh)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
