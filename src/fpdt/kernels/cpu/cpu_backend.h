@@ -24,6 +24,9 @@ namespace fpdt::kernels::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  // Holds OpenBLAS at one thread for the whole process: every GEMM runs on the OpenMP team instead
+  // (cpu/linear.cpp), one thread pool for every kernel.
+  CpuBackend();
   std::string name() const override { return "cpu"; }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
