@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -231,6 +232,9 @@ void Trainer::build_model() {
     rates_ = measure_machine_rates(threads_);
   }
   print_table(config_, s, threads_, rates_, world_);
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
+    log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
+              " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
   backend_ = kernels::make_backend(s.backend);
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), s.seed);
   optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);

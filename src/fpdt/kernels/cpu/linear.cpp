@@ -24,15 +24,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // C (M, N) = A (M, K) · B (K, N) + beta · C, row-major, A and B each read transposed (trans_a: A is
 // stored (K, M)) or not, as cblas_sgemm with alpha = 1. The OpenMP team shares the product: C is cut
-// into one block per thread — of rows, unless M is too short to give each thread kBlockAlign of them
-// and N is longer — and each thread runs one single-threaded OpenBLAS sgemm on its block (the backend
-// holds OpenBLAS at one thread: its own pool would spin against the team on the same two cores, which
-// measured 10× slower steps on a loaded machine). Deterministic for a given thread count.
+// into one block per thread and each thread runs one single-threaded OpenBLAS sgemm on its block (the
+// backend holds OpenBLAS at one thread: its own pool would spin against the team on the same cores,
+// which measured 10× slower steps on a loaded machine). Every thread packs the whole of the operand
+// its block shares, so the cut is along the longer side: rows (each packs all of B, K × N) when M ≥ N,
+// else columns (each packs all of A) — a weight gradient dW (O × I) of a narrow layer is cut by
+// columns. Deterministic for a given thread count.
 void team_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
                 float beta, float* c, int ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const bool by_rows = M >= int64_t{threads} * kBlockAlign || M >= N;
+  const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const double flops = 2.0 * M * N * static_cast<double>(K);
   const int parts = flops < kTeamMinFlops ? 1 : static_cast<int>(std::min<int64_t>(threads, ceil_div(extent, kBlockAlign)));
