@@ -48,16 +48,16 @@ struct Result {
   std::vector<float> grads;
 };
 
-// Runs the pipeline on P thread ranks; returns the loss and gradients summed over ranks.
-Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks, const Data& data,
-                    uint64_t seed) {
+// Runs the pipeline on P thread ranks over `batch` with gradients of grad_scale · Σ losses; returns the
+// loss and gradients summed over ranks.
+Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
+                    const model::Batch& batch, double grad_scale, uint64_t seed) {
   auto backend = kernels::make_backend("cpu");
-  const double count = model::counted_targets(data.batch.targets, nullptr, data.batch.B * data.batch.T);
   Result result;
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
     FpdtModel model(config, *backend, comm, pipeline, seed);
-    const model::LossStats stats = model.forward_backward(data.batch, 1.0 / count);
+    const model::LossStats stats = model.forward_backward(batch, grad_scale);
     double sums[2] = {stats.loss_sum, stats.count};
     comm.all_reduce_sum(sums, 2);
     comm.all_reduce_sum(model.grads().data(), static_cast<size_t>(model.grads().numel()));
@@ -68,6 +68,13 @@ Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipe
     result.grads.assign(model.grads().data(), model.grads().data() + model.grads().numel());
   });
   return result;
+}
+
+// The same with the gradient of the batch's mean loss.
+Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks, const Data& data,
+                    uint64_t seed) {
+  const double count = model::counted_targets(data.batch.targets, nullptr, data.batch.B * data.batch.T);
+  return run_pipeline(config, pipeline, ranks, data.batch, 1.0 / count, seed);
 }
 
 Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_t seed) {
@@ -134,6 +141,117 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_p2_u2", model::Family::gpt, 4, 4, 2, 2, 2, 37},
                       Case{"gpt_p1_u4", model::Family::gpt, 4, 4, 1, 4, 1, 30}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Issue 16: the B sequences of a micro-batch go through each chunk together (B·c rows per GEMM, the
+// batch dimension in the attention blocks). The loss and gradients must equal those of the sequences
+// run one at a time, summed, with the same gradient scale.
+TEST(Pipeline, BatchedChunksEqualSequencesOneByOne) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  const int B = 3, ranks = 2;
+  const int64_t S = 37;
+  const Data data(rng, B, S, config.vocab_size);
+  const double scale = 1.0 / model::counted_targets(data.batch.targets, nullptr, B * S);
+  PipelineConfig pipeline;
+  pipeline.chunks = 3;
+  pipeline.offload = parse_offload("ram");
+  const Result batched = run_pipeline(config, pipeline, ranks, data.batch, scale, seed);
+
+  Result sequential;
+  sequential.grads.assign(batched.grads.size(), 0.0f);
+  for (int b = 0; b < B; ++b) {
+    const model::Batch one{1, S, data.batch.tokens + b * S, data.batch.targets + b * S, nullptr};
+    const Result single = run_pipeline(config, pipeline, ranks, one, scale, seed);
+    sequential.loss_sum += single.loss_sum;
+    sequential.count += single.count;
+    for (size_t n = 0; n < single.grads.size(); ++n) sequential.grads[n] += single.grads[n];
+  }
+  // Same maths; the weight gradients sum B·c rows in one GEMM instead of c rows B times, and the loss
+  // sums in another order: fp32 rounding only, 1e-5 relative (the issue's bar).
+  EXPECT_EQ(batched.count, sequential.count);
+  const double loss_error = std::abs(batched.loss_sum - sequential.loss_sum) / sequential.loss_sum;
+  const double grad_error = testing::relative_error(batched.grads, sequential.grads);
+  std::printf("[ error    ] loss %.2e, gradients %.2e\n", loss_error, grad_error);
+  EXPECT_LE(loss_error, 1e-5);
+  EXPECT_LE(grad_error, 1e-5);
+}
+
+// The masked pipeline on P = 1 and 2 ranks against the unchunked model with the same element mask
+// (`want`): chunked LSE merges and per-rank partial sums give fp32 rounding only (1e-5, as the
+// invariance test); offloaded to `offload` and recomputed it is bitwise the same.
+void expect_masked_pipeline_equals(const model::ModelConfig& config, const PipelineConfig& pipeline,
+                                   const char* offload, const Data& data, const Result& want, uint64_t seed) {
+  for (const int ranks : {1, 2}) {
+    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
+    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
+                              (want.loss_sum / want.count);
+    const double grad_error = testing::relative_error(got.grads, want.grads);
+    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
+    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
+    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload(offload);
+    other.recompute = Recompute::layer;
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << "P " << ranks;
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)))
+        << "P " << ranks;
+  }
+}
+
+// Packed documents: with document ids the pipeline must equal the unchunked model with the same
+// element mask, and the blocks no document spans are skipped (they are absent from the schedule).
+TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  const int B = 2;
+  const int64_t S = 48;
+  Data data(rng, B, S, config.vocab_size);
+  // Chunks of 12 tokens (u = 4): documents [0, 12), [12, 36), [36, 48) in sequence 0; in sequence 1
+  // [0, 5), [5, 12), [12, 36), [36, 48). Only blocks (2, 1) and the diagonal are live: 5 of 10.
+  std::vector<int32_t> docs;
+  for (int64_t t = 0; t < S; ++t) docs.push_back(t < 12 ? 0 : t < 36 ? 1 : 2);
+  for (int64_t t = 0; t < S; ++t) docs.push_back(t < 5 ? 10 : t < 12 ? 11 : t < 36 ? 12 : 13);
+  data.batch.doc_ids = docs.data();
+  EXPECT_EQ(make_block_mask(make_chunk_plan(S, 1, 0, 0, 4), 0, docs.data(), B).live_count(), 5);
+  const Result want = run_unchunked(config, data, seed);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;
+  pipeline.offload = parse_offload("none");
+  expect_masked_pipeline_equals(config, pipeline, "disk:/tmp", data, want, seed);
+}
+
+// A sliding window (Mistral, Qwen2) in the first layer and none in the second: the pipeline skips the
+// blocks wholly out of the window (absent from that layer's program) and must equal the unchunked model
+// with the same element mask, chunked and on P = 2, offloaded and recomputed bitwise.
+TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  config.sliding_window = 10;
+  config.sliding_layers = {true, false};
+  const int64_t S = 48;
+  const Data data(rng, 2, S, config.vocab_size);
+  const Result want = run_unchunked(config, data, seed);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;  // C = 12: under the window only blocks (i, i) and (i, i − 1) are live (the nearest
+                        // pair of (i, i − 2) is 13 tokens apart)
+  pipeline.offload = parse_offload("none");
+  {
+    auto backend = kernels::make_backend("cpu");
+    auto local = comm::make_local();
+    const FpdtModel model(config, *backend, *local, pipeline);
+    const Schedule schedule = model.schedule_for(S, Pass::forward_backward);
+    ASSERT_EQ(schedule.masks.size(), 2u);
+    EXPECT_EQ(schedule.masks[0].describe(), "causal, window 10 tokens (7 of 10 causal blocks live)");
+    EXPECT_EQ(schedule.masks[1].live_count(), 10);
+  }
+  expect_masked_pipeline_equals(config, pipeline, "ram", data, want, seed);
+}
 
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {
   EXPECT_THROW(make_head_sharding(6, 6, 4), Error);   // 6 heads over 4 ranks

@@ -25,6 +25,7 @@ struct Batch {
   const int32_t* tokens = nullptr;   // (B, T)
   const int32_t* targets = nullptr;  // (B, T) or null (forward only)
   const float* loss_mask = nullptr;  // (B, T) or null
+  const int32_t* doc_ids = nullptr;  // (B, T) or null: a token attends only to tokens with its own id
 };
 
 // Throws fpdt::Error naming the sequence and position of the first token or target outside the
@@ -80,6 +81,7 @@ class Transformer {
 
   int B_ = 0;
   int64_t T_ = 0;
+  const int32_t* doc_ids_ = nullptr;  // (B, T) of the batch being computed, or null
   Arena arena_;
   std::vector<float*> residual_;  // L + 1 of (N, h): residual_[l] is layer l's input
   std::vector<LayerActivations> layers_;

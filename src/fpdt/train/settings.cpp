@@ -93,6 +93,13 @@ FaultInjection parse_fault_injection(const std::string& text) {
 void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = plan::options;
   run::model(set, s.model);
+  set.add("init-from", "DIR", "start from a Hugging Face model folder (config.json + safetensors weights)", s.init_from);
+  set.add("rope-theta", "THETA", "replace the model's RoPE base (context extension)", s.rope_theta)
+      .above(0)
+      .unset_means("the model's");
+  set.add("rope-scaling", "JSON",
+          "replace its RoPE scaling: a rope_parameters object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4}'",
+          s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
   set.add("backend", "cpu|reference", "kernel backend", s.backend).choices({"cpu", "reference", "cuda"});
@@ -138,6 +145,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
       .zero_means("unlimited");
   set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
           s.dry_run);
+  set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
+          s.print_schedule);
   set.add("trace", "FILE", "write a Chrome trace (compute, copy, communication spans) to FILE", s.trace_path);
   set.add("stop-after", "N", "exit after N steps of this process, as a preempted job would", s.stop_after_steps)
       .at_least(0)
@@ -158,6 +167,12 @@ void check_settings(const TrainSettings& s) {
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");
+  if (!s.init_from.empty() && s.resume)
+    throw Error(kModule, "--init-from and --resume cannot be combined",
+                "--resume continues a run folder of ours; --init-from starts a new run from a Hugging Face folder");
+  if (!s.init_from.empty() && s.model != TrainSettings{}.model)
+    throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
+                "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");

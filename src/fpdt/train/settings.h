@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "fpdt/base/options.h"
@@ -27,6 +28,9 @@ FaultInjection parse_fault_injection(const std::string& text);
 
 struct TrainSettings {
   std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json
+  std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
+  std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
+  std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
   std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
   std::string backend = "cpu";
@@ -57,6 +61,7 @@ struct TrainSettings {
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
+  bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job

@@ -13,6 +13,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
@@ -79,11 +80,17 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   const std::string rule = "+" + std::string(24, '-') + "+" + std::string(50, '-') + "+";
   const std::string option_rule = "+" + std::string(37, '-') + "+" + std::string(37, '-') + "+";
   log::info(rule);
-  row("model", config.name + (config.family == model::Family::llama ? " (llama)" : " (gpt)"));
+  row("model", config.name + " (" + model::model_type_name(config.type) + ")");
   row("layers / hidden / ffn", str(config.layers) + " / " + str(config.hidden) + " / " + str(config.ffn_hidden));
   row("heads / kv heads / dim", str(config.heads) + " / " + str(config.kv_heads) + " / " + str(config.head_dim));
   row("vocabulary", str(config.vocab_size));
   row("parameters", str(config.parameter_count()));
+  row("positions", model::describe_rope(config));
+  row("attention window", model::describe_window(config));
+  const pipeline::ChunkPlan plan = pipeline::plan_chunks(pipeline_config(s), s.seq_tokens, s.sp, 0);
+  const int64_t padding = plan.padded_tokens - plan.seq_tokens;
+  row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
+                    " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
   if (s.peak_gflops > 0) {
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " (given)");
@@ -105,7 +112,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
 
 // Refuses a sequence whose layout could not be counted in 64-bit bytes, before anything is laid out.
 // A bound, not the layout: FpdtModel::reserve lays out fewer than 64 arrays per layer (+ 2), each of
-// at most u slots of c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
+// at most u slots of B·c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
 // LM-head buffer of at most 32 MiB.
 void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s) {
   using Wide = long double;
@@ -114,7 +121,8 @@ void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s)
   const Wide chunks = s.mode == "ulysses" ? 1 : s.chunk_tokens > 0 ? std::ceil(Wide(s.seq_tokens) / s.chunk_tokens)
                                                                    : Wide(s.chunks);
   const Wide padded = Wide(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : Wide(s.sp) * chunks);
-  const Wide bytes = Wide(config.layers + 2) * 64 * (padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
+  const Wide bytes =
+      Wide(config.layers + 2) * 64 * (Wide(s.batch_size) * padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
   if (bytes > static_cast<Wide>(std::numeric_limits<int64_t>::max()))
     throw Error(kModule,
                 "--seq " + str(s.seq_tokens) + " is too long for '" + config.name +
@@ -173,7 +181,10 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
                 "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
                     str(world.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
-  config_ = model::resolve_model(s.model);
+  // A preset or config.json, or the --init-from folder's config.json; with the RoPE overrides of a
+  // context extension.
+  config_ = s.init_from.empty() ? model::resolve_model(s.model) : model::load_hf_config(s.init_from + "/config.json");
+  model::override_rope(config_, s.rope_theta, s.rope_scaling);
   check_layout_fits(config_, s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
   if (!s.dry_run) {
@@ -187,6 +198,10 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
   }
   build_model();
   if (s.dry_run) return;
+  if (!s.init_from.empty()) {
+    model::HfCheckpoint(s.init_from).load(config_, model_->layout(), model_->params());
+    log::info("weights from " + s.init_from);
+  }
   if (s.resume) resume();
   if (world.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
   micro_.resize(static_cast<size_t>(s.grad_accum));
@@ -264,7 +279,9 @@ void Trainer::resume() {
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::dry_run() {
-  model_->dry_run(settings_.seq_tokens);
+  model_->dry_run(settings_.seq_tokens, static_cast<int>(settings_.batch_size));
+  if (settings_.print_schedule && world_.rank() == 0)
+    std::fputs(model_->schedule_for(settings_.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
   TrainResult result;
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;

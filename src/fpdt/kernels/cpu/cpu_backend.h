@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   // (cpu/linear.cpp), one thread pool for every kernel.
   CpuBackend();
   std::string name() const override { return "cpu"; }
+  DeviceMemory& memory() override { return host_memory(); }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 
