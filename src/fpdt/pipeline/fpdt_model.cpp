@@ -55,12 +55,17 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   std::vector<BlockMask> masks;
   for (int layer = 0; layer < config_.layers; ++layer)
     masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
-  return make_schedule(plan, pass, pipeline_.recompute, masks);
+  return make_schedule(plan, pass, pipeline_.recompute, masks, mlp_kept());
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
   return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float));
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float),
+                                mlp_kept());
+}
+
+bool FpdtModel::mlp_kept() const {
+  return keep_mlp_activations(pipeline_.offload.kind == OffloadKind::none, pipeline_.recompute == Recompute::layer);
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
@@ -180,8 +185,14 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
 
   const trace::Span span(op_name(step.op), "compute");
   const model::AttentionInput norm{own<float>(Buf::norm), own<float>(Buf::norm_mean), own<float>(Buf::norm_rstd)};
-  const model::MlpActivations mlp{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
-                                  own<float>(Buf::gate),     own<float>(Buf::up),       own<float>(Buf::act)};
+  // The MLP's activations: gate, up and act are its steps' operands from `first` on when they go
+  // through the store, else the chunk buffers (recomputed in the backward).
+  auto mlp = [&](int first) {
+    const bool stored = b[first] != Buf::none;
+    return model::MlpActivations{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
+                                 stored ? at(first) : own<float>(Buf::gate), stored ? at(first + 1) : own<float>(Buf::up),
+                                 stored ? at(first + 2) : own<float>(Buf::act)};
+  };
   const model::LayerScratch scratch{own<float>(Buf::d_norm), own<float>(Buf::d_act), own<float>(Buf::d_gate),
                                     own<float>(Buf::d_up)};
   const int32_t* tokens = own<int32_t>(Buf::tokens);
@@ -200,7 +211,7 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       return;
     }
     case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
-    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp); return;
+    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp(2)); return;
     case Op::head: {
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
                                     own<float>(Buf::logits_lse)};
@@ -212,10 +223,17 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       loss_.count += stats.count;
       return;
     }
-    case Op::mlp_backward:
-      math_.mlp_forward(weights_, at(0), at(2), n, mlp);  // the MLP's activations, recomputed
-      math_.mlp_backward(weights_, gradients_, at(0), n, mlp, at(1), scratch);
+    case Op::mlp_backward: {
+      const model::MlpActivations saved = mlp(3);
+      if (step.flag) {  // gate, up and act were kept; the norm in front of them is recomputed
+        math_.norm_forward(saved.norm, saved.mean, saved.rstd, at(0), weights_.mlp_norm_weight,
+                           weights_.mlp_norm_bias, n);
+      } else {
+        math_.mlp_forward(weights_, at(0), at(2), n, saved);  // the MLP's activations, recomputed
+      }
+      math_.mlp_backward(weights_, gradients_, at(0), n, saved, at(1), scratch);
       return;
+    }
     case Op::attention_output_backward:
       math_.attention_output_backward(weights_, gradients_, at(0), at(1), at(2), n);
       return;

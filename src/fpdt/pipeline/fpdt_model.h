@@ -60,6 +60,8 @@ class FpdtModel {
   Schedule schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids = nullptr, int batch = 1) const;
   // The memory table of micro-batches of B sequences of S tokens.
   LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
+  // Whether the store keeps the MLP's activations for the backward (keep_mlp_activations).
+  bool mlp_kept() const;
 
   // Lays out the offload store and the compute-tier chunk buffers for micro-batches of B sequences of
   // S tokens (the only allocations of a step). Called implicitly when S or B changes.
