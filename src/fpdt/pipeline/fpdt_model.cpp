@@ -136,19 +136,89 @@ void FpdtModel::execute(const Program& program, int layer) {
     weights_ = model::layer_tensors(layout_, params_, layer);
     gradients_ = model::layer_tensors(layout_, grads_, layer);
   }
-  for (const Step& step : program.steps) execute(step, layer, before_program);
+  place_outputs(program, layer);
+  for (size_t n = 0; n < program.steps.size(); ++n) execute(program.steps[n], placements_[n], layer, before_program);
 }
 
-float* FpdtModel::out(Buf buffer) {
+namespace {
+bool is_exchange(Op op) {
+  return op == Op::q_to_heads || op == Op::kv_to_heads || op == Op::q_to_sequence || op == Op::kv_grad_to_sequence;
+}
+}  // namespace
+
+void FpdtModel::place_outputs(const Program& program, int layer) {
+  const std::vector<Step>& steps = program.steps;
+  placements_.assign(steps.size(), StepPlacements{});
+  if (!store_->resident()) return;
+  auto changes = [](const Step& step, Buf buffer) {  // the step overwrites or updates the buffer
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (step.buffers[k] == buffer && operand_role(step.op, k, step.flag) != Role::in &&
+          operand_role(step.op, k, step.flag) != Role::none)
+        return true;
+    return false;
+  };
+  struct Producer {
+    int step = -1, operand = -1;
+  };
+  std::array<Producer, kBufCount> producer{};  // the output of each buffer not yet written out
+  std::vector<Producer> alias_source(steps.size());  // an aliasing all-to-all's: its input's producer
+  for (size_t n = 0; n < steps.size(); ++n) {
+    const Step& step = steps[n];
+    const Buf* b = step.buffers;
+    const size_t first = static_cast<size_t>(b[0]);
+    if (step.op == Op::write) {
+      Producer p = producer[first];
+      // Through all-to-alls that are aliases, back to the step that computed the data.
+      while (p.step >= 0 && placements_[p.step][p.operand].alias)
+        p = alias_source[static_cast<size_t>(p.step)];
+      const int slot_layer = step.layer == LayerRef::next_layer ? layer + 1 : layer;
+      if (p.step >= 0 && placements_[p.step][p.operand].array == Array::count &&
+          store_->slot_bytes(step.array) == bytes_[first] && store_->resident(step.array, slot_layer, step.chunk))
+        placements_[p.step][p.operand] = Placement{step.array, step.layer, step.chunk};
+      producer[first] = Producer{};  // a second write of the same output copies from the first's slot
+      continue;
+    }
+    if (step.op == Op::fetch) {
+      producer[first] = Producer{};  // bound to the fetched slot
+      continue;
+    }
+    if (is_exchange(step.op) && sharding_.ranks == 1 && bytes_[first] == bytes_[static_cast<size_t>(b[1])]) {
+      // Alias unless the input changes before the output is produced again (or the program ends).
+      bool safe = true;
+      for (size_t m = n + 1; m < steps.size() && safe; ++m) {
+        if (changes(steps[m], b[0])) safe = false;
+        if (changes(steps[m], b[1])) break;
+      }
+      if (safe) {
+        placements_[n][1].alias = true;
+        alias_source[n] = producer[first];
+      }
+    }
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (b[k] != Buf::none && operand_role(step.op, k, step.flag) == Role::out)
+        producer[static_cast<size_t>(b[k])] = Producer{static_cast<int>(n), k};
+  }
+}
+
+float* FpdtModel::out(Buf buffer, const Placement& placement, int layer) {
   const size_t index = static_cast<size_t>(buffer);
-  bound_[index] = own_[index];
-  return static_cast<float*>(own_[index]);
+  FPDT_ASSERT(!placement.alias);
+  if (placement.array == Array::count) {
+    bound_[index] = own_[index];
+  } else {
+    bound_[index] = store_->resident(placement.array,
+                                     placement.layer == LayerRef::next_layer ? layer + 1 : layer, placement.chunk);
+  }
+  return static_cast<float*>(bound_[index]);
 }
 
-void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_program) {
+void FpdtModel::execute(const Step& step, const StepPlacements& placements, int layer,
+                        kernels::CopyEvent before_program) {
   const Buf* b = step.buffers;
-  // Operand k as the step uses it: overwritten operands are the buffer's own slice.
-  auto at = [&](int k) { return operand_role(step.op, k, step.flag) == Role::out ? out(b[k]) : in(b[k]); };
+  // Operand k as the step uses it: an overwritten operand is bound to its placement or its own slice.
+  auto at = [&](int k) {
+    return operand_role(step.op, k, step.flag) == Role::out ? out(b[k], placements[k], layer) : in(b[k]);
+  };
   const int B = batch_->B;
   const int64_t n = plan_.local_chunk_tokens * B;  // token rows of a chunk
   switch (step.op) {
@@ -173,13 +243,25 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       return;
     }
     case Op::wait: copies_->wait(step.copy < 0 ? before_program : events_[step.copy]); return;
-    case Op::zero: memory_.fill_zero(out(b[0]), bytes_[static_cast<size_t>(b[0])]); return;
+    case Op::zero: memory_.fill_zero(at(0), bytes_[static_cast<size_t>(b[0])]); return;
     case Op::inputs: upload_inputs(step.chunk, step.flag); return;
     case Op::docs: upload_documents(step.chunk, b[0]); return;
-    case Op::q_to_heads: exchange_->q_to_heads(at(0), at(1), B); return;
-    case Op::kv_to_heads: exchange_->kv_to_heads(at(0), at(1), B); return;
-    case Op::q_to_sequence: exchange_->q_to_sequence(at(0), at(1), B); return;
-    case Op::kv_grad_to_sequence: exchange_->kv_grad_to_sequence(at(0), at(1), B); return;
+    case Op::q_to_heads:
+    case Op::kv_to_heads:
+    case Op::q_to_sequence:
+    case Op::kv_grad_to_sequence:
+      if (placements[1].alias) {  // P = 1: the same layout, so the same memory
+        bound_[static_cast<size_t>(b[1])] = bound_[static_cast<size_t>(b[0])];
+      } else if (step.op == Op::q_to_heads) {
+        exchange_->q_to_heads(at(0), at(1), B);
+      } else if (step.op == Op::kv_to_heads) {
+        exchange_->kv_to_heads(at(0), at(1), B);
+      } else if (step.op == Op::q_to_sequence) {
+        exchange_->q_to_sequence(at(0), at(1), B);
+      } else {
+        exchange_->kv_grad_to_sequence(at(0), at(1), B);
+      }
+      return;
     default: break;
   }
 
