@@ -150,12 +150,12 @@ void FpdtModel::place_outputs(const Program& program, int layer) {
   const std::vector<Step>& steps = program.steps;
   placements_.assign(steps.size(), StepPlacements{});
   if (!store_->resident()) return;
-  auto changes = [](const Step& step, Buf buffer) {  // the step overwrites or updates the buffer
+  auto role_of = [](const Step& step, Buf buffer) {  // how the step uses the buffer (none: not at all)
+    Role role = Role::none;
     for (int k = 0; k < kMaxOperands; ++k)
-      if (step.buffers[k] == buffer && operand_role(step.op, k, step.flag) != Role::in &&
-          operand_role(step.op, k, step.flag) != Role::none)
-        return true;
-    return false;
+      if (step.buffers[k] == buffer && operand_role(step.op, k, step.flag) != Role::none)
+        role = role == Role::none ? operand_role(step.op, k, step.flag) : Role::inout;
+    return role;
   };
   struct Producer {
     int step = -1, operand = -1;
@@ -183,11 +183,19 @@ void FpdtModel::place_outputs(const Program& program, int layer) {
       continue;
     }
     if (is_exchange(step.op) && sharding_.ranks == 1 && bytes_[first] == bytes_[static_cast<size_t>(b[1])]) {
-      // Alias unless the input changes before the output is produced again (or the program ends).
+      // Alias unless the input changes while the output is live (until its last read before it is
+      // produced again), or the output is updated in place.
       bool safe = true;
+      size_t last_read = n;
       for (size_t m = n + 1; m < steps.size() && safe; ++m) {
-        if (changes(steps[m], b[0])) safe = false;
-        if (changes(steps[m], b[1])) break;
+        const Role role = role_of(steps[m], b[1]);
+        if (role == Role::out) break;
+        if (role == Role::inout) safe = false;
+        if (role == Role::in) last_read = m;
+      }
+      for (size_t m = n + 1; m <= last_read && safe; ++m) {
+        const Role role = role_of(steps[m], b[0]);
+        if (role == Role::out || role == Role::inout) safe = false;
       }
       if (safe) {
         placements_[n][1].alias = true;
