@@ -11,7 +11,7 @@
 //   forward, task (b, q head, 192 queries), over 96-key tiles: Sᵀ (keys × queries) = K · Qᵀ,
 //     online softmax down the key rows, Oᵀ (D × queries) = α ∘ Oᵀ + Vᵀ · Pᵀ; scores are in log2
 //     units (scale·log2 e folded into the packed Qᵀ) so p = 2^(s − m) by a polynomial exp2.
-//   backward, task (b, kv head, 96 keys), over the 96-query tiles that see it and the q heads of the
+//   backward, task (b, kv head, 192 keys), over the 96-query tiles that see it and the q heads of the
 //     group: S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
 //     dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS (accumulated per task, written once), dQ_tile = dS K.
 //     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
@@ -125,11 +125,13 @@ constexpr int kPanel = 2 * kLanes;  // columns of a register tile and width of e
 // Tile sizes (tokens); 96 = 12 row groups of 8 (16 of 6) = 3 panels of 32 (6 of 16). A forward
 // task's working set at D = 128: Qᵀ and Oᵀ 96 KiB each, Sᵀ 72 KiB, a K and a V tile 48 KiB each —
 // in L2, and 192 queries per K/V tile halve the K/V traffic of 96 (measured +10 % at D = 128, one
-// thread, AVX2).
+// thread, AVX2). A backward task of 192 keys adds into each dq tile half as often as one of 96 and
+// packs its K, V once for twice the work (+5–15 % at S = 4K, D = 32–128, AVX-512; 288 was no better
+// at D = 128 and worse on short blocks); its working set at D = 128 is ~700 KiB, in a 2 MiB L2.
 constexpr int kFwdQueries = 192;  // queries per forward task (multiple of kPanel)
 constexpr int kFwdKeys = 96;      // keys per forward step
 constexpr int kBwdQueries = 96;   // queries per backward step
-constexpr int kBwdKeys = 96;      // keys per backward task (multiple of kPanel)
+constexpr int kBwdKeys = 192;     // keys per backward task (multiple of kPanel)
 // Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
 std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
