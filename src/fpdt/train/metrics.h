@@ -38,7 +38,7 @@ double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t 
 // The fp32 rates of `threads` cores, measured here and now (the machine may be shared: the load average
 // is taken with them):
 //   fma_peak_gflops: each thread runs independent FMA chains on the widest vectors the CPU has, whatever
-//     the build targets (AVX-512: 16 lanes; else AVX2: 8), ~0.1 s, best of 3 — lanes × 2 flops × FMA
+//     the build targets (AVX-512: 16 lanes; else AVX2: 8), ~50 ms, best of 5 — lanes × 2 flops × FMA
 //     ports per cycle at the clock the cores reach. MFU is measured against it.
 //   sgemm_gflops: OpenBLAS sgemm C (1024 × 1024) = A · B on the cpu backend's GEMM path (every thread of
 //     the OpenMP team), best of 5 — what the model's GEMMs can reach, the practical ceiling.
