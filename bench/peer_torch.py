@@ -1,7 +1,8 @@
 # The peer side of bench/peer_torch.sh: training steps of Hugging Face LlamaForCausalLM with SDPA
 # attention in fp32, built from the same config.json fpdt reads, on random token ids — forward with the
 # shifted cross-entropy, backward, gradient clipping at 1 and one AdamW step, as `fpdt train` does.
-# Prints one JSON line: the last step's seconds, tokens/s, the process's peak RSS and the load average.
+# Prints one JSON line: the last step's seconds (wall and the process's CPU time), tokens/s, the process's
+# peak RSS and the load average.
 #   usage: peer_torch.py --config FILE --batch B --seq T --threads N [--steps K] [--checkpointing]
 import argparse
 import json
@@ -36,10 +37,10 @@ def main():
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1))
     inputs, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
-    seconds = []
+    seconds, cpu_seconds = [], []
     loss = None
     for _ in range(args.steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
         logits = model(input_ids=inputs).logits  # (B, T, V)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, config.vocab_size), targets.view(-1))
@@ -47,6 +48,7 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         seconds.append(time.perf_counter() - start)
+        cpu_seconds.append(time.process_time() - cpu_start)
         del logits
 
     tokens = args.batch * args.seq
@@ -55,8 +57,9 @@ def main():
         "attention": model.config._attn_implementation, "checkpointing": args.checkpointing,
         "batch": args.batch, "seq": args.seq, "threads": torch.get_num_threads(),
         "step_seconds": seconds[-1], "steps_seconds": seconds, "tokens_per_second": tokens / seconds[-1],
+        "cpu_seconds": cpu_seconds[-1],
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "loss": float(loss), "load_average": os.getloadavg()[0],
+        "loss": float(loss.detach()), "load_average": os.getloadavg()[0],
     }))
 
 

@@ -10,7 +10,9 @@
 #             32K (with and without gradient checkpointing), fpdt --offload disk from dry runs.
 # Both tools run with OMP_WAIT_POLICY=passive unless the caller sets it (they share libgomp, whose
 # spinning threads otherwise steal the time slices of their own preempted team on a shared machine).
-# Prints medians, ratios and the load range; writes bench/results/peer_torch.json.
+# Prints medians, ratios and the load range — of wall time, and of the process's CPU time over the step,
+# which a shared machine moves less (both tools wait passively). bench/results/peer_torch.json keeps the
+# shapes of earlier runs that this one did not run (each with its date); the table lists them all.
 #   usage: bench/peer_torch.sh [BUILD_DIR]      RUNS=3 SHAPES="t2k t8k t32k demo" MEMORY=1 override
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +65,7 @@ steps = [json.loads(line) for line in open(out + "/metrics.jsonl")]
 final = json.loads(open(out + ".log").read().strip().splitlines()[-1])
 last = steps[-1]
 print(json.dumps({"tool": "fpdt", "shape": shape, "run": int(run), "config": config, "batch": int(batch),
-                  "seq": int(seq), "step_seconds": last["step_seconds"],
+                  "seq": int(seq), "step_seconds": last["step_seconds"], "cpu_seconds": last["cpu_seconds"],
                   "steps_seconds": [s["step_seconds"] for s in steps], "tokens_per_second": last["tokens_per_second"],
                   "peak_rss_bytes": final["peak_rss_bytes"], "mfu": last["mfu"], "sgemm_ratio": last["sgemm_ratio"],
                   "loss": last["loss"], "load_average": last["load_average"]}))
@@ -104,13 +106,16 @@ PY
 fi
 
 python3 - "$results" "$runs" "$OMP_WAIT_POLICY" <<'PY' | tee bench/results/peer_torch.txt
-import json, shutil, statistics, sys, tempfile
+import datetime, json, os, shutil, statistics, sys, tempfile
 rows = [json.loads(line) for line in open(sys.argv[1])]
 runs, policy = int(sys.argv[2]), sys.argv[3]
 timed = [r for r in rows if r.get("run", 0) > 0]
-summary = {"runs": runs, "omp_wait_policy": policy, "shapes": {}, "memory": {}}
-print(f"| shape | torch step s | fpdt step s | torch / fpdt | torch tok/s | fpdt tok/s | torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+path = "bench/results/peer_torch.json"
+summary = json.load(open(path)) if os.path.exists(path) else {}
+summary.update({"omp_wait_policy": policy})
+summary.setdefault("shapes", {})
+summary.setdefault("memory", {})
+today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 for shape in dict.fromkeys(r["shape"] for r in timed):
     def med(tool, key):
         return statistics.median(r[key] for r in timed if r["shape"] == shape and r["tool"] == tool)
@@ -121,12 +126,20 @@ for shape in dict.fromkeys(r["shape"] for r in timed):
              "torch_tokens_per_second": med("torch", "tokens_per_second"),
              "fpdt_tokens_per_second": med("fpdt", "tokens_per_second"), "torch_peak_rss_bytes": tr,
              "fpdt_peak_rss_bytes": fr, "fpdt_mfu": med("fpdt", "mfu"), "fpdt_sgemm_ratio": med("fpdt", "sgemm_ratio"),
-             "load_min": min(loads), "load_max": max(loads),
+             "torch_cpu_seconds": med("torch", "cpu_seconds"), "fpdt_cpu_seconds": med("fpdt", "cpu_seconds"),
+             "load_min": min(loads), "load_max": max(loads), "date": today, "medians_of": runs,
              "runs": [r for r in timed if r["shape"] == shape]}
     summary["shapes"][shape] = entry
-    print(f"| {shape} | {t:.3f} | {f:.3f} | {t / f:.2f} | {entry['torch_tokens_per_second']:.0f} | "
-          f"{entry['fpdt_tokens_per_second']:.0f} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
-          f"{min(loads):.1f}–{max(loads):.1f} |")
+print(f"| shape | torch step s | fpdt step s | torch / fpdt | torch tok/s | fpdt tok/s | CPU s torch / fpdt | "
+      f"torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load | runs | date |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for shape, e in summary["shapes"].items():
+    t, f, tr, fr = e["torch_step_seconds"], e["fpdt_step_seconds"], e["torch_peak_rss_bytes"], e["fpdt_peak_rss_bytes"]
+    cpu = (f"{e['torch_cpu_seconds']:.2f} / {e['fpdt_cpu_seconds']:.2f} = {e['torch_cpu_seconds'] / e['fpdt_cpu_seconds']:.2f}"
+           if e.get("fpdt_cpu_seconds") else "—")
+    print(f"| {shape} | {t:.3f} | {f:.3f} | {t / f:.2f} | {e['torch_tokens_per_second']:.0f} | "
+          f"{e['fpdt_tokens_per_second']:.0f} | {cpu} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
+          f"{e['load_min']:.1f}–{e['load_max']:.1f} | {e.get('medians_of', '?')} | {e.get('date', 'earlier')} |")
 
 budget = 16 * 2**30
 def longest(points):  # peak RSS = a + b·T through the 8K and 32K points; the T where it reaches 16 GiB
@@ -156,5 +169,5 @@ if dry:
     print(f"fpdt --offload disk: the compute tier is the same at every T, so 16 GiB of RAM is never the bound; "
           f"the disk is ({per_token / 1024:.1f} KiB per token, {free / 2**30:.0f} GiB free here -> "
           f"T <= {int(free / per_token):,} tokens; from dry runs)")
-json.dump(summary, open("bench/results/peer_torch.json", "w"), indent=1)
+json.dump(summary, open(path, "w"), indent=1)
 PY

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -124,6 +125,12 @@ double load_average() {
   return load;
 }
 
+double process_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
 MachineRates measure_machine_rates(int threads) {
   MachineRates rates;
   rates.load_average = load_average();
@@ -186,6 +193,7 @@ void MetricsLog::write(const StepMetrics& m) {
                                  {"lr", m.lr},
                                  {"grad_norm", m.grad_norm},
                                  {"step_seconds", m.step_seconds},
+                                 {"cpu_seconds", m.cpu_seconds},
                                  {"tokens_per_second", m.tokens_per_second},
                                  {"gflops", m.gflops},
                                  {"mfu", m.mfu},

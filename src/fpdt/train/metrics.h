@@ -19,6 +19,7 @@ struct StepMetrics {
   double grad_norm = 0.0;      // before clipping
   bool skipped = false;        // the loss or gradient norm was not finite: the update was not applied
   double step_seconds = 0.0;
+  double cpu_seconds = 0.0;    // the process's CPU time over the step (all threads): its work, whatever else runs
   double tokens_per_second = 0.0;
   double gflops = 0.0;         // model GFLOP/s (see model_flops)
   double mfu = 0.0;            // gflops / FMA peak (MachineRates)
@@ -54,6 +55,9 @@ double measure_sgemm_gflops(int threads);
 
 // The 1-minute load average (/proc/loadavg); -1 when it cannot be read.
 double load_average();
+
+// CPU time the process has used so far, all threads (user + system).
+double process_cpu_seconds();
 
 // Appends one JSON object per line ({"step": N, ...}); flushes each line so a killed run keeps what it
 // logged. Non-finite numbers are written as null.

@@ -295,6 +295,7 @@ StepMetrics Trainer::step() {
   const TrainSettings& s = settings_;
   ++step_;
   Timer step_timer;
+  const double cpu_start = process_cpu_seconds();
   MemoryTiers::instance().reset_peak(Tier::compute);
   MemoryTiers::instance().reset_peak(Tier::offload);
   sp_group_->reset_bytes_sent();
@@ -338,6 +339,7 @@ StepMetrics Trainer::step() {
                       " holds finite weights; lower --lr (or check the optimizer state) and --resume");
   }
   metrics.step_seconds = step_timer.seconds();
+  metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
   metrics.tokens_per_second =
       static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
