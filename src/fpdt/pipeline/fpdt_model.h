@@ -79,6 +79,10 @@ class FpdtModel {
   // Returns this rank's loss sum and count.
   model::LossStats forward_backward(const model::Batch& batch, double grad_scale);
   model::LossStats forward(const model::Batch& batch);
+  // The bytes the last forward or forward_backward moved to and from the offload store (counted as
+  // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step of
+  // the reserved shape would move without document ids.
+  const OffloadTraffic& traffic() const { return traffic_; }
 
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry);
@@ -143,6 +147,7 @@ class FpdtModel {
   bool documents_ = false;  // blocks take document ids
   double grad_scale_ = 0.0;
   model::LossStats loss_;
+  OffloadTraffic traffic_;
   model::LayerTensors weights_{}, gradients_{};  // of the program's layer
   std::vector<kernels::CopyEvent> events_;       // of the program's copies
   std::vector<StepPlacements> placements_;       // of the program's steps (place_outputs)
