@@ -2,7 +2,8 @@
 # `make run`'s shape (llama-demo, 8 sequences of 256 tokens, its learning-rate schedule) for STEPS steps,
 # this build against BASELINE (the fpdt binary of another build), ROUNDS runs each, alternated (ABBA) so
 # both see the same load: per run the median tokens/s and MFU of steps 2..STEPS (each run measures its
-# own FMA peak and sgemm rate, so MFU and the sgemm ratio are of that run's machine), and the load;
+# own FMA peak and sgemm rate, so MFU and the sgemm ratio are of that run's machine), the process's CPU
+# seconds per step (builds that log it) and the load;
 # then the medians and the ratio of tokens/s this / baseline. OMP_WAIT_POLICY=passive for both unless
 # the caller sets it. Writes bench/results/make_run_speed.json.
 #   usage: bench/make_run_speed.sh [BUILD_DIR [BASELINE_FPDT]]     ROUNDS=3 STEPS=30 override
@@ -32,6 +33,7 @@ med = lambda key: statistics.median(s[key] for s in steps) if key in steps[0] el
 peak = [line for line in open(out + ".log") if line.startswith("| peak GFLOP/s") or line.startswith("| sgemm GFLOP/s")]
 print(json.dumps({"which": which, "tokens_per_second": med("tokens_per_second"), "gflops": med("gflops"),
                   "mfu": med("mfu"), "sgemm_ratio": med("sgemm_ratio"), "load_average": med("load_average"),
+                  "cpu_seconds": med("cpu_seconds"),
                   "loss": steps[-1]["loss"], "rates": [p.strip() for p in peak]}))
 PY
   tail -n 1 "$work/runs.jsonl" >&2
@@ -50,7 +52,7 @@ for which in ("new", "baseline"):
     if not mine:
         continue
     med = lambda key: statistics.median(r[key] for r in mine) if mine[0][key] is not None else None
-    summary[which] = {key: med(key) for key in ("tokens_per_second", "gflops", "mfu", "sgemm_ratio")}
+    summary[which] = {key: med(key) for key in ("tokens_per_second", "gflops", "mfu", "sgemm_ratio", "cpu_seconds", "load_average")}
 if "baseline" in summary:
     summary["tokens_per_second_over_baseline"] = summary["new"]["tokens_per_second"] / summary["baseline"]["tokens_per_second"]
 print(json.dumps(summary, indent=1))

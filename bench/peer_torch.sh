@@ -2,8 +2,9 @@
 # fpdt side by side with the peer a user would pick instead: PyTorch (PyPI wheel, tools/reference_env.sh)
 # training Hugging Face LlamaForCausalLM with SDPA attention, fp32, from the same config.json, with the
 # same threads — one forward + backward + clipping + AdamW step (bench/peer_torch.py), alternated with
-# `fpdt train` on the same shape, RUNS times each; the step reported is each process's last (the first
-# pays for allocation and page faults).
+# `fpdt train` on the same shape, RUNS times each; the step reported is each process's last: of 2 steps
+# (the first pays for allocation and page faults), at 32K of 1 (a step of a minute or more, whose first
+# touch of its memory is under 2 % of it: the runs that fit in the time a shared machine allows).
 #   shapes:   T = 2K, 8K, 32K of a 2-layer Llama h 512, 8 heads, f 1376 (configs/peer_llama.json), batch
 #             1, and `make run`'s shape, batch 8 x 256 of llama-demo (configs/llama_demo.json).
 #   memory:   the longest T each fits in 16 GiB — torch from the slope of its peak RSS between 8K and
@@ -31,7 +32,9 @@ results=$work/results.jsonl
 
 # shape → config, batch, seq, fpdt's pipeline options: one chunk, everything resident, up to 8K; at 32K,
 # where the point is memory flat in T, chunks of 4K offloaded to a file (the page cache holds it if RAM
-# allows, but it is not the process's: its RSS is the compute tier's).
+# allows, but it is not the process's: its RSS is the compute tier's). At 32K fpdt also runs a second
+# way, "fpdt-resident": the same 4K chunks kept in RAM (--offload none), its fastest configuration —
+# a row of its own, so the speed ratio and the RSS ratio each say which fpdt they are of.
 shape_args() {
   case $1 in
     t2k) echo "bench/configs/peer_llama.json 1 2048" ;;
@@ -42,29 +45,32 @@ shape_args() {
   esac
 }
 
+steps_of() { if [ "$1" = t32k ]; then echo 1; else echo 2; fi; }
+
 run_torch() {  # shape run [--checkpointing]
   local config batch seq
   read -r config batch seq _ <<< "$(shape_args "$1")"
-  "$python" bench/peer_torch.py --config "$config" --batch "$batch" --seq "$seq" --threads $threads --steps 2 \
+  "$python" bench/peer_torch.py --config "$config" --batch "$batch" --seq "$seq" --threads $threads --steps "$(steps_of "$1")" \
     ${3:-} 2> "$work/torch_$1_$2.err" | tail -n 1 |
     python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['shape']='$1'; d['run']=$2; print(json.dumps(d))" \
     >> "$results"
 }
 
-run_fpdt() {  # shape run
-  local config batch seq extra out
+run_fpdt() {  # shape run [resident]
+  local config batch seq extra out tool=fpdt
   read -r config batch seq extra <<< "$(shape_args "$1")"
-  out=$work/fpdt_$1_$2
+  if [ -n "${3:-}" ]; then extra=${extra/--offload disk:$work/--offload none}; tool=fpdt-resident; fi
+  out=$work/${tool}_$1_$2
   # shellcheck disable=SC2086
-  "$fpdt" train --model "$config" --data data/kjv --batch "$batch" --seq "$seq" --steps 2 --threads $threads \
-    --eval-batches 0 --save-every 1000 --out "$out" $extra > "$out.log" 2>&1
-  python3 - "$out" "$1" "$2" "$config" "$batch" "$seq" >> "$results" <<'PY'
+  "$fpdt" train --model "$config" --data data/kjv --batch "$batch" --seq "$seq" --steps "$(steps_of "$1")" \
+    --threads $threads --eval-batches 0 --save-every 1000 --out "$out" $extra > "$out.log" 2>&1
+  python3 - "$out" "$1" "$2" "$config" "$batch" "$seq" "$tool" >> "$results" <<'PY'
 import json, sys
-out, shape, run, config, batch, seq = sys.argv[1:]
+out, shape, run, config, batch, seq, tool = sys.argv[1:]
 steps = [json.loads(line) for line in open(out + "/metrics.jsonl")]
 final = json.loads(open(out + ".log").read().strip().splitlines()[-1])
 last = steps[-1]
-print(json.dumps({"tool": "fpdt", "shape": shape, "run": int(run), "config": config, "batch": int(batch),
+print(json.dumps({"tool": tool, "shape": shape, "run": int(run), "config": config, "batch": int(batch),
                   "seq": int(seq), "step_seconds": last["step_seconds"], "cpu_seconds": last["cpu_seconds"],
                   "steps_seconds": [s["step_seconds"] for s in steps], "tokens_per_second": last["tokens_per_second"],
                   "peak_rss_bytes": final["peak_rss_bytes"], "mfu": last["mfu"], "sgemm_ratio": last["sgemm_ratio"],
@@ -75,13 +81,21 @@ PY
 
 for shape in $shapes; do
   for run in $(seq 1 "$runs"); do
-    if [ $((run % 2)) = 1 ]; then run_torch "$shape" "$run"; run_fpdt "$shape" "$run"
-    else run_fpdt "$shape" "$run"; run_torch "$shape" "$run"; fi
-    tail -n 2 "$results" | python3 -c "
+    before=$(cat "$results" 2>/dev/null | wc -l)
+    # the runs of one round in a rotated order (each goes first once in every len(order) rounds)
+    order=(torch fpdt); [ "$shape" = t32k ] && order+=(fpdt-resident)
+    for i in $(seq 0 $((${#order[@]} - 1))); do
+      case ${order[$(((i + run - 1) % ${#order[@]}))]} in
+        torch) run_torch "$shape" "$run" ;;
+        fpdt) run_fpdt "$shape" "$run" ;;
+        fpdt-resident) run_fpdt "$shape" "$run" resident ;;
+      esac
+    done
+    tail -n +$((before + 1)) "$results" | python3 -c "
 import json, sys
 for line in sys.stdin:
     d = json.loads(line)
-    print(f\"{d['shape']:5} run {d['run']} {d['tool']:5} step {d['step_seconds']:8.3f} s  {d['tokens_per_second']:9.0f} tok/s  \"
+    print(f\"{d['shape']:5} run {d['run']} {d['tool']:13} step {d['step_seconds']:8.3f} s  {d['tokens_per_second']:9.0f} tok/s  \"
           f\"RSS {d['peak_rss_bytes'] / 2**20:7.0f} MiB  load {d['load_average']:.2f}\", file=sys.stderr)"
   done
 done
@@ -116,27 +130,30 @@ summary.update({"omp_wait_policy": policy})
 summary.setdefault("shapes", {})
 summary.setdefault("memory", {})
 today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def med(shape, tool, key):
+    values = [r[key] for r in timed if r["shape"] == shape and r["tool"] == tool and r.get(key) is not None]
+    return statistics.median(values) if values else None
 for shape in dict.fromkeys(r["shape"] for r in timed):
-    def med(tool, key):
-        return statistics.median(r[key] for r in timed if r["shape"] == shape and r["tool"] == tool)
     loads = [r["load_average"] for r in timed if r["shape"] == shape]
-    t, f = med("torch", "step_seconds"), med("fpdt", "step_seconds")
-    tr, fr = med("torch", "peak_rss_bytes"), med("fpdt", "peak_rss_bytes")
-    entry = {"torch_step_seconds": t, "fpdt_step_seconds": f, "speedup": t / f,
-             "torch_tokens_per_second": med("torch", "tokens_per_second"),
-             "fpdt_tokens_per_second": med("fpdt", "tokens_per_second"), "torch_peak_rss_bytes": tr,
-             "fpdt_peak_rss_bytes": fr, "fpdt_mfu": med("fpdt", "mfu"), "fpdt_sgemm_ratio": med("fpdt", "sgemm_ratio"),
-             "torch_cpu_seconds": med("torch", "cpu_seconds"), "fpdt_cpu_seconds": med("fpdt", "cpu_seconds"),
-             "load_min": min(loads), "load_max": max(loads), "date": today, "medians_of": runs,
-             "runs": [r for r in timed if r["shape"] == shape]}
-    summary["shapes"][shape] = entry
+    t, tr = med(shape, "torch", "step_seconds"), med(shape, "torch", "peak_rss_bytes")
+    for tool in dict.fromkeys(r["tool"] for r in timed if r["shape"] == shape and r["tool"] != "torch"):
+        f, fr = med(shape, tool, "step_seconds"), med(shape, tool, "peak_rss_bytes")
+        entry = {"fpdt": tool, "torch_step_seconds": t, "fpdt_step_seconds": f, "speedup": t / f,
+                 "torch_tokens_per_second": med(shape, "torch", "tokens_per_second"),
+                 "fpdt_tokens_per_second": med(shape, tool, "tokens_per_second"), "torch_peak_rss_bytes": tr,
+                 "fpdt_peak_rss_bytes": fr, "fpdt_mfu": med(shape, tool, "mfu"),
+                 "fpdt_sgemm_ratio": med(shape, tool, "sgemm_ratio"),
+                 "torch_cpu_seconds": med(shape, "torch", "cpu_seconds"), "fpdt_cpu_seconds": med(shape, tool, "cpu_seconds"),
+                 "load_min": min(loads), "load_max": max(loads), "date": today, "medians_of": runs,
+                 "runs": [r for r in timed if r["shape"] == shape and r["tool"] in ("torch", tool)]}
+        summary["shapes"][shape if tool == "fpdt" else f"{shape} ({tool})"] = entry
 print(f"| shape | torch step s | fpdt step s | torch / fpdt | torch tok/s | fpdt tok/s | CPU s torch / fpdt | "
       f"torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load | runs | date |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for shape, e in summary["shapes"].items():
     t, f, tr, fr = e["torch_step_seconds"], e["fpdt_step_seconds"], e["torch_peak_rss_bytes"], e["fpdt_peak_rss_bytes"]
     cpu = (f"{e['torch_cpu_seconds']:.2f} / {e['fpdt_cpu_seconds']:.2f} = {e['torch_cpu_seconds'] / e['fpdt_cpu_seconds']:.2f}"
-           if e.get("fpdt_cpu_seconds") else "—")
+           if e.get("fpdt_cpu_seconds") and e.get("torch_cpu_seconds") else "—")
     print(f"| {shape} | {t:.3f} | {f:.3f} | {t / f:.2f} | {e['torch_tokens_per_second']:.0f} | "
           f"{e['fpdt_tokens_per_second']:.0f} | {cpu} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
           f"{e['load_min']:.1f}–{e['load_max']:.1f} | {e.get('medians_of', '?')} | {e.get('date', 'earlier')} |")
