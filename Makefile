@@ -2,7 +2,8 @@
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
 #   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv), train
 #               the demo Llama on short sequences of it, extend its context to 16K with FPDT, evaluate
-#               both by context position and plot it (scripts/long_context_demo.sh)
+#               both by context position and plot it (scripts/long_context_demo.sh; OpenMP
+#               threads wait passively: see README, Speed)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 

@@ -374,7 +374,7 @@ TEST(Eval, ForwardOnlyLayoutKeepsWhatAForwardNeeds) {
   const pipeline::ChunkPlan plan = pipeline::make_chunk_plan(S, 1, 0, 4096, 0);
   const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, 1);
   const pipeline::LayoutShape training = pipeline::layout_shape(config, sharding, plan, 1, config.layers, 4);
-  const pipeline::LayoutShape forward = pipeline::layout_shape(config, sharding, plan, 1, config.layers, 4, false);
+  const pipeline::LayoutShape forward = pipeline::layout_shape(config, sharding, plan, 1, config.layers, 4, false, false);
   const pipeline::Schedule schedule =
       pipeline::make_schedule(plan, pipeline::Pass::forward, pipeline::Recompute::none,
                               std::vector<pipeline::BlockMask>(static_cast<size_t>(config.layers),

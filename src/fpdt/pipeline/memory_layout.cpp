@@ -32,7 +32,8 @@ int64_t ArraySpec::slot_bytes(const LayoutShape& shape) const {
 }
 
 LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
-                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool backward) {
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool mlp_kept,
+                         bool backward) {
   LayoutShape shape;
   shape.B = batch;
   shape.c = plan.local_chunk_tokens;
@@ -50,9 +51,12 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
   shape.P = sharding.ranks;
   shape.kv_replicated = sharding.kv_replicated;
   shape.activation_bytes = activation_bytes;
+  shape.mlp_kept = mlp_kept;
   shape.backward = backward;
   return shape;
 }
+
+bool keep_mlp_activations(bool store_resident, bool recompute_layer) { return store_resident && !recompute_layer; }
 
 int64_t head_rows(const LayoutShape& s) {
   const int64_t by_budget = s.V > 0 ? kHeadLogitsBytes / (4 * s.V) : 1;
@@ -144,6 +148,7 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   // Forward only: the inputs of the running layer and the next, its k and v, nothing else.
   const int64_t stored = s.backward ? s.stored_layers : 0, inputs_kept = s.backward ? s.L + 1 : 2;
   const int64_t kv_kept = s.backward ? s.stored_layers : 1, grad_kept = s.backward ? 1 : 0;
+  const int64_t mlp = s.mlp_kept ? stored : 0;
   using E = Element;
   const StoreGroup inputs = StoreGroup::inputs, kept = StoreGroup::activations, grads = StoreGroup::gradients;
   std::vector<ArraySpec> table = {
@@ -155,6 +160,9 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::o, "o", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
       {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * s.q},
       {Array::lse, "lse", "(B, Hq/P, C)", kept, E::fp32, stored, lse},
+      {Array::gate, "gate", "(B·c, f)", kept, E::activation, mlp, n * s.f},
+      {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
+      {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, grad_kept, n * s.h},
       {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
