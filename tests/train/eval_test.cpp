@@ -19,6 +19,7 @@
 #include "fpdt/train/eval.h"
 #include "fpdt/train/shard.h"
 #include "fpdt/train/tokenizer.h"
+#include "fpdt/train/trainer.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -125,6 +126,7 @@ TokenResults training_forward(const Checkpoint& checkpoint, const model::Batch& 
   TokenResults results{std::vector<float>(n, 0.0f), std::vector<int32_t>(n, 0)};
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
+    set_threads(1);  // as settings_for's eval: a GEMM's cut over the team (and so its rounding) follows the count
     pipeline::PipelineConfig pipeline;
     pipeline.chunks = chunks;
     pipeline::FpdtModel model(checkpoint.config, *backend, comm, pipeline);
