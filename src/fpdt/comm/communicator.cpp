@@ -135,6 +135,83 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
   }
 }
 
+// In rounds of q = piece / P elements of every block (the same number of rounds on every rank: the
+// longest block's), so the scratch is P·q elements whatever the blocks' sizes. Round k sends elements
+// [k·q, (k+1)·q) of block j to rank j; this rank sums the P pieces it receives in rank order. Round k
+// writes recv only where the rounds after it no longer read (in place is safe).
+void Communicator::reduce_scatter_sum(const float* send, float* recv, const size_t* counts, bool add) {
+  const size_t ranks = static_cast<size_t>(size());
+  const size_t me = static_cast<size_t>(rank());
+  FPDT_CHECK(counts != nullptr, "comm", "reduce_scatter_sum: null counts", "");
+  std::vector<size_t> begin(ranks + 1, 0);  // block j at [begin[j], begin[j + 1])
+  for (size_t j = 0; j < ranks; ++j) begin[j + 1] = begin[j] + counts[j];
+  FPDT_CHECK(begin[ranks] == 0 || (send != nullptr && (counts[me] == 0 || recv != nullptr)), "comm",
+             "reduce_scatter_sum: null buffer", "");
+  const uintptr_t recv_at = reinterpret_cast<uintptr_t>(recv), own_at = reinterpret_cast<uintptr_t>(send + begin[me]);
+  FPDT_CHECK(!add || counts[me] == 0 || recv_at + counts[me] * sizeof(float) <= own_at ||
+                 recv_at >= own_at + counts[me] * sizeof(float),
+             "comm", "reduce_scatter_sum: adding into this rank's own block of send", "reduce into another buffer");
+  const size_t longest = *std::max_element(counts, counts + ranks);
+  const size_t piece = std::max<size_t>(1, limits().reduce_piece_bytes / sizeof(float) / ranks);
+  std::vector<float> received(ranks * std::min(piece, counts[me]));  // (P, piece)
+  std::vector<size_t> arrays(4 * ranks);
+  size_t* send_counts = arrays.data();
+  size_t* send_displs = send_counts + ranks;
+  size_t* recv_counts = send_displs + ranks;
+  size_t* recv_displs = recv_counts + ranks;
+  uint64_t sent = 0;
+  for (size_t done = 0; done < longest; done += piece) {
+    const size_t mine = counts[me] > done ? std::min(piece, counts[me] - done) : 0;
+    for (size_t j = 0; j < ranks; ++j) {
+      send_counts[j] = (counts[j] > done ? std::min(piece, counts[j] - done) : 0) * sizeof(float);
+      send_displs[j] = (begin[j] + std::min(done, counts[j])) * sizeof(float);
+      recv_counts[j] = mine * sizeof(float);
+      recv_displs[j] = j * mine * sizeof(float);
+      if (j != me) sent += send_counts[j];
+    }
+    exchange_bytes(send, send_counts, send_displs, received.data(), recv_counts, recv_displs);
+    if (mine == 0) continue;
+    float* sum = received.data();  // rank 0's piece, then + rank 1's, ...
+    for (size_t j = 1; j < ranks; ++j) {
+      const float* from_j = received.data() + j * mine;
+      for (size_t i = 0; i < mine; ++i) sum[i] += from_j[i];
+    }
+    float* out = recv + done;
+    if (add) {
+      for (size_t i = 0; i < mine; ++i) out[i] += sum[i];
+    } else {
+      std::memcpy(out, sum, mine * sizeof(float));
+    }
+  }
+  add_bytes_sent(sent);
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, const size_t* counts) {
+  const size_t ranks = static_cast<size_t>(size());
+  const size_t me = static_cast<size_t>(rank());
+  FPDT_CHECK(counts != nullptr, "comm", "all_gather_v: null counts", "");
+  std::vector<size_t> arrays(4 * ranks);
+  size_t* send_counts = arrays.data();
+  size_t* send_displs = send_counts + ranks;
+  size_t* recv_counts = send_displs + ranks;
+  size_t* recv_displs = recv_counts + ranks;
+  size_t total = 0;
+  for (size_t j = 0; j < ranks; ++j) {
+    // The own block is copied here, not exchanged: in place it is already where it belongs.
+    send_counts[j] = j == me ? 0 : counts[me];
+    send_displs[j] = 0;
+    recv_counts[j] = j == me ? 0 : counts[j];
+    recv_displs[j] = total;
+    total += counts[j];
+  }
+  FPDT_CHECK(total == 0 || (recv != nullptr && (counts[me] == 0 || send != nullptr)), "comm",
+             "all_gather_v: null buffer", "");
+  exchange_bytes(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  char* own = static_cast<char*>(recv) + recv_displs[me];
+  if (counts[me] > 0 && own != send) std::memcpy(own, send, counts[me]);
+  add_bytes_sent(static_cast<uint64_t>(ranks - 1) * counts[me]);
+}
+
 void Communicator::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
   FPDT_CHECK(bytes_per_rank == 0 || (send != nullptr && recv != nullptr), "comm", "all_gather: null buffer", "");
   gather_bytes(send, recv, bytes_per_rank);
