@@ -192,7 +192,7 @@ int command_inspect(int argc, char** argv) {
     std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
                 model::describe_window(config).c_str());
     for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
-    if (fs::exists(folder + "/optimizer.safetensors")) print_safetensors(folder + "/optimizer.safetensors");
+    for (const std::string& file : train::optimizer_files(folder)) print_safetensors(file);
     return 0;
   }
   if (path.ends_with(".safetensors")) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "fpdt/base/error.h"
+#include "fpdt/pipeline/model_states.h"
 #include "fpdt/plan/run_options.h"
 
 namespace fpdt::train {
@@ -143,6 +144,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
       .unit(Unit::bytes)
       .at_least(0)
       .zero_means("unlimited");
+  run::zero(set, s.zero);
+  run::offload_optimizer(set, s.offload_optimizer);
   set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
           s.dry_run);
   set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
@@ -176,6 +179,7 @@ void check_settings(const TrainSettings& s) {
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");
+  pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer == "ram", false});
   check_chunks(s);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }

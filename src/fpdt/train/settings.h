@@ -60,6 +60,8 @@ struct TrainSettings {
   std::string offload = "none";       // none | ram | disk (in out_dir) | disk:DIR
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
+  int zero = 0;                       // ZeRO stage over the dp × sp ranks (pipeline/model_states.h)
+  std::string offload_optimizer = "none";  // none | ram: ZeRO-Offload of the optimizer (stage ≥ 2)
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
   bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
