@@ -40,14 +40,31 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
 
   const train::TrainResult result = train::train(s, world);
   if (s.dry_run) {
-    // One JSON line per rank 0 for scripts (bench/fpdt_memory.sh), after the human-readable one.
+    // The layout by component, the peaks, then one JSON line per rank 0 for scripts
+    // (bench/fpdt_memory.sh).
+    log::info("memory of one step, rank 0 of " + std::to_string(s.sp * s.dp) + " (ZeRO stage " + std::to_string(s.zero) +
+              "):");
+    nlohmann::json components = nlohmann::json::array();
+    for (const train::MemoryComponent& component : result.memory) {
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-44s %-28s %-8s %12s", component.name.c_str(), component.kind.c_str(),
+                    tier_name(component.tier), format_bytes(static_cast<double>(component.bytes)).c_str());
+      log::info(line);
+      components.push_back(
+          {{"name", component.name}, {"kind", component.kind}, {"tier", tier_name(component.tier)}, {"bytes", component.bytes}});
+    }
     log::info("dry run: S = " + std::to_string(s.seq_tokens) + ": compute peak " +
               format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
-              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank");
+              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; peak RSS " +
+              format_bytes(static_cast<double>(result.peak_rss_bytes)));
     log::info(nlohmann::json{{"dry_run", true},
                              {"seq", s.seq_tokens},
                              {"compute_peak_bytes", result.compute_peak_bytes},
-                             {"offload_peak_bytes", result.offload_peak_bytes}}
+                             {"offload_peak_bytes", result.offload_peak_bytes},
+                             {"state_compute_bytes", result.state_compute_bytes},
+                             {"state_offload_bytes", result.state_offload_bytes},
+                             {"peak_rss_bytes", result.peak_rss_bytes},
+                             {"components", components}}
                   .dump());
     return 0;
   }
@@ -65,6 +82,8 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   }
   log::info(nlohmann::json{{"compute_peak_bytes", result.compute_peak_bytes},
                            {"offload_peak_bytes", result.offload_peak_bytes},
+                           {"state_compute_bytes", result.state_compute_bytes},
+                           {"state_offload_bytes", result.state_offload_bytes},
                            {"peak_rss_bytes", result.peak_rss_bytes},
                            {"last_step", result.last_step},
                            {"last_loss", result.last_loss},

@@ -88,23 +88,16 @@ class Pool {
   template <typename NextUse>
   int place(const Item& item, int64_t bytes, const std::vector<Item>& busy, NextUse next_use) {
     int best = -1;
-    // rank: 3 empty and fits, 2 empty, 1 evicts (fits first); then the smaller slot that fits, the larger
-    // one that grows, the furthest next use
+    // rank: 4 an empty slot that fits (the smallest), 3 evicting one that fits (the furthest next use),
+    // 2 growing an empty one, 1 growing an evicted one (the largest: the least growth)
     int best_rank = 0;
     int64_t best_key = 0;
     for (size_t s = 0; s < holder_.size(); ++s) {
       const Item& held = holder_[s];
       if (held.unit >= 0 && std::find(busy.begin(), busy.end(), held) != busy.end()) continue;
-      const bool fits = slots_[s].bytes >= bytes;
-      int rank = 0;
-      int64_t key = 0;
-      if (held.unit < 0) {
-        rank = fits ? 3 : 2;
-        key = fits ? -slots_[s].bytes : slots_[s].bytes;
-      } else {
-        rank = 1;
-        key = next_use(held.unit);
-      }
+      const bool fits = slots_[s].bytes >= bytes, empty = held.unit < 0;
+      const int rank = fits ? (empty ? 4 : 3) : (empty ? 2 : 1);
+      const int64_t key = rank == 4 ? -slots_[s].bytes : rank == 3 ? next_use(held.unit) : slots_[s].bytes;
       if (rank > best_rank || (rank == best_rank && key > best_key)) {
         best = static_cast<int>(s);
         best_rank = rank;
@@ -127,8 +120,8 @@ class Pool {
   std::vector<Item> holder_;
 };
 
-// Walks one pass: places its items in the pool's slots (growing the pool as needed) and writes each
-// segment's steps.
+// Walks the training pass: places its items in the pool's slots (growing the pool as needed) and
+// writes each segment's steps.
 void walk(std::vector<ZeroSegment>& segments, std::vector<ZeroSlot>& slots, const std::vector<int64_t>& unit_floats,
           int stage, int64_t weight_bytes) {
   Pool pool(slots);
@@ -205,9 +198,16 @@ ZeroPlan make_zero_plan(const std::vector<int64_t>& unit_floats, bool tied, int 
   plan.stage = stage;
   plan.layers = static_cast<int>(unit_floats.size() - 2) / 2;
   plan.training = segments_of(plan.layers, true, tied, recompute_layer);
-  plan.forward = segments_of(plan.layers, false, tied, recompute_layer);
   walk(plan.training, plan.slots, unit_floats, stage, weight_bytes);
-  walk(plan.forward, plan.slots, unit_floats, stage, weight_bytes);
+  // A forward pass is the training pass up to the head, without its gradients and without the head's
+  // prefetch for the backward: the same gathers into the same slots.
+  plan.forward = segments_of(plan.layers, false, tied, recompute_layer);
+  for (size_t k = 0; k < plan.forward.size(); ++k) {
+    const bool last = k + 1 == plan.forward.size();
+    for (const ZeroStep& step : plan.training[k].before)
+      if (step.kind == ZeroStep::Kind::wait || (step.kind == ZeroStep::Kind::gather && !last))
+        plan.forward[k].before.push_back(step);
+  }
   return plan;
 }
 

@@ -14,10 +14,10 @@
 // when it ends, so a layer's backward never holds its whole gradient together with both its units'
 // weights and the next prefetch.
 //
-// Slots: one pool for gathered weights and full gradients, sized by walking both passes (training,
-// then forward only): a unit placed in a slot takes an empty one if one fits (the smallest), else
-// grows the largest empty one, else evicts the gathered weights whose next use is furthest, else a new
-// slot is made. Gathered weights stay until their slot is needed (so the last layers of the forward
+// Slots: one pool for gathered weights and full gradients, sized by walking the training pass (a
+// forward pass is its first segments, gathering into the same slots): a unit placed in a slot takes an empty one that fits (the smallest), else evicts
+// gathered weights from one that fits (those next used furthest ahead), else grows a slot (an empty
+// one first, the largest), else a new slot is made. Gathered weights stay until their slot is needed (so the last layers of the forward
 // are not gathered again for the first of the backward); a gradient leaves its slot when it is reduced,
 // right after the last segment that adds to it.
 #pragma once

@@ -266,7 +266,11 @@ void Trainer::build_model() {
   print_table(config_, s, threads_, peak_gflops_, world_);
   backend_ = kernels::make_backend(s.backend);
   // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
+  const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+  const size_t offload_before = MemoryTiers::instance().usage(Tier::offload).active_bytes;
   states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, zero_config(s), s.seed, s.dry_run);
+  result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
+  result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), *states_);
   optimizer_ = std::make_unique<AdamW>(s.optimizer);
   if (!s.trace_path.empty()) trace::enable(world_.rank());
@@ -301,7 +305,7 @@ TrainResult Trainer::dry_run() {
     std::fputs(model_->schedule_for(s.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
     std::fputs(states_->plan().describe(true).c_str(), stdout);
   }
-  TrainResult result;
+  TrainResult result = result_;
   for (const pipeline::StateSpec& spec : states_->table())
     result.memory.push_back({"model states: " + spec.name, state_kind(spec.id), spec.tier,
                              static_cast<size_t>(spec.bytes())});

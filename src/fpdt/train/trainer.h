@@ -43,6 +43,10 @@ struct TrainResult {
   size_t offload_peak_bytes = 0;
   size_t peak_rss_bytes = 0;       // the process's peak resident set (VmHWM)
   uint64_t alltoall_bytes_per_step = 0;  // sent by this rank in its sequence-parallel group (last step)
+  // What building the model states added to each tier (memory_layout.h's model-state table; a dry run
+  // counts it). Exact with one process per rank; thread ranks share the tiers' counters.
+  size_t state_compute_bytes = 0;
+  size_t state_offload_bytes = 0;
   int64_t first_step = 0;     // first step this process ran
   int64_t last_step = 0;
   double first_loss = 0.0;    // training loss of first_step
