@@ -185,6 +185,40 @@ TEST(TrainMpirun, StageThreeHoldsLessThanAThirdOfStageZero) {
   EXPECT_LT(peak[3], peak[0] / 3);
 }
 
+// A rank killed (SIGKILL) in the middle of a sharded checkpoint — its optimizer shard written, the
+// checkpoint not yet complete — leaves the previous checkpoint as `latest`, loadable: a one-process run
+// at another stage resumes from it and continues as the uninterrupted run does (within 1e-6: another
+// summation order).
+TEST(TrainMpirun, KillDuringAShardedSaveLeavesThePreviousCheckpoint) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string straight = dir.file("straight"), killed = dir.file("killed");
+  const ProgramResult whole = run_mpi(mpirun_prefix(2), zero_args(setup, setup.config_path, straight, 2, 1, 1, 10));
+  ASSERT_EQ(whole.exit_status, 0) << whole.output;
+  ::setenv("FPDT_TEST_FAULT", "kill-in-save@10", 1);
+  const ProgramResult died = run_mpi(mpirun_prefix(2), zero_args(setup, setup.config_path, killed, 2, 1, 1, 10));
+  ::unsetenv("FPDT_TEST_FAULT");
+  EXPECT_NE(died.exit_status, 0) << died.output;
+  EXPECT_TRUE(std::filesystem::exists(killed + "/step_10.partial/optimizer-1-of-2.safetensors")) << died.output;
+  EXPECT_FALSE(std::filesystem::exists(killed + "/step_10"));
+  EXPECT_EQ(file_bytes(killed + "/latest"), "step_5\n");
+
+  std::vector<std::string> args = zero_args(setup, setup.config_path, killed, 1, 1, 0, 10);
+  args.push_back("--resume");
+  const ProgramResult resumed = run_fpdt(join_args(args));
+  ASSERT_EQ(resumed.exit_status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + killed + "/step_5"), std::string::npos) << resumed.output;
+  EXPECT_FALSE(std::filesystem::exists(killed + "/step_10.partial"));  // the dead save's debris is gone
+  const std::vector<nlohmann::json> got = metrics_lines(killed + "/metrics.jsonl");
+  const std::vector<nlohmann::json> want = metrics_lines(straight + "/metrics.jsonl");
+  ASSERT_EQ(got.size(), 10u);
+  ASSERT_EQ(want.size(), 10u);
+  for (size_t step = 5; step < 10; ++step) {
+    const double loss = got[step].at("loss"), expected = want[step].at("loss");
+    EXPECT_NEAR(loss, expected, 1e-6 * expected) << "step " << step + 1;
+  }
+}
+
 // The pid of the process of MPI rank `rank` whose command line mentions `marker`, or 0.
 pid_t find_rank_process(int rank, const std::string& marker) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {

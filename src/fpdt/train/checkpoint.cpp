@@ -127,7 +127,7 @@ int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path
 
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
                      AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     comm::Communicator& world, int keep) {
+                     comm::Communicator& world, int keep, const std::function<void()>& shard_written) {
   const std::string name = "step_" + std::to_string(state.step);
   // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
   check_finite_state(states, "refusing to save " + name + ": the model",
@@ -176,6 +176,7 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
     shards.set_metadata("rank", std::to_string(states.partition_rank()));
     shards.write((temp_dir / shard_file(states.partition_rank(), states.partition_ranks())).string());
   }
+  if (shard_written) shard_written();
   world.barrier();
 
   if (world.rank() == 0) {

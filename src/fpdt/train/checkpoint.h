@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -46,9 +47,11 @@ struct TrainerState {
 // checkpoint in a run folder is one a run can continue from and the rotation never deletes the last
 // finite one. Throws fpdt::Error naming the path on any failure. The tokenizer's files are written
 // beside the weights, its fingerprint into trainer_state.json.
+// shard_written: a test hook each rank runs once its optimizer shard is written (before the checkpoint
+// is complete).
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
                      AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     comm::Communicator& world, int keep = 2);
+                     comm::Communicator& world, int keep = 2, const std::function<void()>& shard_written = {});
 
 // The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
 std::string latest_checkpoint(const std::string& run_dir);

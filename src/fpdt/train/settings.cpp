@@ -79,6 +79,8 @@ FaultInjection parse_fault_injection(const std::string& text) {
   char tail = 0;
   if (std::sscanf(text.c_str(), "lr-inf@%lld%c", &step, &tail) == 1 && step > 0) {
     fault.lr_inf_from_step = step;
+  } else if (std::sscanf(text.c_str(), "kill-in-save@%lld%c", &step, &tail) == 1 && step > 0) {
+    fault.kill_in_save_step = step;
   } else if ((std::sscanf(text.c_str(), "nan-grad@%lldx%lld%c", &step, &count, &tail) == 2 ||
               (std::sscanf(text.c_str(), "nan-grad@%lld%c", &step, &tail) == 1 && (count = 1))) &&
              step > 0 && count > 0) {
@@ -86,7 +88,7 @@ FaultInjection parse_fault_injection(const std::string& text) {
     fault.nan_grad_steps = count;
   } else {
     throw Error(kModule, "FPDT_TEST_FAULT='" + text + "' is not a fault this build injects",
-                "lr-inf@STEP, nan-grad@STEP or nan-grad@STEPxCOUNT (a test hook; unset it for real runs)");
+                "lr-inf@STEP, nan-grad@STEP, nan-grad@STEPxCOUNT or kill-in-save@STEP (a test hook; unset it for real runs)");
   }
   return fault;
 }

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -427,7 +428,10 @@ void Trainer::save() {
   state.data = train_loader_->state();
   state.seed = settings_.seed;
   state.settings = settings_json(settings_);
-  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, world_);
+  const bool killed = settings_.fault.kill_in_save_step == step_ && world_.rank() == world_.size() - 1;
+  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, world_, 2, [killed] {
+    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
+  });
 }
 
 // ---- the run and its end --------------------------------------------------------------------------
