@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "fpdt/comm/threads/thread_communicator.h"
@@ -115,6 +116,35 @@ TEST(Zero, GradientAccumulationIsWithinRoundingOfStageZero) {
         EXPECT_NEAR(run.losses[step], zero0.losses[step], 1e-6 * zero0.losses[step]) << tag << " step " << step + 1;
     }
   }
+}
+
+// The offloaded update overlaps the next step, so its non-finite weights are found once that step's
+// passes are done: the run still stops with the step that made them, and saves nothing of them.
+TEST(Zero, AnOffloadedUpdateThatBreaksTheWeightsStopsTheRun) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  train::TrainSettings s;
+  s.model = setup.config_path;
+  s.data_dir = setup.data_dir;
+  s.out_dir = dir.file("run");
+  s.steps = 6;
+  s.save_every = 2;
+  s.batch_size = 1;
+  s.seq_tokens = 30;
+  s.eval_every = 0;
+  s.eval_batches = 0;
+  s.threads = 1;
+  s.peak_gflops = 100;
+  s.sp = 2;
+  s.chunks = 2;
+  s.zero = 3;
+  s.offload_optimizer = "ram";
+  s.fault.lr_inf_from_step = 3;
+  const std::string message =
+      error_message([&] { comm::run_ranks(2, [&](comm::Communicator& world) { train::train(s, world); }); });
+  expect_contains(message, {"[train]", "step 3's update made the weights non-finite"});
+  EXPECT_EQ(file_bytes(s.out_dir + "/latest"), "step_2\n");
+  EXPECT_FALSE(std::filesystem::exists(s.out_dir + "/step_4"));
 }
 
 // A run of 10 steps, checkpoints every 5; with stop_after 5 it ends after the first checkpoint.

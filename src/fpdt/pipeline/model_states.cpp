@@ -53,6 +53,9 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   gradient_in_.assign(units, -1);
   gather_done_.assign(units, 0);
   reduced_.assign(units, 0);
+  updated_.assign(units, 0);
+  weights_ready_.assign(units, 0);
+  update_finite_.assign(units, 1);
 
   StateShape shape;
   shape.stage = zero_.stage;
@@ -93,7 +96,10 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   if (world.size() > 1) group_ = world.split(0, world.rank());
   comm_ = group_ ? group_.get() : &world;
   if (zero_.stage >= 2) queue_ = std::make_unique<WorkQueue>();
-  if (zero_.offload_optimizer) host_ = kernels::make_backend("cpu");
+  if (zero_.offload_optimizer) {
+    host_ = kernels::make_backend("cpu");
+    optimizer_queue_ = std::make_unique<WorkQueue>();
+  }
 
   // The weights as init_parameters makes them: one stream of random numbers over the units in order.
   Rng rng(seed);
@@ -119,7 +125,9 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
 }
 
 ModelStates::~ModelStates() {
-  // Queued collectives still read and write the slots: let them finish (a failed one is not rethrown).
+  // Queued updates and collectives still read and write the buffers: let them finish (a failed one is
+  // not rethrown; a collective waiting on an update is queued after it).
+  optimizer_queue_.reset();
   queue_.reset();
 }
 
@@ -183,7 +191,9 @@ void ModelStates::gather(int unit, int slot) {
   gathered_in_[static_cast<size_t>(unit)] = slot;
   const float* shard = part(StateBuf::weights, unit);
   float* into = this->slot(slot);
-  gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, shard, into] {
+  const WorkQueue::Event updated = updated_[static_cast<size_t>(unit)];
+  gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, shard, into, updated] {
+    if (updated != 0) optimizer_queue_->wait(updated);  // the offloaded update of this unit
     const trace::Span span("gather weights", "comm");
     comm_->all_gather_v(shard, into, counts_bytes(unit).data());
   });
@@ -202,6 +212,11 @@ void ModelStates::reduce(int unit, int slot) {
 }
 
 void ModelStates::before_segment(int segment) {
+  for (int unit : (*pass_)[static_cast<size_t>(segment)].units) {  // stage 2: its offloaded update's all-gather
+    WorkQueue::Event& ready = weights_ready_[static_cast<size_t>(unit)];
+    if (ready != 0) queue_->wait(ready);
+    ready = 0;
+  }
   for (const ZeroStep& step : (*pass_)[static_cast<size_t>(segment)].before) {
     const size_t unit = static_cast<size_t>(step.unit);
     switch (step.kind) {
@@ -240,14 +255,10 @@ float* ModelStates::unit_gradients(int unit) const {
 // ---- the optimizer step ---------------------------------------------------------------------------------
 
 void ModelStates::zero_gradients() {
-  float* gradients = arrays_[static_cast<size_t>(StateBuf::gradients)];
-  const StateSpec& spec = table_[1];  // the gradients' row (memory_layout.h's order)
-  FPDT_ASSERT(spec.id == StateBuf::gradients);
-  if (spec.tier == Tier::offload)
-    std::memset(gradients, 0, static_cast<size_t>(spec.bytes()));
-  else
-    memory_.fill_zero(gradients, static_cast<size_t>(spec.bytes()));
   std::fill(reduced_.begin(), reduced_.end(), 0);
+  if (zero_.stage >= 2) return;  // the step's first reduce-scatter of each unit writes its shard
+  memory_.fill_zero(arrays_[static_cast<size_t>(StateBuf::gradients)],
+                    static_cast<size_t>(layout_.total_numel()) * sizeof(float));
 }
 
 void ModelStates::reduce_gradients() {
@@ -311,32 +322,63 @@ void ModelStates::scale_gradients(float coefficient) {
 
 void ModelStates::adamw_update(kernels::AdamWParams hyper) {
   const double decay = hyper.weight_decay;
-  for (const model::ParameterInfo& info : layout_.tensors()) {
-    const int unit = layout_.unit_of(info.offset);
+  // The tensors' pieces in this rank's part of `unit`, with their weight decay.
+  auto update_unit = [this, decay, hyper](int unit, kernels::Backend& kernels, StateBuf params) mutable {
     const ShardRange& own = own_[static_cast<size_t>(unit)];
     const int64_t base = layout_.units()[static_cast<size_t>(unit)].begin + own.begin;
-    const int64_t begin = std::max(info.offset, base), end = std::min(info.offset + info.numel(), base + own.size());
-    if (begin >= end) continue;
-    hyper.weight_decay = info.is_matrix() ? decay : 0.0;
-    const int64_t at = begin - base, n = end - begin;
-    float* m = part(StateBuf::m, unit) + at;
-    float* v = part(StateBuf::v, unit) + at;
-    const float* gradients = part(StateBuf::gradients, unit) + at;
-    float* weights = part(StateBuf::weights, unit) + at;
-    if (host_) {
-      float* master = part(StateBuf::master, unit) + at;
-      host_->adamw_update(master, m, v, gradients, n, hyper);
-      memory_.upload(weights, master, static_cast<size_t>(n) * sizeof(float));
-    } else {
-      backend_.adamw_update(weights, m, v, gradients, n, hyper);
+    for (const model::ParameterInfo& info : layout_.tensors()) {
+      const int64_t begin = std::max(info.offset, base), end = std::min(info.offset + info.numel(), base + own.size());
+      if (begin >= end) continue;
+      hyper.weight_decay = info.is_matrix() ? decay : 0.0;
+      const int64_t at = begin - base;
+      kernels.adamw_update(part(params, unit) + at, part(StateBuf::m, unit) + at, part(StateBuf::v, unit) + at,
+                           part(StateBuf::gradients, unit) + at, end - begin, hyper);
     }
+  };
+  const int units = static_cast<int>(own_.size());
+  if (host_) {
+    // On the optimizer's thread, unit by unit in the order a pass first uses them (the embeddings,
+    // the layers, the head: the layout's order); a unit's gather or first use waits for it alone.
+    for (int unit = 0; unit < units; ++unit) {
+      updated_[static_cast<size_t>(unit)] = optimizer_queue_->submit([this, unit, update_unit]() mutable {
+        const trace::Span span("optimizer update (offloaded)", "copy");
+        update_unit(unit, *host_, StateBuf::master);
+        const float* master = part(StateBuf::master, unit);
+        const int64_t n = own_[static_cast<size_t>(unit)].size();
+        bool finite = true;
+        for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(master[i]);
+        update_finite_[static_cast<size_t>(unit)] = finite;
+        memory_.upload(part(StateBuf::weights, unit), master, static_cast<size_t>(n) * sizeof(float));
+      });
+      if (zero_.stage == 2) {
+        float* whole = arrays_[static_cast<size_t>(StateBuf::weights)] + layout_.units()[static_cast<size_t>(unit)].begin;
+        const float* mine = part(StateBuf::weights, unit);
+        const WorkQueue::Event updated = updated_[static_cast<size_t>(unit)];
+        weights_ready_[static_cast<size_t>(unit)] = queue_->submit([this, unit, whole, mine, updated] {
+          optimizer_queue_->wait(updated);
+          const trace::Span span("gather weights", "comm");
+          comm_->all_gather_v(mine, whole, counts_bytes(unit).data());
+        });
+      }
+    }
+    return;
   }
+  for (int unit = 0; unit < units; ++unit) update_unit(unit, backend_, StateBuf::weights);
   if (zero_.stage == 1 || zero_.stage == 2) {
     float* whole = arrays_[static_cast<size_t>(StateBuf::weights)];
-    for (size_t u = 0; u < own_.size(); ++u)
-      comm_->all_gather_v(part(StateBuf::weights, static_cast<int>(u)), whole + layout_.units()[u].begin,
-                          counts_bytes(static_cast<int>(u)).data());
+    for (int unit = 0; unit < units; ++unit)
+      comm_->all_gather_v(part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin,
+                          counts_bytes(unit).data());
   }
+}
+
+bool ModelStates::finish_update() {
+  if (!optimizer_queue_) return true;
+  optimizer_queue_->wait_all();
+  queue_->wait_all();  // stage 2's all-gathers
+  std::fill(updated_.begin(), updated_.end(), 0);
+  std::fill(weights_ready_.begin(), weights_ready_.end(), 0);
+  return std::all_of(update_finite_.begin(), update_finite_.end(), [](char finite) { return finite != 0; });
 }
 
 namespace {
@@ -352,7 +394,7 @@ bool everywhere(comm::Communicator& comm, bool mine) {
 
 // The states are host-addressable where these run (the CPU backend; the trainer refuses the others).
 bool ModelStates::weights_finite() {
-  bool finite = true;
+  bool finite = finish_update();
   for (size_t u = 0; u < own_.size(); ++u) {
     const float* weights = part(StateBuf::weights, static_cast<int>(u));
     for (int64_t i = 0; i < own_[u].size(); ++i) finite &= std::isfinite(weights[i]);
@@ -361,7 +403,7 @@ bool ModelStates::weights_finite() {
 }
 
 bool ModelStates::moments_valid() {
-  bool valid = true;
+  bool valid = finish_update();
   for (size_t u = 0; u < own_.size(); ++u) {
     const float* m = part(StateBuf::m, static_cast<int>(u));
     const float* v = part(StateBuf::v, static_cast<int>(u));
@@ -373,6 +415,7 @@ bool ModelStates::moments_valid() {
 // ---- checkpoints ----------------------------------------------------------------------------------------
 
 void ModelStates::gather_weights(model::ParameterBlock& whole) {
+  finish_update();
   if (zero_.stage <= 2) {
     memory_.download(whole.data(), arrays_[static_cast<size_t>(StateBuf::weights)],
                      static_cast<size_t>(layout_.total_numel()) * sizeof(float));
@@ -396,6 +439,7 @@ void ModelStates::load_weights(const model::ParameterBlock& whole) {
 }
 
 void ModelStates::read_moments(int unit, float* m, float* v) {
+  finish_update();
   const size_t bytes = static_cast<size_t>(own(unit).size()) * sizeof(float);
   if (host_) {
     std::memcpy(m, part(StateBuf::m, unit), bytes);

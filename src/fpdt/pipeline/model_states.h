@@ -19,8 +19,11 @@
 // (kShardBlockFloats) in one order whatever the stage or W.
 //
 // --offload-optimizer (stages 2, 3; as DeepSpeed's ZeRO-Offload): the gradient shards, AdamW's moments
-// and fp32 master weights live in the offload tier and the update runs there, on the host's kernels;
-// the updated shards are copied back into the compute-tier weights.
+// and fp32 master weights live in the offload tier and the update runs there, on the host's kernels
+// and a thread of its own, unit by unit in the order the next pass uses them; the updated shards are
+// copied back into the compute-tier weights (and, stage 2, all-gathered). adamw_update returns at once:
+// the next step starts while the update runs, and a unit's gather (or, stage 2, its first use) waits
+// for that unit's update only.
 #pragma once
 
 #include <cstdint>
@@ -88,7 +91,8 @@ class ModelStates {
   float* unit_gradients(int unit) const;
 
   // ---- the optimizer step -------------------------------------------------------------------------
-  // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate).
+  // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate; from stage 2 the
+  // step's first reduce-scatter of a unit writes its shard, so nothing is cleared).
   void zero_gradients();
   // After the last micro-batch: stage 0 all-reduces the whole gradient, stage 1 reduce-scatters it
   // unit by unit; from stage 2 the passes have done it.
@@ -100,9 +104,10 @@ class ModelStates {
   double gradient_norm();
   void scale_gradients(float coefficient);
   // AdamW on this rank's part (hyper.weight_decay on matrices and embeddings only, as train::AdamW),
-  // then (stages 1, 2) the weights all-gathered.
+  // then (stages 1, 2) the weights all-gathered. Offloaded: queued (see the top of the file).
   void adamw_update(kernels::AdamWParams hyper);
-  // Over every rank: all weights finite; moments finite and second moments ≥ 0.
+  // Over every rank: all weights finite (after the update in flight, if any); moments finite and
+  // second moments ≥ 0. Call them between passes.
   bool weights_finite();
   bool moments_valid();
 
@@ -154,6 +159,13 @@ class ModelStates {
   ZeroPlan plan_;
   const std::vector<ZeroSegment>* pass_ = nullptr;
   std::unique_ptr<WorkQueue> queue_;          // stage ≥ 2: gathers and reduce-scatters, in plan order
+  // The offloaded optimizer's update in flight: its thread, and per unit the event of its update, of
+  // its weights' all-gather (stage 2, on queue_) and whether its updated weights are finite.
+  std::unique_ptr<WorkQueue> optimizer_queue_;
+  std::vector<WorkQueue::Event> updated_, weights_ready_;
+  std::vector<char> update_finite_;
+  // Waits for the update in flight; whether its weights are finite on this rank.
+  bool finish_update();
   std::vector<int> gathered_in_;              // per unit: the slot holding its weights, or −1
   std::vector<int> gradient_in_;              // per unit: the slot holding its gradient, or −1
   std::vector<WorkQueue::Event> gather_done_; // per unit

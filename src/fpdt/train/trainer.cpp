@@ -345,6 +345,7 @@ StepMetrics Trainer::step() {
                                          counted > 0 ? 1.0 / counted : 0.0)
                     .loss_sum;
   result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
+  check_update();  // the previous step's, when it overlapped this one
   const FaultInjection& fault = s.fault;
   if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
       step_ < fault.nan_grad_from_step + fault.nan_grad_steps && world_.rank() == 0)
@@ -362,12 +363,8 @@ StepMetrics Trainer::step() {
   if (!metrics.skipped) {
     const bool poisoned = fault.lr_inf_from_step > 0 && step_ >= fault.lr_inf_from_step;
     optimizer_->update(*states_, poisoned ? std::numeric_limits<double>::infinity() : metrics.lr);
-    if (!states_->weights_finite())
-      throw Error(kModule,
-                  "step " + str(step_) + "'s update made the weights non-finite (lr " + number(metrics.lr) +
-                      ", gradient norm " + number(metrics.grad_norm) + "); they are not saved",
-                  "every checkpoint in " + s.out_dir +
-                      " holds finite weights; lower --lr (or check the optimizer state) and --resume");
+    unchecked_update_ = Update{step_, metrics.lr, metrics.grad_norm};
+    if (!states_->zero().offload_optimizer) check_update();
   }
   metrics.step_seconds = step_timer.seconds();
   metrics.tokens_per_second =
@@ -378,6 +375,18 @@ StepMetrics Trainer::step() {
   metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   metrics.alltoall_bytes = result_.alltoall_bytes_per_step;
   return metrics;
+}
+
+void Trainer::check_update() {
+  const Update update = unchecked_update_;
+  if (update.step == 0) return;
+  unchecked_update_ = Update{};
+  if (!states_->weights_finite())
+    throw Error(kModule,
+                "step " + str(update.step) + "'s update made the weights non-finite (lr " + number(update.lr) +
+                    ", gradient norm " + number(update.grad_norm) + "); they are not saved",
+                "every checkpoint in " + settings_.out_dir +
+                    " holds finite weights; lower --lr (or check the optimizer state) and --resume");
 }
 
 void Trainer::record(const StepMetrics& metrics) {
@@ -409,6 +418,7 @@ double Trainer::evaluate() {
   // The validation loader restarts from the same cursor each time, so every evaluation sees the same
   // tokens; the sums are over every rank.
   if (settings_.eval_batches == 0) return -1.0;  // validation off
+  check_update();
   val_loader_->restore(val_start_);
   double sums[2] = {0.0, 0.0};
   for (int64_t i = 0; i < settings_.eval_batches; ++i) {
@@ -423,6 +433,7 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save() {
+  check_update();
   TrainerState state;
   state.step = step_;
   state.data = train_loader_->state();
@@ -462,6 +473,7 @@ TrainResult Trainer::run() {
 
 TrainResult Trainer::finish() {
   const TrainSettings& s = settings_;
+  check_update();
   result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result_.peak_rss_bytes = peak_rss_bytes();

@@ -118,6 +118,14 @@ class Trainer {
   int64_t step_ = 0;        // steps completed (the last one may have been skipped)
   int64_t first_step_ = 1;  // the first step this process runs
   int64_t nonfinite_in_a_row_ = 0;
+  // The last update, until its weights are known to be finite (at once, or — the optimizer offloaded,
+  // its update overlapping the next step — once that step's passes are done, or before the weights are
+  // evaluated, saved or sampled).
+  struct Update {
+    int64_t step = 0;  // 0: none unchecked
+    double lr = 0.0, grad_norm = 0.0;
+  } unchecked_update_;
+  void check_update();
   double flops_per_step_ = 0.0;
   Timer run_timer_;
   TrainResult result_;
