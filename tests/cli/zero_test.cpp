@@ -35,26 +35,10 @@ std::string write_gpt_config(const TempDir& dir) {
 
 ZeroRun train_zero(const TinySetup& setup, const std::string& model, const std::string& out, int sp, int dp,
                    int zero, bool offload = false, int64_t grad_accum = 1) {
-  train::TrainSettings s;
+  train::TrainSettings s = setup.settings(out, 5, sp, dp);
   s.model = model;
-  s.data_dir = setup.data_dir;
-  s.out_dir = out;
-  s.steps = 5;
-  s.batch_size = 1;
-  s.seq_tokens = 30;  // not a multiple of the chunk: padded
   s.grad_accum = grad_accum;
-  s.eval_every = 0;
-  s.eval_batches = 1;
-  s.save_every = 0;
-  s.threads = 1;
-  s.peak_gflops = 100;
-  s.optimizer.warmup_steps = 2;
-  s.optimizer.lr = 1e-3;  // as TinySetup::train_args, for the reason given there
   s.optimizer.grad_clip = 0.05;  // small enough to clip: the clip coefficient comes from the norm
-  s.sp = sp;
-  s.dp = dp;
-  s.chunks = 2;
-  s.offload = "ram";
   s.zero = zero;
   s.offload_optimizer = offload ? "ram" : "none";
   comm::run_ranks(sp * dp, [&](comm::Communicator& world) { train::train(s, world); });
@@ -123,20 +107,9 @@ TEST(Zero, GradientAccumulationIsWithinRoundingOfStageZero) {
 TEST(Zero, AnOffloadedUpdateThatBreaksTheWeightsStopsTheRun) {
   TempDir dir;
   const TinySetup setup(dir, fresh_seed());
-  train::TrainSettings s;
-  s.model = setup.config_path;
-  s.data_dir = setup.data_dir;
-  s.out_dir = dir.file("run");
-  s.steps = 6;
+  train::TrainSettings s = setup.settings(dir.file("run"), 6, 2, 1);
   s.save_every = 2;
-  s.batch_size = 1;
-  s.seq_tokens = 30;
-  s.eval_every = 0;
   s.eval_batches = 0;
-  s.threads = 1;
-  s.peak_gflops = 100;
-  s.sp = 2;
-  s.chunks = 2;
   s.zero = 3;
   s.offload_optimizer = "ram";
   s.fault.lr_inf_from_step = 3;
@@ -150,25 +123,10 @@ TEST(Zero, AnOffloadedUpdateThatBreaksTheWeightsStopsTheRun) {
 // A run of 10 steps, checkpoints every 5; with stop_after 5 it ends after the first checkpoint.
 train::TrainSettings ten_steps(const TinySetup& setup, const std::string& out, int sp, int dp, int zero,
                                int64_t grad_accum = 1) {
-  train::TrainSettings s;
-  s.model = setup.config_path;
-  s.data_dir = setup.data_dir;
-  s.out_dir = out;
-  s.steps = 10;
+  train::TrainSettings s = setup.settings(out, 10, sp, dp);
   s.save_every = 5;
-  s.batch_size = 1;
-  s.seq_tokens = 30;
-  s.grad_accum = grad_accum;
-  s.eval_every = 0;
   s.eval_batches = 0;
-  s.threads = 1;
-  s.peak_gflops = 100;
-  s.optimizer.warmup_steps = 2;
-  s.optimizer.lr = 1e-3;
-  s.sp = sp;
-  s.dp = dp;
-  s.chunks = 2;
-  s.offload = "ram";
+  s.grad_accum = grad_accum;
   s.zero = zero;
   return s;
 }
