@@ -4,32 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <mutex>
 
 #include "fpdt/comm/communicator.h"
-#include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/ops.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "pipeline/pipeline_testing.h"
 #include "testing.h"
 
 namespace fpdt::pipeline {
 namespace {
-
-model::ModelConfig tiny(model::Family family, int heads, int kv_heads) {
-  model::ModelConfig config = model::preset(family == model::Family::llama ? "llama-tiny" : "gpt-tiny");
-  config.vocab_size = 61;
-  config.hidden = 32;
-  config.heads = heads;
-  config.kv_heads = kv_heads;
-  config.head_dim = 8;
-  config.rotary_dim = 8;
-  config.ffn_hidden = 48;
-  config.layers = 2;
-  if (family == model::Family::gpt) config.hidden = heads * config.head_dim;
-  return config;
-}
 
 struct Data {
   std::vector<int32_t> tokens, targets;
@@ -43,33 +28,6 @@ struct Data {
   }
 };
 
-struct Result {
-  double loss_sum = 0.0, count = 0.0;
-  std::vector<float> grads;
-};
-
-// Runs the pipeline on P thread ranks over `batch` with gradients of grad_scale · Σ losses; returns the
-// loss and gradients summed over ranks.
-Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
-                    const model::Batch& batch, double grad_scale, uint64_t seed) {
-  auto backend = kernels::make_backend("cpu");
-  Result result;
-  std::mutex mutex;
-  comm::run_ranks(ranks, [&](comm::Communicator& comm) {
-    FpdtModel model(config, *backend, comm, pipeline, seed);
-    const model::LossStats stats = model.forward_backward(batch, grad_scale);
-    double sums[2] = {stats.loss_sum, stats.count};
-    comm.all_reduce_sum(sums, 2);
-    comm.all_reduce_sum(model.grads().data(), static_cast<size_t>(model.grads().numel()));
-    if (comm.rank() != 0) return;
-    std::lock_guard<std::mutex> lock(mutex);
-    result.loss_sum = sums[0];
-    result.count = sums[1];
-    result.grads.assign(model.grads().data(), model.grads().data() + model.grads().numel());
-  });
-  return result;
-}
-
 // The same with the gradient of the batch's mean loss.
 Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks, const Data& data,
                     uint64_t seed) {
@@ -82,7 +40,7 @@ Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_
   model::Transformer model(config, *backend, seed);
   const model::LossStats stats = model.forward_backward(data.batch);
   return Result{stats.loss_sum, stats.count,
-                std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel())};
+                std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel()), {}};
 }
 
 struct Case {
@@ -251,6 +209,65 @@ TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
     EXPECT_EQ(schedule.masks[1].live_count(), 10);
   }
   expect_masked_pipeline_equals(config, pipeline, "ram", data, want, seed);
+}
+
+// Offload traffic (issue 13): the bytes a step moves to and from the offload tier are the schedule's
+// fetches and writes (what the dry run counts is what a step moves), and blocks a mask removes move
+// nothing — a window-W model's traffic grows by the same bytes for every chunk added (the window's
+// needs), a causal one's by more each time (S's), and documents of one chunk each move what a window of
+// one token does (the diagonal blocks only).
+TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  const int64_t C = 12;
+  model::ModelConfig windowed = tiny(model::Family::llama, 4, 2);
+  windowed.sliding_window = C;
+  windowed.sliding_layers = {true, true};
+  const model::ModelConfig causal = tiny(model::Family::llama, 4, 2);
+  PipelineConfig pipeline;
+  pipeline.chunk_tokens = C;
+  pipeline.offload = parse_offload("ram");
+  auto counted = [&](const model::ModelConfig& config, int chunks) {
+    FpdtModel model(config, *backend, *local, pipeline);
+    model.dry_run(chunks * C, 2);
+    return model.traffic();
+  };
+  auto total = [](const OffloadTraffic& t) { return t.read_bytes + t.written_bytes; };
+
+  // Measured = counted, windowed and causal, whole steps and forward passes.
+  for (const model::ModelConfig* config : std::vector<const model::ModelConfig*>{&windowed, &causal}) {
+    const Data data(rng, 2, 5 * C, config->vocab_size);
+    const Result step = run_pipeline(*config, pipeline, 1, data, seed);
+    EXPECT_EQ(step.traffic, counted(*config, 5));
+    EXPECT_GT(step.traffic.read_bytes, 0u);
+    EXPECT_GT(step.traffic.written_bytes, 0u);
+  }
+  // The window's increments are equal once a chunk has a previous one; the causal ones grow.
+  uint64_t previous_window = 0, previous_causal = 0, window_step = 0, causal_step = 0;
+  for (int chunks = 1; chunks <= 8; ++chunks) {
+    const uint64_t window = total(counted(windowed, chunks)), full = total(counted(causal, chunks));
+    if (chunks >= 3) {
+      EXPECT_EQ(window - previous_window, window_step) << chunks << " chunks";
+      EXPECT_GT(full - previous_causal, causal_step) << chunks << " chunks";
+    }
+    window_step = window - previous_window;
+    causal_step = full - previous_causal;
+    previous_window = window;
+    previous_causal = full;
+  }
+  // Documents of one chunk each move what a window of one token does: the diagonal blocks only.
+  const int64_t S = 5 * C;
+  Data data(rng, 2, S, causal.vocab_size);
+  std::vector<int32_t> docs(static_cast<size_t>(2 * S));
+  for (size_t n = 0; n < docs.size(); ++n) docs[n] = static_cast<int32_t>(n / C);
+  data.batch.doc_ids = docs.data();
+  model::ModelConfig one_token = causal;
+  one_token.sliding_window = 1;
+  one_token.sliding_layers = {true, true};
+  EXPECT_EQ(run_pipeline(causal, pipeline, 1, data, seed).traffic, counted(one_token, 5));
+  EXPECT_LT(total(counted(one_token, 5)), total(counted(causal, 5)));
 }
 
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {

@@ -31,6 +31,16 @@ void check_batch(const ModelConfig& config, const Batch& batch) {
     if (token < 0 || token >= config.vocab_size)
       throw Error("model", "token id " + std::to_string(token) + where(n),
                   "the data was tokenized for another vocabulary");
+    if (batch.positions != nullptr) {
+      const int32_t position = batch.positions[n];
+      if (position < 0 || (config.learned_positions() && position >= config.max_positions))
+        throw Error("model",
+                    "position " + std::to_string(position) + " at sequence " + std::to_string(n / batch.T) +
+                        " token " + std::to_string(n % batch.T) + " is outside the " +
+                        (config.learned_positions() ? std::to_string(config.max_positions) + " learned positions"
+                                                    : std::string("non-negative positions")) +
+                        " of model '" + config.name + "'");
+    }
     if (batch.targets == nullptr) continue;
     const int32_t target = batch.targets[n];
     if (target != kernels::kIgnoreIndex && (target < 0 || target >= config.vocab_size))
@@ -103,10 +113,6 @@ void Transformer::reserve(int B, int64_t T) {
 
   positions_.resize(static_cast<size_t>(N));
   position_ids_.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    positions_[n] = n % T;
-    position_ids_[n] = static_cast<int32_t>(n % T);
-  }
 }
 
 void Transformer::layer_forward(int layer) {
@@ -140,6 +146,11 @@ LossStats Transformer::run(const Batch& batch, float* logits, bool backward, std
   reserve(batch.B, batch.T);
   doc_ids_ = batch.doc_ids;
   const int64_t N = int64_t{B_} * T_;
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t position = batch.positions ? batch.positions[n] : static_cast<int32_t>(n % T_);
+    positions_[n] = position;
+    position_ids_[n] = position;
+  }
   const GlobalTensors weights = global_tensors(layout_, params_), gradients = global_tensors(layout_, grads_);
   math_.embedding_forward(weights, batch.tokens, position_ids_.data(), residual_[0], N);
   for (int layer = 0; layer < config_.layers; ++layer) layer_forward(layer);

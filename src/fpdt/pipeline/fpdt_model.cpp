@@ -117,6 +117,7 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   host_positions_.resize(rows);
   host_mask_.resize(rows);
   host_docs_.resize(rows * static_cast<size_t>(shape.P));
+  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, Pass::forward_backward), *store_) : OffloadTraffic{};
 }
 
 // ---- the executor -----------------------------------------------------------------------------------
@@ -136,6 +137,7 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
   loss_ = model::LossStats{};
+  traffic_ = OffloadTraffic{};
   const bool backward = pass == Pass::forward_backward;
   states_.begin_pass(backward);
   segment_ = 0;
@@ -213,10 +215,12 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
         }
         bound_[buffer] = own_[buffer];
         events_[step.copy] = last_event_ = copies_->read(own_[buffer], store_->storage(), offset, bytes);
+        traffic_.read_bytes += bytes;
       } else if (resident != nullptr) {
         if (resident != bound_[buffer]) memory_.copy(resident, bound_[buffer], bytes);
       } else {
         events_[step.copy] = last_event_ = copies_->write(store_->storage(), offset, bound_[buffer], bytes);
+        traffic_.written_bytes += bytes;
       }
       return;
     }
@@ -299,8 +303,9 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
 
 // ---- per-chunk inputs -------------------------------------------------------------------------------
 
-// Token ids, positions (and targets, mask) of local chunk `chunk` for each sequence, rows (b, t); padding
-// past S gets token 0, target kIgnoreIndex and (learned positions) the last position id.
+// Token ids, positions (and targets, mask) of local chunk `chunk` for each sequence, rows (b, t): the
+// batch's positions when it has them, else the global ones; padding past S gets token 0, target
+// kIgnoreIndex and its global position (learned positions: at most the last position id).
 void FpdtModel::upload_inputs(int chunk, bool with_targets) {
   const model::Batch& batch = *batch_;
   const int64_t c = plan_.local_chunk_tokens, S = plan_.seq_tokens, begin = plan_.local_chunk_begin(chunk);
@@ -311,8 +316,8 @@ void FpdtModel::upload_inputs(int chunk, bool with_targets) {
       const int64_t position = begin + t, source = sequence * S + position;
       const bool real = position < S;
       host_tokens_[row] = real ? batch.tokens[source] : 0;
-      host_positions_[row] = position;
-      host_position_ids_[row] = static_cast<int32_t>(std::min(position, max_id));
+      host_positions_[row] = real && batch.positions ? batch.positions[source] : position;
+      host_position_ids_[row] = static_cast<int32_t>(std::min(host_positions_[row], max_id));
       if (!with_targets) continue;
       host_targets_[row] = real && batch.targets ? batch.targets[source] : kernels::kIgnoreIndex;
       host_mask_[row] = real && batch.loss_mask ? batch.loss_mask[source] : 1.0f;

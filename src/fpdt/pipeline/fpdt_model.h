@@ -86,6 +86,10 @@ class FpdtModel {
   // Returns this rank's loss sum and count.
   model::LossStats forward_backward(const model::Batch& batch, double grad_scale);
   model::LossStats forward(const model::Batch& batch);
+  // The bytes the last forward or forward_backward moved to and from the offload store (counted as
+  // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step of
+  // the reserved shape would move without document ids.
+  const OffloadTraffic& traffic() const { return traffic_; }
 
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry);
@@ -138,6 +142,7 @@ class FpdtModel {
   bool documents_ = false;  // blocks take document ids
   double grad_scale_ = 0.0;
   model::LossStats loss_;
+  OffloadTraffic traffic_;
   const Schedule::Call* call_ = nullptr;         // the call being executed
   int segment_ = 0;                              // and its ZeRO segment (zero_plan.h)
   model::LayerTensors weights_{}, gradients_{};  // of the call's layer

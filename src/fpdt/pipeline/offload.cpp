@@ -51,4 +51,15 @@ size_t OffloadStore::offset(Array array, int layer, int chunk) const {
   return placed.offset + placed.slot_bytes * static_cast<size_t>(layer_index * chunks_ + chunk);
 }
 
+OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store) {
+  OffloadTraffic traffic;
+  if (store.resident()) return traffic;
+  for (const Schedule::Call& call : schedule.calls)
+    for (const Step& step : schedule.programs[static_cast<size_t>(call.program)].steps) {
+      if (step.op == Op::fetch) traffic.read_bytes += store.slot_bytes(step.array);
+      if (step.op == Op::write) traffic.written_bytes += store.slot_bytes(step.array);
+    }
+  return traffic;
+}
+
 }  // namespace fpdt::pipeline

@@ -11,6 +11,7 @@
 
 #include "fpdt/kernels/device_memory.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/schedule.h"
 
 namespace fpdt::pipeline {
 
@@ -53,5 +54,22 @@ class OffloadStore {
   std::vector<Placed> arrays_;  // by Array
   std::unique_ptr<kernels::OffloadStorage> storage_;
 };
+
+// Bytes moved between the compute tier and the offload store: fetched from it (read) and written to it.
+struct OffloadTraffic {
+  uint64_t read_bytes = 0;
+  uint64_t written_bytes = 0;
+  OffloadTraffic& operator+=(const OffloadTraffic& other) {
+    read_bytes += other.read_bytes;
+    written_bytes += other.written_bytes;
+    return *this;
+  }
+  bool operator==(const OffloadTraffic&) const = default;
+};
+
+// What executing `schedule` moves through `store`: each fetch and write of its calls' programs, one
+// slot each (none with a resident store: its fetches read in place). A block the mask removed fetches
+// nothing, so this is the traffic a sliding window or document mask leaves.
+OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store);
 
 }  // namespace fpdt::pipeline

@@ -109,6 +109,14 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
   run::batch(set, s.batch_size);
   run::seq(set, s.seq_tokens);
+  set.add("doc-mask", "",
+          "attention stays inside each document of a packed sequence (a document ends with, and includes, the "
+          "tokenizer's end-of-document token)",
+          s.doc_mask);
+  set.add("doc-positions", "global|restart",
+          "positions (RoPE, learned) count over the whole sequence, or restart at 0 at each document (with --doc-mask)",
+          s.doc_positions)
+      .choices({"global", "restart"});
   set.add("grad-accum", "N", "micro-batches per step", s.grad_accum).at_least(1);
   set.add("lr", "LR", "peak learning rate", s.optimizer.lr).above(0);
   set.add("min-lr", "LR", "learning rate at the end of the cosine decay (at most --lr)", s.optimizer.min_lr).at_least(0);
@@ -181,6 +189,9 @@ void check_settings(const TrainSettings& s) {
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");
+  if (s.doc_positions == "restart" && !s.doc_mask)
+    throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
+                "add --doc-mask (attention inside each document), or drop --doc-positions");
   pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer == "ram", false});
   check_chunks(s);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data

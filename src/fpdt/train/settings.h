@@ -40,6 +40,8 @@ struct TrainSettings {
   int64_t steps = 300;
   int64_t batch_size = 8;             // sequences per micro-batch and replica
   int64_t seq_tokens = 256;           // S
+  bool doc_mask = false;              // attention stays inside each document of a packed sequence
+  std::string doc_positions = "global";  // global (0..S−1) | restart (at each document; needs doc_mask)
   int64_t grad_accum = 1;             // micro-batches per optimizer step
   int64_t max_nonfinite_steps = 3;    // stop when this many steps in a row had a non-finite loss or
                                       // gradient norm (each is skipped, not applied)

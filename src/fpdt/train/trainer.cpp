@@ -52,10 +52,13 @@ Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train
                     " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
                 "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
   }
-  if (recorded != 0 && train_shard.tokenizer().end_of_document_id != static_cast<uint32_t>(tokenizer.end_of_document_id()))
+  const uint32_t separator = train_shard.tokenizer().end_of_document_id;
+  if (recorded != 0 && separator != static_cast<uint32_t>(tokenizer.end_of_document_id()))
     throw Error(kModule,
-                train_shard.path() + " separates documents with id " +
-                    std::to_string(train_shard.tokenizer().end_of_document_id) + ", but " + data_dir +
+                train_shard.path() +
+                    (separator == kNoEndOfDocument ? std::string(" records no token between its documents")
+                                                   : " separates documents with id " + std::to_string(separator)) +
+                    ", but " + data_dir +
                     "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
                     std::to_string(tokenizer.end_of_document_id()) + ")",
                 "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
@@ -126,11 +129,15 @@ void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s)
                 "lower --seq (a dry run measures any length that can be laid out)");
 }
 
-// Rows [first, first + rows) of a global batch: a replica's micro-batch.
+// Rows [first, first + rows) of a global batch (a replica's micro-batch), with their documents and
+// positions when the batch has them.
 model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
   const int64_t offset = first * batch.seq_tokens;
-  return model::Batch{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
-                      batch.targets.data() + offset, nullptr};
+  model::Batch part{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
+                    batch.targets.data() + offset, nullptr};
+  if (!batch.doc_ids.empty()) part.doc_ids = batch.doc_ids.data() + offset;
+  if (!batch.positions.empty()) part.positions = batch.positions.data() + offset;
+  return part;
 }
 
 // A dry run started without mpirun lays out rank 0 of the world the settings ask for.
@@ -247,6 +254,9 @@ void Trainer::open_data() {
   train_config.seq_tokens = s.seq_tokens;
   train_config.sampling = Sampling::random;
   train_config.seed = s.seed;
+  train_config.documents = s.doc_mask;
+  train_config.restart_positions = s.doc_positions == "restart";
+  train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
   val_config.batch_size = s.batch_size * s.dp;
@@ -323,6 +333,7 @@ TrainResult Trainer::dry_run() {
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
+  for (int64_t micro = 0; micro < settings_.grad_accum; ++micro) result.offload_per_step += model_->traffic();
   return result;
 }
 
@@ -339,12 +350,16 @@ StepMetrics Trainer::step() {
   train_loader_->next(step_batch_);
   const double counted = static_cast<double>(step_batch_.target_tokens);
   double loss_sum = 0.0;
-  for (int64_t micro = 0; micro < s.grad_accum; ++micro)
+  pipeline::OffloadTraffic traffic;
+  for (int64_t micro = 0; micro < s.grad_accum; ++micro) {
     loss_sum += model_->forward_backward(batch_rows(step_batch_, (micro * s.dp + dp_index_) * s.batch_size,
                                                     s.batch_size),
                                          counted > 0 ? 1.0 / counted : 0.0)
                     .loss_sum;
+    traffic += model_->traffic();
+  }
   result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
+  result_.offload_per_step = traffic;
   check_update();  // the previous step's, when it overlapped this one
   const FaultInjection& fault = s.fault;
   if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
@@ -374,6 +389,8 @@ StepMetrics Trainer::step() {
   metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   metrics.alltoall_bytes = result_.alltoall_bytes_per_step;
+  metrics.offload_read_bytes = traffic.read_bytes;
+  metrics.offload_written_bytes = traffic.written_bytes;
   return metrics;
 }
 

@@ -47,6 +47,8 @@ struct TrainResult {
   // counts it). Exact with one process per rank; thread ranks share the tiers' counters.
   size_t state_compute_bytes = 0;
   size_t state_offload_bytes = 0;
+  pipeline::OffloadTraffic offload_per_step;  // this rank's offload-tier traffic (last step; a dry run: its
+                                              // schedule's, without document ids)
   int64_t first_step = 0;     // first step this process ran
   int64_t last_step = 0;
   double first_loss = 0.0;    // training loss of first_step
