@@ -85,9 +85,6 @@ struct TinySetup {
     const ProgramResult tokenized = run_fpdt("tokenize --out " + data_dir + " --val-fraction 0.1 " + dir.file("corpus.txt"));
     EXPECT_EQ(tokenized.exit_status, 0) << tokenized.output;
   }
-  // Training options shared by the runs a test compares. lr 1e-3: AdamW's update m/√v has the size
-  // lr whatever the gradient's size, so a gradient entry near fp32 noise can move by ±lr in runs that
-  // sum in another order (other ranks, other chunks); a small lr keeps that below the 1e-5 bars.
   // The settings of thread-rank runs over the setup (train::train in this process): `steps` steps of
   // one sequence of 30 tokens (not a multiple of the ranks or the chunk: padded) per replica, in 2
   // chunks offloaded to RAM, on sp × dp ranks; evaluation and checkpoints only at the end.
@@ -112,6 +109,9 @@ struct TinySetup {
     s.offload = "ram";
     return s;
   }
+  // Training options shared by the runs a test compares. lr 1e-3: AdamW's update m/√v has the size
+  // lr whatever the gradient's size, so a gradient entry near fp32 noise can move by ±lr in runs that
+  // sum in another order (other ranks, other chunks); a small lr keeps that below the 1e-5 bars.
   std::vector<std::string> train_args(const std::string& out_dir, int64_t steps) const {
     return {"train",     "--model",      config_path, "--data",        data_dir, "--out",       out_dir,
             "--steps",   std::to_string(steps),      "--batch",       "2",      "--seq",       "32",
