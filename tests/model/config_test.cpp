@@ -83,5 +83,21 @@ TEST(ModelConfig, MalformedConfigJsonNamesTheFileAndField) {
   EXPECT_THROW(load_hf_config("/nonexistent/config.json"), Error);
 }
 
+TEST(ModelConfig, DeeplyNestedOrHugeValuesGiveABoundedError) {
+  // 100k levels used to overflow the stack when the wrong-type message dumped the value.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_config_error(R"({"model_type": "llama", "vocab_size": )" + deep + "}", "nests deeper than 64 levels");
+  const std::string huge(1 << 20, 'x');
+  for (const std::string& json : {R"({"model_type": ")" + huge + R"("})",
+                                  R"({"model_type": "llama", "vocab_size": [")" + huge + R"("]})"}) {
+    try {
+      parse_hf_config(json, "test/config.json");
+      FAIL() << "no error";
+    } catch (const Error& error) {
+      EXPECT_LT(std::string(error.what()).size(), 1000u) << "the message repeats the input";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fpdt::model

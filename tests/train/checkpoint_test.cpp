@@ -130,5 +130,18 @@ TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {
                            {"another configuration", "step_1"});
 }
 
+TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
+  const std::string huge(1 << 20, 'x');
+  for (const std::string& text : {R"({"format": "fpdt-trainer-state", "settings": )" + std::string(100000, '[') +
+                                      std::string(100000, ']') + "}",
+                                  R"({"format": ")" + huge + R"("})", R"({"format": [")" + huge + R"("]})",
+                                  std::string("{\"format\": \"") + huge}) {
+    const std::string message =
+        testing::error_message([&] { parse_trainer_state(text, "run/step_5/trainer_state.json"); });
+    testing::expect_contains(message, {"[checkpoint] run/step_5/trainer_state.json"});
+    EXPECT_LT(message.size(), 1000u) << message;
+  }
+}
+
 }  // namespace
 }  // namespace fpdt::train

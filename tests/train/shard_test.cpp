@@ -3,6 +3,7 @@
 #include "fpdt/train/shard.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -217,6 +218,22 @@ TEST_F(ShardErrors, TruncatedSaysExpectedAndActualBytes) {
   longer.push_back(0);
   expect_contains(open_error("long.bin", longer),
                   {dir_.file("long.bin"), "trailing data", "expected 42 bytes", "has 43 bytes"});
+}
+
+TEST_F(ShardErrors, TokenCountWhoseSizeOverflowsIsTruncationNotWraparound) {
+  // 2^63 tokens of 2 bytes is 2^64 bytes: in 64-bit arithmetic 32 + 2^64 would wrap to 32.
+  for (const uint64_t count : {uint64_t{1} << 63, UINT64_MAX, (UINT64_MAX - 32) / 2 + 1}) {
+    std::vector<unsigned char> bytes(bytes_.begin(), bytes_.begin() + 32);
+    for (int i = 0; i < 8; ++i) bytes[16 + static_cast<size_t>(i)] = static_cast<unsigned char>(count >> (8 * i));
+    expect_contains(open_error("huge_count.bin", bytes),
+                    {dir_.file("huge_count.bin"), "truncated", std::to_string(count) + " tokens", "more than 2^64"});
+  }
+}
+
+TEST_F(ShardErrors, FifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = dir_.file("pipe.bin");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  expect_contains(error_message([&] { ShardReader reader(path); }), {path, "is not a regular file"});
 }
 
 TEST_F(ShardErrors, TokenOutsideTheVocabularyNamesItsOffset) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 
 namespace fpdt::model {
 
@@ -73,7 +74,7 @@ T field(const nlohmann::json& json, const char* key, const std::string& where) {
   try {
     return json[key].get<T>();
   } catch (const std::exception&) {
-    throw Error(kModule, where + ": field '" + key + "' has the wrong type (" + json[key].dump() + ")");
+    throw Error(kModule, where + ": field '" + key + "' has the wrong type (" + json::excerpt(json[key]) + ")");
   }
 }
 
@@ -148,12 +149,7 @@ ModelConfig preset(const std::string& name) {
 }
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& where) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(json_text);
-  } catch (const std::exception& error) {
-    throw Error(kModule, where + " is not valid JSON: " + error.what(), "check the file's syntax");
-  }
+  const nlohmann::json json = json::parse(json_text, where, kModule, "check the file's syntax");
   if (!json.is_object()) throw Error(kModule, where + " is not a JSON object");
   const std::string type = field<std::string>(json, "model_type", where);
   ModelConfig config;
@@ -180,7 +176,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
     config.tie_embeddings = field_or<bool>(json, "tie_word_embeddings", false, where);
     const std::string act = field_or<std::string>(json, "hidden_act", "silu", where);
     if (act != "silu" && act != "swish")
-      throw Error(kModule, where + ": hidden_act '" + act + "' is not supported for " + type, "use silu (SwiGLU)");
+      throw Error(kModule, where + ": hidden_act '" + json::excerpt_text(act) + "' is not supported for " + type, "use silu (SwiGLU)");
     if (json.contains("rope_scaling") && !json["rope_scaling"].is_null())
       throw Error(kModule, where + ": rope_scaling is not supported yet", "remove it to train with plain RoPE");
     if (field_or<bool>(json, "attention_bias", false, where) || field_or<bool>(json, "mlp_bias", false, where))
@@ -204,10 +200,10 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
     config.tie_embeddings = field_or<bool>(json, "tie_word_embeddings", true, where);
     const std::string act = field_or<std::string>(json, "activation_function", "gelu_new", where);
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-      throw Error(kModule, where + ": activation_function '" + act + "' is not supported",
+      throw Error(kModule, where + ": activation_function '" + json::excerpt_text(act) + "' is not supported",
                   "use gelu_new (the tanh form of GELU)");
   } else {
-    throw Error(kModule, where + ": model_type '" + type + "' is not supported", "use llama, mistral, qwen2 or gpt2");
+    throw Error(kModule, where + ": model_type '" + json::excerpt_text(type) + "' is not supported", "use llama, mistral, qwen2 or gpt2");
   }
   config.validate();
   return config;

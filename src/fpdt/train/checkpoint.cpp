@@ -9,6 +9,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/base/json.h"
 #include "fpdt/tensor/safetensors.h"
 
 namespace fpdt::train {
@@ -129,21 +130,13 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return folder.string();
 }
 
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
-                             const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer) {
-  const fs::path dir(checkpoint_dir);
-  if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
-  const model::ModelConfig saved = model::load_hf_config((dir / "config.json").string());
-  if (model::to_hf_config_json(saved) != model::to_hf_config_json(config))
-    throw Error(kModule, checkpoint_dir + " holds a model of another configuration",
-                "resume with the same --model, or start a new run directory");
-
-  const std::string state_path = (dir / "trainer_state.json").string();
+TrainerState parse_trainer_state(const std::string& text, const std::string& state_path) {
   TrainerState state;
   try {
-    const nlohmann::json json = nlohmann::json::parse(read_text(state_path));
+    const nlohmann::json json = json::parse(text, state_path, kModule, "resume from another checkpoint");
     if (json.at("format").get<std::string>() != kStateFormat)
-      throw Error(kModule, state_path + " is not an fpdt trainer state (format '" + json.at("format").get<std::string>() + "')");
+      throw Error(kModule, state_path + " is not an fpdt trainer state (format '" +
+                               json::excerpt_text(json.at("format").get<std::string>()) + "')");
     const int version = json.at("version").get<int>();
     if (version != kStateVersion)
       throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
@@ -157,7 +150,20 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
   } catch (const std::exception& error) {
     throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
   }
+  return state;
+}
 
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
+                             const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer) {
+  const fs::path dir(checkpoint_dir);
+  if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
+  const model::ModelConfig saved = model::load_hf_config((dir / "config.json").string());
+  if (model::to_hf_config_json(saved) != model::to_hf_config_json(config))
+    throw Error(kModule, checkpoint_dir + " holds a model of another configuration",
+                "resume with the same --model, or start a new run directory");
+
+  const TrainerState state = parse_trainer_state(read_text((dir / "trainer_state.json").string()),
+                                                (dir / "trainer_state.json").string());
   load_hf_safetensors(config, layout, params, (dir / "model.safetensors").string());
   SafetensorsReader moments((dir / "optimizer.safetensors").string());
   for (const model::ParameterInfo& info : layout.tensors()) {

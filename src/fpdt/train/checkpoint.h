@@ -35,6 +35,9 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
 // The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
 std::string latest_checkpoint(const std::string& run_dir);
 
+// Parses and checks trainer_state.json text (read from state_path, named in errors).
+TrainerState parse_trainer_state(const std::string& text, const std::string& state_path);
+
 // Restores params, optimizer moments and step from a step folder; returns the trainer state. Checks
 // that the checkpoint's config.json describes `config`; throws fpdt::Error for a missing, truncated
 // or corrupt file, naming it.
