@@ -57,6 +57,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       .add("compute-mem", "BYTES", "0", "compute-tier budget, e.g. 2GiB (0: unlimited)")
       .add("sp", "P", "1", "sequence-parallel ranks per sequence (Ulysses)")
       .add("dp", "N", "1", "data-parallel replicas (world = sp x dp ranks)")
+      .add("comm-timeout", "SECONDS", "600", "end the job when a rank shows no sign of life for this long")
       .add("mode", "fpdt|ulysses", d.mode, "fpdt: chunked pipeline; ulysses: one chunk, nothing offloaded")
       .add("chunk-tokens", "C", "0", "global tokens per chunk (a multiple of --sp; 0: use --chunks)")
       .add("chunks", "U", "1", "chunks per sequence, when --chunk-tokens is 0")
@@ -67,6 +68,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       .add("trace", "FILE", "", "write a Chrome trace (compute, copy, communication spans) to FILE")
       .add("stop-after", "N", "0", "exit after N steps of this process, as a preempted job would (0: off)");
   if (!options.parse(argc, argv)) return 0;
+  comm::set_deadline_seconds(options.real("comm-timeout"));
   train::TrainSettings s;
   s.model = options.str("model");
   s.data_dir = options.str("data");

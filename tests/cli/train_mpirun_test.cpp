@@ -12,17 +12,10 @@
 #include <thread>
 
 #include "fpdt/tensor/safetensors.h"
-#include "fpdt_program.h"
+#include "mpirun_program.h"
 
 namespace fpdt::testing {
 namespace {
-
-std::vector<std::string> mpirun_prefix(int ranks) {
-  std::vector<std::string> args = {FPDT_MPIEXEC, FPDT_MPIEXEC_NUMPROC_FLAG, std::to_string(ranks)};
-  std::istringstream flags(FPDT_MPIEXEC_FLAGS);
-  for (std::string flag; flags >> flag;) args.push_back(flag);
-  return args;
-}
 
 std::vector<float> final_weights(const std::string& run, int64_t step) {
   SafetensorsReader reader(run + "/step_" + std::to_string(step) + "/model.safetensors");
@@ -76,21 +69,6 @@ TEST(TrainMpirun, SequenceAndDataParallelRanksMatchOneProcess) {
     std::printf("[ error    ] mpirun sp %d x dp %d: weights after 5 steps %.2e\n", sp, dp, error);
     EXPECT_LE(error, 1e-5) << "sp " << sp << " dp " << dp;
   }
-}
-
-// The pid of the process of MPI rank `rank` whose command line mentions `marker`, or 0.
-pid_t find_rank_process(int rank, const std::string& marker) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
-    const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    const std::string environment((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
-    if (command.find(marker) == std::string::npos || command.find("fpdt") == std::string::npos) continue;
-    if (environment.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
-      return static_cast<pid_t>(std::stol(name));
-  }
-  return 0;
 }
 
 TEST(TrainMpirun, KilledRankEndsTheJobWithinSecondsNamingTheRank) {

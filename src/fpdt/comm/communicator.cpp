@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,7 @@ namespace {
 
 std::atomic<size_t> g_message_bytes{static_cast<size_t>(INT_MAX)};
 std::atomic<size_t> g_reduce_piece_bytes{size_t{64} << 20};
+std::atomic<double> g_deadline_seconds{kDefaultDeadlineSeconds};
 
 void check_root(int root, int size) {
   if (root >= 0 && root < size) return;
@@ -36,6 +38,17 @@ void set_limits(const Limits& limits) {
   g_message_bytes.store(limits.message_bytes);
   g_reduce_piece_bytes.store(limits.reduce_piece_bytes);
 }
+
+double deadline_seconds() { return g_deadline_seconds.load(); }
+
+void set_deadline_seconds(double seconds) {
+  FPDT_CHECK(std::isfinite(seconds) && seconds > 0, "comm",
+             "the collective deadline must be a positive number of seconds, got " + std::to_string(seconds),
+             "e.g. 600 (ten minutes)");
+  g_deadline_seconds.store(seconds);
+}
+
+double heartbeat_seconds() { return std::min(1.0, deadline_seconds() / 10); }
 
 void Communicator::exchange_equal_bytes(const void* send, void* recv, size_t block_bytes) {
   const size_t ranks = static_cast<size_t>(size());
