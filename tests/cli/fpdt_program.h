@@ -7,6 +7,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -89,6 +93,27 @@ struct TinySetup {
             "2",         "--save-every", "5",        "--threads",     "2",      "--peak-gflops", "100"};
   }
 };
+
+// Per step, the last logged line's deterministic fields (a resumed run logs again the steps the
+// killed process did after its checkpoint; the later line is the one that counts).
+inline std::map<int64_t, nlohmann::json> logged_steps(const std::string& path) {
+  std::map<int64_t, nlohmann::json> steps;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    const nlohmann::json json = nlohmann::json::parse(line);
+    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
+    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
+    steps[json["step"].get<int64_t>()] = kept;
+  }
+  return steps;
+}
+
+// The whole file as bytes ("" when it cannot be read).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
 
 inline std::string join_args(const std::vector<std::string>& args) {
   std::string joined;

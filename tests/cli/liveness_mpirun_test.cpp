@@ -26,7 +26,7 @@ Stopped signal_a_rank(int victim, int signal, double comm_timeout) {
   const pid_t mpirun = start_fpdt_mpirun(2, args, dir.file("mpirun.log"));
   pid_t pid = 0;
   for (int attempt = 0; attempt < 6000 && pid == 0; ++attempt) {
-    const std::string lines = read_file(out + "/metrics.jsonl");
+    const std::string lines = file_bytes(out + "/metrics.jsonl");
     if (std::count(lines.begin(), lines.end(), '\n') >= 3) pid = find_rank_process(victim, out);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -35,7 +35,7 @@ Stopped signal_a_rank(int victim, int signal, double comm_timeout) {
   if (pid > 0) ::kill(pid, signal);
   stopped.end = wait_for_job(mpirun, comm_timeout + 60);
   if (pid > 0) ::kill(pid, SIGKILL);  // nothing of the job may outlive the test, stopped or not
-  stopped.output = read_file(dir.file("mpirun.log"));
+  stopped.output = file_bytes(dir.file("mpirun.log"));
   std::printf("[ signal   ] %s to rank %d; the job ended after %.1f s\n", signal == SIGSTOP ? "SIGSTOP" : "SIGKILL",
               victim, stopped.end.seconds);
   return stopped;

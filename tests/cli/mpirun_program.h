@@ -78,9 +78,4 @@ inline JobEnd wait_for_job(pid_t pid, double timeout_seconds) {
   return end;
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
 }  // namespace fpdt::testing

@@ -5,34 +5,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "fpdt_program.h"
 
 namespace fpdt::testing {
 namespace {
-
-// Per step, the last logged line's deterministic fields (a resumed run logs again the steps the
-// killed process did after its checkpoint; the later line is the one that counts).
-std::map<int64_t, nlohmann::json> logged_steps(const std::string& path) {
-  std::map<int64_t, nlohmann::json> steps;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) {
-    const nlohmann::json json = nlohmann::json::parse(line);
-    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
-    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
-    steps[json["step"].get<int64_t>()] = kept;
-  }
-  return steps;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
 
 TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {
   TempDir dir;
