@@ -2,13 +2,31 @@
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
 #   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv),
 #               train the demo Llama on it, print the start/end loss and a generated sample
+# And the checks that need clang (Debian's clang-14, libclang-rt-14-dev, libomp-14-dev):
+#   make check-asan   ASan + UBSan build (build-asan): the whole suite but cuda, the fpdt processes
+#                     the CLI tests start included; the fuzz targets run on libFuzzer there
+#   make check-tsan   TSan build (build-tsan): the unit tests (copy engine, threads communicator)
+#   make fuzz-long    each fuzz target for FUZZ_RUNS inputs, one at a time (docs/fuzzing.md)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
 RUN_DIR ?= runs/demo
 RUN_STEPS ?= 150
 
-.PHONY: deps configure build test run clean
+SAN_CC ?= clang-14
+SAN_CXX ?= clang++-14
+SAN_PACKAGES = clang-14 libclang-rt-14-dev libomp-14-dev
+# Every sanitizer report fails the run; leaks inside the MPI library (not ours) are suppressed.
+# Archer (LLVM's OpenMP tool for TSan) tells TSan about libomp's synchronisation.
+ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+           LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
+           OMP_TOOL_LIBRARIES=$(dir $(realpath $(shell command -v $(SAN_CC))))../lib/libarcher.so
+FUZZ_RUNS ?= 10000000
+FUZZ_TARGETS ?= safetensors config shard trainer_state
+
+.PHONY: deps configure build test run clean check-asan check-tsan fuzz-long
 
 deps:
 	bash scripts/install_deps.sh
@@ -29,5 +47,27 @@ run: configure
 	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
 	  --save-every 50 --sample-tokens 300 --prompt "And God said"
 
+build-asan/CMakeCache.txt build-tsan/CMakeCache.txt: build-%/CMakeCache.txt:
+	bash scripts/install_deps.sh $(SAN_PACKAGES)
+	CC=$(SAN_CC) CXX=$(SAN_CXX) cmake -S . -B build-$* -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFPDT_CUDA=OFF \
+	  -DFPDT_SANITIZE=$(if $(filter asan,$*),address,thread)
+
+check-asan: build-asan/CMakeCache.txt
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda
+
+check-tsan: build-tsan/CMakeCache.txt
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -L unit
+
+# Long fuzzing runs on libFuzzer + ASan + UBSan, one target at a time at the lowest priority; new
+# inputs are kept in build-asan/fuzz/<target>. FUZZ_RUNS=0 runs until stopped.
+fuzz-long: build-asan/CMakeCache.txt
+	cmake --build build-asan -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	for target in $(FUZZ_TARGETS); do \
+	  $(ASAN_ENV) nice -n 19 build-asan/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=65536 -timeout=30 \
+	    -rss_limit_mb=4096 -print_final_stats=1 build-asan/fuzz/$$target fuzz/corpus/$$target || exit 1; \
+	done
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan

@@ -55,5 +55,17 @@ TEST(Json, ExcerptsAreBoundedAndMarkTheCut) {
   EXPECT_LE(json::excerpt(deep).size(), json::kExcerptChars + 3);
 }
 
+TEST(Json, IntegersAreWholeNumbersInTheirTypesRange) {
+  const auto parsed = [](const char* text) { return nlohmann::json::parse(text); };
+  EXPECT_EQ(json::integer<int>(parsed("-7"), "x", "test"), -7);
+  EXPECT_EQ(json::integer<uint64_t>(parsed("18446744073709551615"), "x", "test"), UINT64_MAX);
+  EXPECT_EQ(json::integer<int64_t>(parsed("-9223372036854775808"), "x", "test"), INT64_MIN);
+  for (const char* bad : {"2147483648", "-2147483649", "1.0", "1e30", "\"3\"", "true", "null", "[1]"})
+    expect_contains(error_message([&] { json::integer<int>(parsed(bad), "f.json: n", "test"); }),
+                    {"[test] f.json: n is ", "not a whole number in [-2147483648, 2147483647]"});
+  expect_contains(error_message([&] { json::integer<uint32_t>(parsed("-1"), "n", "test"); }),
+                  {"n is -1, not a whole number in [0, 4294967295]"});
+}
+
 }  // namespace
 }  // namespace fpdt

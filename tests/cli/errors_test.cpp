@@ -67,7 +67,7 @@ TEST_F(TrainErrors, CorruptCheckpointFile) {
   file.seekp(8);
   file.write("#garbage#", 9);  // inside the JSON header
   file.close();
-  expect_one_clear_error(resume(), {"model.safetensors", "malformed JSON header"});
+  expect_one_clear_error(resume(), {"model.safetensors's header is not valid JSON"});
 }
 
 TEST_F(TrainErrors, TrainerStateOfAnotherVersion) {
@@ -80,7 +80,7 @@ TEST_F(TrainErrors, TrainerStateOfAnotherVersion) {
 
 TEST_F(TrainErrors, CorruptTrainerState) {
   write_text_file(checkpoint_file("trainer_state.json"), "{\"format\": \"fpdt-trainer-state\", \"vers");
-  expect_one_clear_error(resume(), {"trainer_state.json", "corrupt"});
+  expect_one_clear_error(resume(), {"trainer_state.json is not valid JSON"});
 }
 
 TEST_F(TrainErrors, ShardThatIsNotAShard) {

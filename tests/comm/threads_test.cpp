@@ -177,12 +177,25 @@ struct ScopedDeadline {
 
 TEST(ThreadsFailure, RankThatMissesTheDeadlineIsNamed) {
   ScopedDeadline deadline(0.2);
+  auto [message, seconds] = failing_run(3, [&](Communicator& comm) {
+    comm.barrier();
+    if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(1));  // hung, as far as the others see
+    comm.barrier();
+  });
+  // Rank 0 or rank 1, whichever gives up first, names rank 2.
+  expect_contains(message, {"[comm] rank 2 failed: did not reach a collective within the 0.2 s deadline (rank ",
+                            " waited; ranks missing: 2)"});
+}
+
+TEST(ThreadsFailure, DeadlineHoldsInSubGroups) {
+  ScopedDeadline deadline(0.2);
   auto [message, seconds] = failing_run(4, [&](Communicator& comm) {
     std::unique_ptr<Communicator> pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1}, {2, 3}
-    pair->barrier();
-    if (comm.rank() == 3) std::this_thread::sleep_for(std::chrono::seconds(1));  // hung, as far as rank 2 sees
-    pair->barrier();
-    comm.barrier();
+    if (comm.rank() >= 2) {
+      pair->barrier();
+      if (comm.rank() == 3) std::this_thread::sleep_for(std::chrono::seconds(1));
+      pair->barrier();
+    }
   });
   expect_contains(message, {"[comm] rank 3 failed: did not reach a collective within the 0.2 s deadline",
                             "(rank 2 waited; ranks missing: 3)"});

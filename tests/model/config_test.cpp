@@ -77,7 +77,10 @@ TEST(ModelConfig, ImpossibleShapesAreRefusedWithOneSentence) {
 TEST(ModelConfig, MalformedConfigJsonNamesTheFileAndField) {
   expect_config_error("{\"model_type\": \"llama\",", "test/config.json is not valid JSON");
   expect_config_error(R"({"model_type":"llama","vocab_size":100})", "missing field 'hidden_size'");
-  expect_config_error(R"({"model_type":"llama","vocab_size":"many"})", "field 'vocab_size' has the wrong type");
+  expect_config_error(R"({"model_type":"llama","vocab_size":"many"})", "field 'vocab_size' is \"many\", not a whole number");
+  expect_config_error(R"({"model_type":"llama","vocab_size":1e30})", "field 'vocab_size' is 1e+30, not a whole number");
+  expect_config_error(R"({"model_type":"llama","tie_word_embeddings":3,"vocab_size":1,"hidden_size":1,
+      "num_hidden_layers":1,"num_attention_heads":1,"intermediate_size":1})", "field 'tie_word_embeddings' has the wrong type");
   expect_config_error(R"({"model_type":"bert"})", "model_type 'bert' is not supported");
   expect_config_error("[1, 2]", "not a JSON object");
   EXPECT_THROW(load_hf_config("/nonexistent/config.json"), Error);

@@ -7,6 +7,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/backend.h"
@@ -141,6 +144,25 @@ TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
     testing::expect_contains(message, {"[checkpoint] run/step_5/trainer_state.json"});
     EXPECT_LT(message.size(), 1000u) << message;
   }
+  // Numbers out of their field's range: a float beyond uint64 made nlohmann's conversion undefined.
+  const std::string state = R"({"format": "fpdt-trainer-state", "version": 1, "step": STEP, "seed": 3,
+    "data_cursor": {"rng_state": [1, 2, 3, RNG], "batches_served": 0, "next_window": 0, "epoch": 0,
+    "shard_tokens": 9, "batch_size": 1, "seq_tokens": 8, "sampling": 0}, "settings": {}})";
+  auto with = [&](const std::string& step, const std::string& rng) {
+    std::string text = state;
+    text.replace(text.find("STEP"), 4, step);
+    text.replace(text.find("RNG"), 3, rng);
+    return text;
+  };
+  EXPECT_EQ(parse_trainer_state(with("5", "4"), "t.json").step, 5);
+  for (const auto& [step, rng, part] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"1e30", "4", "t.json: step is 1e+30, not a whole number"},
+           {"2.5", "4", "t.json: step is 2.5"},
+           {"\"5\"", "4", "t.json: step is \"5\""},
+           {"5", "7.3e22", "t.json: rng_state is 7.3e+22"},
+           {"5", "-1", "t.json: rng_state is -1, not a whole number in [0, 18446744073709551615]"}})
+    testing::expect_contains(testing::error_message([&] { parse_trainer_state(with(step, rng), "t.json"); }),
+                             {"[checkpoint] " + part});
 }
 
 }  // namespace

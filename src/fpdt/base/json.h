@@ -4,9 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "fpdt/base/error.h"
 
 namespace fpdt::json {
 
@@ -27,5 +33,23 @@ std::string excerpt(const nlohmann::json& value, size_t max_chars = kExcerptChar
 
 // `text` cut to max_chars characters ("..." marks a cut), for messages quoting raw input.
 std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars);
+
+// `value` as an integer of type T: a JSON integer (not a float, string or bool — nlohmann's get<T>()
+// would convert those, a float beyond T's range with undefined behaviour) within T's range. Else
+// fpdt::Error(module, "<what> is <excerpt>, not a whole number in [min, max]").
+template <typename T>
+T integer(const nlohmann::json& value, const std::string& what, const std::string& module) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  if (value.is_number_unsigned()) {
+    const uint64_t number = value.get<uint64_t>();
+    if (std::in_range<T>(number)) return static_cast<T>(number);
+  } else if (value.is_number_integer()) {
+    const int64_t number = value.get<int64_t>();
+    if (std::in_range<T>(number)) return static_cast<T>(number);
+  }
+  throw Error(module, what + " is " + excerpt(value) + ", not a whole number in [" +
+                          std::to_string(std::numeric_limits<T>::min()) + ", " +
+                          std::to_string(std::numeric_limits<T>::max()) + "]");
+}
 
 }  // namespace fpdt::json

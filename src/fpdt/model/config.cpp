@@ -71,6 +71,8 @@ template <typename T>
 T field(const nlohmann::json& json, const char* key, const std::string& where) {
   if (!json.contains(key) || json[key].is_null())
     throw Error(kModule, where + ": missing field '" + key + "'", "is this a Hugging Face config.json?");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)  // no float-to-int undefined behaviour
+    return json::integer<T>(json[key], where + ": field '" + key + "'", kModule);
   try {
     return json[key].get<T>();
   } catch (const std::exception&) {

@@ -45,18 +45,22 @@ nlohmann::json cursor_to_json(const DataLoaderState& s) {
           {"sampling", s.sampling}};
 }
 
-DataLoaderState cursor_from_json(const nlohmann::json& json) {
+// `where` names the file in errors.
+DataLoaderState cursor_from_json(const nlohmann::json& json, const std::string& where) {
+  auto integer = [&]<typename T>(const char* key, T) {
+    return json::integer<T>(json.at(key), where + ": data_cursor." + key, kModule);
+  };
   DataLoaderState s{};
-  const auto rng = json.at("rng_state").get<std::vector<uint64_t>>();
-  if (rng.size() != 4) throw Error(kModule, "rng_state must have 4 words");
-  std::copy(rng.begin(), rng.end(), s.rng_state);
-  s.batches_served = json.at("batches_served").get<uint64_t>();
-  s.next_window = json.at("next_window").get<uint64_t>();
-  s.epoch = json.at("epoch").get<uint64_t>();
-  s.shard_tokens = json.at("shard_tokens").get<uint64_t>();
-  s.batch_size = json.at("batch_size").get<int64_t>();
-  s.seq_tokens = json.at("seq_tokens").get<int64_t>();
-  s.sampling = json.at("sampling").get<uint32_t>();
+  const nlohmann::json& rng = json.at("rng_state");
+  if (!rng.is_array() || rng.size() != 4) throw Error(kModule, where + ": rng_state must have 4 words");
+  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = json::integer<uint64_t>(rng[i], where + ": rng_state", kModule);
+  s.batches_served = integer("batches_served", uint64_t{});
+  s.next_window = integer("next_window", uint64_t{});
+  s.epoch = integer("epoch", uint64_t{});
+  s.shard_tokens = integer("shard_tokens", uint64_t{});
+  s.batch_size = integer("batch_size", int64_t{});
+  s.seq_tokens = integer("seq_tokens", int64_t{});
+  s.sampling = integer("sampling", uint32_t{});
   return s;
 }
 
@@ -137,13 +141,13 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sta
     if (json.at("format").get<std::string>() != kStateFormat)
       throw Error(kModule, state_path + " is not an fpdt trainer state (format '" +
                                json::excerpt_text(json.at("format").get<std::string>()) + "')");
-    const int version = json.at("version").get<int>();
+    const int version = json::integer<int>(json.at("version"), state_path + ": version", kModule);
     if (version != kStateVersion)
       throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
                                std::to_string(kStateVersion));
-    state.step = json.at("step").get<int64_t>();
-    state.seed = json.at("seed").get<uint64_t>();
-    state.data = cursor_from_json(json.at("data_cursor"));
+    state.step = json::integer<int64_t>(json.at("step"), state_path + ": step", kModule);
+    state.seed = json::integer<uint64_t>(json.at("seed"), state_path + ": seed", kModule);
+    state.data = cursor_from_json(json.at("data_cursor"), state_path);
     state.settings_json = json.at("settings").dump();
   } catch (const Error&) {
     throw;
