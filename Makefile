@@ -16,12 +16,14 @@ RUN_STEPS ?= 150
 SAN_CC ?= clang-14
 SAN_CXX ?= clang++-14
 SAN_PACKAGES = clang-14 libclang-rt-14-dev libomp-14-dev
-# Every sanitizer report fails the run; leaks inside the MPI library (not ours) are suppressed.
-# Archer (LLVM's OpenMP tool for TSan) tells TSan about libomp's synchronisation.
-ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
-           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# Every sanitizer report fails the run, and each process (the fpdt processes the CLI tests start
+# included) also writes it to build-*/sanitizer-logs/, which must stay empty. Leaks inside the MPI
+# library (not ours) are suppressed; its plugins are unloaded at MPI_Finalize, so the stacks of
+# their allocations are taken in full (fast_unwind_on_malloc=0) for the suppressions to match.
+ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0:log_path=$(CURDIR)/build-asan/sanitizer-logs/asan \
+           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/sanitizer-logs/ubsan \
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
-TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:log_path=$(CURDIR)/build-tsan/sanitizer-logs/tsan \
            OMP_TOOL_LIBRARIES=$(dir $(realpath $(shell command -v $(SAN_CC))))../lib/libarcher.so
 FUZZ_RUNS ?= 10000000
 FUZZ_TARGETS ?= safetensors config shard trainer_state
@@ -52,13 +54,21 @@ build-asan/CMakeCache.txt build-tsan/CMakeCache.txt: build-%/CMakeCache.txt:
 	CC=$(SAN_CC) CXX=$(SAN_CXX) cmake -S . -B build-$* -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFPDT_CUDA=OFF \
 	  -DFPDT_SANITIZE=$(if $(filter asan,$*),address,thread)
 
+# After the ctest run: any report any process wrote is printed and fails the target.
+SANITIZER_LOGS_EMPTY = if [ -n "$$(ls -A sanitizer-logs)" ]; then cat sanitizer-logs/*; \
+                       echo "sanitizer reports: see above"; exit 1; fi
+
 check-asan: build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda
+	rm -rf build-asan/sanitizer-logs && mkdir -p build-asan/sanitizer-logs
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda; \
+	  status=$$?; $(SANITIZER_LOGS_EMPTY); exit $$status
 
 check-tsan: build-tsan/CMakeCache.txt
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -L unit
+	rm -rf build-tsan/sanitizer-logs && mkdir -p build-tsan/sanitizer-logs
+	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -L unit; \
+	  status=$$?; $(SANITIZER_LOGS_EMPTY); exit $$status
 
 # Long fuzzing runs on libFuzzer + ASan + UBSan, one target at a time at the lowest priority; new
 # inputs are kept in build-asan/fuzz/<target>. FUZZ_RUNS=0 runs until stopped.

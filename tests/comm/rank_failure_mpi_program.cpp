@@ -4,7 +4,7 @@
 //   kill   the rank dies by SIGKILL (no message of its own: mpirun must name it)
 //   throw  the rank throws an fpdt::Error; main prints it and aborts the job (the CLI's path)
 //   stop   the rank stops itself (SIGSTOP): alive to the OS, silent to its peers
-//   slow   the rank computes for 3 deadlines before its collectives: a long step, not a hang
+//   slow   the rank computes for 2 deadlines before its collectives: a long step, not a hang
 //   none   nobody fails; prints "all steps done" and exits 0
 // The failing rank first prints "failing at <seconds>" (steady_clock, shared by every process).
 // DEADLINE_SECONDS sets comm::set_deadline_seconds (default: the library's).
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         if (mode == "stop") std::raise(SIGSTOP);
         if (mode == "slow") {  // busy, as a long compute step is (no sleep: the thread stays runnable)
           const auto until = std::chrono::steady_clock::now() +
-                             std::chrono::duration<double>(3 * fpdt::comm::deadline_seconds());
+                             std::chrono::duration<double>(2 * fpdt::comm::deadline_seconds());
           volatile double sink = 0;
           while (std::chrono::steady_clock::now() < until) sink = sink + 1.0;
         }

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "fpdt/base/error.h"
@@ -155,14 +154,16 @@ TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
     return text;
   };
   EXPECT_EQ(parse_trainer_state(with("5", "4"), "t.json").step, 5);
-  for (const auto& [step, rng, part] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"1e30", "4", "t.json: step is 1e+30, not a whole number"},
-           {"2.5", "4", "t.json: step is 2.5"},
-           {"\"5\"", "4", "t.json: step is \"5\""},
-           {"5", "7.3e22", "t.json: rng_state is 7.3e+22"},
-           {"5", "-1", "t.json: rng_state is -1, not a whole number in [0, 18446744073709551615]"}})
-    testing::expect_contains(testing::error_message([&] { parse_trainer_state(with(step, rng), "t.json"); }),
-                             {"[checkpoint] " + part});
+  struct Case {
+    std::string step, rng, part;
+  };
+  for (const Case& c : std::vector<Case>{{"1e30", "4", "t.json: step is 1e+30, not a whole number"},
+                                         {"2.5", "4", "t.json: step is 2.5"},
+                                         {"\"5\"", "4", "t.json: step is \"5\""},
+                                         {"5", "7.3e22", "t.json: rng_state is 7.3e+22"},
+                                         {"5", "-1", "t.json: rng_state is -1, not a whole number in [0, 18446744073709551615]"}})
+    testing::expect_contains(testing::error_message([&] { parse_trainer_state(with(c.step, c.rng), "t.json"); }),
+                             {"[checkpoint] " + c.part});
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/comm/text.h"
 
 namespace fpdt::comm {
 
@@ -42,8 +44,10 @@ void set_limits(const Limits& limits) {
 double deadline_seconds() { return g_deadline_seconds.load(); }
 
 void set_deadline_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
   FPDT_CHECK(std::isfinite(seconds) && seconds > 0, "comm",
-             "the collective deadline must be a positive number of seconds, got " + std::to_string(seconds),
+             detail::cat("the collective deadline must be a positive number of seconds, got ", text),
              "e.g. 600 (ten minutes)");
   g_deadline_seconds.store(seconds);
 }
