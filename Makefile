@@ -25,6 +25,8 @@ ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:d
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:log_path=$(CURDIR)/build-tsan/sanitizer-logs/tsan \
            OMP_TOOL_LIBRARIES=$(dir $(realpath $(shell command -v $(SAN_CC))))../lib/libarcher.so
+# Fuzzing: libFuzzer reports leaks itself; reports go to the terminal and the failing input to ./crash-*.
+FUZZ_ENV = ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 FUZZ_RUNS ?= 10000000
 FUZZ_TARGETS ?= safetensors config shard trainer_state
 
@@ -75,7 +77,7 @@ check-tsan: build-tsan/CMakeCache.txt
 fuzz-long: build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	for target in $(FUZZ_TARGETS); do \
-	  $(ASAN_ENV) nice -n 19 build-asan/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=65536 -timeout=30 \
+	  $(FUZZ_ENV) nice -n 19 build-asan/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=65536 -timeout=30 \
 	    -rss_limit_mb=4096 -print_final_stats=1 build-asan/fuzz/$$target fuzz/corpus/$$target || exit 1; \
 	done
 

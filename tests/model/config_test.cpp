@@ -92,7 +92,10 @@ TEST(ModelConfig, DeeplyNestedOrHugeValuesGiveABoundedError) {
   expect_config_error(R"({"model_type": "llama", "vocab_size": )" + deep + "}", "nests deeper than 64 levels");
   const std::string huge(1 << 20, 'x');
   for (const std::string& json : {R"({"model_type": ")" + huge + R"("})",
-                                  R"({"model_type": "llama", "vocab_size": [")" + huge + R"("]})"}) {
+                                  R"({"model_type": "llama", "vocab_size": [")" + huge + R"("]})",
+                                  R"({"model_type": "llama", "_name_or_path": ")" + huge + R"(", "vocab_size": 0,
+                                      "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1,
+                                      "intermediate_size": 8})"}) {
     try {
       parse_hf_config(json, "test/config.json");
       FAIL() << "no error";

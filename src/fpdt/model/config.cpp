@@ -91,7 +91,7 @@ T field_or(const nlohmann::json& json, const char* key, T fallback, const std::s
 void ModelConfig::validate() const {
   auto positive = [&](int64_t value, const char* what) {
     if (value <= 0)
-      throw Error(kModule, "model '" + name + "': " + what + " must be positive, got " + std::to_string(value));
+      throw Error(kModule, "model '" + json::excerpt_text(name) + "': " + what + " must be positive, got " + std::to_string(value));
   };
   positive(vocab_size, "vocab_size");
   positive(hidden, "hidden size");
@@ -102,20 +102,20 @@ void ModelConfig::validate() const {
   positive(ffn_hidden, "MLP hidden size");
   if (heads % kv_heads != 0)
     throw Error(kModule,
-                "model '" + name + "': " + std::to_string(heads) + " query heads cannot be shared evenly by " +
+                "model '" + json::excerpt_text(name) + "': " + std::to_string(heads) + " query heads cannot be shared evenly by " +
                     std::to_string(kv_heads) + " key/value heads",
                 "num_attention_heads must be a multiple of num_key_value_heads");
   if (family == Family::gpt && kv_heads != heads)
-    throw Error(kModule, "model '" + name + "': the GPT family has no grouped-query attention (heads " +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': the GPT family has no grouped-query attention (heads " +
                              std::to_string(heads) + ", kv heads " + std::to_string(kv_heads) + ")");
   if (family == Family::gpt && q_dim() != hidden)
-    throw Error(kModule, "model '" + name + "': hidden size " + std::to_string(hidden) + " is not heads × head_dim (" +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': hidden size " + std::to_string(hidden) + " is not heads × head_dim (" +
                              std::to_string(heads) + " × " + std::to_string(head_dim) + ")");
   if (uses_rope() && (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0))
-    throw Error(kModule, "model '" + name + "': rotary dims " + std::to_string(rotary_dim) +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': rotary dims " + std::to_string(rotary_dim) +
                              " must be even and in (0, head_dim = " + std::to_string(head_dim) + "]");
   if (learned_positions()) positive(max_positions, "position table size");
-  if (norm_eps <= 0) throw Error(kModule, "model '" + name + "': norm epsilon must be positive");
+  if (norm_eps <= 0) throw Error(kModule, "model '" + json::excerpt_text(name) + "': norm epsilon must be positive");
 }
 
 int64_t ModelConfig::parameter_count() const {
