@@ -23,7 +23,9 @@ SAN_PACKAGES = clang-14 libclang-rt-14-dev libomp-14-dev
 ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0:log_path=$(CURDIR)/build-asan/sanitizer-logs/asan \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/sanitizer-logs/ubsan \
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
-TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp:log_path=$(CURDIR)/build-tsan/sanitizer-logs/tsan \
+# TSan: Archer (LLVM's OpenMP tool) tells TSan about OpenMP's synchronisation, and code TSan did not
+# instrument (libomp, OpenBLAS, Open MPI) is not reported on.
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:log_path=$(CURDIR)/build-tsan/sanitizer-logs/tsan \
            OMP_TOOL_LIBRARIES=$(dir $(realpath $(shell command -v $(SAN_CC))))../lib/libarcher.so
 # Fuzzing: libFuzzer reports leaks itself; reports go to the terminal and the failing input to ./crash-*.
 FUZZ_ENV = ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -1,7 +1,8 @@
 // Threads backend (see thread_communicator.h). Protocol of every collective: each rank publishes
 // its arguments in its slot, waits for the group, copies what it receives out of the peers'
-// buffers, waits again (so no buffer is reused while a peer still reads it). All groups of one
-// run share a mutex and condition variable, so a failure wakes every waiting rank at once.
+// buffers, waits again (so no buffer is reused while a peer still reads it, even when the run has
+// failed meanwhile: that second wait is wait_all_read). All groups of one run share a mutex and
+// condition variable, so a failure wakes every waiting rank at once.
 #include "fpdt/comm/threads/thread_communicator.h"
 
 #include <algorithm>
@@ -83,6 +84,29 @@ struct Group {
     return -1;
   }
 
+  // Counts this member in; true when it is the last, which completes the barrier.
+  bool arrive(int group_rank) {
+    if (++arrived == size()) {
+      arrived = 0;
+      ++generation;
+      std::fill(present.begin(), present.end(), 0);
+      run->changed.notify_all();
+      return true;
+    }
+    present[static_cast<size_t>(group_rank)] = 1;
+    return false;
+  }
+
+  // The barrier after a collective's copies out of peers' buffers: every member passed the barrier
+  // before and is only copying, so all arrive. It waits for them even when the run has failed, so a
+  // rank woken by the failure cannot free buffers a peer is still reading. Never throws.
+  void wait_all_read(int group_rank) {
+    std::unique_lock<std::mutex> lock(run->mutex);
+    const uint64_t my_generation = generation;
+    if (arrive(group_rank)) return;
+    run->changed.wait(lock, [&] { return generation != my_generation; });
+  }
+
   // Waits until every member arrived; throws when the run failed, can no longer complete, or the
   // members missing have not arrived within the deadline (deadline_seconds()).
   void wait_all(int group_rank) {
@@ -90,14 +114,7 @@ struct Group {
     std::unique_lock<std::mutex> lock(run->mutex);
     if (run->failed) throw run->failure_error();
     const uint64_t my_generation = generation;
-    if (++arrived == size()) {
-      arrived = 0;
-      ++generation;
-      std::fill(present.begin(), present.end(), 0);
-      run->changed.notify_all();
-      return;
-    }
-    present[static_cast<size_t>(group_rank)] = 1;
+    if (arrive(group_rank)) return;
     const double deadline = deadline_seconds();
     const bool woken = run->changed.wait_for(lock, std::chrono::duration<double>(deadline), [&] {
       return generation != my_generation || run->failed || returned_member() >= 0;
@@ -156,7 +173,7 @@ class ThreadCommunicator final : public Communicator {
     group_->wait_all(rank_);
     std::shared_ptr<Group> new_group = slot(members.front()).new_group;
     const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
-    group_->wait_all(rank_);
+    group_->wait_all_read(rank_);
     mine.new_group.reset();
     return std::make_unique<ThreadCommunicator>(std::move(new_group), new_rank);
   }
@@ -189,7 +206,7 @@ class ThreadCommunicator final : public Communicator {
       std::memcpy(static_cast<char*>(recv) + recv_displs[j],
                   static_cast<const char*>(from.send) + from.send_displs[me], bytes);
     }
-    group_->wait_all(rank_);  // the group stays in step even when this rank throws below
+    group_->wait_all_read(rank_);  // the group stays in step even when this rank throws below
     if (mismatch) throw *mismatch;
   }
 
@@ -210,7 +227,7 @@ class ThreadCommunicator final : public Communicator {
       char* to = static_cast<char*>(recv) + static_cast<size_t>(j) * bytes_per_rank;
       if (bytes_per_rank > 0 && to != from.send) std::memcpy(to, from.send, bytes_per_rank);
     }
-    group_->wait_all(rank_);
+    group_->wait_all_read(rank_);
     if (mismatch) throw *mismatch;
   }
 
@@ -227,7 +244,7 @@ class ThreadCommunicator final : public Communicator {
                                            " but rank ", root, " sends ", from.bytes));
     else if (rank_ != root && bytes > 0)
       std::memcpy(data, from.send, bytes);
-    group_->wait_all(rank_);
+    group_->wait_all_read(rank_);
     if (mismatch) throw *mismatch;
   }
 
