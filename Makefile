@@ -30,7 +30,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstru
 # Fuzzing: libFuzzer reports leaks itself; reports go to the terminal and the failing input to ./crash-*.
 FUZZ_ENV = ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 FUZZ_RUNS ?= 10000000
-FUZZ_TARGETS ?= safetensors config shard trainer_state
+FUZZ_TARGETS ?= safetensors config shard trainer_state tokenizer
 
 .PHONY: deps configure build test run clean check-asan check-tsan fuzz-long
 
@@ -51,7 +51,7 @@ run: configure
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
 	$(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
 	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
-	  --save-every 50 --sample-tokens 300 --prompt "And God said"
+	  --save-every 50 --sample-tokens 300 --prompt "And God said" --overwrite
 
 build-asan/CMakeCache.txt build-tsan/CMakeCache.txt: build-%/CMakeCache.txt:
 	bash scripts/install_deps.sh $(SAN_PACKAGES)

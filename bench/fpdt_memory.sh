@@ -21,7 +21,7 @@ mkdir -p "$results"
 bash scripts/get_corpus.sh "$fpdt" data >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none)
-common=(train --model "$config" --data data/kjv --out "$work/run" --sp 2 --batch 1 --steps 1 --eval-batches 0
+common=(train --model "$config" --data data/kjv --out "$work/run" --overwrite --sp 2 --batch 1 --steps 1 --eval-batches 0
         --save-every 0 --threads 1 --peak-gflops 40)
 fpdt_opts=(--mode fpdt --chunk-tokens $chunk --offload "disk:$work")
 ulysses_opts=(--mode ulysses)

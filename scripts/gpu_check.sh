@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of issue 8, one script for one GPU machine (budget: under 8 minutes on one H200):
-# configure with the CUDA backend for sm_90, build, run the `cuda` tests (every CudaBackend op
-# against the reference), then the CUDA benchmarks (bench/bench_cuda.cpp), and print a table.
+# configure with the CUDA backend for sm_90, build, run the `cuda` tests (the cuda rows of the
+# conformance table: every CudaBackend op against the reference), then the CUDA benchmarks
+# (bench/bench_cuda.cpp), and print a table.
 #   bash scripts/gpu_check.sh [BUILD_DIR]        (default build-gpu; CUDA_ARCH=90 to change the arch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 echo "== configure (FPDT_CUDA=ON, sm_${ARCH})"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFPDT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >/dev/null
 echo "== build"
-cmake --build "$BUILD" -j "$JOBS" --target kernels_cuda_backend_cuda_test bench_cuda 2>&1 | tail -3
+cmake --build "$BUILD" -j "$JOBS" --target kernels_backend_ops_cuda_test bench_cuda 2>&1 | tail -3
 echo "   build done after $(( $(date +%s) - start )) s"
 
 echo "== ctest -L cuda"

@@ -7,7 +7,7 @@
 #   FPDT_REF_VENV=DIR overrides the location (default ~/.cache/fpdt/ref-venv)
 set -euo pipefail
 venv=${FPDT_REF_VENV:-$HOME/.cache/fpdt/ref-venv}
-pins=(torch==2.15.0 transformers==5.24.0 tokenizers==0.23.3 safetensors numpy matplotlib)
+pins=(torch==2.15.0 transformers==5.24.0 tokenizers==0.23.3 safetensors numpy matplotlib unicodedata2==16.0.0)
 stamp="$venv/.fpdt-pins"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${pins[*]}" ]; then
   python3 -m venv "$venv" >&2 || { bash "$(dirname "$0")/../scripts/install_deps.sh" python3-venv >&2; python3 -m venv "$venv" >&2; }

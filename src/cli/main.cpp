@@ -1,6 +1,8 @@
-// The `fpdt` program: train | sample | tokenize | inspect. Each subcommand declares its options in
-// one table (options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
+// The `fpdt` program: train | sample | tokenize | inspect | plan. Each subcommand declares its options
+// once, bound to the fields they set (base/options.h; train's in train/settings.h, the ones commands
+// share in plan/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +20,8 @@
 #include "fpdt/train/shard.h"
 #include "fpdt/train/tokenizer.h"
 #include "fpdt/train/trainer.h"
-#include "options.h"
+#include "fpdt/base/options.h"
+#include "fpdt/plan/run_options.h"
 #include "plan_command.h"
 
 namespace fpdt::cli {
@@ -27,86 +30,13 @@ namespace {
 namespace fs = std::filesystem;
 
 int command_train(int argc, char** argv, comm::Communicator& world) {
-  const train::TrainSettings d;
-  OptionTable options("train", "Train a model on token shards (from `fpdt tokenize`), with checkpoints and metrics.");
-  options.add("model", "NAME|config.json", d.model, "model preset or Hugging Face config.json")
-      .add("data", "DIR", d.data_dir, "folder with train.bin and val.bin")
-      .add("out", "DIR", d.out_dir, "run folder: checkpoints, metrics.jsonl")
-      .add("backend", "cpu|reference", d.backend, "kernel backend")
-      .add("steps", "N", std::to_string(d.steps), "optimizer steps")
-      .add("batch", "B", std::to_string(d.batch_size), "sequences per micro-batch")
-      .add("seq", "S", std::to_string(d.seq_tokens), "tokens per sequence")
-      .add("grad-accum", "N", std::to_string(d.grad_accum), "micro-batches per step")
-      .add("lr", "LR", "3e-3", "peak learning rate")
-      .add("min-lr", "LR", "3e-4", "learning rate at the end of the cosine decay")
-      .add("warmup", "N", "20", "linear warmup steps")
-      .add("decay-steps", "N", "0", "cosine decay ends at this step (0: --steps)")
-      .add("weight-decay", "W", "0.1", "AdamW decoupled weight decay (matrices and embeddings only)")
-      .add("beta1", "B1", "0.9", "AdamW beta1")
-      .add("beta2", "B2", "0.95", "AdamW beta2")
-      .add("grad-clip", "NORM", "1.0", "max global gradient norm (0: off)")
-      .add("eval-every", "N", std::to_string(d.eval_every), "validate every N steps (0: at the end only)")
-      .add("eval-batches", "N", std::to_string(d.eval_batches), "validation batches per evaluation")
-      .add("save-every", "N", std::to_string(d.save_every), "checkpoint every N steps (0: at the end only)")
-      .add("sample-tokens", "N", "0", "generate N tokens at the end")
-      .add("prompt", "TEXT", "\\n", "prompt for the sample at the end")
-      .flag("resume", "continue from <out>/latest when it exists")
-      .add("seed", "N", std::to_string(d.seed), "seed of initialisation and data order")
-      .add("threads", "N", "0", "threads (0: all cores)")
-      .add("peak-gflops", "G", "0", "peak GFLOP/s for MFU (0: measure)")
-      .add("compute-mem", "BYTES", "0", "compute-tier budget, e.g. 2GiB (0: unlimited)")
-      .add("sp", "P", "1", "sequence-parallel ranks per sequence (Ulysses)")
-      .add("dp", "N", "1", "data-parallel replicas (world = sp x dp ranks)")
-      .add("comm-timeout", "SECONDS", "600", "end the job when a rank shows no sign of life for this long")
-      .add("mode", "fpdt|ulysses", d.mode, "fpdt: chunked pipeline; ulysses: one chunk, nothing offloaded")
-      .add("chunk-tokens", "C", "0", "global tokens per chunk (a multiple of --sp; 0: use --chunks)")
-      .add("chunks", "U", "1", "chunks per sequence, when --chunk-tokens is 0")
-      .add("offload", "none|ram|disk:DIR", d.offload, "where chunks rest between uses")
-      .add("recompute", "none|layer", d.recompute, "layer: keep only layer inputs and re-run each layer")
-      .add("offload-mem", "BYTES", "0", "offload-tier budget (0: unlimited)")
-      .flag("dry-run", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit")
-      .add("trace", "FILE", "", "write a Chrome trace (compute, copy, communication spans) to FILE")
-      .add("stop-after", "N", "0", "exit after N steps of this process, as a preempted job would (0: off)");
-  if (!options.parse(argc, argv)) return 0;
-  comm::set_deadline_seconds(options.real("comm-timeout"));
   train::TrainSettings s;
-  s.model = options.str("model");
-  s.data_dir = options.str("data");
-  s.out_dir = options.str("out");
-  s.backend = options.str("backend");
-  s.steps = options.integer("steps");
-  s.batch_size = options.integer("batch");
-  s.seq_tokens = options.integer("seq");
-  s.grad_accum = options.integer("grad-accum");
-  s.optimizer.lr = options.real("lr");
-  s.optimizer.min_lr = options.real("min-lr");
-  s.optimizer.warmup_steps = options.integer("warmup");
-  s.optimizer.decay_steps = options.integer("decay-steps") > 0 ? options.integer("decay-steps") : s.steps;
-  s.optimizer.weight_decay = options.real("weight-decay");
-  s.optimizer.beta1 = options.real("beta1");
-  s.optimizer.beta2 = options.real("beta2");
-  s.optimizer.grad_clip = options.real("grad-clip");
-  s.eval_every = options.integer("eval-every");
-  s.eval_batches = options.integer("eval-batches");
-  s.save_every = options.integer("save-every");
-  s.sample_tokens = options.integer("sample-tokens");
-  s.sample_prompt = options.str("prompt") == "\\n" ? "\n" : options.str("prompt");
-  s.resume = options.enabled("resume");
-  s.seed = static_cast<uint64_t>(options.integer("seed"));
-  s.threads = static_cast<int>(options.integer("threads"));
-  s.peak_gflops = options.real("peak-gflops");
-  s.compute_mem_bytes = options.bytes("compute-mem");
-  s.stop_after_steps = options.integer("stop-after");
-  s.sp = static_cast<int>(options.integer("sp"));
-  s.dp = static_cast<int>(options.integer("dp"));
-  s.mode = options.str("mode");
-  s.chunk_tokens = options.integer("chunk-tokens");
-  s.chunks = static_cast<int>(options.integer("chunks"));
-  s.offload = options.str("offload");
-  s.recompute = options.str("recompute");
-  s.offload_mem_bytes = options.bytes("offload-mem");
-  s.dry_run = options.enabled("dry-run");
-  s.trace_path = options.str("trace");
+  OptionSet options("train", "Train a model on token shards (from `fpdt tokenize`), with checkpoints and metrics.");
+  train::declare_train_options(options, s);
+  if (!options.parse(argc, argv)) return 0;
+  comm::set_deadline_seconds(s.comm_timeout_seconds);
+  // A test hook, not an option (see train::FaultInjection).
+  if (const char* fault = std::getenv("FPDT_TEST_FAULT")) s.fault = train::parse_fault_injection(fault);
 
   const train::TrainResult result = train::train(s, world);
   if (s.dry_run) {
@@ -137,7 +67,8 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                            {"offload_peak_bytes", result.offload_peak_bytes},
                            {"peak_rss_bytes", result.peak_rss_bytes},
                            {"last_step", result.last_step},
-                           {"last_loss", result.last_loss}}
+                           {"last_loss", result.last_loss},
+                           {"skipped_steps", result.skipped_steps}}
                 .dump());
   if (!result.sample.empty()) log::info("sample:\n" + result.sample);
   return 0;
@@ -152,49 +83,70 @@ std::string checkpoint_folder(const std::string& path) {
 }
 
 int command_sample(int argc, char** argv) {
-  OptionTable options("sample", "Generate text from a checkpoint with top-k sampling.");
-  options.add("checkpoint", "DIR", "runs/demo", "run folder or step folder")
-      .add("prompt", "TEXT", "And God said", "prompt text")
-      .add("tokens", "N", "300", "tokens to generate")
-      .add("context", "N", "256", "context window in tokens")
-      .add("temperature", "T", "0.8", "softmax temperature")
-      .add("top-k", "K", "40", "sample among the K most likely tokens (0: all)")
-      .add("seed", "N", "1", "sampling seed")
-      .add("threads", "N", "0", "threads (0: all cores)");
+  std::string checkpoint = "runs/demo", prompt = "And God said";
+  train::SampleSettings settings;
+  settings.new_tokens = 300;
+  int threads = 0;
+  uint64_t seed = 1;
+  bool print_ids = false;
+  OptionSet options("sample", "Generate text from a checkpoint with top-k sampling.");
+  options.add("checkpoint", "DIR", "run folder or step folder", checkpoint);
+  options.add("prompt", "TEXT", "prompt text", prompt);
+  options.add("tokens", "N", "tokens to generate", settings.new_tokens).at_least(0);
+  options.add("context", "N", "context window in tokens", settings.context_tokens).at_least(1);
+  options.add("temperature", "T", "softmax temperature", settings.temperature).above(0);
+  options.add("top-k", "K", "sample among the K most likely tokens", settings.top_k).at_least(0).zero_means("all");
+  options.add("seed", "N", "sampling seed", seed);
+  plan::options::threads(options, threads);
+  options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
   if (!options.parse(argc, argv)) return 0;
-  train::set_threads(static_cast<int>(options.integer("threads")));
-  const std::string folder = checkpoint_folder(options.str("checkpoint"));
+  train::set_threads(threads);
+  const std::string folder = checkpoint_folder(checkpoint);
   const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
+  // The checkpoint's own tokenizer (the one its shards were made with).
+  const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend("cpu");
   model::Transformer model(config, *backend);
   model::load_hf_safetensors(config, model.layout(), model.params(), folder + "/model.safetensors");
-  train::ByteTokenizer tokenizer;
-  train::SampleSettings settings;
-  settings.new_tokens = options.integer("tokens");
-  settings.context_tokens = options.integer("context");
-  settings.temperature = options.real("temperature");
-  settings.top_k = static_cast<int>(options.integer("top-k"));
-  Rng rng(static_cast<uint64_t>(options.integer("seed")));
-  const auto tokens = train::generate(model, tokenizer.encode(options.str("prompt")), settings, rng);
+  Rng rng(seed);
+  const auto tokens = train::generate(model, tokenizer.encode(prompt), settings, rng);
   std::printf("%s\n", tokenizer.render(tokens).c_str());
+  if (print_ids) {
+    std::string line = "ids:";
+    for (const int32_t id : tokens) line += " " + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
 int command_tokenize(int argc, char** argv) {
-  OptionTable options("tokenize", "Tokenize text or FASTA files (bytes) into train.bin and val.bin shards.",
-                      "FILE...");
-  options.add("out", "DIR", "data/corpus", "output folder (created if missing)")
-      .add("val-fraction", "F", "0.05", "fraction of tokens, taken from the end, for validation");
+  std::string out = "data/corpus";
+  std::string tokenizer_path = "bytes", end_of_document;
+  double val_fraction = 0.05;
+  OptionSet options("tokenize", "Tokenize text or FASTA files into train.bin and val.bin shards (+ the tokenizer's files).",
+                    "FILE...");
+  options.add("out", "DIR", "output folder (created if missing)", out);
+  options.add("val-fraction", "F", "fraction of tokens, taken from the end, for validation", val_fraction)
+      .at_least(0)
+      .below(1);
+  options.add("tokenizer", "bytes|PATH", "bytes, or a Hugging Face tokenizer.json (or a folder with one)", tokenizer_path);
+  options.add("eos-token", "TOKEN", "token between documents (default: the tokenizer's eos_token)", end_of_document);
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().empty())
     throw Error("cli", "no input files for fpdt tokenize", "fpdt tokenize --out DIR FILE...");
-  fs::create_directories(options.str("out"));
-  const train::TokenizeSummary summary =
-      train::tokenize_files(options.positional(), options.str("out"), options.real("val-fraction"));
-  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d)\n", summary.train_path.c_str(),
-              static_cast<unsigned long long>(summary.train_tokens), summary.val_path.c_str(),
-              static_cast<unsigned long long>(summary.val_tokens), static_cast<unsigned long long>(summary.documents),
-              summary.vocab_size);
+  if (tokenizer_path == "bytes" && !end_of_document.empty())
+    throw Error("cli", "--eos-token applies to a tokenizer.json; the byte tokenizer ends documents with <|eod|>",
+                "drop --eos-token, or pass --tokenizer PATH");
+  const train::Tokenizer tokenizer =
+      tokenizer_path == "bytes" ? train::Tokenizer::bytes() : train::Tokenizer::load(tokenizer_path, end_of_document);
+  fs::create_directories(out);
+  const train::TokenizeSummary summary = train::tokenize_files(options.positional(), out, val_fraction, tokenizer);
+  std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d, separator '%s' = %d, tokenizer %s)\n",
+              summary.train_path.c_str(), static_cast<unsigned long long>(summary.train_tokens),
+              summary.val_path.c_str(), static_cast<unsigned long long>(summary.val_tokens),
+              static_cast<unsigned long long>(summary.documents), summary.vocab_size,
+              tokenizer.end_of_document_token().c_str(), tokenizer.end_of_document_id(),
+              train::fingerprint_string(tokenizer.fingerprint()).c_str());
   return 0;
 }
 
@@ -212,16 +164,24 @@ void print_safetensors(const std::string& path) {
 }
 
 int command_inspect(int argc, char** argv) {
-  OptionTable options("inspect", "Show what a checkpoint, safetensors file or token shard holds.", "PATH");
+  OptionSet options("inspect", "Show what a checkpoint, safetensors file or token shard holds.", "PATH");
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().size() != 1) throw Error("cli", "fpdt inspect takes one path", "fpdt inspect PATH");
   const std::string path = options.positional()[0];
-  if (fs::is_directory(path)) {
+  // Reading a FIFO or a device would wait for a writer that may never come.
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!fs::exists(status)) throw Error("cli", "cannot open " + path + ": no such file or folder", "check the path");
+  if (!fs::is_directory(status) && !fs::is_regular_file(status))
+    throw Error("cli", path + " is neither a file nor a folder (a pipe, socket or device)",
+                "give a checkpoint folder, a .safetensors file or a token shard");
+  if (fs::is_directory(status)) {
     const std::string folder = checkpoint_folder(path);
     const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
     std::printf("checkpoint %s\n", folder.c_str());
-    std::ifstream state_file(folder + "/trainer_state.json");
-    if (state_file) {
+    const std::string state_path = folder + "/trainer_state.json";
+    if (fs::is_regular_file(state_path)) {
+      std::ifstream state_file(state_path);
       std::stringstream text;
       text << state_file.rdbuf();
       std::printf("trainer state:\n%s", text.str().c_str());
@@ -238,9 +198,14 @@ int command_inspect(int argc, char** argv) {
     return 0;
   }
   const train::ShardReader shard(path);
-  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u\n", path.c_str(),
-              shard.header().version, static_cast<unsigned long long>(shard.token_count()), shard.token_width_bytes(),
-              shard.vocab_size());
+  std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u, tokenizer %s, separator id %s\n",
+              path.c_str(), shard.header().version, static_cast<unsigned long long>(shard.token_count()),
+              shard.token_width_bytes(), shard.vocab_size(),
+              shard.tokenizer().fingerprint == 0 ? "not recorded"
+                                                 : train::fingerprint_string(shard.tokenizer().fingerprint).c_str(),
+              shard.tokenizer().end_of_document_id == train::kNoEndOfDocument
+                  ? "none"
+                  : std::to_string(shard.tokenizer().end_of_document_id).c_str());
   return 0;
 }
 

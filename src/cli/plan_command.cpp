@@ -2,121 +2,127 @@
 #include "plan_command.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
-#include "fpdt/base/error.h"
+#include "fpdt/base/options.h"
 #include "fpdt/plan/plan.h"
 #include "fpdt/plan/report.h"
-#include "options.h"
+#include "fpdt/plan/run_options.h"
 
 namespace fpdt::cli {
 
 namespace {
 
-constexpr const char* kPreset = "preset";
+// What `fpdt plan` is asked, as typed; resolved into plan::PlanConfig and plan::Hardware below.
+// The defaults plan the paper's setting; an unset hardware override takes the --hardware preset's.
+struct PlanOptions {
+  std::string model = "llama3-8b";
+  int heads = 0;
+  std::string positions = "model";
+  int64_t seq_tokens = int64_t{1} << 20;
+  int sp = 1;
+  int dp = 1;
+  int64_t batch = 1;
+  int64_t chunk_tokens = 0;
+  std::string mode = "fpdt";
+  std::string recompute = "layer";
+  std::string offload = "ram";
+  int zero = 3;
+  std::string dtype = "auto";
+  std::string hardware = "A100-80GB";
+  std::optional<int64_t> compute_mem, reserved_mem, host_mem, disk_mem;
+  std::optional<double> host_link_gbps, disk_gbps, peak_tflops, network_gbps;
+  bool max_seq = false;
+  bool json = false;
+};
 
-// A positive number for an override, or false when the option was left at "preset".
-bool override_value(const OptionTable& options, const std::string& name, double& value, double scale) {
-  if (options.str(name) == kPreset) return false;
-  value = options.real(name) * scale;
-  if (!(value > 0)) {
-    std::string what = "--";
-    what.append(name).append(" must be positive, got '").append(options.str(name)).append("'");
-    throw Error("plan", what);
-  }
-  return true;
+void declare_plan_options(OptionSet& set, PlanOptions& o) {
+  namespace run = plan::options;
+  run::model(set, o.model);
+  set.add("heads", "N", "plan with N attention heads, head_dim = h / N", o.heads).at_least(0).zero_means("the model's");
+  set.add("positions", "model|rope|learned", "rope: rotary, no table; learned: a table of S rows", o.positions)
+      .choices(plan::positions_words());
+  run::seq(set, o.seq_tokens);
+  run::sp(set, o.sp);
+  run::dp(set, o.dp);
+  run::batch(set, o.batch);
+  run::chunk_tokens(set, o.chunk_tokens, "fpdt: the smallest chunk whose prefetch hides; fpdt-reference: 64K", "auto");
+  run::mode(set, o.mode);
+  run::recompute(set, o.recompute);
+  run::offload(set, o.offload);
+  run::zero(set, o.zero);
+  std::vector<std::string> precisions = plan::precision_words();
+  precisions.push_back("auto");
+  set.add("dtype", "bf16|fp32|auto", "storage precision (auto: the hardware's: bf16 on GPUs, fp32 on cpu)", o.dtype)
+      .choices(precisions);
+  set.add("hardware", "PRESET", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine)", o.hardware);
+  run::compute_mem(set, o.compute_mem);
+  const auto bytes = [&](const char* name, const char* help, std::optional<int64_t>& field) -> Option& {
+    return set.add(name, "BYTES", help, field).unit(Unit::bytes).unset_means("preset");
+  };
+  bytes("reserved-mem", "of it, held by the runtime (CUDA context, NCCL)", o.reserved_mem).at_least(0);
+  bytes("host-mem", "host RAM per rank for the offload tier", o.host_mem).above(0);
+  bytes("disk-mem", "disk per rank for --offload disk", o.disk_mem).above(0);
+  const auto rate = [&](const char* name, const char* value_name, const char* help, std::optional<double>& field) {
+    set.add(name, value_name, help, field).above(0).unset_means("preset");
+  };
+  rate("host-link-gbps", "GB/s", "host link per direction, gigabytes per second", o.host_link_gbps);
+  rate("disk-gbps", "GB/s", "disk bandwidth per direction, gigabytes per second", o.disk_gbps);
+  rate("peak-tflops", "TFLOP/s", "dense peak per rank in the planned precision", o.peak_tflops);
+  rate("network-gbps", "GB/s", "all-to-all bandwidth per rank, gigabytes per second (one flat network)",
+       o.network_gbps);
+  set.add("max-seq", "", "search the longest sequence that fits, and show all three modes", o.max_seq);
+  set.add("json", "", "print one JSON object instead of the table", o.json);
 }
 
-bool override_bytes(const OptionTable& options, const std::string& name, double& value) {
-  if (options.str(name) == kPreset) return false;
-  value = static_cast<double>(options.bytes(name));
-  if (!(value > 0)) {
-    std::string what = "--";
-    what.append(name).append(" must be positive, got '").append(options.str(name)).append("'");
-    throw Error("plan", what);
-  }
-  return true;
-}
-
-plan::Hardware hardware_from(const OptionTable& options, DType precision_hint, bool precision_given) {
-  plan::Hardware hw = plan::hardware_preset(options.str("hardware"));
-  override_bytes(options, "compute-mem", hw.compute_bytes);
-  override_bytes(options, "host-mem", hw.host_bytes);
-  override_bytes(options, "disk-mem", hw.disk_bytes);
-  if (options.str("reserved-mem") != kPreset) hw.reserved_bytes = static_cast<double>(options.bytes("reserved-mem"));
-  override_value(options, "host-link-gbps", hw.host_link_bytes_per_s, 1e9);
-  override_value(options, "disk-gbps", hw.disk_bytes_per_s, 1e9);
-  double network = 0;
-  if (override_value(options, "network-gbps", network, 1e9)) hw.intra_node_bytes_per_s = hw.inter_node_bytes_per_s = network;
-  double peak = 0;
-  if (override_value(options, "peak-tflops", peak, 1e12)) {
-    const DType precision = precision_given ? precision_hint : hw.default_precision;
-    (precision == DType::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = peak;
-  }
+plan::Hardware hardware_from(const PlanOptions& o, DType precision) {
+  plan::Hardware hw = plan::hardware_preset(o.hardware);
+  const auto bytes = [](const std::optional<int64_t>& given, double& field) {
+    if (given) field = static_cast<double>(*given);
+  };
+  bytes(o.compute_mem, hw.compute_bytes);
+  bytes(o.reserved_mem, hw.reserved_bytes);
+  bytes(o.host_mem, hw.host_bytes);
+  bytes(o.disk_mem, hw.disk_bytes);
+  if (o.host_link_gbps) hw.host_link_bytes_per_s = *o.host_link_gbps * 1e9;
+  if (o.disk_gbps) hw.disk_bytes_per_s = *o.disk_gbps * 1e9;
+  if (o.network_gbps) hw.intra_node_bytes_per_s = hw.inter_node_bytes_per_s = *o.network_gbps * 1e9;
+  if (o.peak_tflops) (precision == DType::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = *o.peak_tflops * 1e12;
   return hw;
 }
 
 }  // namespace
 
 int command_plan(int argc, char** argv) {
-  OptionTable options("plan",
-                      "Predict one training step per rank: memory per tier and component, FLOPs, bytes over the host "
-                      "link and the network, whether prefetch hides, step time and MFU; --max-seq finds the longest "
-                      "sequence that fits. The formulas are derived in docs/memory.md.");
-  options.add("model", "NAME|config.json", "llama3-8b", "model preset or Hugging Face config.json")
-      .add("heads", "N", "0", "plan with N attention heads, head_dim = h / N (0: the model's)")
-      .add("positions", "model|rope|learned", "model", "rope: rotary, no table; learned: a table of S rows")
-      .add("seq", "S", "1M", "global tokens per sequence: 131072, 128K, 2M")
-      .add("sp", "P", "1", "Ulysses sequence-parallel ranks")
-      .add("dp", "N", "1", "data-parallel replicas (ZeRO shards over dp x sp ranks)")
-      .add("batch", "B", "1", "sequences per micro-batch")
-      .add("chunk", "C|auto", "auto", "global tokens per chunk (auto: fpdt the smallest that hides, reference 64K)")
-      .add("mode", "ulysses|fpdt-reference|fpdt", "fpdt", "whose memory to predict (fpdt-reference: the paper's code)")
-      .add("recompute", "layer|none", "layer", "re-run each layer in backward (activation checkpointing), or keep all")
-      .add("offload", "ram|disk|none", "ram", "where chunks and checkpoints rest")
-      .add("zero", "0..3", "3", "ZeRO stage over dp x sp ranks")
-      .add("dtype", "bf16|fp32|auto", "auto", "storage precision (auto: the hardware's: bf16 on GPUs, fp32 on cpu)")
-      .add("hardware", "PRESET", "A100-80GB", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine)")
-      .add("compute-mem", "BYTES", kPreset, "compute memory per rank, e.g. 80GiB")
-      .add("reserved-mem", "BYTES", kPreset, "of it, held by the runtime (CUDA context, NCCL)")
-      .add("host-mem", "BYTES", kPreset, "host RAM per rank for the offload tier")
-      .add("disk-mem", "BYTES", kPreset, "disk per rank for --offload disk")
-      .add("host-link-gbps", "GB/s", kPreset, "host link per direction, gigabytes per second")
-      .add("disk-gbps", "GB/s", kPreset, "disk bandwidth per direction, gigabytes per second")
-      .add("peak-tflops", "TFLOP/s", kPreset, "dense peak per rank in the planned precision")
-      .add("network-gbps", "GB/s", kPreset, "all-to-all bandwidth per rank, gigabytes per second (one flat network)")
-      .flag("max-seq", "search the longest sequence that fits, and show all three modes")
-      .flag("json", "print one JSON object instead of the table");
+  PlanOptions o;
+  OptionSet options("plan",
+                    "Predict one training step per rank: memory per tier and component, FLOPs, bytes over the host "
+                    "link and the network, whether prefetch hides, step time and MFU; --max-seq finds the longest "
+                    "sequence that fits. The formulas are derived in docs/memory.md.");
+  declare_plan_options(options, o);
   if (!options.parse(argc, argv)) return 0;
 
   plan::PlanConfig config;
-  config.model = model::resolve_model(options.str("model"));
-  const int64_t heads = options.integer("heads");
-  if (heads != 0) config.model = plan::with_heads(config.model, static_cast<int>(heads));
-  config.positions = plan::parse_positions(options.str("positions"));
-  config.seq_tokens = plan::parse_tokens(options.str("seq"), "--seq");
-  config.sp = options.integer("sp");
-  config.dp = options.integer("dp");
-  config.micro_batch = options.integer("batch");
-  const std::string chunk = options.str("chunk");
-  config.chunk_tokens = chunk == "auto" ? 0 : plan::parse_tokens(chunk, "--chunk");
-  if (chunk != "auto" && config.chunk_tokens <= 0) {
-    std::string what = "chunk size (--chunk) must be positive, got ";
-    what.append(chunk);
-    throw Error("plan", what, "give global tokens per chunk, e.g. 64K, or auto");
-  }
-  config.mode = plan::parse_mode(options.str("mode"));
-  config.recompute = plan::parse_recompute(options.str("recompute"));
-  config.offload = plan::parse_offload(options.str("offload"));
-  config.zero_stage = static_cast<int>(options.integer("zero"));
-  const bool precision_given = options.str("dtype") != "auto";
-  const DType precision_hint = precision_given ? plan::parse_precision(options.str("dtype")) : DType::bf16;
-  const plan::Hardware hardware = hardware_from(options, precision_hint, precision_given);
-  config.precision = precision_given ? precision_hint : hardware.default_precision;
+  config.model = model::resolve_model(o.model);
+  if (o.heads != 0) config.model = plan::with_heads(config.model, o.heads);
+  config.positions = plan::parse_positions(o.positions);
+  config.seq_tokens = o.seq_tokens;
+  config.sp = o.sp;
+  config.dp = o.dp;
+  config.micro_batch = o.batch;
+  config.chunk_tokens = o.chunk_tokens;
+  config.mode = plan::parse_mode(o.mode);
+  config.recompute = plan::parse_recompute(o.recompute);
+  config.offload = plan::parse_offload(o.offload);
+  config.zero_stage = o.zero;
+  config.precision = o.dtype == "auto" ? plan::hardware_preset(o.hardware).default_precision
+                                       : plan::parse_precision(o.dtype);
+  const plan::Hardware hardware = hardware_from(o, config.precision);
 
-  if (!options.enabled("max-seq")) {
+  if (!o.max_seq) {
     const plan::PlanResult result = plan::make_plan(config, hardware);
-    if (options.enabled("json"))
+    if (o.json)
       std::printf("%s\n", plan::plan_to_json(result).dump(2).c_str());
     else
       std::printf("%s", plan::format_plan_text(result).c_str());
@@ -129,7 +135,7 @@ int command_plan(int argc, char** argv) {
   config.seq_tokens = searched.seq_tokens > 0 ? searched.seq_tokens : searched.granule_tokens;
   if (config.mode != plan::Mode::ulysses) config.chunk_tokens = searched.chunk_tokens;
   const plan::PlanResult result = plan::make_plan(config, hardware);
-  if (options.enabled("json")) {
+  if (o.json) {
     nlohmann::ordered_json json = plan::plan_to_json(result);
     json["max_seq"] = plan::max_seq_to_json(searched);
     nlohmann::ordered_json modes = nlohmann::ordered_json::array();

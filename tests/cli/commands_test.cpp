@@ -2,10 +2,21 @@
 // inspect → sample on a tiny model; and what a Hugging Face loader needs is in the checkpoint.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "fpdt/train/tokenizer.h"
+
 #include "fpdt_program.h"
 
 namespace fpdt::testing {
 namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 TEST(Commands, EachCommandHasHelpListingItsOptions) {
   const ProgramResult top = run_fpdt("--help");
@@ -36,12 +47,73 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
   for (const char* expected : {"step_6", "\"step\": 6", "model.layers.1.mlp.down_proj.weight", "m.layers.0.attn.qkv.weight"})
     EXPECT_NE(inspected.output.find(expected), std::string::npos) << expected << " in\n" << inspected.output;
   const ProgramResult shard = run_fpdt("inspect " + setup.data_dir + "/train.bin");
-  EXPECT_NE(shard.output.find("token shard version 1"), std::string::npos) << shard.output;
+  EXPECT_NE(shard.output.find("token shard version 2"), std::string::npos) << shard.output;
+  EXPECT_NE(shard.output.find("separator id 256"), std::string::npos) << shard.output;
+  // The checkpoint carries the (byte) tokenizer the shards were made with.
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run/step_6/tokenizer.json")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run/step_6/tokenizer_config.json")));
 
   const ProgramResult sampled =
       run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light' --tokens 16 --context 32");
   EXPECT_EQ(sampled.exit_status, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
+}
+
+TEST(Commands, TrainsOnVersionOneByteShards) {
+  // Shards from before shards recorded their tokenizer (version 1, no tokenizer.json beside them) are
+  // byte-tokenizer shards: training runs, and the checkpoint carries the byte tokenizer.
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  for (const char* name : {"train.bin", "val.bin"}) {
+    const std::string path = setup.data_dir + "/" + name;
+    std::string bytes = read_file(path);
+    std::string v1 = bytes.substr(0, 28) + std::string(4, '\0') + bytes.substr(48);
+    v1[8] = 1;  // version
+    write_text_file(path, v1);
+  }
+  std::filesystem::remove(setup.data_dir + "/tokenizer.json");
+  std::filesystem::remove(setup.data_dir + "/tokenizer_config.json");
+  const ProgramResult trained = run_fpdt(join_args(setup.train_args(dir.file("run"), 2)));
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), train::Tokenizer::bytes().tokenizer_json());
+  const std::string inspected = run_fpdt("inspect " + setup.data_dir + "/train.bin").output;
+  EXPECT_NE(inspected.find("token shard version 1,"), std::string::npos) << inspected;
+  EXPECT_NE(inspected.find("tokenizer not recorded"), std::string::npos) << inspected;
+}
+
+TEST(Commands, TokenizeTrainAndSampleWithAHuggingFaceTokenizer) {
+  // The Llama-3-style fixture tokenizer (501 ids): shards record it, the checkpoint carries it, and
+  // sample encodes the prompt and decodes the ids with it (printed with --ids).
+  TempDir dir;
+  const std::string tokenizer = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/llama3";
+  write_text_file(dir.file("model.json"), R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})");
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  write_text_file(dir.file("a.txt"), text);
+  write_text_file(dir.file("b.txt"), "Le cœur a ses raisons que la raison ne connaît point. " + text);
+  const ProgramResult tokenized = run_fpdt("tokenize --tokenizer " + tokenizer + " --out " + dir.file("data") + " " +
+                                           dir.file("a.txt") + " " + dir.file("b.txt"));
+  ASSERT_EQ(tokenized.exit_status, 0) << tokenized.output;
+  EXPECT_NE(tokenized.output.find("(2 documents, vocabulary 501, separator '<|end_of_text|>' = 1,"), std::string::npos)
+      << tokenized.output;
+  const ProgramResult trained = run_fpdt("train --model " + dir.file("model.json") + " --data " + dir.file("data") +
+                                         " --out " + dir.file("run") + " --steps 2 --batch 2 --seq 32 --eval-batches 1"
+                                         " --threads 2 --peak-gflops 100 --sample-tokens 4 --prompt 'In the'");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("sample:\nIn the"), std::string::npos) << trained.output;
+  EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), read_file(tokenizer + "/tokenizer.json"));
+  const ProgramResult sampled = run_fpdt("sample --checkpoint " + dir.file("run") +
+                                         " --prompt 'In the beginning God' --tokens 12 --context 32 --ids");
+  ASSERT_EQ(sampled.exit_status, 0) << sampled.output;
+  EXPECT_EQ(sampled.output.rfind("In the beginning God", 0), 0u) << sampled.output;
+  const size_t ids_at = sampled.output.find("\nids:");
+  ASSERT_NE(ids_at, std::string::npos) << sampled.output;
+  int count = 0;
+  for (size_t i = ids_at + 5; i < sampled.output.size(); ++i) count += sampled.output[i] == ' ';
+  const size_t prompt_ids = train::Tokenizer::load(tokenizer).encode("In the beginning God").size();
+  EXPECT_EQ(count, static_cast<int>(prompt_ids) + 12) << sampled.output;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Helpers for tests that run the `fpdt` program itself: run it and capture its output, start it in
-// the background and kill it, and set up a tiny model and corpus to train on.
+// the background and kill it, set up a tiny model and corpus to train on, and read what a run wrote.
 #pragma once
 
 #include <signal.h>
@@ -8,12 +8,11 @@
 
 #include <cstdio>
 #include <fstream>
-#include <iterator>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "fpdt/tensor/safetensors.h"
 #include "testing.h"
 
 namespace fpdt::testing {
@@ -25,10 +24,12 @@ struct ProgramResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `fpdt <args>` (args are shell words, already quoted as needed) to completion.
-inline ProgramResult run_fpdt(const std::string& args) {
+// Runs `fpdt <args>` (args are shell words, already quoted as needed) to completion; with a limit in
+// seconds, a run that outlives it is killed (exit status 137) instead of hanging the test.
+inline ProgramResult run_fpdt(const std::string& args, int limit_seconds = 0) {
   ProgramResult result;
-  const std::string command = fpdt_binary() + " " + args + " 2>&1";
+  const std::string limit = limit_seconds > 0 ? "timeout -s KILL " + std::to_string(limit_seconds) + " " : "";
+  const std::string command = limit + fpdt_binary() + " " + args + " 2>&1";
   std::FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
   char buffer[4096];
@@ -94,25 +95,65 @@ struct TinySetup {
   }
 };
 
-// Per step, the last logged line's deterministic fields (a resumed run logs again the steps the
-// killed process did after its checkpoint; the later line is the one that counts).
-inline std::map<int64_t, nlohmann::json> logged_steps(const std::string& path) {
-  std::map<int64_t, nlohmann::json> steps;
-  std::ifstream file(path);
-  std::string line;
-  while (std::getline(file, line)) {
-    const nlohmann::json json = nlohmann::json::parse(line);
-    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
-    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
-    steps[json["step"].get<int64_t>()] = kept;
+// Exit status 1 and exactly one error line, which contains every part.
+inline void expect_one_clear_error(const ProgramResult& result, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(result.exit_status, 1) << result.output;
+  int error_lines = 0;
+  std::string error_line;
+  size_t begin = 0;
+  while (begin < result.output.size()) {
+    size_t end = result.output.find('\n', begin);
+    if (end == std::string::npos) end = result.output.size();
+    const std::string line = result.output.substr(begin, end - begin);
+    if (line.starts_with("[") && line.find("] ") != std::string::npos && !line.starts_with("[ ")) {
+      ++error_lines;
+      error_line = line;
+    }
+    begin = end + 1;
   }
-  return steps;
+  EXPECT_EQ(error_lines, 1) << result.output;
+  for (const std::string& part : parts) EXPECT_NE(error_line.find(part), std::string::npos) << "'" << part << "' not in: " << error_line;
+  EXPECT_EQ(result.output.find("terminate called"), std::string::npos) << result.output;
 }
 
-// The whole file as bytes ("" when it cannot be read).
 inline std::string file_bytes(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+// Every weight of a checkpoint folder's model.safetensors, tensors concatenated in file order.
+inline std::vector<float> checkpoint_weights(const std::string& folder) {
+  SafetensorsReader reader(folder + "/model.safetensors");
+  std::vector<float> all;
+  for (const std::string& name : reader.names()) {
+    const std::vector<float> values = reader.read_floats(name);
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  return all;
+}
+
+// The lines of a metrics.jsonl in file order; a line that is not JSON (the one being written when a
+// run was killed) is left out.
+inline std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_discarded()) lines.push_back(std::move(json));
+  }
+  return lines;
+}
+
+// The logged steps in file order, each with its deterministic fields.
+inline std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::string& path) {
+  std::vector<std::pair<int64_t, nlohmann::json>> steps;
+  for (const nlohmann::json& json : metrics_lines(path)) {
+    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
+    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
+    steps.emplace_back(json["step"].get<int64_t>(), kept);
+  }
+  return steps;
 }
 
 inline std::string join_args(const std::vector<std::string>& args) {

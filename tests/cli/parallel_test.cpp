@@ -1,7 +1,7 @@
 // Sequence × data parallelism in the trainer, over thread ranks: 5 optimizer steps with P = 2 and 4
 // (GQA split and replicated), sp 2 × dp 2 and dp 2 (B = 1 and 2), end at the weights of the single-rank run within
-// 1e-5 relative, on a sequence length P does not divide; and the bytes each rank sends per step are
-// the closed form of the Ulysses all-to-alls.
+// 1e-5 relative, on a sequence length P does not divide; the bytes each rank sends per step are
+// the closed form of the Ulysses all-to-alls; and the non-finite guard decides alike on every rank.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -21,9 +21,8 @@ struct ParallelRun {
   uint64_t alltoall_bytes = 0;       // rank 0, last step
 };
 
-// Trains 5 steps on sp × dp thread ranks, each replica on `batch` sequences of `seq` tokens.
-ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int sp, int dp, int64_t batch,
-                             int64_t seq, const std::string& recompute) {
+train::TrainSettings five_steps(const TinySetup& setup, const std::string& out, int sp, int dp, int64_t batch,
+                               int64_t seq, const std::string& recompute) {
   train::TrainSettings s;
   s.model = setup.config_path;
   s.data_dir = setup.data_dir;
@@ -43,6 +42,13 @@ ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int
   s.chunks = 2;
   s.offload = "ram";
   s.recompute = recompute;
+  return s;
+}
+
+// Trains 5 steps on sp × dp thread ranks, each replica on `batch` sequences of `seq` tokens.
+ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int sp, int dp, int64_t batch,
+                             int64_t seq, const std::string& recompute) {
+  const train::TrainSettings s = five_steps(setup, out, sp, dp, batch, seq, recompute);
   ParallelRun run;
   std::mutex mutex;
   comm::run_ranks(sp * dp, [&](comm::Communicator& world) {
@@ -52,11 +58,7 @@ ParallelRun train_on_threads(const TinySetup& setup, const std::string& out, int
       run.alltoall_bytes = result.alltoall_bytes_per_step;
     }
   });
-  SafetensorsReader weights(out + "/step_5/model.safetensors");
-  for (const std::string& name : weights.names()) {
-    const std::vector<float> values = weights.read_floats(name);
-    run.weights.insert(run.weights.end(), values.begin(), values.end());
-  }
+  run.weights = checkpoint_weights(out + "/step_5");
   return run;
 }
 
@@ -98,6 +100,32 @@ TEST(Parallel, BytesSentPerStepAreTheClosedForm) {
       const double expected = passes * 2 /*B*/ * config.layers * plan.local_tokens() * per_token * sizeof(float);
       EXPECT_EQ(static_cast<double>(run.alltoall_bytes), expected) << "sp " << sp << " recompute " << recompute;
     }
+}
+
+}  // namespace
+}  // namespace fpdt::testing
+
+namespace fpdt::testing {
+namespace {
+
+TEST(Parallel, EveryRankSkipsTheSameStepsAndStopsTogether) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  train::TrainSettings s = five_steps(setup, dir.file("run"), 2, 2, 1, 30, "none");
+  s.fault.nan_grad_from_step = 2;  // rank 0's gradient in steps 2, 3 and 4 (the limit, 3 in a row)
+  s.fault.nan_grad_steps = 3;
+  std::vector<std::string> errors(4);
+  comm::run_ranks(4, [&](comm::Communicator& world) {
+    try {
+      train::train(s, world);
+    } catch (const Error& error) {
+      errors[static_cast<size_t>(world.rank())] = error.what();  // no rank waits for another: all stop here
+    }
+  });
+  for (const std::string& error : errors) {
+    expect_contains(error, {"[train]", "not finite in 3 steps in a row (2..4", "the weights are those of step 1"});
+    EXPECT_EQ(error, errors[0]);
+  }
 }
 
 }  // namespace

@@ -18,13 +18,7 @@ namespace fpdt::testing {
 namespace {
 
 std::vector<float> final_weights(const std::string& run, int64_t step) {
-  SafetensorsReader reader(run + "/step_" + std::to_string(step) + "/model.safetensors");
-  std::vector<float> all;
-  for (const std::string& name : reader.names()) {
-    const std::vector<float> values = reader.read_floats(name);
-    all.insert(all.end(), values.begin(), values.end());
-  }
-  return all;
+  return checkpoint_weights(run + "/step_" + std::to_string(step));
 }
 
 std::vector<std::string> five_steps(const TinySetup& setup, const std::string& out, int batch) {

@@ -1,11 +1,10 @@
-// SwiGLU and GELU: reference values and finite differences in float64; the fast CPU kernels against
-// the reference (in double) on random and extreme inputs, with a length that is not a multiple of 8.
+// SwiGLU and GELU: reference values and finite differences in float64. (Every backend against the
+// reference, on random and extreme inputs: backend_ops_test.cpp.)
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "fpdt/base/random.h"
-#include "fpdt/kernels/cpu/kernels.h"
 #include "fpdt/kernels/reference/activation.h"
 #include "testing.h"
 
@@ -82,67 +81,6 @@ TEST(ActivationReference, GeluBackwardMatchesFiniteDifferences) {
   const double error = relative_error(dx, numeric);
   EXPECT_LE(error, 1e-8);
   std::printf("[ errors   ] gelu reference vs finite differences: dx %.3g\n", error);
-}
-
-TEST(ActivationCpu, MatchesReference) {
-  Rng rng(fresh_seed());
-  const int64_t n = 1037;  // 129 blocks of 8 and a tail of 5
-  auto gate = random_normal<float>(rng, n, 3.0);
-  auto up = random_normal<float>(rng, n, 3.0);
-  auto x = random_normal<float>(rng, n, 3.0);
-  const auto dout = random_normal<float>(rng, n);
-  // Extremes: saturated sigmoid / tanh on both sides, and exactly zero.
-  const float extremes[] = {-100.0f, -40.0f, -10.0f, 0.0f, 10.0f, 40.0f, 100.0f};
-  for (size_t i = 0; i < std::size(extremes); ++i) gate[i] = x[i] = extremes[i];
-  const std::vector<double> gate_d(gate.begin(), gate.end()), up_d(up.begin(), up.end()),
-      x_d(x.begin(), x.end()), dout_d(dout.begin(), dout.end());
-
-  // fp32 inputs are exact in double, so the gap is the fast kernel's own error: the vector exp
-  // (≈ 2 ulp), one division and a handful of rounded products, i.e. ~1e-7 per entry. 2e-6 leaves
-  // room for the error amplification of silu' and gelu' near their zero crossings.
-  constexpr double kTolerance = 2e-6;
-
-  std::vector<double> want(n), want2(n);
-  std::vector<float> got(n), got2(n);
-  reference::swiglu_forward(want.data(), gate_d.data(), up_d.data(), n);
-  cpu::swiglu_forward(got.data(), gate.data(), up.data(), n);
-  const double swiglu_forward_error = relative_error(got, want);
-  EXPECT_LE(swiglu_forward_error, kTolerance);
-
-  reference::swiglu_backward(want.data(), want2.data(), dout_d.data(), gate_d.data(), up_d.data(), n);
-  cpu::swiglu_backward(got.data(), got2.data(), dout.data(), gate.data(), up.data(), n);
-  const double swiglu_dgate_error = relative_error(got, want);
-  const double swiglu_dup_error = relative_error(got2, want2);
-  EXPECT_LE(swiglu_dgate_error, kTolerance);
-  EXPECT_LE(swiglu_dup_error, kTolerance);
-
-  reference::gelu_forward(want.data(), x_d.data(), n);
-  cpu::gelu_forward(got.data(), x.data(), n);
-  const double gelu_forward_error = relative_error(got, want);
-  EXPECT_LE(gelu_forward_error, kTolerance);
-
-  reference::gelu_backward(want.data(), dout_d.data(), x_d.data(), n);
-  cpu::gelu_backward(got.data(), dout.data(), x.data(), n);
-  const double gelu_backward_error = relative_error(got, want);
-  EXPECT_LE(gelu_backward_error, kTolerance);
-
-  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "gelu_backward at " << i;
-  std::printf("[ errors   ] activation cpu vs reference: swiglu fwd %.3g dgate %.3g dup %.3g; gelu fwd %.3g bwd %.3g\n",
-              swiglu_forward_error, swiglu_dgate_error, swiglu_dup_error, gelu_forward_error, gelu_backward_error);
-}
-
-// A large n so the OpenMP path runs too; each element's arithmetic does not depend on the split.
-TEST(ActivationCpu, ParallelPathMatchesReference) {
-  Rng rng(fresh_seed());
-  const int64_t n = (int64_t{1} << 16) + 3;
-  const auto gate = random_normal<float>(rng, n, 3.0);
-  const auto up = random_normal<float>(rng, n, 3.0);
-  const std::vector<double> gate_d(gate.begin(), gate.end()), up_d(up.begin(), up.end());
-  std::vector<double> want(n);
-  std::vector<float> got(n);
-  reference::swiglu_forward(want.data(), gate_d.data(), up_d.data(), n);
-  cpu::swiglu_forward(got.data(), gate.data(), up.data(), n);
-  EXPECT_LE(relative_error(got, want), 2e-6);  // same bound as MatchesReference
 }
 
 }  // namespace

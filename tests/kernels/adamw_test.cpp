@@ -1,12 +1,13 @@
 // AdamW: the reference against a hand-written float64 recurrence of torch.optim.AdamW for one element
-// (written the way torch's single-tensor implementation writes it), and the fast CPU kernel against the
-// reference over several steps with weight decay.
+// (written the way torch's single-tensor implementation writes it), and the cpu kernel against the
+// reference over several steps with weight decay (its drift; one step on every backend:
+// backend_ops_test.cpp) and independent of an element's position.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/adamw.h"
 #include "testing.h"
 
@@ -99,7 +100,7 @@ TEST_P(AdamWFast, MatchesReferenceOverSteps) {
     const auto grad = random_normal<float>(rng, n);
     const auto grad64 = to_double(grad);
     const AdamWParams params = test_params(step);
-    cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, params);
+    cpu::CpuBackend().adamw_update(param.data(), m.data(), v.data(), grad.data(), n, params);
     reference::adamw_update(param_want.data(), m_want.data(), v_want.data(), grad64.data(), n, params);
     worst_param = std::max(worst_param, relative_error(param, param_want));
     worst_m = std::max(worst_m, relative_error(m, m_want));
@@ -130,7 +131,7 @@ TEST(AdamW, FastResultDoesNotDependOnPosition) {
     v[i] = v[8 + i] = std::abs(v[i]);
     grad[8 + i] = grad[i];
   }
-  cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, test_params(3));
+  cpu::CpuBackend().adamw_update(param.data(), m.data(), v.data(), grad.data(), n, test_params(3));
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(param[8 + i], param[i]);
     EXPECT_EQ(m[8 + i], m[i]);

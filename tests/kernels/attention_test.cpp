@@ -1,6 +1,8 @@
-// Reference attention: against a naive softmax(QKᵀ)V written out here, the one-visible-key case,
-// and its backward against float64 central finite differences for GQA ratios 1, 2, 4, with and
-// without document ids, B = 2 — on the out loss alone, and with the LSE output in the loss too.
+// Reference attention: against a naive softmax(QKᵀ)V written out here (causal and with sliding
+// windows), the one-visible-key case, and its backward against float64 central finite differences
+// for GQA ratios 1, 2, 4, with and without document ids and windows, B = 2 — on the out loss alone,
+// and with the LSE output in the loss too. (The float instantiation and every backend against the
+// float64 reference: backend_ops_test.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,7 +22,9 @@ using testing::fresh_seed;
 using testing::random_normal;
 using testing::relative_error;
 
-// Naive attention for B = 1, no documents, every matrix written out: scores (Hq, S, S).
+// Naive attention for B = 1, no documents, every matrix written out: scores (Hq, S, S); causal, and
+// with sliding windows of 1 (each query sees itself only), 2 and 4 tokens (Mistral's rule: a query
+// sees itself and the window − 1 keys before it).
 TEST(AttentionReference, MatchesNaiveSoftmax) {
   Rng rng(fresh_seed());
   const int S = 5, Hq = 2, Hkv = 1, D = 4;
@@ -29,6 +33,7 @@ TEST(AttentionReference, MatchesNaiveSoftmax) {
   const auto k = random_normal<double>(rng, S * Hkv * D);
   const auto v = random_normal<double>(rng, S * Hkv * D);
 
+  for (const int window : {0, 1, 2, 4}) {
   std::vector<double> want_out(S * Hq * D), want_lse(Hq * S);
   for (int head = 0; head < Hq; ++head) {
     for (int s = 0; s < S; ++s) {
@@ -37,7 +42,8 @@ TEST(AttentionReference, MatchesNaiveSoftmax) {
       for (int t = 0; t < S; ++t) {
         double dot = 0.0;
         for (int d = 0; d < D; ++d) dot += q[(s * Hq + head) * D + d] * k[t * D + d];  // Hkv = 1
-        scores[t] = t <= s ? scale * dot : -INFINITY;                                     // causal mask
+        const bool visible = t <= s && (window == 0 || s - t < window);                   // causal, window
+        scores[t] = visible ? scale * dot : -INFINITY;
         max = std::max(max, scores[t]);
       }
       double sum = 0.0;
@@ -53,12 +59,14 @@ TEST(AttentionReference, MatchesNaiveSoftmax) {
 
   std::vector<double> out(S * Hq * D), lse(Hq * S);
   reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr, 1, S, Hq, Hkv, D,
-                               scale);
+                               scale, window);
   // Same maths in a different order, all in double: a few roundings of O(1) values.
   const double out_error = relative_error(out, want_out), lse_error = relative_error(lse, want_lse);
-  EXPECT_LE(out_error, 1e-14);
-  EXPECT_LE(lse_error, 1e-14);
-  std::printf("[ errors   ] attention reference vs naive: out %.3g, lse %.3g\n", out_error, lse_error);
+  EXPECT_LE(out_error, 1e-14) << "window " << window;
+  EXPECT_LE(lse_error, 1e-14) << "window " << window;
+  std::printf("[ errors   ] attention reference vs naive (window %d): out %.3g, lse %.3g\n", window, out_error,
+              lse_error);
+  }
 }
 
 // A query whose only visible key is itself (first token, or first token of a document) returns
@@ -74,7 +82,7 @@ TEST(AttentionReference, SingleVisibleKeyReturnsItsValue) {
                                         7, 8, 8, 8, 9, 9};  // batch 1: documents start at 0, 1, 4
   std::vector<double> out(B * S * Hq * D), lse(B * Hq * S);
   reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids.data(), B, S, Hq,
-                               Hkv, D, scale);
+                               Hkv, D, scale, /*window=*/0);
   const int starts[2][3] = {{0, 2, 5}, {0, 1, 4}};
   for (int b = 0; b < B; ++b) {
     for (int s : starts[b]) {
@@ -97,11 +105,13 @@ struct GradCase {
   int Hq;
   int Hkv;
   bool documents;
-  bool with_lse;  // also put the lse output in the loss
+  bool with_lse;   // also put the lse output in the loss
+  int64_t window;  // 0: none
 };
 
 void PrintTo(const GradCase& c, std::ostream* os) {
-  *os << "Hq=" << c.Hq << " Hkv=" << c.Hkv << " documents=" << c.documents << " with_lse=" << c.with_lse;
+  *os << "Hq=" << c.Hq << " Hkv=" << c.Hkv << " documents=" << c.documents << " with_lse=" << c.with_lse
+      << " window=" << c.window;
 }
 
 class AttentionGradient : public ::testing::TestWithParam<GradCase> {};
@@ -131,7 +141,7 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
   std::vector<double> out(q_size), lse(lse_size);
   auto loss = [&]() {
     reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), docs, B, S, Hq, Hkv, D,
-                                 scale);
+                                 scale, c.window);
     double sum = 0.0;
     for (size_t i = 0; i < q_size; ++i) sum += w_out[i] * out[i];
     if (c.with_lse) {
@@ -157,7 +167,7 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
   }
   std::vector<double> dq(q_size, 7.0), dk(kv_size, 7.0), dv(kv_size, 7.0);  // junk: outputs are overwritten
   reference::attention_backward(dq.data(), dk.data(), dv.data(), w_out.data(), q.data(), k.data(), v.data(),
-                                out_arg.data(), lse.data(), docs, B, S, Hq, Hkv, D, scale);
+                                out_arg.data(), lse.data(), docs, B, S, Hq, Hkv, D, scale, c.window);
 
   const double h = 1e-5;
   auto numeric_gradient = [&](std::vector<double>& x) {
@@ -185,54 +195,26 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
   EXPECT_LE(dq_error, 1e-7);
   EXPECT_LE(dk_error, 1e-7);
   EXPECT_LE(dv_error, 1e-7);
-  std::printf("[ errors   ] attention Hq=%d Hkv=%d docs=%d lse=%d vs finite differences: dq %.3g dk %.3g dv %.3g\n",
-              Hq, Hkv, c.documents, c.with_lse, dq_error, dk_error, dv_error);
+  std::printf(
+      "[ errors   ] attention Hq=%d Hkv=%d docs=%d lse=%d window=%lld vs finite differences: dq %.3g dk %.3g dv %.3g\n",
+      Hq, Hkv, c.documents, c.with_lse, static_cast<long long>(c.window), dq_error, dk_error, dv_error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, AttentionGradient,
-                         ::testing::Values(GradCase{2, 2, false, false}, GradCase{4, 2, false, false},
-                                           GradCase{8, 2, false, false}, GradCase{2, 2, true, false},
-                                           GradCase{4, 2, true, true}, GradCase{8, 2, true, true},
-                                           GradCase{4, 1, false, true}),
+                         // Windows of 1 (only the query itself: P = 1, no gradient to k), 2 and 4 < S = 6.
+                         ::testing::Values(GradCase{2, 2, false, false, 0}, GradCase{4, 2, false, false, 0},
+                                           GradCase{8, 2, false, false, 0}, GradCase{2, 2, true, false, 0},
+                                           GradCase{4, 2, true, true, 0}, GradCase{8, 2, true, true, 0},
+                                           GradCase{4, 1, false, true, 0}, GradCase{4, 2, false, true, 2},
+                                           GradCase{4, 2, true, true, 4}, GradCase{2, 1, false, false, 1}),
                          [](const ::testing::TestParamInfo<GradCase>& info) {
                            const GradCase& c = info.param;
                            std::ostringstream name;  // (not std::string operator+: GCC 12 -Wrestrict false positive)
                            name << "Hq" << c.Hq << "_Hkv" << c.Hkv << (c.documents ? "_docs" : "_nodocs")
-                                << (c.with_lse ? "_outlse" : "_out");
+                                << (c.with_lse ? "_outlse" : "_out") << (c.window ? "_window" : "")
+                                << (c.window ? std::to_string(c.window) : "");
                            return name.str();
                          });
-
-// The float instantiation agrees with the double one (same code, rounded at the stores).
-TEST(AttentionReference, FloatMatchesDouble) {
-  Rng rng(fresh_seed());
-  const int B = 2, S = 9, Hq = 4, Hkv = 2, D = 8;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const size_t q_size = static_cast<size_t>(B) * S * Hq * D, kv_size = static_cast<size_t>(B) * S * Hkv * D;
-  const auto qf = random_normal<float>(rng, q_size), kf = random_normal<float>(rng, kv_size),
-             vf = random_normal<float>(rng, kv_size), dof = random_normal<float>(rng, q_size);
-  const std::vector<double> qd(qf.begin(), qf.end()), kd(kf.begin(), kf.end()), vd(vf.begin(), vf.end()),
-      dod(dof.begin(), dof.end());
-  std::vector<float> of(q_size), lf(B * Hq * S), dqf(q_size), dkf(kv_size), dvf(kv_size);
-  std::vector<double> od(q_size), ld(B * Hq * S), dqd(q_size), dkd(kv_size), dvd(kv_size);
-  reference::attention_forward(of.data(), lf.data(), qf.data(), kf.data(), vf.data(), nullptr, B, S, Hq, Hkv, D, scale);
-  reference::attention_forward(od.data(), ld.data(), qd.data(), kd.data(), vd.data(), nullptr, B, S, Hq, Hkv, D, scale);
-  reference::attention_backward(dqf.data(), dkf.data(), dvf.data(), dof.data(), qf.data(), kf.data(), vf.data(),
-                                of.data(), lf.data(), nullptr, B, S, Hq, Hkv, D, scale);
-  reference::attention_backward(dqd.data(), dkd.data(), dvd.data(), dod.data(), qd.data(), kd.data(), vd.data(),
-                                od.data(), ld.data(), nullptr, B, S, Hq, Hkv, D, scale);
-  // Forward: one float rounding per output (6e-8). Backward: out and lse enter as floats, so P and Δ
-  // carry ~1e-7 relative error, amplified mildly by the dP − Δ difference: 1e-5 is a loose bound.
-  const double out_error = relative_error(of, od), lse_error = relative_error(lf, ld);
-  const double dq_error = relative_error(dqf, dqd), dk_error = relative_error(dkf, dkd),
-               dv_error = relative_error(dvf, dvd);
-  EXPECT_LE(out_error, 1e-6);
-  EXPECT_LE(lse_error, 1e-6);
-  EXPECT_LE(dq_error, 1e-5);
-  EXPECT_LE(dk_error, 1e-5);
-  EXPECT_LE(dv_error, 1e-5);
-  std::printf("[ errors   ] attention reference float vs double: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", out_error,
-              lse_error, dq_error, dk_error, dv_error);
-}
 
 }  // namespace
 }  // namespace fpdt::kernels

@@ -1,9 +1,11 @@
-// Flash attention (cpu/flash_attention.h) against the dense reference run in float64, on fresh
-// random inputs: the full sequence, the same sequence cut into (q chunk, kv chunk) blocks fed in
-// shuffled order (diagonal, off-diagonal and fully masked blocks, Cq ≠ Ck), GQA 1/2/4/8, D 12–128,
-// B 1/2, document ids; merging 1/2/4/8 kv blocks equals one block; masked blocks leave their
-// outputs untouched; the backward also against float64 finite differences; determinism across
-// thread counts; and the errors at the edge.
+// Chunked attention as FPDT runs it, against the dense reference run in float64, on fresh random
+// inputs: a sequence cut into (q chunk, kv chunk) blocks fed in shuffled order (diagonal,
+// off-diagonal and fully masked blocks, Cq ≠ Ck, GQA, document ids, sliding windows) through the
+// chunk kernels of the reference and cpu backends. Then the cpu flash kernels (cpu/cpu_backend.h):
+// merging 1/2/4/8 kv blocks equals one block, with and without a window; masked blocks leave their
+// outputs untouched; the backward against float64 finite differences; determinism across thread
+// counts and pack budgets; and the errors at the edge. (Each op against the reference at many shapes:
+// backend_ops_test.cpp.)
 #include <omp.h>
 
 #include <algorithm>
@@ -15,14 +17,14 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
-#include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "testing.h"
 
 namespace fpdt::kernels {
 namespace {
 
-using cpu::AttentionChunkParams;
 using testing::fresh_seed;
 using testing::random_normal;
 using testing::relative_error;
@@ -41,10 +43,12 @@ struct Problem {
   int Hkv;
   int D;
   bool documents;
+  int64_t window = 0;  // sliding window; 0: none
 };
 
 void PrintTo(const Problem& c, std::ostream* os) {
-  *os << "B=" << c.B << " S=" << c.S << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " docs=" << c.documents;
+  *os << "B=" << c.B << " S=" << c.S << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " docs=" << c.documents
+      << " window=" << c.window;
 }
 
 // Random inputs of a problem, in float (what the kernel sees) and the same values in double.
@@ -94,13 +98,13 @@ Result reference_result(const Problem& c, const Inputs& in) {
   r.out.resize(q_size);
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
   reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
-                               c.S, c.H, c.Hkv, c.D, in.scale);
+                               c.S, c.H, c.Hkv, c.D, in.scale, c.window);
   r.dq.resize(q_size);
   r.dk.resize(kv_size);
   r.dv.resize(kv_size);
   reference::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.doutd.data(), in.qd.data(), in.kd.data(),
                                 in.vd.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
-                                in.scale);
+                                in.scale, c.window);
   return r;
 }
 
@@ -123,48 +127,6 @@ void expect_close(const FloatResult& got, const Result& want, const char* what) 
   std::printf("[ errors   ] %s vs reference: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, out_error, lse_error,
               dq_error, dk_error, dv_error);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Full sequence: the Backend signature.
-
-class FlashFullSequence : public ::testing::TestWithParam<Problem> {};
-
-TEST_P(FlashFullSequence, MatchesReference) {
-  const Problem c = GetParam();
-  Rng rng(fresh_seed());
-  const Inputs in = make_inputs(rng, c);
-  const Result want = reference_result(c, in);
-  FloatResult got;
-  got.out.assign(in.q.size(), 7.0f);  // junk: every output is overwritten
-  got.lse.assign(want.lse.size(), 7.0f);
-  cpu::attention_forward(got.out.data(), got.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
-                         c.H, c.Hkv, c.D, in.scale);
-  got.dq.assign(in.q.size(), 7.0f);
-  got.dk.assign(in.k.size(), 7.0f);
-  got.dv.assign(in.k.size(), 7.0f);
-  cpu::attention_backward(got.dq.data(), got.dk.data(), got.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                          in.v.data(), got.out.data(), got.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
-                          in.scale);
-  std::ostringstream what;
-  PrintTo(c, &what);
-  expect_close(got, want, what.str().c_str());
-}
-
-// Tiles are 96 tokens: S = 97, 130, 200 give whole and partial tiles; D 12 and 16 are the model
-// tests' head dims (not multiples of 8/16 and below 32); every GQA ratio 1, 2, 4, 8 appears.
-INSTANTIATE_TEST_SUITE_P(Flash, FlashFullSequence,
-                         ::testing::Values(Problem{1, 130, 8, 8, 32, false}, Problem{2, 130, 8, 4, 64, true},
-                                           Problem{1, 200, 8, 2, 128, true}, Problem{2, 100, 8, 1, 64, false},
-                                           Problem{1, 97, 4, 4, 128, false}, Problem{2, 120, 4, 4, 128, true},
-                                           Problem{1, 150, 16, 2, 32, true}, Problem{1, 50, 4, 2, 16, true},
-                                           Problem{2, 40, 4, 1, 12, false}, Problem{1, 5, 2, 1, 40, false}),
-                         [](const ::testing::TestParamInfo<Problem>& info) {
-                           const Problem& c = info.param;
-                           std::ostringstream name;
-                           name << "B" << c.B << "_S" << c.S << "_H" << c.H << "_Hkv" << c.Hkv << "_D" << c.D
-                                << (c.documents ? "_docs" : "");
-                           return name.str();
-                         });
 
 // ---------------------------------------------------------------------------------------------
 // Chunk pairs, as the FPDT pipeline feeds them.
@@ -221,12 +183,15 @@ AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std:
   p.q_begin = qr.begin;
   p.kv_begin = kr.begin;
   p.scale = in.scale;
+  p.window = c.window;
   return p;
 }
 
-// The whole sequence through chunk pairs: for each q chunk, every kv chunk (masked ones included)
-// in a shuffled order, merged by accumulate; then the backward pair by pair, also shuffled.
-FloatResult chunked(const Problem& c, const Inputs& in, int64_t q_chunk, int64_t kv_chunk, Rng& rng) {
+// The whole sequence through one backend's chunk kernels: for each q chunk, every kv chunk (masked
+// ones included) in a shuffled order, merged by accumulate; then the backward pair by pair, also
+// shuffled.
+FloatResult chunked(Backend& backend, const Problem& c, const Inputs& in, int64_t q_chunk, int64_t kv_chunk,
+                    Rng& rng) {
   const int64_t S = c.S, Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
   const auto q_ranges = cut(S, q_chunk), kv_ranges = cut(S, kv_chunk);
   auto shuffled = [&](size_t n) {
@@ -254,8 +219,8 @@ FloatResult chunked(const Problem& c, const Inputs& in, int64_t q_chunk, int64_t
       const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
       const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
       const auto kv_docs = docs_of(kr);
-      cpu::attention_chunk_forward(out.data(), lse.data(), block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr),
-                                   /*accumulate=*/!first);
+      backend.attention_chunk_forward(out.data(), lse.data(), block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr),
+                                      /*accumulate=*/!first);
       first = false;
     }
     add_tokens(r.out, out, c.B, S, Wq, qr.begin, qr.len);
@@ -272,13 +237,13 @@ FloatResult chunked(const Problem& c, const Inputs& in, int64_t q_chunk, int64_t
     const auto out = slice_tokens(r.out, c.B, S, Wq, qr.begin, qr.len);
     const auto lse = slice_lse(r.lse, c.B, c.H, S, qr.begin, qr.len);
     std::vector<float> delta(lse.size());
-    cpu::attention_chunk_delta(delta.data(), dout.data(), out.data(), c.B, qr.len, c.H, c.D);
+    backend.attention_chunk_delta(delta.data(), dout.data(), out.data(), c.B, qr.len, c.H, c.D);
     const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
     const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
     const auto q_docs = docs_of(qr), kv_docs = docs_of(kr);
     std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-    cpu::attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(),
-                                  block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr));
+    backend.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(),
+                                     block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr));
     add_tokens(r.dq, dq, c.B, S, Wq, qr.begin, qr.len);
     add_tokens(r.dk, dk, c.B, S, Wkv, kr.begin, kr.len);
     add_tokens(r.dv, dv, c.B, S, Wkv, kr.begin, kr.len);
@@ -296,42 +261,70 @@ void PrintTo(const ChunkCase& c, std::ostream* os) {
   *os << " Cq=" << c.q_chunk << " Ck=" << c.kv_chunk;
 }
 
-class FlashChunks : public ::testing::TestWithParam<ChunkCase> {};
+// (backend, case): the reference's chunk kernels (the spec) and the cpu flash kernels.
+class ChunkedAttention : public ::testing::TestWithParam<std::tuple<std::string, ChunkCase>> {};
 
-TEST_P(FlashChunks, ShuffledBlocksMatchReference) {
-  const ChunkCase cc = GetParam();
+TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
+  const auto& [backend_name, cc] = GetParam();
   const Problem& c = cc.problem;
   Rng rng(fresh_seed());
   const Inputs in = make_inputs(rng, c);
   const Result want = reference_result(c, in);
-  const FloatResult got = chunked(c, in, cc.q_chunk, cc.kv_chunk, rng);
+  const auto backend = make_backend(backend_name);
+  const FloatResult got = chunked(*backend, c, in, cc.q_chunk, cc.kv_chunk, rng);
   std::ostringstream what;
+  what << backend_name << " ";
   PrintTo(cc, &what);
   expect_close(got, want, what.str().c_str());
 }
 
 // Chunks not multiples of the 96-token tiles, Cq ≠ Ck both ways, so blocks are diagonal with the
-// diagonal off-centre, full, or entirely above the diagonal (skipped).
-INSTANTIATE_TEST_SUITE_P(Flash, FlashChunks,
-                         ::testing::Values(ChunkCase{{1, 230, 4, 4, 64, false}, 100, 70},
-                                           ChunkCase{{2, 230, 8, 2, 32, true}, 64, 150},
-                                           ChunkCase{{1, 260, 8, 1, 128, true}, 130, 97},
-                                           ChunkCase{{2, 120, 4, 2, 16, true}, 17, 40}),
-                         [](const ::testing::TestParamInfo<ChunkCase>& info) {
-                           const ChunkCase& c = info.param;
+// diagonal off-centre, full, or entirely above the diagonal (skipped); with windows, blocks also lie
+// partly or wholly before the window (skipped), and a window below one tile masks inside a tile.
+INSTANTIATE_TEST_SUITE_P(Backends, ChunkedAttention,
+                         ::testing::Combine(::testing::Values("reference", "cpu"),
+                                            ::testing::Values(ChunkCase{{1, 230, 4, 4, 64, false}, 100, 70},
+                                                              ChunkCase{{2, 230, 8, 2, 32, true}, 64, 150},
+                                                              ChunkCase{{1, 260, 8, 1, 128, true}, 130, 97},
+                                                              ChunkCase{{2, 120, 4, 2, 16, true}, 17, 40},
+                                                              ChunkCase{{1, 400, 4, 2, 64, false, 100}, 64, 64},
+                                                              ChunkCase{{2, 300, 4, 4, 32, true, 37}, 100, 70},
+                                                              ChunkCase{{1, 330, 8, 2, 48, false, 200}, 130, 97},
+                                                              ChunkCase{{1, 100, 2, 1, 16, false, 1}, 30, 30})),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, ChunkCase>>& info) {
+                           const ChunkCase& c = std::get<1>(info.param);
                            std::ostringstream name;
-                           name << "B" << c.problem.B << "_S" << c.problem.S << "_Hkv" << c.problem.Hkv << "_D"
-                                << c.problem.D << "_Cq" << c.q_chunk << "_Ck" << c.kv_chunk
+                           name << std::get<0>(info.param) << "_B" << c.problem.B << "_S" << c.problem.S << "_Hkv"
+                                << c.problem.Hkv << "_D" << c.problem.D << "_Cq" << c.q_chunk << "_Ck" << c.kv_chunk
                                 << (c.problem.documents ? "_docs" : "");
+                           if (c.problem.window) name << "_window" << c.problem.window;
                            return name.str();
                          });
 
 // ---------------------------------------------------------------------------------------------
+// Relative error of lse over its finite rows; the rows that saw nothing (−inf) must be the same.
+double lse_error(const std::vector<float>& got, const std::vector<float>& want) {
+  std::vector<float> got_finite, want_finite;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(std::isinf(got[i]), std::isinf(want[i])) << "row " << i;
+    if (!std::isinf(want[i]) && !std::isinf(got[i])) {
+      got_finite.push_back(got[i]);
+      want_finite.push_back(want[i]);
+    }
+  }
+  return relative_error(got_finite, want_finite);
+}
+
 // One q block against one kv block cut into 1, 2, 4 or 8 pieces, merged in a shuffled order: equals
-// the kv block in one call (forward by LSE merge; backward: dq sums, dk and dv concatenate).
-TEST(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
+// the kv block in one call (forward by LSE merge; backward: dq sums, dk and dv concatenate) — also
+// with a sliding window, under which some pieces lie wholly before the window of some q rows and
+// the last q rows see no key of the block at all.
+class FlashMerge : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   Rng rng(fresh_seed());
-  const Problem c{2, 0, 8, 2, 64, true};
+  cpu::CpuBackend flash;
+  const Problem c{2, 0, 8, 2, 64, true, GetParam()};
   const int64_t Cq = 150, Ck = 333, q_begin = 400, kv_begin = 100;  // a diagonal block: kv ends at 432
   const int64_t Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
   const auto q = random_normal<float>(rng, c.B * Cq * Wq);
@@ -351,12 +344,12 @@ TEST(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   };
 
   std::vector<float> want_out(q.size()), want_lse(static_cast<size_t>(c.B) * c.H * Cq);
-  cpu::attention_chunk_forward(want_out.data(), want_lse.data(), params(k, v, kv_docs, {0, Ck}), false);
+  flash.attention_chunk_forward(want_out.data(), want_lse.data(), params(k, v, kv_docs, {0, Ck}), false);
   std::vector<float> delta(want_lse.size());
-  cpu::attention_chunk_delta(delta.data(), dout.data(), want_out.data(), c.B, Cq, c.H, c.D);
+  flash.attention_chunk_delta(delta.data(), dout.data(), want_out.data(), c.B, Cq, c.H, c.D);
   std::vector<float> want_dq(q.size(), 0.0f), want_dk(k.size(), 0.0f), want_dv(v.size(), 0.0f);
-  cpu::attention_chunk_backward(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(), want_lse.data(),
-                                delta.data(), params(k, v, kv_docs, {0, Ck}));
+  flash.attention_chunk_backward(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(), want_lse.data(),
+                                 delta.data(), params(k, v, kv_docs, {0, Ck}));
 
   for (int pieces : {1, 2, 4, 8}) {
     std::vector<Range> ranges = cut(Ck, (Ck + pieces - 1) / pieces);
@@ -367,39 +360,44 @@ TEST(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
       const auto kk = slice_tokens(k, c.B, Ck, Wkv, kr.begin, kr.len);
       const auto vv = slice_tokens(v, c.B, Ck, Wkv, kr.begin, kr.len);
       const auto docs = slice_tokens(kv_docs, c.B, Ck, 1, kr.begin, kr.len);
-      cpu::attention_chunk_forward(out.data(), lse.data(), params(kk, vv, docs, kr), /*accumulate=*/true);
+      flash.attention_chunk_forward(out.data(), lse.data(), params(kk, vv, docs, kr), /*accumulate=*/true);
     }
     for (const Range kr : ranges) {  // backward from the one-block (final) lse and Δ
       const auto kk = slice_tokens(k, c.B, Ck, Wkv, kr.begin, kr.len);
       const auto vv = slice_tokens(v, c.B, Ck, Wkv, kr.begin, kr.len);
       const auto docs = slice_tokens(kv_docs, c.B, Ck, 1, kr.begin, kr.len);
       std::vector<float> dk_piece(kk.size(), 0.0f), dv_piece(vv.size(), 0.0f);
-      cpu::attention_chunk_backward(dq.data(), dk_piece.data(), dv_piece.data(), dout.data(), want_lse.data(),
-                                    delta.data(), params(kk, vv, docs, kr));
+      flash.attention_chunk_backward(dq.data(), dk_piece.data(), dv_piece.data(), dout.data(), want_lse.data(),
+                                     delta.data(), params(kk, vv, docs, kr));
       add_tokens(dk, dk_piece, c.B, Ck, Wkv, kr.begin, kr.len);
       add_tokens(dv, dv_piece, c.B, Ck, Wkv, kr.begin, kr.len);
     }
     // Same fp32 maths, regrouped: a merge adds a few roundings of O(1) values per row (fp32 ε = 6e-8);
     // dq sums `pieces` partial products in another order. 1e-6 is ~10 ε, far below any real error.
-    const double out_error = relative_error(out, want_out), lse_error = relative_error(lse, want_lse);
+    const double out_error = relative_error(out, want_out), lse_errors = lse_error(lse, want_lse);
     const double dq_error = relative_error(dq, want_dq);
     const double dk_error = relative_error(dk, want_dk), dv_error = relative_error(dv, want_dv);
     EXPECT_LE(out_error, 1e-6) << pieces << " pieces";
-    EXPECT_LE(lse_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(lse_errors, 1e-6) << pieces << " pieces";
     EXPECT_LE(dq_error, 1e-6) << pieces << " pieces";
     EXPECT_LE(dk_error, 1e-6) << pieces << " pieces";
     EXPECT_LE(dv_error, 1e-6) << pieces << " pieces";
-    std::printf("[ errors   ] %d kv pieces vs one block: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", pieces,
-                out_error, lse_error, dq_error, dk_error, dv_error);
+    std::printf("[ errors   ] window %lld, %d kv pieces vs one block: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+                static_cast<long long>(c.window), pieces, out_error, lse_errors, dq_error, dk_error, dv_error);
   }
 }
 
+// Window 0: none; 90: below one 96-token tile, and q rows from 522 on see no key of [100, 433).
+INSTANTIATE_TEST_SUITE_P(Windows, FlashMerge, ::testing::Values(0, 90),
+                         [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
+
 // ---------------------------------------------------------------------------------------------
-// A block with no visible pair — above the causal diagonal, or documents that never meet — is
-// skipped: accumulate leaves out/lse bit for bit, the backward adds nothing; overwrite writes the
-// empty softmax (out 0, lse −inf).
+// A block with no visible pair — above the causal diagonal, wholly before the sliding window, or
+// documents that never meet — is skipped: accumulate leaves out/lse bit for bit, the backward adds
+// nothing; overwrite writes the empty softmax (out 0, lse −inf).
 TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
   Rng rng(fresh_seed());
+  cpu::CpuBackend flash;
   const int B = 2, H = 4, Hkv = 2, D = 32;
   const int64_t Cq = 100, Ck = 120;
   const auto q = random_normal<float>(rng, B * Cq * H * D);
@@ -427,16 +425,19 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
   other_document.kv_begin = 0;
   other_document.q_doc_ids = q_docs.data();
   other_document.kv_doc_ids = kv_docs.data();
+  AttentionChunkParams before_window = above;  // kv [380, 500) before q [500, 600): 500 − 499 = 1 ≥ window 1
+  before_window.kv_begin = 380;
+  before_window.window = 1;
 
-  for (const AttentionChunkParams& p : {above, other_document}) {
+  for (const AttentionChunkParams& p : {above, other_document, before_window}) {
     auto out = random_normal<float>(rng, q.size());
     auto out_lse = random_normal<float>(rng, lse.size());
     const auto out_before = out, lse_before = out_lse;
-    cpu::attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/true);
+    flash.attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/true);
     EXPECT_EQ(0, std::memcmp(out.data(), out_before.data(), out.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(out_lse.data(), lse_before.data(), out_lse.size() * sizeof(float)));
 
-    cpu::attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/false);
+    flash.attention_chunk_forward(out.data(), out_lse.data(), p, /*accumulate=*/false);
     EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }));
     EXPECT_TRUE(std::all_of(out_lse.begin(), out_lse.end(), [](float x) { return x == -INFINITY; }));
 
@@ -444,19 +445,21 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
     auto dk = random_normal<float>(rng, k.size());
     auto dv = random_normal<float>(rng, v.size());
     const auto dq_before = dq, dk_before = dk, dv_before = dv;
-    cpu::attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(), p);
+    flash.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(), p);
     EXPECT_EQ(0, std::memcmp(dq.data(), dq_before.data(), dq.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(dk.data(), dk_before.data(), dk.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(dv.data(), dv_before.data(), dv.size() * sizeof(float)));
   }
 }
 
-// Inside a diagonal block, the q rows before the block's first key see nothing: merged with
-// accumulate, they keep their out and lse bit for bit; the other rows change.
+// Inside a diagonal block, the q rows before the block's first key see nothing, and with a window of
+// 100 neither do the rows from 120 + 150 + 99 = 369 on: merged with accumulate, they keep their out
+// and lse bit for bit; the other rows change.
 TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
   Rng rng(fresh_seed());
+  cpu::CpuBackend flash;
   const int B = 1, H = 2, Hkv = 1, D = 64;
-  const int64_t Cq = 200, Ck = 150, kv_begin = 120;  // q rows 0..119 see none of keys 120..269
+  const int64_t Cq = 400, Ck = 150, kv_begin = 120, window = 100;  // rows 0..119, 369..399 see none of 120..269
   const auto q = random_normal<float>(rng, B * Cq * H * D);
   const auto k = random_normal<float>(rng, B * Ck * Hkv * D);
   const auto v = random_normal<float>(rng, B * Ck * Hkv * D);
@@ -472,13 +475,14 @@ TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
   p.D = D;
   p.kv_begin = kv_begin;
   p.scale = 0.125;
+  p.window = window;
   auto out = random_normal<float>(rng, q.size());
   auto lse = random_normal<float>(rng, B * H * Cq);
   const auto out_before = out, lse_before = lse;
-  cpu::attention_chunk_forward(out.data(), lse.data(), p, /*accumulate=*/true);
+  flash.attention_chunk_forward(out.data(), lse.data(), p, /*accumulate=*/true);
   for (int h = 0; h < H; ++h) {
     for (int64_t i = 0; i < Cq; ++i) {
-      const bool sees_nothing = i < kv_begin;
+      const bool sees_nothing = i < kv_begin || i - (kv_begin + Ck - 1) >= window;
       EXPECT_EQ(lse[h * Cq + i] == lse_before[h * Cq + i], sees_nothing) << "head " << h << " row " << i;
       const size_t row = (i * H + h) * D;
       EXPECT_EQ(std::memcmp(out.data() + row, out_before.data() + row, D * sizeof(float)) == 0, sees_nothing)
@@ -490,16 +494,19 @@ TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
 // ---------------------------------------------------------------------------------------------
 // The fp32 backward, fed chunk pair by chunk pair, against float64 central finite differences of
 // loss = Σ dout ∘ out of the float64 reference forward, on a random sample of q, k, v coordinates.
-TEST(FlashGradient, ChunkedBackwardMatchesFiniteDifferences) {
+class FlashGradient : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(FlashGradient, ChunkedBackwardMatchesFiniteDifferences) {
   Rng rng(fresh_seed());
-  const Problem c{2, 60, 4, 2, 32, true};
+  const Problem c{2, 60, 4, 2, 32, true, GetParam()};
   Inputs in = make_inputs(rng, c);
-  const FloatResult got = chunked(c, in, 25, 20, rng);
+  cpu::CpuBackend flash;
+  const FloatResult got = chunked(flash, c, in, 25, 20, rng);
 
   std::vector<double> out(in.q.size()), lse(static_cast<size_t>(c.B) * c.H * c.S);
   auto loss = [&]() {
     reference::attention_forward(out.data(), lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
-                                 c.S, c.H, c.Hkv, c.D, in.scale);
+                                 c.S, c.H, c.Hkv, c.D, in.scale, c.window);
     double sum = 0.0;
     for (size_t i = 0; i < out.size(); ++i) sum += in.doutd[i] * out[i];
     return sum;
@@ -529,26 +536,42 @@ TEST(FlashGradient, ChunkedBackwardMatchesFiniteDifferences) {
   check(in.vd, got.dv, "dv");
 }
 
+// Window 0: none; 23: across the 25 × 20 blocks.
+INSTANTIATE_TEST_SUITE_P(Windows, FlashGradient, ::testing::Values(0, 23),
+                         [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
+
 // ---------------------------------------------------------------------------------------------
-// dq adds its kv tiles in a fixed order and every other output is written by one task: the results
-// are bitwise the same whatever the thread count.
-TEST(FlashDeterminism, SameBitsForOneAndManyThreads) {
+// The full-sequence attention of the cpu backend on a problem (forward, then backward from its own out
+// and lse).
+FloatResult flash_full(const Problem& c, const Inputs& in) {
+  cpu::CpuBackend flash;
+  FloatResult r;
+  r.out.resize(in.q.size());
+  r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
+  flash.attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
+                          c.H, c.Hkv, c.D, in.scale, c.window);
+  r.dq.resize(in.q.size());
+  r.dk.resize(in.k.size());
+  r.dv.resize(in.k.size());
+  flash.attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                           in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale,
+                           c.window);
+  return r;
+}
+
+// dq adds its kv tiles in a fixed order — with a window, from the first kv tile whose window reaches
+// the q tile — and every other output is written by one task: the results are bitwise the same
+// whatever the thread count.
+class FlashDeterminism : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(FlashDeterminism, SameBitsForOneAndManyThreads) {
   Rng rng(fresh_seed());
-  const Problem c{1, 400, 4, 2, 64, true};
+  const Problem c{1, 400, 4, 2, 64, true, GetParam()};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
-    FloatResult r;
-    r.out.resize(in.q.size());
-    r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
-    cpu::attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
-                           c.H, c.Hkv, c.D, in.scale);
-    r.dq.resize(in.q.size());
-    r.dk.resize(in.k.size());
-    r.dv.resize(in.k.size());
-    cpu::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale);
+    const FloatResult r = flash_full(c, in);
     omp_set_num_threads(saved);
     return r;
   };
@@ -562,23 +585,14 @@ TEST(FlashDeterminism, SameBitsForOneAndManyThreads) {
 
 // The packed copies of K/V (forward) and Q/dO (backward) go one (b, kv head) group at a time when
 // the budget is tiny, all at once by default: the same bits either way.
-TEST(FlashDeterminism, SameBitsWhateverThePackBudget) {
+TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
   Rng rng(fresh_seed());
-  const Problem c{2, 300, 4, 2, 48, true};
+  const Problem c{2, 300, 4, 2, 48, true, GetParam()};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int64_t budget_floats) {
-    const int64_t saved = cpu::set_pack_budget_floats(budget_floats);
-    FloatResult r;
-    r.out.resize(in.q.size());
-    r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
-    cpu::attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
-                           c.H, c.Hkv, c.D, in.scale);
-    r.dq.resize(in.q.size());
-    r.dk.resize(in.k.size());
-    r.dv.resize(in.k.size());
-    cpu::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale);
-    cpu::set_pack_budget_floats(saved);
+    const int64_t saved = cpu::CpuBackend::set_pack_budget_floats(budget_floats);
+    const FloatResult r = flash_full(c, in);
+    cpu::CpuBackend::set_pack_budget_floats(saved);
     return r;
   };
   const FloatResult all = run(int64_t{1} << 40), one_group = run(1);
@@ -590,6 +604,10 @@ TEST(FlashDeterminism, SameBitsWhateverThePackBudget) {
   // and still the right answer (tolerances as above)
   expect_close(one_group, reference_result(c, in), "one group per batch");
 }
+
+// Window 0: none; 150: across the 96-token tiles, so q tiles have different first visitors.
+INSTANTIATE_TEST_SUITE_P(Windows, FlashDeterminism, ::testing::Values(0, 150),
+                         [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
 TEST(FlashParams, RefusedAtTheEdge) {
@@ -603,7 +621,7 @@ TEST(FlashParams, RefusedAtTheEdge) {
   good.H = good.Hkv = 2;
   good.D = 64;
   good.scale = 0.125;
-  EXPECT_NO_THROW(cpu::validate(good));
+  EXPECT_NO_THROW(cpu::CpuBackend::validate(good));
 
   AttentionChunkParams wide = good;
   wide.D = 300;
@@ -617,11 +635,14 @@ TEST(FlashParams, RefusedAtTheEdge) {
   no_scale.scale = NAN;
   AttentionChunkParams no_k = good;
   no_k.k = nullptr;
-  for (const auto& bad : {wide, no_dim, uneven, one_sided, no_scale, no_k}) {
-    EXPECT_THROW(cpu::attention_chunk_forward(out.data(), lse.data(), bad, false), Error);
+  AttentionChunkParams negative_window = good;
+  negative_window.window = -1;
+  cpu::CpuBackend flash;
+  for (const auto& bad : {wide, no_dim, uneven, one_sided, no_scale, no_k, negative_window}) {
+    EXPECT_THROW(flash.attention_chunk_forward(out.data(), lse.data(), bad, false), Error);
   }
   try {
-    cpu::validate(wide);
+    cpu::CpuBackend::validate(wide);
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("head dim 300"), std::string::npos) << error.what();
   }

@@ -1,12 +1,9 @@
-// RMSNorm and LayerNorm kernels: the reference backward against float64 finite differences of the
-// reference forward, and the fast CPU kernels against the reference run in float64 on the same
-// inputs (sizes that are not multiples of the vector width, and one past the parallel threshold).
+// RMSNorm and LayerNorm: the reference backward against float64 finite differences of the reference
+// forward. (Every backend against the reference: backend_ops_test.cpp.)
 #include <cstdio>
 #include <functional>
-#include <ostream>
 #include <vector>
 
-#include "fpdt/kernels/cpu/kernels.h"
 #include "fpdt/kernels/reference/norm.h"
 #include "testing.h"
 
@@ -14,7 +11,6 @@ namespace fpdt::kernels {
 namespace {
 
 using testing::finite_differences;
-using testing::to_double;
 using testing::fresh_seed;
 using testing::random_normal;
 using testing::relative_error;
@@ -111,107 +107,6 @@ TEST(LayerNorm, ReferenceBackwardMatchesFiniteDifferences) {
                    relative_error(minus(dbias, dbias_initial), dbias_numeric)),
             kFiniteDifferenceTolerance);
 }
-
-struct Size {
-  int64_t N;
-  int h;
-};
-void PrintTo(const Size& s, std::ostream* os) { *os << "N" << s.N << "_h" << s.h; }
-
-// The fast kernels do elementwise work in fp32 (a few roundings of 6e-8 each) and every reduction
-// (row statistics over h, weight gradients over N) in float64, so they sit within a few fp32 ulps
-// of the float64 reference; 1e-5 leaves a wide margin and still catches any wrong term.
-constexpr double kFastTolerance = 1e-5;
-
-class NormFast : public ::testing::TestWithParam<Size> {};
-
-TEST_P(NormFast, RmsNormMatchesReference) {
-  const auto [N, h] = GetParam();
-  Rng rng(fresh_seed());
-  const auto x = random_normal<float>(rng, N * h);
-  const auto weight = random_normal<float>(rng, h);
-  const auto dout = random_normal<float>(rng, N * h);
-  const auto x64 = to_double(x), weight64 = to_double(weight), dout64 = to_double(dout);
-
-  std::vector<float> out(N * h), rstd(N);
-  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), weight.data(), N, h, kNormEps);
-  std::vector<double> out_want(N * h), rstd_want(N);
-  reference::rmsnorm_forward(out_want.data(), rstd_want.data(), x64.data(), weight64.data(), N, h, kNormEps);
-  EXPECT_LE(report("rmsnorm fast out vs reference", relative_error(out, out_want)), kFastTolerance);
-  EXPECT_LE(report("rmsnorm fast rstd vs reference", relative_error(rstd, rstd_want)), kFastTolerance);
-
-  // Backward from the same saved rstd (the fast forward's) on both sides.
-  const auto dx_initial = random_normal<float>(rng, N * h);  // += outputs start from non-zero content
-  const auto dweight_initial = random_normal<float>(rng, h);
-  auto dx = dx_initial;
-  auto dweight = dweight_initial;
-  cpu::rmsnorm_backward(dx.data(), dweight.data(), dout.data(), x.data(), weight.data(), rstd.data(), N, h);
-  auto dx_want = to_double(dx_initial);
-  auto dweight_want = to_double(dweight_initial);
-  reference::rmsnorm_backward(dx_want.data(), dweight_want.data(), dout64.data(), x64.data(), weight64.data(),
-                              to_double(rstd).data(), N, h);
-  EXPECT_LE(report("rmsnorm fast dx vs reference",
-                   relative_error(minus(dx, dx_initial), minus(dx_want, to_double(dx_initial)))),
-            kFastTolerance);
-  EXPECT_LE(report("rmsnorm fast dweight vs reference",
-                   relative_error(minus(dweight, dweight_initial), minus(dweight_want, to_double(dweight_initial)))),
-            kFastTolerance);
-}
-
-void check_layernorm(int64_t N, int h, bool with_bias) {
-  Rng rng(fresh_seed());
-  auto x = random_normal<float>(rng, N * h);
-  for (auto& value : x) value += 3.0f;  // a mean well away from zero: tests the two-pass variance
-  const auto weight = random_normal<float>(rng, h);
-  const auto bias = random_normal<float>(rng, h);
-  const auto dout = random_normal<float>(rng, N * h);
-  const auto x64 = to_double(x), weight64 = to_double(weight), bias64 = to_double(bias), dout64 = to_double(dout);
-
-  std::vector<float> out(N * h), mean(N), rstd(N);
-  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                         with_bias ? bias.data() : nullptr, N, h, kNormEps);
-  std::vector<double> out_want(N * h), mean_want(N), rstd_want(N);
-  reference::layernorm_forward(out_want.data(), mean_want.data(), rstd_want.data(), x64.data(), weight64.data(),
-                               with_bias ? bias64.data() : nullptr, N, h, kNormEps);
-  EXPECT_LE(report("layernorm fast out vs reference", relative_error(out, out_want)), kFastTolerance);
-  EXPECT_LE(report("layernorm fast mean vs reference", relative_error(mean, mean_want)), kFastTolerance);
-  EXPECT_LE(report("layernorm fast rstd vs reference", relative_error(rstd, rstd_want)), kFastTolerance);
-
-  // Backward from the same saved mean and rstd (the fast forward's) on both sides.
-  const auto dx_initial = random_normal<float>(rng, N * h);  // += outputs start from non-zero content
-  const auto dweight_initial = random_normal<float>(rng, h);
-  const auto dbias_initial = random_normal<float>(rng, h);
-  auto dx = dx_initial;
-  auto dweight = dweight_initial;
-  auto dbias = dbias_initial;
-  cpu::layernorm_backward(dx.data(), dweight.data(), with_bias ? dbias.data() : nullptr, dout.data(), x.data(),
-                          weight.data(), mean.data(), rstd.data(), N, h);
-  auto dx_want = to_double(dx_initial);
-  auto dweight_want = to_double(dweight_initial);
-  auto dbias_want = to_double(dbias_initial);
-  reference::layernorm_backward(dx_want.data(), dweight_want.data(), with_bias ? dbias_want.data() : nullptr,
-                                dout64.data(), x64.data(), weight64.data(), to_double(mean).data(),
-                                to_double(rstd).data(), N, h);
-  EXPECT_LE(report("layernorm fast dx vs reference",
-                   relative_error(minus(dx, dx_initial), minus(dx_want, to_double(dx_initial)))),
-            kFastTolerance);
-  EXPECT_LE(report("layernorm fast dweight vs reference",
-                   relative_error(minus(dweight, dweight_initial), minus(dweight_want, to_double(dweight_initial)))),
-            kFastTolerance);
-  if (with_bias) {
-    EXPECT_LE(report("layernorm fast dbias vs reference",
-                     relative_error(minus(dbias, dbias_initial), minus(dbias_want, to_double(dbias_initial)))),
-              kFastTolerance);
-  }
-}
-
-TEST_P(NormFast, LayerNormMatchesReference) { check_layernorm(GetParam().N, GetParam().h, true); }
-TEST_P(NormFast, LayerNormWithoutBiasMatchesReference) { check_layernorm(GetParam().N, GetParam().h, false); }
-
-// 37×100 runs on one thread; 300×512 is past the parallel threshold and spans several column blocks.
-INSTANTIATE_TEST_SUITE_P(Sizes, NormFast, ::testing::Values(Size{37, 100}, Size{300, 512}), [](const auto& info) {
-  return std::string("N").append(std::to_string(info.param.N)).append("_h").append(std::to_string(info.param.h));
-});
 
 }  // namespace
 }  // namespace fpdt::kernels

@@ -1,11 +1,13 @@
-// RoPE: the reference against a hand value, its own inverse, finite differences and partial-rotary
-// pass-through; the fast CPU kernel against the reference (in double) at positions up to 1e6.
+// RoPE from a frequency table: the reference against hand values (the table's angles, attention
+// scaling), its own inverse, finite differences (with scaling and an arbitrary table) and
+// partial-rotary pass-through (bitwise on cpu too). (Every backend against the reference, positions
+// up to 2e6: backend_ops_test.cpp; the default table of a model: tests/model/rope_test.cpp.)
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "fpdt/base/random.h"
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/rope.h"
 #include "testing.h"
 
@@ -22,25 +24,41 @@ std::vector<int64_t> random_positions(Rng& rng, int64_t N, int64_t max_pos) {
   return pos;
 }
 
-TEST(RopeReference, HandValueOneRadian) {
-  // pos = 1, D = rotary_dim = 2: the only pair is i = 0, angle = 1 · theta^0 = 1 rad.
+// theta^(−2i / rotary_dim), i < rotary_dim / 2: the default table.
+std::vector<double> theta_table(double theta, int rotary_dim) {
+  std::vector<double> inv_freq(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / rotary_dim);
+  return inv_freq;
+}
+
+TEST(RopeReference, HandValues) {
+  // pos = 1, D = rotary_dim = 2, inv_freq = {1}: the only pair turns by 1 rad.
   const int64_t pos[1] = {1};
+  const double one[1] = {1.0};
   double x[2] = {1.0, 0.0};
-  reference::rope_forward(x, pos, 1, 1, 2, 2, 10000.0);
+  reference::rope_forward(x, pos, 1, 1, 2, RopeParams{one, 1.0, 2});
   // Both sides are cos/sin of the same double; only the rounding of a·c − b·s (with b = 0) remains.
   EXPECT_NEAR(x[0], std::cos(1.0), 1e-15);
   EXPECT_NEAR(x[1], std::sin(1.0), 1e-15);
 
-  // The second pair of a D = 4 head has angle pos · theta^(−2/4) = 2 · 100^(−1/2) = 0.2 rad with theta = 100.
+  // The second pair of a D = 4 head with the table {1, 0.1} (θ = 100) turns by 2 · 0.1 = 0.2 rad.
   const int64_t pos2[1] = {2};
+  const auto table = theta_table(100.0, 4);
+  EXPECT_DOUBLE_EQ(table[1], 0.1);
   double y[4] = {0.0, 0.0, 0.0, 1.0};  // pairs (0, 2) and (1, 3); (a, b) = (0, 1) for i = 1
-  reference::rope_forward(y, pos2, 1, 1, 4, 4, 100.0);
+  reference::rope_forward(y, pos2, 1, 1, 4, RopeParams{table.data(), 1.0, 4});
   // (a, b) = (0, 1) → (−sin 0.2, cos 0.2); double-rounding only, as above.
   EXPECT_NEAR(y[1], -std::sin(0.2), 1e-15);
   EXPECT_NEAR(y[3], std::cos(0.2), 1e-15);
   // Pair i = 0 rotates (0, 0) and stays exactly zero.
   EXPECT_EQ(y[0], 0.0);
   EXPECT_EQ(y[2], 0.0);
+
+  // attention_scaling multiplies cos and sin: (1, 0) at 1 rad → 1.5 · (cos 1, sin 1).
+  double z[2] = {1.0, 0.0};
+  reference::rope_forward(z, pos, 1, 1, 2, RopeParams{one, 1.5, 2});
+  EXPECT_NEAR(z[0], 1.5 * std::cos(1.0), 1e-15);
+  EXPECT_NEAR(z[1], 1.5 * std::sin(1.0), 1e-15);
 }
 
 TEST(RopeReference, BackwardInvertsForward) {
@@ -49,13 +67,20 @@ TEST(RopeReference, BackwardInvertsForward) {
   const int H = 3, D = 10, rotary_dim = 8;
   const auto pos = random_positions(rng, N, 1'000'000);
   const auto x = random_normal<double>(rng, N * H * D);
-  auto y = x;
-  reference::rope_forward(y.data(), pos.data(), N, H, D, rotary_dim, 10000.0);
-  reference::rope_backward(y.data(), pos.data(), N, H, D, rotary_dim, 10000.0);
-  // The rotation is orthogonal, so backward (its transpose) undoes forward up to a few double roundings.
-  const double round_trip_error = relative_error(y, x);
-  EXPECT_LE(round_trip_error, 1e-14);
-  std::printf("[ errors   ] rope reference round trip: %.3g\n", round_trip_error);
+  const auto table = theta_table(10000.0, rotary_dim);
+  for (const double scaling : {1.0, 1.25}) {
+    auto y = x;
+    reference::rope_forward(y.data(), pos.data(), N, H, D, RopeParams{table.data(), scaling, rotary_dim});
+    reference::rope_backward(y.data(), pos.data(), N, H, D, RopeParams{table.data(), scaling, rotary_dim});
+    // s·R is orthogonal up to s, so backward (its transpose) after forward is s² on the rotated dims
+    // and the identity on the others, up to a few double roundings.
+    auto want = x;
+    for (int64_t row = 0; row < N * H; ++row)
+      for (int d = 0; d < rotary_dim; ++d) want[row * D + d] *= scaling * scaling;
+    const double round_trip_error = relative_error(y, want);
+    EXPECT_LE(round_trip_error, 1e-14) << "scaling " << scaling;
+    std::printf("[ errors   ] rope reference round trip (scaling %g): %.3g\n", scaling, round_trip_error);
+  }
 }
 
 TEST(RopeReference, PartialRotaryLeavesTailUntouched) {
@@ -64,11 +89,13 @@ TEST(RopeReference, PartialRotaryLeavesTailUntouched) {
   const int H = 2, D = 12, rotary_dim = 6;
   const auto pos = random_positions(rng, N, 4096);
   const auto x = random_normal<double>(rng, N * H * D);
+  const auto table = theta_table(10000.0, rotary_dim);
+  const RopeParams rope{table.data(), 1.0, rotary_dim};
   auto y_ref = x;
-  reference::rope_forward(y_ref.data(), pos.data(), N, H, D, rotary_dim, 10000.0);
+  reference::rope_forward(y_ref.data(), pos.data(), N, H, D, rope);
   std::vector<float> y_fast(x.begin(), x.end());
   const std::vector<float> x_float = y_fast;
-  cpu::rope_forward(y_fast.data(), pos.data(), N, H, D, rotary_dim, 10000.0);
+  cpu::CpuBackend().rope_forward(y_fast.data(), pos.data(), N, H, D, rope);
   bool head_changed = false;
   for (int64_t row = 0; row < N * H; ++row) {
     for (int d = rotary_dim; d < D; ++d) {
@@ -81,25 +108,29 @@ TEST(RopeReference, PartialRotaryLeavesTailUntouched) {
   EXPECT_TRUE(head_changed);
 }
 
-// loss(x) = Σ w ∘ rope_forward(x); its gradient is rope_backward(w).
+// loss(x) = Σ w ∘ rope_forward(x); its gradient is rope_backward(w). With attention scaling and an
+// arbitrary table (not a power series), so the backward is checked as the transpose of what the
+// forward does with any RopeParams.
 TEST(RopeReference, BackwardMatchesFiniteDifferences) {
   Rng rng(fresh_seed());
   const int64_t N = 3;
   const int H = 2, D = 8, rotary_dim = 6;
-  const double theta = 500.0;
   const auto pos = random_positions(rng, N, 50);
   const auto x = random_normal<double>(rng, N * H * D);
   const auto w = random_normal<double>(rng, N * H * D);
+  std::vector<double> table(rotary_dim / 2);
+  for (auto& f : table) f = rng.uniform(0.01, 1.0);
+  const RopeParams rope{table.data(), 0.9, rotary_dim};
 
   auto loss = [&](const std::vector<double>& input) {
     auto y = input;
-    reference::rope_forward(y.data(), pos.data(), N, H, D, rotary_dim, theta);
+    reference::rope_forward(y.data(), pos.data(), N, H, D, rope);
     double sum = 0.0;
     for (size_t i = 0; i < y.size(); ++i) sum += w[i] * y[i];
     return sum;
   };
   auto grad = w;
-  reference::rope_backward(grad.data(), pos.data(), N, H, D, rotary_dim, theta);
+  reference::rope_backward(grad.data(), pos.data(), N, H, D, rope);
 
   std::vector<double> numeric(x.size());
   const double h = 1e-6;
@@ -114,40 +145,6 @@ TEST(RopeReference, BackwardMatchesFiniteDifferences) {
   const double error = relative_error(grad, numeric);
   EXPECT_LE(error, 1e-8);
   std::printf("[ errors   ] rope reference vs finite differences: %.3g\n", error);
-}
-
-TEST(RopeCpu, MatchesReferenceAtLongPositions) {
-  Rng rng(fresh_seed());
-  const int64_t N = 37;
-  const int H = 3, D = 24, rotary_dim = 16;
-  const double theta = 10000.0;
-  auto pos = random_positions(rng, N, 1'000'000);
-  pos[0] = 1'000'000;  // the largest position always present
-  const auto x = random_normal<float>(rng, N * H * D);
-  const std::vector<double> x_double(x.begin(), x.end());
-
-  auto want = x_double;
-  reference::rope_forward(want.data(), pos.data(), N, H, D, rotary_dim, theta);
-  auto got = x;
-  cpu::rope_forward(got.data(), pos.data(), N, H, D, rotary_dim, theta);
-  // Float cos/sin (each rounded once from double) and 2 rounded products + 1 sum per output: a few
-  // ulp (6e-8) per entry. An angle taken in float at pos 1e6 would be off by ~0.06 rad, i.e. ~6e-2.
-  const double forward_error = relative_error(got, want);
-  EXPECT_LE(forward_error, 1e-6);
-
-  auto dwant = x_double;
-  reference::rope_backward(dwant.data(), pos.data(), N, H, D, rotary_dim, theta);
-  auto dgot = x;
-  cpu::rope_backward(dgot.data(), pos.data(), N, H, D, rotary_dim, theta);
-  const double backward_error = relative_error(dgot, dwant);
-  EXPECT_LE(backward_error, 1e-6);  // same arithmetic as forward, with −sin
-  std::printf("[ errors   ] rope cpu vs reference: forward %.3g, backward %.3g\n", forward_error, backward_error);
-
-  // Round trip in float: orthogonal rotation, so back to x within a few float roundings.
-  cpu::rope_forward(dgot.data(), pos.data(), N, H, D, rotary_dim, theta);
-  const double round_trip_error = relative_error(dgot, x);
-  EXPECT_LE(round_trip_error, 1e-6);
-  std::printf("[ errors   ] rope cpu round trip: %.3g\n", round_trip_error);
 }
 
 }  // namespace

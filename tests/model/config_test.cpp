@@ -89,7 +89,7 @@ TEST(ModelConfig, MalformedConfigJsonNamesTheFileAndField) {
 TEST(ModelConfig, DeeplyNestedOrHugeValuesGiveABoundedError) {
   // 100k levels used to overflow the stack when the wrong-type message dumped the value.
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  expect_config_error(R"({"model_type": "llama", "vocab_size": )" + deep + "}", "nests deeper than 64 levels");
+  expect_config_error(R"({"model_type": "llama", "vocab_size": )" + deep + "}", "nests JSON deeper than 64 levels");
   const std::string huge(1 << 20, 'x');
   for (const std::string& json : {R"({"model_type": ")" + huge + R"("})",
                                   R"({"model_type": "llama", "vocab_size": [")" + huge + R"("]})",

@@ -8,7 +8,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/backend.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/kernels/ops.h"
 #include "fpdt/model/transformer.h"
 #include "testing.h"
 
@@ -29,7 +29,7 @@ struct RandomBatch {
   RandomBatch(Rng& rng, int B, int64_t T, int V, bool with_mask) {
     for (int64_t n = 0; n < B * T; ++n) {
       tokens.push_back(static_cast<int32_t>(rng.below(V)));
-      targets.push_back(rng.uniform() < 0.15 ? kernels::reference::kIgnoreIndex : static_cast<int32_t>(rng.below(V)));
+      targets.push_back(rng.uniform() < 0.15 ? kernels::kIgnoreIndex : static_cast<int32_t>(rng.below(V)));
       mask.push_back(static_cast<float>(rng.uniform(0.0, 1.0)));
     }
     batch = Batch{B, T, tokens.data(), targets.data(), with_mask ? mask.data() : nullptr};

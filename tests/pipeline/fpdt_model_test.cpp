@@ -9,7 +9,7 @@
 #include "fpdt/comm/communicator.h"
 #include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/kernels/ops.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "testing.h"
@@ -37,7 +37,7 @@ struct Data {
   Data(Rng& rng, int B, int64_t S, int V) {
     for (int64_t n = 0; n < B * S; ++n) {
       tokens.push_back(static_cast<int32_t>(rng.below(V)));
-      targets.push_back(rng.uniform() < 0.1 ? kernels::reference::kIgnoreIndex : static_cast<int32_t>(rng.below(V)));
+      targets.push_back(rng.uniform() < 0.1 ? kernels::kIgnoreIndex : static_cast<int32_t>(rng.below(V)));
     }
     batch = model::Batch{B, S, tokens.data(), targets.data(), nullptr};
   }

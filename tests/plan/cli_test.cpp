@@ -1,6 +1,6 @@
 // `fpdt plan` end to end: --json is one JSON object with the searched longest sequence and the three
-// modes side by side, the table prints, --help works, and bad input is one clear error line with
-// exit status 1. Skipped while the program does not dispatch `plan` yet (src/cli/main.cpp).
+// modes side by side, the table prints, --help works, the options `fpdt train` shares are spelled and
+// read as train reads them, and bad input is one clear error line with exit status 1.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +48,30 @@ TEST(PlanCli, TableAndOverrides) {
   EXPECT_EQ(run_fpdt("plan --help").exit_status, 0);
 }
 
+TEST(PlanCli, SharedOptionsAreSpelledAsTrainSpellsThem) {
+  // --chunk-tokens with K = 1024, --offload disk:DIR (the directory is train's business), "auto" for 0.
+  const ProgramResult chunked = run_fpdt(
+      "plan --model llama3-8b --sp 4 --seq 1M --chunk-tokens 64K --offload disk:/scratch --recompute none --json");
+  ASSERT_EQ(chunked.exit_status, 0) << chunked.output;
+  const nlohmann::json json = nlohmann::json::parse(chunked.output);
+  EXPECT_EQ(json["config"]["chunk_tokens"], 65536);
+  EXPECT_EQ(json["config"]["offload"], "disk");
+  EXPECT_EQ(json["config"]["recompute"], "none");
+  const ProgramResult automatic = run_fpdt("plan --chunk-tokens auto --json");
+  ASSERT_EQ(automatic.exit_status, 0) << automatic.output;
+  EXPECT_GT(nlohmann::json::parse(automatic.output)["config"]["chunk_tokens"].get<int64_t>(), 0);
+  // One help line per shared option, the same text in both commands.
+  const std::string train_help = run_fpdt("train --help").output, plan_help = run_fpdt("plan --help").output;
+  for (const char* shared : {"--seq S ", "--sp P ", "--dp N ", "--batch B ", "--mode ", "--recompute ", "--offload "}) {
+    const size_t in_train = train_help.find(shared), in_plan = plan_help.find(shared);
+    ASSERT_NE(in_train, std::string::npos) << shared;
+    ASSERT_NE(in_plan, std::string::npos) << shared;
+    const std::string train_line = train_help.substr(in_train, train_help.find('[', in_train) - in_train);
+    const std::string plan_line = plan_help.substr(in_plan, plan_help.find('[', in_plan) - in_plan);
+    EXPECT_EQ(train_line, plan_line);
+  }
+}
+
 TEST(PlanCli, BadInputIsOneClearError) {
   struct Case {
     const char* args;
@@ -57,11 +81,14 @@ TEST(PlanCli, BadInputIsOneClearError) {
       {"plan --model gpt-99b", "unknown model preset 'gpt-99b'"},
       {"plan --hardware tpu-v5", "unknown hardware preset 'tpu-v5'"},
       {"plan --model gpt-30b --positions rope --sp 16", "not divisible by --sp 16"},
-      {"plan --model llama3-8b --sp 4 --seq 1M --chunk 48K", "does not divide the sequence"},
-      {"plan --seq -1M", "must be positive"},
-      {"plan --compute-mem -3GiB", "--compute-mem expects a size"},
-      {"plan --host-link-gbps -1", "--host-link-gbps must be positive"},
-      {"plan --mode megatron", "unknown mode 'megatron'"},
+      {"plan --model llama3-8b --sp 4 --seq 1M --chunk-tokens 48K", "does not divide the sequence"},
+      {"plan --seq -1M", "--seq must be ≥ 1, got '-1M'"},
+      {"plan --compute-mem -3GiB", "--compute-mem must be > 0, got '-3GiB'"},
+      {"plan --host-link-gbps -1", "--host-link-gbps must be > 0, got '-1'"},
+      {"plan --mode megatron", "unknown --mode 'megatron'"},
+      {"plan --zero 4", "--zero must be ≥ 0 and ≤ 3, got '4'"},
+      {"plan --offload nvme", "unknown --offload 'nvme'"},
+      {"plan --chunk 64K", "unknown option --chunk for 'fpdt plan'"},
   };
   for (const Case& bad : cases) {
     const ProgramResult result = run_fpdt(bad.args);

@@ -142,7 +142,7 @@ TEST_F(SafetensorsTest, DeepOrHugeHeadersGiveABoundedError) {
   const std::string deep = R"({"__metadata__":{"x":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   write_bytes(path("deep"), file_with_header(deep, 0));
   const std::string deep_message = testing::error_message([&] { SafetensorsReader reader(path("deep")); });
-  testing::expect_contains(deep_message, {"deep's header", "nests deeper than 64 levels"});
+  testing::expect_contains(deep_message, {"deep's header", "nests JSON deeper than 64 levels"});
   EXPECT_LT(deep_message.size(), 1000u);
   // A 1 MB tensor name and a 1 MB dtype are quoted as excerpts, not in full.
   const std::string long_name(1 << 20, 'n');

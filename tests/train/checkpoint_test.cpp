@@ -1,11 +1,14 @@
 // Checkpoints: save/load round-trips weights, moments and state bitwise; the folder is one Hugging
-// Face tools can load (config.json + model.safetensors with HF names); and a save that fails part way
-// (the disk fills up) leaves the previous checkpoint and `latest` untouched.
+// Face tools can load (config.json + model.safetensors with HF names); a save that fails part way
+// (the disk fills up) leaves the previous checkpoint and `latest` untouched; weights or moments that
+// are not finite are never saved (so rotation never deletes the last finite checkpoint) nor loaded. Checkpoints carry the
+// tokenizer they were trained with; another one in their place, or none, is one clear error.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -21,15 +24,17 @@ namespace fpdt::train {
 namespace {
 
 struct Fixture {
-  model::ModelConfig config = model::preset("llama-tiny");
+  model::ModelConfig config;
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
   model::Transformer model;
   AdamW optimizer;
-  explicit Fixture(uint64_t seed) : model(config, *backend, seed), optimizer(model.layout(), *backend, {}) {
+  Tokenizer tokenizer = Tokenizer::bytes();
+  explicit Fixture(uint64_t seed, model::ModelConfig model_config = model::preset("llama-tiny"))
+      : config(model_config), model(config, *backend, seed), optimizer(model.layout(), *backend, {}) {
     Rng rng(seed);
     for (float* block : {optimizer.m().data(), optimizer.v().data()})
       for (int64_t i = 0; i < optimizer.m().numel(); ++i) block[i] = static_cast<float>(rng.uniform());
-    optimizer.set_step(7);
+    optimizer.set_step(1);  // not the default, and no more updates than any saved step
   }
   bool same_as(Fixture& other) {
     const size_t bytes = sizeof(float) * static_cast<size_t>(model.params().numel());
@@ -59,7 +64,8 @@ TEST(Checkpoint, RoundTripsBitwiseAndIsAHuggingFaceFolder) {
   testing::TempDir dir;
   const uint64_t seed = testing::fresh_seed();
   Fixture saved(seed), loaded(seed + 1);
-  save_checkpoint(dir.path(), saved.config, saved.model.layout(), saved.model.params(), saved.optimizer, state_at(3));
+  save_checkpoint(dir.path(), saved.config, saved.model.layout(), saved.model.params(), saved.optimizer, state_at(3),
+                  saved.tokenizer);
   const std::string folder = latest_checkpoint(dir.path());
   EXPECT_EQ(folder, dir.file("step_3"));
   const TrainerState state =
@@ -81,7 +87,7 @@ TEST(Checkpoint, KeepsOnlyTheNewestFolders) {
   Fixture fixture(testing::fresh_seed());
   for (int64_t step : {1, 2, 3})
     save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                    state_at(step), /*keep=*/2);
+                    state_at(step), fixture.tokenizer, /*keep=*/2);
   EXPECT_FALSE(std::filesystem::exists(dir.file("step_1")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("step_2")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("step_3")));
@@ -92,7 +98,7 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   const uint64_t seed = testing::fresh_seed();
   Fixture fixture(seed), loaded(seed + 1);
   save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(10));
+                  state_at(10), fixture.tokenizer);
   // Simulate a disk that fills up: no file of this process may grow past 64 KiB (writes then fail with
   // EFBIG instead of SIGXFSZ killing us), so the model file of the next save cannot be written.
   struct rlimit old_limit;
@@ -103,7 +109,7 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   const std::string message = testing::error_message([&] {
     save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                    state_at(20));
+                    state_at(20), fixture.tokenizer);
   });
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   ::signal(SIGXFSZ, old_handler);
@@ -116,11 +122,56 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   EXPECT_TRUE(fixture.same_as(loaded));
 }
 
+TEST(Checkpoint, NonFiniteStateIsNeverSavedNorLoaded) {
+  testing::TempDir dir;
+  const uint64_t seed = testing::fresh_seed();
+  Fixture fixture(seed), loaded(seed + 1);
+  for (int64_t step : {1, 2})
+    save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
+                    state_at(step), fixture.tokenizer, /*keep=*/2);
+  const float good = fixture.model.params().data()[5];
+  // A weight, then a first moment, then a negative second moment: each save is refused, and neither
+  // a step folder nor a rotation happens (step_1 and step_2 stay, latest stays at step_2).
+  float* const poisoned[] = {fixture.model.params().data() + 5, fixture.optimizer.m().data() + 5,
+                             fixture.optimizer.v().data() + 5};
+  const float poisons[] = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -1.0f};
+  for (int i = 0; i < 3; ++i) {
+    const float kept = *poisoned[i];
+    *poisoned[i] = poisons[i];
+    testing::expect_contains(testing::error_message([&] {
+                               save_checkpoint(dir.path(), fixture.config, fixture.model.layout(),
+                                               fixture.model.params(), fixture.optimizer, state_at(3), fixture.tokenizer, 2);
+                             }),
+                             {"[checkpoint]", "refusing to save step_3", "finite"});
+    *poisoned[i] = kept;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("step_3")));
+    EXPECT_FALSE(std::filesystem::exists(dir.file("step_3.partial")));
+    EXPECT_TRUE(std::filesystem::exists(dir.file("step_1")));
+    EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("step_2"));
+  }
+  EXPECT_EQ(fixture.model.params().data()[5], good);
+  load_checkpoint(dir.file("step_2"), loaded.config, loaded.model.layout(), loaded.model.params(), loaded.optimizer);
+  EXPECT_TRUE(fixture.same_as(loaded));
+}
+
+TEST(Checkpoint, RefusesAnAdamWStepCountThatIsNotOne) {
+  testing::TempDir dir;
+  Fixture fixture(testing::fresh_seed());
+  fixture.optimizer.set_step(-5);  // bias correction 1 − β^−5 < 0: every update would be NaN
+  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
+                  state_at(4), fixture.tokenizer);
+  testing::expect_contains(testing::error_message([&] {
+                             load_checkpoint(dir.file("step_4"), fixture.config, fixture.model.layout(),
+                                             fixture.model.params(), fixture.optimizer);
+                           }),
+                           {"[checkpoint]", "step_4/optimizer.safetensors is corrupt", "AdamW step '-5'"});
+}
+
 TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {
   testing::TempDir dir;
   Fixture fixture(testing::fresh_seed());
   save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(1));
+                  state_at(1), fixture.tokenizer);
   model::ModelConfig other = fixture.config;
   other.layers = 3;
   auto backend = kernels::make_backend("cpu");
@@ -130,6 +181,38 @@ TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {
                              load_checkpoint(dir.file("step_1"), other, model.layout(), model.params(), optimizer);
                            }),
                            {"another configuration", "step_1"});
+}
+
+TEST(Checkpoint, CarriesItsTokenizer) {
+  testing::TempDir dir;
+  model::ModelConfig config = model::preset("llama-tiny");
+  config.vocab_size = 512;
+  Fixture fixture(testing::fresh_seed(), config);
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers";
+  const Tokenizer tokenizer = Tokenizer::load(fixtures + "/llama3");  // 500 ids, the model has more
+  ASSERT_LE(tokenizer.vocab_size(), fixture.config.vocab_size);
+  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
+                  state_at(1), tokenizer);
+  const std::string step = dir.file("step_1");
+  EXPECT_EQ(checkpoint_tokenizer(step, fixture.config.vocab_size).fingerprint(), tokenizer.fingerprint());
+  EXPECT_EQ(Tokenizer::load(step).end_of_document_token(), "<|end_of_text|>");  // tokenizer_config.json came along
+
+  // Another tokenizer put in its place.
+  std::filesystem::remove(step + "/tokenizer_config.json");
+  std::filesystem::copy_file(fixtures + "/gpt2/tokenizer.json", step + "/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, fixture.config.vocab_size); }),
+                           {"[checkpoint]", "another tokenizer", "than the one the model was trained with"});
+  // A model too small for the tokenizer's ids.
+  std::filesystem::copy_file(fixtures + "/llama3/tokenizer.json", step + "/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, 300); }),
+                           {"ids up to", "beyond the model's vocabulary of 300"});
+  // No tokenizer: the byte tokenizer when the model's vocabulary is its 257, else an error.
+  std::filesystem::remove(step + "/tokenizer.json");
+  EXPECT_TRUE(checkpoint_tokenizer(step, 257).is_byte_tokenizer());
+  testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, fixture.config.vocab_size); }),
+                           {"carries no tokenizer.json", "hint:"});
 }
 
 TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
@@ -157,11 +240,12 @@ TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
   struct Case {
     std::string step, rng, part;
   };
-  for (const Case& c : std::vector<Case>{{"1e30", "4", "t.json: step is 1e+30, not a whole number"},
-                                         {"2.5", "4", "t.json: step is 2.5"},
-                                         {"\"5\"", "4", "t.json: step is \"5\""},
-                                         {"5", "7.3e22", "t.json: rng_state is 7.3e+22"},
-                                         {"5", "-1", "t.json: rng_state is -1, not a whole number in [0, 18446744073709551615]"}})
+  for (const Case& c : std::vector<Case>{
+           {"1e30", "4", "t.json is corrupt: \"step\" is 1e+30, not a whole number"},
+           {"2.5", "4", "t.json is corrupt: \"step\" is 2.5"},
+           {"\"5\"", "4", "t.json is corrupt: \"step\" is \"5\""},
+           {"5", "7.3e22", "t.json is corrupt: \"rng_state\" is 7.3e+22"},
+           {"5", "-1", "t.json is corrupt: \"rng_state\" is -1, not a whole number in [0, 18446744073709551615]"}})
     testing::expect_contains(testing::error_message([&] { parse_trainer_state(with(c.step, c.rng), "t.json"); }),
                              {"[checkpoint] " + c.part});
 }

@@ -1,5 +1,6 @@
-// Tests of token shards: uint16 and uint32 round trips, the exact header layout, atomic writes, and
-// one clear fpdt::Error (file name + the specific problem) for every way a shard file can be bad.
+// Tests of token shards: uint16 and uint32 round trips, the exact header layout (version 2, with the
+// tokenizer that made the shard; version 1 still read), atomic writes, and one clear fpdt::Error (file
+// name + the specific problem) for every way a shard file can be bad.
 #include "fpdt/train/shard.h"
 
 #include <stdlib.h>
@@ -91,17 +92,46 @@ TEST(Shard, EmptyShardRoundTrips) {
 
 TEST(Shard, HeaderLayoutIsLittleEndianAsSpecified) {
   TempDir dir;
-  write_shard(dir.file("s.bin"), std::vector<int32_t>{1, 256, 0x0102}, 300);
+  const ShardTokenizer tokenizer{0x0807060504030201ull, 299};
+  write_shard(dir.file("s.bin"), std::vector<int32_t>{1, 256, 0x0102}, 300, tokenizer);
   const std::vector<unsigned char> bytes = read_bytes(dir.file("s.bin"));
   const std::vector<unsigned char> want = {
       'F', 'P', 'D', 'T', 'S', 'H', 'R', 'D',  // magic
-      1, 0, 0, 0,                              // version
+      2, 0, 0, 0,                              // version
       2, 0, 0, 0,                              // token width
       3, 0, 0, 0, 0, 0, 0, 0,                  // token count
       44, 1, 0, 0,                             // vocab size 300
-      0, 0, 0, 0,                              // reserved
+      43, 1, 0, 0,                             // end-of-document id 299
+      1, 2, 3, 4, 5, 6, 7, 8,                  // tokenizer fingerprint
+      0, 0, 0, 0, 0, 0, 0, 0,                  // reserved
       1, 0, 0, 1, 2, 1};                       // tokens 1, 256, 0x0102
   EXPECT_EQ(bytes, want);
+  EXPECT_EQ(ShardReader(dir.file("s.bin")).tokenizer(), tokenizer);
+  // Not given: not recorded.
+  write_shard(dir.file("t.bin"), std::vector<int32_t>{1}, 300);
+  EXPECT_EQ(ShardReader(dir.file("t.bin")).tokenizer(), (ShardTokenizer{0, kNoEndOfDocument}));
+}
+
+TEST(Shard, ReadsVersionOneShards) {
+  // The 32-byte header of version 1 (its last word reserved); the tokenizer is not recorded.
+  TempDir dir;
+  const std::vector<unsigned char> v1 = {
+      'F', 'P', 'D', 'T', 'S', 'H', 'R', 'D', 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0,
+      44, 1, 0, 0, 0, 0, 0, 0,
+      1, 0, 0, 1, 2, 1};
+  write_bytes(dir.file("v1.bin"), v1);
+  const ShardReader reader(dir.file("v1.bin"));
+  EXPECT_EQ(reader.header().version, 1u);
+  EXPECT_EQ(reader.vocab_size(), 300u);
+  EXPECT_EQ(reader.tokenizer(), (ShardTokenizer{0, kNoEndOfDocument}));
+  std::vector<int32_t> tokens(3);
+  reader.read(0, 3, tokens.data());
+  EXPECT_EQ(tokens, (std::vector<int32_t>{1, 256, 0x0102}));
+  // Its size is checked against the 32-byte header.
+  std::vector<unsigned char> longer = v1;
+  longer.push_back(0);
+  write_bytes(dir.file("v1long.bin"), longer);
+  expect_contains(error_message([&] { ShardReader bad(dir.file("v1long.bin")); }), {"trailing data", "expected 38 bytes"});
 }
 
 TEST(Shard, WritesAreAtomic) {
@@ -196,7 +226,7 @@ TEST_F(ShardErrors, UnsupportedVersion) {
   std::vector<unsigned char> bytes = bytes_;
   put_u32(bytes, 8, 7);
   expect_contains(open_error("version.bin", bytes),
-                  {dir_.file("version.bin"), "format version 7", "supports version 1"});
+                  {dir_.file("version.bin"), "format version 7", "reads versions 1 and 2"});
 }
 
 TEST_F(ShardErrors, BadTokenWidth) {
@@ -210,20 +240,23 @@ TEST_F(ShardErrors, BadTokenWidth) {
 }
 
 TEST_F(ShardErrors, TruncatedSaysExpectedAndActualBytes) {
-  // 5 tokens × 2 bytes + 32 = 42 bytes expected; cut to 39.
+  // 5 tokens × 2 bytes + 48 = 58 bytes expected; cut to 55.
   const std::vector<unsigned char> cut(bytes_.begin(), bytes_.end() - 3);
   expect_contains(open_error("cut.bin", cut),
-                  {dir_.file("cut.bin"), "truncated", "5 tokens", "expected 42 bytes", "has 39 bytes"});
+                  {dir_.file("cut.bin"), "truncated", "5 tokens", "expected 58 bytes", "has 55 bytes"});
   std::vector<unsigned char> longer = bytes_;
   longer.push_back(0);
   expect_contains(open_error("long.bin", longer),
-                  {dir_.file("long.bin"), "trailing data", "expected 42 bytes", "has 43 bytes"});
+                  {dir_.file("long.bin"), "trailing data", "expected 58 bytes", "has 59 bytes"});
+  // A version-2 header cut inside its last 16 bytes.
+  expect_contains(open_error("head.bin", std::vector<unsigned char>(bytes_.begin(), bytes_.begin() + 40)),
+                  {dir_.file("head.bin"), "40 bytes", "shorter than the 48-byte shard header"});
 }
 
 TEST_F(ShardErrors, TokenCountWhoseSizeOverflowsIsTruncationNotWraparound) {
-  // 2^63 tokens of 2 bytes is 2^64 bytes: in 64-bit arithmetic 32 + 2^64 would wrap to 32.
-  for (const uint64_t count : {uint64_t{1} << 63, UINT64_MAX, (UINT64_MAX - 32) / 2 + 1}) {
-    std::vector<unsigned char> bytes(bytes_.begin(), bytes_.begin() + 32);
+  // 2^63 tokens of 2 bytes is 2^64 bytes: in 64-bit arithmetic 48 + 2^64 would wrap to 48.
+  for (const uint64_t count : {uint64_t{1} << 63, UINT64_MAX, (UINT64_MAX - kShardHeaderBytes) / 2 + 1}) {
+    std::vector<unsigned char> bytes(bytes_.begin(), bytes_.begin() + kShardHeaderBytes);
     for (int i = 0; i < 8; ++i) bytes[16 + static_cast<size_t>(i)] = static_cast<unsigned char>(count >> (8 * i));
     expect_contains(open_error("huge_count.bin", bytes),
                     {dir_.file("huge_count.bin"), "truncated", std::to_string(count) + " tokens", "more than 2^64"});
@@ -238,10 +271,10 @@ TEST_F(ShardErrors, FifoIsRefusedWithoutWaitingForAWriter) {
 
 TEST_F(ShardErrors, TokenOutsideTheVocabularyNamesItsOffset) {
   std::vector<unsigned char> bytes = bytes_;
-  bytes[32 + 2 * 3] = 0x2C;  // token index 3 := 300 (0x012C) ≥ vocab 257
-  bytes[32 + 2 * 3 + 1] = 0x01;
+  bytes[48 + 2 * 3] = 0x2C;  // token index 3 := 300 (0x012C) ≥ vocab 257
+  bytes[48 + 2 * 3 + 1] = 0x01;
   const std::string message = open_error("corrupt.bin", bytes);
-  expect_contains(message, {dir_.file("corrupt.bin"), "corrupt", "token 300 at index 3", "byte offset 38",
+  expect_contains(message, {dir_.file("corrupt.bin"), "corrupt", "token 300 at index 3", "byte offset 54",
                             "vocab size 257"});
   // A header-only check opens it; reading still works.
   const ShardReader reader(dir_.file("corrupt.bin"), ShardCheck::header);

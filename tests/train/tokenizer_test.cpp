@@ -1,5 +1,7 @@
-// Tests of the byte tokenizer (exact round trips, special ids, safe rendering), FASTA parsing, and
-// tokenize_files (stream order, train/val split, block-size independence, every input/output error).
+// Tests of the tokenizers: every Hugging Face fixture (GPT-2, Llama 3, Qwen2 styles, split behaviours,
+// the byte tokenizer) against golden ids and decodes from the `tokenizers` library
+// (tools/make_tokenizer_fixtures.py); refusals of what is not implemented and of malformed files; FASTA
+// parsing; and tokenize_files (stream order, train/val split, the tokenizer recorded, input errors).
 #include "fpdt/train/tokenizer.h"
 
 #include <stdlib.h>
@@ -8,11 +10,13 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "fpdt/base/error.h"
 #include "fpdt/train/shard.h"
+#include "fpdt/train/text/normalize.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -22,6 +26,8 @@ using testing::error_message;
 using testing::expect_contains;
 using testing::TempDir;
 using testing::write_text_file;
+
+const std::string kFixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers";
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -47,73 +53,205 @@ std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
   return all;
 }
 
-TEST(ByteTokenizer, RoundTripsEveryByteStringExactly) {
+const nlohmann::json& golden() {
+  static const nlohmann::json json = nlohmann::json::parse(read_text_file(kFixtures + "/golden.json"));
+  return json;
+}
+
+// Every golden text encodes to the library's ids, and every golden id sequence decodes to the
+// library's text — exact equality, no tolerance: ids are integers and decoding is deterministic.
+class LibraryGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LibraryGolden, EncodeAndDecodeEqualTheLibrary) {
+  const std::string name = GetParam();
+  const Tokenizer tokenizer = Tokenizer::load(kFixtures + "/" + name);
+  const nlohmann::json& want = golden().at("tokenizers").at(name);
+  EXPECT_EQ(tokenizer.vocab_size(), want.at("vocab_size").get<int32_t>());
+  const auto& texts = golden().at("texts");
+  ASSERT_EQ(texts.size(), want.at("ids").size());
+  size_t checked = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string text = texts[i].get<std::string>();
+    EXPECT_EQ(tokenizer.encode(text), want.at("ids")[i].get<std::vector<int32_t>>()) << name << " text " << i << ": '" << text << "'";
+    ++checked;
+  }
+  for (const auto& decode : want.at("decode")) {
+    const std::vector<int32_t> ids = decode.at("ids").get<std::vector<int32_t>>();
+    EXPECT_EQ(tokenizer.decode(ids), decode.at("text").get<std::string>()) << name << " ids " << decode.at("ids").dump();
+    ++checked;
+  }
+  std::printf("[ measured ] %s: %zu encodes and decodes equal the library's\n", name.c_str(), checked);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LibraryGolden,
+                         ::testing::Values("gpt2", "gpt2_prefix", "llama3", "qwen2", "qwen2_nfc", "splits", "bytes"));
+
+TEST(Tokenizer, ByteLevelBpeRoundTripsRandomUtf8) {
+  // Byte-level BPE loses nothing: decode(encode(text)) == text for any UTF-8 text (its NFC for a
+  // tokenizer that normalizes), special tokens included. Long runs of one class (a million spaces) must not deepen the regex engine's stack.
   Rng rng(fpdt::testing::fresh_seed());
-  const ByteTokenizer tokenizer;
-  std::string every_byte;
-  for (int byte = 0; byte < 256; ++byte) every_byte.push_back(static_cast<char>(byte));
-  for (const std::string& text : {std::string(), every_byte, std::string("<|eod|> is text, not a token"),
-                                  random_bytes(rng, 1 + rng.below(5000))}) {
-    const std::vector<int32_t> ids = tokenizer.encode(text);
-    ASSERT_EQ(ids.size(), text.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ASSERT_GE(ids[i], 0);
-      ASSERT_LT(ids[i], kByteVocabSize);
+  const std::vector<std::string> pool = {"a", "Z", "7", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", ".", "é",
+                                         "ж", "中", "😀", "\u00a0", "\u3000", "<|endoftext|>", "\u0301", "1234"};
+  for (const char* name : {"gpt2", "gpt2_prefix", "llama3", "qwen2", "qwen2_nfc"}) {
+    const Tokenizer tokenizer = Tokenizer::load(kFixtures + "/" + name);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::string text;
+      const size_t pieces = rng.below(300);
+      for (size_t i = 0; i < pieces; ++i) text += pool[rng.below(pool.size())];
+      const std::string want = std::string(name) == "qwen2_nfc" ? text::nfc(text) : text;
+      if (std::string(name) != "gpt2_prefix") {  // add_prefix_space adds spaces, checked by the golden ids
+        EXPECT_EQ(tokenizer.decode(tokenizer.encode(text)), want) << name;
+      }
     }
-    EXPECT_EQ(tokenizer.decode(ids), text);
+    const std::string runs = "a" + std::string(1 << 20, ' ') + "b" + std::string(1 << 20, 'x') + "\n";
+    EXPECT_EQ(tokenizer.decode(tokenizer.encode(runs)), std::string(name) == "gpt2_prefix" ? " " + runs : runs) << name;
   }
 }
 
-TEST(ByteTokenizer, VocabularyAndSpecialTokens) {
-  const ByteTokenizer tokenizer;
-  EXPECT_EQ(tokenizer.vocab_size(), 257);
-  EXPECT_EQ(tokenizer.end_of_document_id(), 256);
-  EXPECT_EQ(tokenizer.special_token_id("<|eod|>"), kEndOfDocumentId);
-  EXPECT_TRUE(tokenizer.is_special(256));
-  EXPECT_FALSE(tokenizer.is_special(255));
-  EXPECT_FALSE(tokenizer.is_special(257));
-
-  const ByteTokenizer extended({"<|pad|>", "<|sep|>"});
-  EXPECT_EQ(extended.vocab_size(), 259);
-  EXPECT_EQ(extended.special_token_id("<|pad|>"), 257);
-  EXPECT_EQ(extended.special_token_id("<|sep|>"), 258);
-  expect_contains(error_message([&] { (void)tokenizer.special_token_id("<|nope|>"); }), {"<|nope|>", "<|eod|>"});
-  expect_contains(error_message([] { ByteTokenizer twice({"<|x|>", "<|x|>"}); }), {"<|x|>", "twice"});
-  expect_contains(error_message([] { ByteTokenizer named_eod({"<|eod|>"}); }), {"<|eod|>", "twice"});
+TEST(Tokenizer, NfcIsTheLibrarysUnicode9Nfc) {
+  // Spot checks; tools/make_unicode_tables.py compares the tables with the library's NFC on 1.1M texts.
+  EXPECT_EQ(text::nfc("e\u0301"), "\u00e9");                             // composition
+  EXPECT_EQ(text::nfc("\u212b"), "\u00c5");                              // singleton (Angstrom sign)
+  EXPECT_EQ(text::nfc("\u1100\u1161\u11a8"), "\uac01");                  // Hangul LVT
+  EXPECT_EQ(text::nfc("a\u0301\u0316"), "\u00e1\u0316");                 // reordered, then composed
+  EXPECT_EQ(text::nfc("\u0958"), "\u0915\u093c");                         // composition exclusion
+  EXPECT_EQ(text::nfc("a\u0345\u1df6"), "a\u0345\u1df6");                // U+1DF6 (Unicode 10) has no class in 9.0
+  EXPECT_EQ(text::nfc(""), "");
 }
 
-TEST(ByteTokenizer, DecodeNamesSpecialIdsAndReplacesUnknownIds) {
-  const ByteTokenizer tokenizer;
-  const std::vector<int32_t> ids = {'H', 'i', kEndOfDocumentId, 9999, -1, '!'};
-  EXPECT_EQ(tokenizer.decode(ids), "Hi<|eod|>\xEF\xBF\xBD\xEF\xBF\xBD!");
+TEST(Tokenizer, ByteTokenizerIsItsTokenizerJson) {
+  // The built-in byte tokenizer's tokenizer.json is the committed fixture the library was checked on,
+  // and its general (BPE) path gives the fast path's ids on any bytes.
+  const Tokenizer bytes = Tokenizer::bytes();
+  EXPECT_EQ(bytes.tokenizer_json(), read_text_file(kFixtures + "/bytes/tokenizer.json"));
+  EXPECT_TRUE(bytes.is_byte_tokenizer());
+  EXPECT_TRUE(bytes.accepts_any_bytes());
+  EXPECT_EQ(bytes.vocab_size(), 257);
+  EXPECT_EQ(bytes.end_of_document_id(), kEndOfDocumentId);
+  EXPECT_EQ(bytes.end_of_document_token(), kEndOfDocumentName);
+  EXPECT_EQ(bytes.token_id("<|eod|>"), 256);
+  EXPECT_EQ(bytes.token_id("<|nope|>"), -1);
+  // Its tokenizer.json read back is the byte tokenizer; the same JSON written otherwise runs the general path.
+  EXPECT_TRUE(Tokenizer::from_json(bytes.tokenizer_json(), "", "", "test").is_byte_tokenizer());
+  const Tokenizer general = Tokenizer::from_json(nlohmann::json::parse(bytes.tokenizer_json()).dump(), "", "", "test");
+  EXPECT_FALSE(general.is_byte_tokenizer());
+  EXPECT_EQ(general.end_of_document_id(), kEndOfDocumentId);
+  Rng rng(fpdt::testing::fresh_seed());
+  std::string every_byte;
+  for (int byte = 0; byte < 256; ++byte) every_byte.push_back(static_cast<char>(byte));
+  for (const std::string& text : {std::string(), every_byte, std::string("a<|eod|>b"), random_bytes(rng, 1 + rng.below(5000))}) {
+    const std::vector<int32_t> ids = bytes.encode(text);
+    EXPECT_EQ(general.encode(text), ids);
+    // Bytes map to their ids; "<|eod|>" in the text is the special token, as in the library.
+    std::vector<int32_t> want;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text.compare(i, 7, "<|eod|>") == 0) want.push_back(kEndOfDocumentId), i += 6;
+      else want.push_back(static_cast<unsigned char>(text[i]));
+    }
+    EXPECT_EQ(ids, want);
+  }
 }
 
-TEST(ByteTokenizer, RenderIsValidUtf8WithoutControlCharacters) {
-  const ByteTokenizer tokenizer;
+TEST(Tokenizer, DecodeAndRenderFollowTheLibrary) {
+  const Tokenizer tokenizer = Tokenizer::bytes();
   const std::string replacement = "\xEF\xBF\xBD";
-  // Valid UTF-8 (2, 3 and 4 bytes), newline and tab pass through unchanged.
+  // Unknown ids are dropped; special ids decode to their text.
+  EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{'H', 'i', kEndOfDocumentId, 9999, -1, '!'}), "Hi<|eod|>!");
+  // Invalid UTF-8 becomes one U+FFFD per maximal invalid subsequence (Rust's from_utf8_lossy).
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("a\xFF" "b")), "a" + replacement + "b");
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("\x80")), replacement);                              // stray continuation
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("\xC0\xAF")), replacement + replacement);             // overlong '/'
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("\xED\xA0\x80")), replacement + replacement + replacement);  // surrogate
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("\xE2\x82")), replacement);                          // cut short
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("\xE2\x82" "A")), replacement + "A");
+  // render also hides terminal controls; valid text, newline and tab pass through.
   const std::string valid = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\tline\n";
   EXPECT_EQ(tokenizer.render(tokenizer.encode(valid)), valid);
-  // Invalid bytes and terminal controls become U+FFFD, one per offending byte or sequence.
-  EXPECT_EQ(tokenizer.render(tokenizer.encode("a\xFF" "b")), "a" + replacement + "b");
-  EXPECT_EQ(tokenizer.render(tokenizer.encode("\x80")), replacement);                  // stray continuation
-  EXPECT_EQ(tokenizer.render(tokenizer.encode("\xC0\xAF")), replacement + replacement);  // overlong '/'
-  EXPECT_EQ(tokenizer.render(tokenizer.encode("\xED\xA0\x80")), replacement + replacement + replacement);  // surrogate
-  EXPECT_EQ(tokenizer.render(tokenizer.encode("\xE2\x82")), replacement + replacement);  // cut short
   EXPECT_EQ(tokenizer.render(tokenizer.encode("\x1B[31mred")), replacement + "[31mred");  // ESC
   EXPECT_EQ(tokenizer.render(tokenizer.encode("\xC2\x9B" "2J")), replacement + "2J");     // C1 CSI
-  EXPECT_EQ(tokenizer.render(std::vector<int32_t>{kEndOfDocumentId}), "<|eod|>");
-
-  // On random bytes: rendering is idempotent, i.e. the output holds nothing render would replace.
   Rng rng(fpdt::testing::fresh_seed());
   const std::string rendered = tokenizer.render(tokenizer.encode(random_bytes(rng, 4096)));
-  EXPECT_EQ(tokenizer.render(tokenizer.encode(rendered)), rendered);
+  EXPECT_EQ(tokenizer.render(tokenizer.encode(rendered)), rendered);  // nothing left to replace
+}
+
+TEST(Tokenizer, EndOfDocumentToken) {
+  // tokenizer_config.json's eos_token, else the only special token, else the name given.
+  EXPECT_EQ(Tokenizer::load(kFixtures + "/llama3").end_of_document_token(), "<|end_of_text|>");
+  EXPECT_EQ(Tokenizer::load(kFixtures + "/gpt2/tokenizer.json").end_of_document_token(), "<|endoftext|>");
+  const Tokenizer qwen = Tokenizer::load(kFixtures + "/qwen2");  // three specials, one a known name
+  EXPECT_EQ(qwen.end_of_document_token(), "<|endoftext|>");
+  EXPECT_EQ(qwen.end_of_document_id(), qwen.token_id("<|endoftext|>"));
+  EXPECT_EQ(Tokenizer::load(kFixtures + "/qwen2", "<|im_end|>").end_of_document_token(), "<|im_end|>");
+  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/qwen2", "<|nope|>"); }),
+                  {"[tokenizer]", "no token '<|nope|>'", "--eos-token"});
+  // Fingerprints tell tokenizers apart.
+  EXPECT_NE(Tokenizer::load(kFixtures + "/gpt2").fingerprint(), Tokenizer::load(kFixtures + "/gpt2_prefix").fingerprint());
+}
+
+TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
+  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/wordpiece"); }),
+                  {"[tokenizer]", "wordpiece/tokenizer.json", "model type 'WordPiece' is not supported", "hint:"});
+  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/unigram"); }),
+                  {"model type 'Unigram' is not supported"});
+  expect_contains(error_message([] { Tokenizer::load(kFixtures); }), {"holds no tokenizer.json"});
+  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/none.json"); }), {"cannot read", "none.json"});
+
+  // Edits of a good file, each refused naming what is wrong.
+  const nlohmann::json good = nlohmann::json::parse(read_text_file(kFixtures + "/llama3/tokenizer.json"));
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json bad = good;
+    edit(bad);
+    return error_message([&] { Tokenizer::from_json(bad.dump(), "", "", "edited.json"); });
+  };
+  expect_contains(refused([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; }), {"edited.json", "normalizer 'Lowercase'"});
+  expect_contains(refused([](auto& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "NFKC"}}}}}; }),
+                  {"normalizer 'NFKC'"});
+  expect_contains(refused([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }), {"'Whitespace' is not supported"});
+  expect_contains(refused([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }), {"decoder 'WordPiece'"});
+  expect_contains(refused([](auto& j) { j["model"]["dropout"] = 0.1; }), {"dropout"});
+  expect_contains(refused([](auto& j) { j["added_tokens"][0]["single_word"] = true; }), {"single_word"});
+  expect_contains(refused([](auto& j) { j["model"]["merges"][0] = "Ġ"; }), {"merges[0]", "two tokens"});
+  expect_contains(refused([](auto& j) { j["model"]["merges"][1] = {"no-such", "token"}; }), {"merges[1]", "not in the vocabulary"});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = -5; }), {"not a valid id"});
+  expect_contains(refused([](auto& j) { j.erase("model"); }), {"has no \"model\""});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"] = "oops"; }), {"edited.json", "not a valid tokenizer.json"});
+  expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<=a)b"; }),
+                  {"regex '(?<=a)b'", "lookbehind"});
+  expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; }),
+                  {"edited.json pre_tokenizer.pretokenizers[].pattern", "\\w is not supported"});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = 1 << 30; }), {"id of 1073741824", "limit"});
+  expect_contains(refused([](auto& j) { j["model"]["vocab"] = nlohmann::json::object(); j["added_tokens"] = nlohmann::json::array(); j["model"]["merges"] = nlohmann::json::array(); }),
+                  {"empty vocabulary"});
+  // Malformed text: truncated, not an object, nested past the depth limit.
+  const std::string text = good.dump();
+  expect_contains(error_message([&] { Tokenizer::from_json(text.substr(0, text.size() / 2), "", "", "cut.json"); }),
+                  {"[tokenizer]", "cut.json", "not a valid tokenizer.json"});
+  expect_contains(error_message([] { Tokenizer::from_json("[1, 2]", "", "", "array.json"); }), {"not a JSON object"});
+  expect_contains(error_message([] { Tokenizer::from_json(std::string(100000, '[') + std::string(100000, ']'), "", "", "deep.json"); }),
+                  {"deep.json", "nests", "deep"});
+  expect_contains(error_message([&] { Tokenizer::from_json(text, "{not json", "", "x.json"); }), {"tokenizer_config.json is not valid JSON"});
+  // A pathological pattern is an error on the text that exposes it, never a hang or a crash:
+  // exponential backtracking, and a repeated group nesting one level per repetition.
+  nlohmann::json nested = good;
+  nested["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:a|a)*(?:a|a)*(?:a|a)*b|.";
+  const Tokenizer exponential = Tokenizer::from_json(nested.dump(), "", "", "nested.json");
+  expect_contains(error_message([&] { (void)exponential.encode(std::string(40, 'a')); }), {"backtracks too much"});
+  nested["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:ab)+|.";
+  const Tokenizer deep = Tokenizer::from_json(nested.dump(), "", "", "deep.json");
+  EXPECT_EQ(deep.decode(deep.encode("abab x")), "abab x");
+  std::string long_run;
+  for (int i = 0; i < 20000; ++i) long_run += "ab";
+  expect_contains(error_message([&] { (void)deep.encode(long_run); }), {"nests more than 5000 repetitions"});
+  // Text that is not UTF-8 cannot be split by regex.
+  const Tokenizer gpt2 = Tokenizer::load(kFixtures + "/gpt2");
+  EXPECT_FALSE(gpt2.accepts_any_bytes());
+  expect_contains(error_message([&] { (void)gpt2.encode("abc\xFF" "def"); }), {"not valid UTF-8 at byte 3", "iconv"});
 }
 
 TEST(Fasta, ParsesTheTinyFixture) {
   const std::string text = read_text_file(std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tiny.fasta");
   ASSERT_FALSE(text.empty());
-  const ByteTokenizer tokenizer;
+  const Tokenizer tokenizer = Tokenizer::bytes();
   // Headers, blank lines and newlines dropped, upper-cased, EOD between records, the empty record
   // adds nothing and no EOD trails the last record.
   const std::vector<int32_t> want = concat({tokenizer.encode("ACGTACGTNN"), {kEndOfDocumentId},
@@ -122,7 +260,7 @@ TEST(Fasta, ParsesTheTinyFixture) {
 }
 
 TEST(Fasta, HandlesCrlfCommentsAndSequenceBeforeTheFirstHeader) {
-  const ByteTokenizer tokenizer;
+  const Tokenizer tokenizer = Tokenizer::bytes();
   EXPECT_EQ(tokenize_fasta("ac\r\n;comment\r\ngt\r\n>r2\r\nn n\r\n"),
             concat({tokenizer.encode("ACGT"), {kEndOfDocumentId}, tokenizer.encode("NN")}));
   EXPECT_TRUE(tokenize_fasta("").empty());
@@ -143,7 +281,7 @@ TEST(Fasta, ExtensionDetection) {
 TEST(TokenizeFiles, WritesTheStreamSplitIntoTrainAndVal) {
   TempDir dir;
   Rng rng(fpdt::testing::fresh_seed());
-  const ByteTokenizer tokenizer;
+  const Tokenizer tokenizer = Tokenizer::bytes();
   const std::string text = random_bytes(rng, 200 + rng.below(300));
   const std::string fasta_by_extension = ">a\nacgt\n>b\nTTGG\n";
   const std::string fasta_by_content = ">c\nnnaa\n";
@@ -155,7 +293,8 @@ TEST(TokenizeFiles, WritesTheStreamSplitIntoTrainAndVal) {
   std::filesystem::create_directory(dir.file("out"));
 
   const TokenizeSummary summary = tokenize_files(
-      {dir.file("notes.txt"), dir.file("empty.txt"), dir.file("genes.fasta"), dir.file("reads.txt")}, dir.file("out"), 0.1);
+      {dir.file("notes.txt"), dir.file("empty.txt"), dir.file("genes.fasta"), dir.file("reads.txt")}, dir.file("out"), 0.1,
+      tokenizer);
 
   const std::vector<int32_t> want =
       concat({tokenizer.encode(notes), {kEndOfDocumentId}, tokenize_fasta(fasta_by_extension), {kEndOfDocumentId},
@@ -174,8 +313,44 @@ TEST(TokenizeFiles, WritesTheStreamSplitIntoTrainAndVal) {
   EXPECT_EQ(val.size(), want_val);
   EXPECT_EQ(ShardReader(summary.train_path).vocab_size(), 257u);
   EXPECT_EQ(ShardReader(summary.train_path).token_width_bytes(), 2u);
-  // Only the two shards: no temp files left behind.
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.file("out")), {}), 2);
+  EXPECT_EQ(ShardReader(summary.val_path).tokenizer(), (ShardTokenizer{tokenizer.fingerprint(), kEndOfDocumentId}));
+  // The shards and the tokenizer's two files; no temp files left behind.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.file("out")), {}), 4);
+  EXPECT_EQ(Tokenizer::load(dir.file("out")).fingerprint(), tokenizer.fingerprint());
+}
+
+TEST(TokenizeFiles, WritesHuggingFaceTokensWithTheEndOfDocumentTokenBetweenDocuments) {
+  TempDir dir;
+  const Tokenizer tokenizer = Tokenizer::load(kFixtures + "/llama3");
+  const auto& texts = golden().at("texts");
+  std::vector<std::string> paths;
+  std::vector<int32_t> want;
+  for (size_t i = 0; i < 6; ++i) {  // six non-empty golden texts, one file each
+    const std::string text = texts[i].get<std::string>();
+    paths.push_back(dir.file("doc" + std::to_string(i) + ".txt"));
+    write_text_file(paths.back(), text);
+    if (i > 0) want.push_back(tokenizer.end_of_document_id());
+    const auto ids = golden().at("tokenizers").at("llama3").at("ids")[i].get<std::vector<int32_t>>();
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  std::filesystem::create_directory(dir.file("out"));
+  const TokenizeSummary summary = tokenize_files(paths, dir.file("out"), 0.25, tokenizer);
+  EXPECT_EQ(summary.documents, 6u);
+  EXPECT_EQ(summary.vocab_size, tokenizer.vocab_size());
+  EXPECT_EQ(concat({read_all_tokens(summary.train_path), read_all_tokens(summary.val_path)}), want);
+  const ShardReader shard(summary.train_path);
+  EXPECT_EQ(shard.tokenizer().fingerprint, tokenizer.fingerprint());
+  EXPECT_EQ(shard.tokenizer().end_of_document_id, static_cast<uint32_t>(tokenizer.token_id("<|end_of_text|>")));
+  // The folder's tokenizer files are the tokenizer's own (tokenizer_config.json included).
+  EXPECT_EQ(read_text_file(dir.file("out/tokenizer.json")), tokenizer.tokenizer_json());
+  EXPECT_EQ(read_text_file(dir.file("out/tokenizer_config.json")), read_text_file(kFixtures + "/llama3/tokenizer_config.json"));
+
+  // A file that is not UTF-8 is refused naming it, before anything is written.
+  write_text_file(dir.file("latin1.txt"), "caf\xE9");
+  std::filesystem::create_directory(dir.file("out2"));
+  expect_contains(error_message([&] { tokenize_files({paths[0], dir.file("latin1.txt")}, dir.file("out2"), 0.1, tokenizer); }),
+                  {"[tokenize]", "latin1.txt", "not UTF-8", "byte 3", "iconv"});
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.file("out2")), {}), 0);
 }
 
 TEST(TokenizeFiles, ResultDoesNotDependOnReadBlockBoundaries) {
@@ -194,7 +369,7 @@ TEST(TokenizeFiles, ResultDoesNotDependOnReadBlockBoundaries) {
     }
   }
   write_text_file(dir.file("big.fa"), fasta);
-  const TokenizeSummary summary = tokenize_files({dir.file("big.fa")}, dir.path(), 0.0);
+  const TokenizeSummary summary = tokenize_files({dir.file("big.fa")}, dir.path(), 0.0, Tokenizer::bytes());
   EXPECT_EQ(summary.val_tokens, 0u);
   EXPECT_EQ(read_all_tokens(summary.train_path), tokenize_fasta(fasta));
   EXPECT_EQ(ShardReader(summary.val_path).token_count(), 0u);
@@ -204,34 +379,34 @@ TEST(TokenizeFiles, InputErrorsNameTheFile) {
   TempDir dir;
   write_text_file(dir.file("ok.txt"), "hello");
   const std::string missing = dir.file("missing.txt");
-  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt"), missing}, dir.path(), 0.1); }),
+  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt"), missing}, dir.path(), 0.1, Tokenizer::bytes()); }),
                   {"[tokenize]", "cannot read input", missing, "No such file"});
   // Nothing was written when an input failed.
   EXPECT_FALSE(std::filesystem::exists(dir.file("train.bin")));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);
 
   std::filesystem::create_directory(dir.file("subdir"));
-  expect_contains(error_message([&] { tokenize_files({dir.file("subdir")}, dir.path(), 0.1); }),
+  expect_contains(error_message([&] { tokenize_files({dir.file("subdir")}, dir.path(), 0.1, Tokenizer::bytes()); }),
                   {dir.file("subdir"), "is a directory"});
 
   write_text_file(dir.file("data.fa.gz"), std::string("\x1f\x8b\x08\x00", 4) + "compressed");
-  expect_contains(error_message([&] { tokenize_files({dir.file("data.fa.gz")}, dir.path(), 0.1); }),
+  expect_contains(error_message([&] { tokenize_files({dir.file("data.fa.gz")}, dir.path(), 0.1, Tokenizer::bytes()); }),
                   {dir.file("data.fa.gz"), "gzip", "gunzip"});
 
   write_text_file(dir.file("headers.fa"), ">just a header\n");
-  expect_contains(error_message([&] { tokenize_files({dir.file("headers.fa")}, dir.path(), 0.1); }), {"no tokens"});
-  expect_contains(error_message([&] { tokenize_files({}, dir.path(), 0.1); }), {"no input files"});
-  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.path(), 1.0); }), {"outside [0, 1)"});
-  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.path(), -0.5); }), {"outside [0, 1)"});
+  expect_contains(error_message([&] { tokenize_files({dir.file("headers.fa")}, dir.path(), 0.1, Tokenizer::bytes()); }), {"no tokens"});
+  expect_contains(error_message([&] { tokenize_files({}, dir.path(), 0.1, Tokenizer::bytes()); }), {"no input files"});
+  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.path(), 1.0, Tokenizer::bytes()); }), {"outside [0, 1)"});
+  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.path(), -0.5, Tokenizer::bytes()); }), {"outside [0, 1)"});
 }
 
 TEST(TokenizeFiles, OutputDirectoryErrorsNameTheDirectory) {
   TempDir dir;
   write_text_file(dir.file("ok.txt"), "hello");
   const std::string missing = dir.file("no/such/dir");
-  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, missing, 0.1); }),
+  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, missing, 0.1, Tokenizer::bytes()); }),
                   {"[tokenize]", "output directory", missing, "hint:", "mkdir -p " + missing, "permissions"});
-  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.file("ok.txt"), 0.1); }),
+  expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt")}, dir.file("ok.txt"), 0.1, Tokenizer::bytes()); }),
                   {"output directory", dir.file("ok.txt"), "not a directory"});
 }
 
@@ -240,7 +415,7 @@ TEST(TokenizeFiles, UnwritableOutputDirectoryIsAnError) {
   // read-only), so this holds whoever runs the suite.
   TempDir dir;
   write_text_file(dir.file("ok.txt"), "hello");
-  const std::string message = error_message([&] { tokenize_files({dir.file("ok.txt")}, "/sys", 0.1); });
+  const std::string message = error_message([&] { tokenize_files({dir.file("ok.txt")}, "/sys", 0.1, Tokenizer::bytes()); });
   expect_contains(message, {"cannot", "/sys", "check its permissions"});
 }
 

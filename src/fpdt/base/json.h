@@ -22,14 +22,16 @@ inline constexpr int kMaxDepth = 64;
 // Longest excerpt of an input in a message, in characters (before the "..." that marks a cut).
 inline constexpr size_t kExcerptChars = 120;
 
-// Parses `text` as one JSON value. Malformed JSON or nesting deeper than kMaxDepth throws
+// Parses `text` as one JSON value (Json: nlohmann::json, or nlohmann::ordered_json to keep the
+// order of keys). Malformed JSON or nesting deeper than kMaxDepth throws
 // fpdt::Error(module, "<where> is not valid JSON: <reason>", hint), the reason cut to a bounded length.
-nlohmann::json parse(std::string_view text, const std::string& where, const std::string& module,
-                     const std::string& hint = "");
+template <class Json = nlohmann::json>
+Json parse(std::string_view text, const std::string& where, const std::string& module, const std::string& hint = "");
 
 // `value` as compact JSON, at most about kExcerptChars characters ("..." marks a cut). Works on any
 // value (its recursion stops at the excerpt's length and at kMaxDepth levels).
 std::string excerpt(const nlohmann::json& value, size_t max_chars = kExcerptChars);
+std::string excerpt(const nlohmann::ordered_json& value, size_t max_chars = kExcerptChars);
 
 // `text` cut to max_chars characters ("..." marks a cut), for messages quoting raw input.
 std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars);
@@ -37,14 +39,14 @@ std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars
 // `value` as an integer of type T: a JSON integer (not a float, string or bool — nlohmann's get<T>()
 // would convert those, a float beyond T's range with undefined behaviour) within T's range. Else
 // fpdt::Error(module, "<what> is <excerpt>, not a whole number in [min, max]").
-template <typename T>
-T integer(const nlohmann::json& value, const std::string& what, const std::string& module) {
+template <typename T, class Json>
+T integer(const Json& value, const std::string& what, const std::string& module) {
   static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
   if (value.is_number_unsigned()) {
-    const uint64_t number = value.get<uint64_t>();
+    const uint64_t number = value.template get<uint64_t>();
     if (std::in_range<T>(number)) return static_cast<T>(number);
   } else if (value.is_number_integer()) {
-    const int64_t number = value.get<int64_t>();
+    const int64_t number = value.template get<int64_t>();
     if (std::in_range<T>(number)) return static_cast<T>(number);
   }
   throw Error(module, what + " is " + excerpt(value) + ", not a whole number in [" +

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fpdt/kernels/reference/cross_entropy.h"
-
 namespace fpdt::model {
 
 LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer) {
@@ -22,7 +20,7 @@ LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& 
 double counted_targets(const int32_t* targets, const float* mask, int64_t n) {
   double count = 0.0;
   for (int64_t i = 0; i < n; ++i)
-    if (targets[i] != kernels::reference::kIgnoreIndex) count += mask ? mask[i] : 1.0;
+    if (targets[i] != kernels::kIgnoreIndex) count += mask ? mask[i] : 1.0;
   return count;
 }
 
@@ -70,8 +68,8 @@ void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, c
   backend_.linear_forward(v, saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, b ? b + qd + kvd : nullptr, n, h, kvd,
                           false);
   if (config_.uses_rope()) {
-    backend_.rope_forward(q, pos, n, config_.heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
-    backend_.rope_forward(k, pos, n, config_.kv_heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+    backend_.rope_forward(q, pos, n, config_.heads, config_.head_dim, rope_.params());
+    backend_.rope_forward(k, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
   }
 }
 
@@ -80,8 +78,8 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
                                          float* dk, float* dv, float* dx, const LayerScratch& scratch) {
   const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
   if (config_.uses_rope()) {
-    backend_.rope_backward(dq, pos, n, config_.heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
-    backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, config_.rotary_dim, config_.rope_theta);
+    backend_.rope_backward(dq, pos, n, config_.heads, config_.head_dim, rope_.params());
+    backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
   }
   float* db = g.qkv_bias;
   backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, w.qkv_weight, n, h, qd, false);

@@ -10,6 +10,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/config.h"
 #include "fpdt/model/parameters.h"
+#include "fpdt/model/rope.h"
 
 namespace fpdt::model {
 
@@ -74,7 +75,8 @@ struct HeadScratch {
 
 class LayerMath {
  public:
-  LayerMath(const ModelConfig& config, kernels::Backend& backend) : config_(config), backend_(backend) {}
+  LayerMath(const ModelConfig& config, kernels::Backend& backend)
+      : config_(config), backend_(backend), rope_(rope_frequencies(config)) {}
   const ModelConfig& config() const { return config_; }
 
   // x (n, h) → q (n, Hq·D), k, v (n, Hkv·D), RoPE applied at positions pos (n) (Llama).
@@ -122,6 +124,7 @@ class LayerMath {
  private:
   const ModelConfig& config_;
   kernels::Backend& backend_;
+  RopeFrequencies rope_;  // the config's RoPE table, made once
 };
 
 }  // namespace fpdt::model

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "fpdt/base/error.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::model {
 
@@ -35,7 +34,7 @@ void check_batch(const ModelConfig& config, const Batch& batch) {
                   "the data was tokenized for another vocabulary");
     if (batch.targets == nullptr) continue;
     const int32_t target = batch.targets[n];
-    if (target != kernels::reference::kIgnoreIndex && (target < 0 || target >= config.vocab_size))
+    if (target != kernels::kIgnoreIndex && (target < 0 || target >= config.vocab_size))
       throw Error("model", "target id " + std::to_string(target) + where(n));
   }
 }
@@ -118,7 +117,7 @@ void Transformer::layer_forward(int layer) {
   math_.attention_input_forward(w, residual_[layer], positions_.data(), N, a.input, a.q, a.k, a.v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, nullptr, B_, T_, config_.heads, config_.kv_heads,
-                             config_.head_dim, scale);
+                             config_.head_dim, scale, /*window=*/0);
   math_.attention_output_forward(w, a.attn, residual_[layer], a.x_mid, N);
   math_.mlp_forward(w, a.x_mid, residual_[layer + 1], N, a.mlp);
 }
@@ -132,7 +131,7 @@ void Transformer::layer_backward(int layer) {
   math_.attention_output_backward(w, g, a.attn, d_resid_, d_attn_, N);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, nullptr, B_, T_, config_.heads,
-                              config_.kv_heads, config_.head_dim, scale);
+                              config_.kv_heads, config_.head_dim, scale, /*window=*/0);
   math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, d_q_, d_k_, d_v_, d_resid_,
                                  scratch_);
 }

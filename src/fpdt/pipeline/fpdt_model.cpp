@@ -8,7 +8,6 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/trace.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::pipeline {
 
@@ -257,7 +256,7 @@ void fill_chunk(const model::ModelConfig& config, const ChunkPlan& plan, int chu
     const int64_t position = begin + t;
     const bool real = position < plan.seq_tokens;
     chunk_tokens[t] = real ? tokens[position] : 0;
-    if (chunk_targets) chunk_targets[t] = real && targets ? targets[position] : kernels::reference::kIgnoreIndex;
+    if (chunk_targets) chunk_targets[t] = real && targets ? targets[position] : kernels::kIgnoreIndex;
     if (chunk_mask) chunk_mask[t] = real && mask ? mask[position] : 1.0f;
     positions[t] = position;
     position_ids[t] = static_cast<int32_t>(std::min<int64_t>(position, max_id));

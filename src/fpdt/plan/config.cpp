@@ -36,97 +36,78 @@ std::string chunk_hint(int64_t S, int64_t P, int64_t chunk) {
   for (int64_t k = k_near; k >= 1 && k > k_near - 1000000 && above == 0; --k)
     if (valid(k) && S / k >= chunk) above = S / k;
   std::string hint = "a chunk must be a multiple of --sp and divide --seq";
-  if (below > 0) hint.append(join({"; try --chunk ", str(below)}));
-  if (above > 0 && above != below) hint.append(join({below > 0 ? " or " : "; try --chunk ", str(above)}));
+  if (below > 0) hint.append(join({"; try --chunk-tokens ", str(below)}));
+  if (above > 0 && above != below) hint.append(join({below > 0 ? " or " : "; try --chunk-tokens ", str(above)}));
   return hint;
 }
 
 }  // namespace
 
-std::string mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::ulysses: return "ulysses";
-    case Mode::fpdt_reference: return "fpdt-reference";
-    case Mode::fpdt: return "fpdt";
-  }
+namespace {
+
+// Each enum's spellings, once: names, parsing and the options' accepted words all read these.
+template <class E>
+struct Word {
+  const char* text;
+  E value;
+};
+constexpr Word<Mode> kModes[] = {{"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}, {"fpdt", Mode::fpdt}};
+constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
+constexpr Word<OffloadTier> kOffloads[] = {{"none", OffloadTier::none}, {"ram", OffloadTier::ram}, {"disk", OffloadTier::disk}};
+constexpr Word<Positions> kPositions[] = {{"model", Positions::model}, {"rope", Positions::rope}, {"learned", Positions::learned}};
+constexpr Word<DType> kPrecisions[] = {{"bf16", DType::bf16}, {"fp32", DType::f32}};
+
+template <class E, size_t N>
+std::string name_of(const Word<E> (&words)[N], E value) {
+  for (const Word<E>& word : words)
+    if (word.value == value) return word.text;
   return "?";
 }
 
-std::string recompute_name(Recompute recompute) { return recompute == Recompute::layer ? "layer" : "none"; }
-
-std::string offload_name(OffloadTier offload) {
-  switch (offload) {
-    case OffloadTier::none: return "none";
-    case OffloadTier::ram: return "ram";
-    case OffloadTier::disk: return "disk";
-  }
-  return "?";
+template <class E, size_t N>
+std::vector<std::string> words_of(const Word<E> (&words)[N]) {
+  std::vector<std::string> texts;
+  for (const Word<E>& word : words) texts.push_back(word.text);
+  return texts;
 }
 
-std::string positions_name(Positions positions) {
-  switch (positions) {
-    case Positions::model: return "model";
-    case Positions::rope: return "rope";
-    case Positions::learned: return "learned";
-  }
-  return "?";
+// "a, b or c"
+template <class E, size_t N>
+std::string listed(const Word<E> (&words)[N]) {
+  std::string text;
+  for (size_t i = 0; i < N; ++i) text.append(i == 0 ? "" : i + 1 == N ? " or " : ", ").append(words[i].text);
+  return text;
 }
 
-Mode parse_mode(const std::string& text) {
-  if (text == "ulysses") return Mode::ulysses;
-  if (text == "fpdt-reference" || text == "reference") return Mode::fpdt_reference;
-  if (text == "fpdt") return Mode::fpdt;
-  throw Error(kModule, join({"unknown mode '", text, "'"}), "use ulysses, fpdt-reference or fpdt");
+template <class E, size_t N>
+E parse_word(const Word<E> (&words)[N], const std::string& text, const char* what) {
+  for (const Word<E>& word : words)
+    if (text == word.text) return word.value;
+  throw Error(kModule, join({"unknown ", what, " '", text, "'"}), join({"use ", listed(words)}));
 }
 
-Recompute parse_recompute(const std::string& text) {
-  if (text == "layer") return Recompute::layer;
-  if (text == "none") return Recompute::none;
-  throw Error(kModule, join({"unknown recompute mode '", text, "'"}), "use layer or none");
-}
+}  // namespace
 
+std::string mode_name(Mode mode) { return name_of(kModes, mode); }
+std::string recompute_name(Recompute recompute) { return name_of(kRecomputes, recompute); }
+std::string offload_name(OffloadTier offload) { return name_of(kOffloads, offload); }
+std::string positions_name(Positions positions) { return name_of(kPositions, positions); }
+std::string precision_name(DType precision) { return name_of(kPrecisions, precision); }
+
+std::vector<std::string> mode_words() { return words_of(kModes); }
+std::vector<std::string> recompute_words() { return words_of(kRecomputes); }
+std::vector<std::string> offload_words() { return words_of(kOffloads); }
+std::vector<std::string> positions_words() { return words_of(kPositions); }
+std::vector<std::string> precision_words() { return words_of(kPrecisions); }
+
+Mode parse_mode(const std::string& text) { return parse_word(kModes, text, "mode"); }
+Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, "recompute mode"); }
 OffloadTier parse_offload(const std::string& text) {
-  if (text == "none") return OffloadTier::none;
-  if (text == "ram" || text == "host") return OffloadTier::ram;
-  if (text == "disk") return OffloadTier::disk;
-  throw Error(kModule, join({"unknown offload tier '", text, "'"}), "use ram, disk or none");
+  // disk:DIR names the training run's directory; the plan needs only the tier.
+  return parse_word(kOffloads, text.starts_with("disk:") ? std::string("disk") : text, "offload tier");
 }
-
-Positions parse_positions(const std::string& text) {
-  if (text == "model") return Positions::model;
-  if (text == "rope") return Positions::rope;
-  if (text == "learned") return Positions::learned;
-  throw Error(kModule, join({"unknown positions '", text, "'"}),
-              "use model (the model's own), rope (rotary, no table) or learned (a table of S rows)");
-}
-
-DType parse_precision(const std::string& text) {
-  if (text == "bf16") return DType::bf16;
-  if (text == "fp32" || text == "f32") return DType::f32;
-  throw Error(kModule, join({"unknown precision '", text, "'"}), "use bf16 or fp32");
-}
-
-std::string precision_name(DType precision) { return precision == DType::bf16 ? "bf16" : "fp32"; }
-
-int64_t parse_tokens(const std::string& text, const std::string& what) {
-  double scale = 1.0;
-  std::string number = text;
-  if (!number.empty()) {
-    const char suffix = number.back();
-    if (suffix == 'K' || suffix == 'k') scale = 1024.0;
-    if (suffix == 'M' || suffix == 'm') scale = 1048576.0;
-    if (suffix == 'G' || suffix == 'g') scale = 1073741824.0;
-    if (scale != 1.0) number.pop_back();
-  }
-  try {
-    size_t used = 0;
-    const double value = std::stod(number, &used) * scale;
-    if (used == number.size() && value == std::floor(value) && std::fabs(value) < 9.0e18)
-      return static_cast<int64_t>(value);
-  } catch (const std::exception&) {
-  }
-  throw Error(kModule, join({what, " expects a whole number of tokens such as 131072, 128K or 2M, got '", text, "'"}));
-}
+Positions parse_positions(const std::string& text) { return parse_word(kPositions, text, "positions"); }
+DType parse_precision(const std::string& text) { return parse_word(kPrecisions, text, "precision"); }
 
 int64_t position_table_rows(const PlanConfig& config) {
   switch (config.positions) {
@@ -176,7 +157,7 @@ PlanShape derive_shape(const PlanConfig& config) {
   require_positive(config.dp, "data-parallel degree (--dp)", "use 1 without data parallelism");
   require_positive(config.micro_batch, "micro-batch (--batch)", "use 1 sequence per step");
   if (config.chunk_tokens < 0)
-    throw Error(kModule, join({"chunk size (--chunk) must be positive, got ", str(config.chunk_tokens)}),
+    throw Error(kModule, join({"chunk size (--chunk-tokens) must be positive, got ", str(config.chunk_tokens)}),
                 "give global tokens per chunk, e.g. 64K, or auto");
   if (config.zero_stage < 0 || config.zero_stage > 3)
     throw Error(kModule, join({"ZeRO stage must be 0, 1, 2 or 3, got ", str(config.zero_stage)}));

@@ -31,18 +31,20 @@ std::string mode_name(Mode mode);
 std::string recompute_name(Recompute recompute);
 std::string offload_name(OffloadTier offload);
 std::string positions_name(Positions positions);
-// Inverses; throw fpdt::Error listing the accepted spellings.
+std::string precision_name(DType precision);  // "bf16" or "fp32"
+// The accepted spellings, for the options (run_options.h).
+std::vector<std::string> mode_words();
+std::vector<std::string> recompute_words();
+std::vector<std::string> offload_words();
+std::vector<std::string> positions_words();
+std::vector<std::string> precision_words();
+// Inverses; throw fpdt::Error listing the accepted spellings. parse_offload also takes disk:DIR
+// (a training run's directory; the plan needs only the tier).
 Mode parse_mode(const std::string& text);
 Recompute parse_recompute(const std::string& text);
 OffloadTier parse_offload(const std::string& text);
 Positions parse_positions(const std::string& text);
-// "bf16" or "fp32" → DType::bf16 / DType::f32.
 DType parse_precision(const std::string& text);
-std::string precision_name(DType precision);
-
-// Tokens with an optional binary suffix: "131072", "128K", "2M", "1G", "1e6". Throws fpdt::Error
-// naming `what` for anything else (negative values parse; derive_shape() rejects them).
-int64_t parse_tokens(const std::string& text, const std::string& what);
 
 // The global chunk the paper's implementation uses unless told otherwise (DeepSpeed's
 // ds_sequence_parallel_fpdt_chunk_size default).

@@ -2,10 +2,13 @@
 #include "fpdt/train/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
@@ -45,31 +48,67 @@ nlohmann::json cursor_to_json(const DataLoaderState& s) {
           {"sampling", s.sampling}};
 }
 
-// `where` names the file in errors.
-DataLoaderState cursor_from_json(const nlohmann::json& json, const std::string& where) {
-  auto integer = [&]<typename T>(const char* key, T) {
-    return json::integer<T>(json.at(key), where + ": data_cursor." + key, kModule);
-  };
+// Inside trainer_state.json, what is wrong throws fpdt::Error naming the file, std::invalid_argument
+// or nlohmann's exceptions; parse_trainer_state turns the last two into one "<path> is corrupt: ..."
+// error. Integers go through json::integer: nlohmann would cast a float or a negative number silently.
+template <class T>
+T whole_number(const nlohmann::ordered_json& value, const std::string& path, const char* key) {
+  return json::integer<T>(value, path + " is corrupt: \"" + key + "\"", kModule);
+}
+
+DataLoaderState cursor_from_json(const nlohmann::ordered_json& json, const std::string& path) {
   DataLoaderState s{};
-  const nlohmann::json& rng = json.at("rng_state");
-  if (!rng.is_array() || rng.size() != 4) throw Error(kModule, where + ": rng_state must have 4 words");
-  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = json::integer<uint64_t>(rng[i], where + ": rng_state", kModule);
-  s.batches_served = integer("batches_served", uint64_t{});
-  s.next_window = integer("next_window", uint64_t{});
-  s.epoch = integer("epoch", uint64_t{});
-  s.shard_tokens = integer("shard_tokens", uint64_t{});
-  s.batch_size = integer("batch_size", int64_t{});
-  s.seq_tokens = integer("seq_tokens", int64_t{});
-  s.sampling = integer("sampling", uint32_t{});
+  const nlohmann::ordered_json& rng = json.at("rng_state");
+  if (!rng.is_array() || rng.size() != 4) throw std::invalid_argument("\"rng_state\" must have 4 words");
+  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], path, "rng_state");
+  s.batches_served = whole_number<uint64_t>(json.at("batches_served"), path, "batches_served");
+  s.next_window = whole_number<uint64_t>(json.at("next_window"), path, "next_window");
+  s.epoch = whole_number<uint64_t>(json.at("epoch"), path, "epoch");
+  s.shard_tokens = whole_number<uint64_t>(json.at("shard_tokens"), path, "shard_tokens");
+  s.batch_size = whole_number<int64_t>(json.at("batch_size"), path, "batch_size");
+  s.seq_tokens = whole_number<int64_t>(json.at("seq_tokens"), path, "seq_tokens");
+  s.sampling = whole_number<uint32_t>(json.at("sampling"), path, "sampling");
   return s;
+}
+
+// trainer_state.json is small: a file past 1 MiB is refused before it is read.
+constexpr size_t kMaxStateBytes = 1 << 20;
+
+TrainerState read_state(const std::string& path) {
+  if (file_size(path, kModule) > kMaxStateBytes)
+    throw Error(kModule, path + " is larger than a trainer state can be (1 MiB)", "resume from another checkpoint");
+  return parse_trainer_state(read_text(path), path);
+}
+
+// What an update would turn into NaN: a weight or moment that is not finite, or a negative second
+// moment (its square root). `what` names the checkpoint or step for the message.
+void check_finite_state(const model::ParameterBlock& params, AdamW& optimizer, const std::string& what,
+                        const std::string& hint) {
+  if (!all_finite(params)) throw Error(kModule, what + " holds non-finite weights (NaN or Inf)", hint);
+  if (!all_finite(optimizer.m()) || !all_finite(optimizer.v()) || !all_at_least_zero(optimizer.v()))
+    throw Error(kModule, what + " holds AdamW moments that are not finite (or negative second moments)", hint);
+}
+
+// The optimizer's update count from optimizer.safetensors' metadata: a whole number ≥ 0.
+int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path) {
+  const std::string text = moments.metadata("step");
+  int64_t step = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (error != std::errc() || end != text.data() + text.size() || step < 0)
+    throw Error(kModule, path + " is corrupt: its AdamW step '" + text.substr(0, 40) + "' is not a count of updates",
+                "resume from another checkpoint");
+  return step;
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
                      const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
-                     const TrainerState& state, int keep) {
+                     const TrainerState& state, const Tokenizer& tokenizer, int keep) {
   const std::string name = "step_" + std::to_string(state.step);
+  // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
+  check_finite_state(params, optimizer, "refusing to save " + name + ": the model",
+                     "a step made the weights non-finite; the checkpoints already in " + run_dir + " are intact");
   const fs::path final_dir = fs::path(run_dir) / name;
   const fs::path temp_dir = fs::path(run_dir) / (name + ".partial");
   std::error_code error;
@@ -99,8 +138,10 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
       {"step", state.step},
       {"seed", state.seed},
       {"data_cursor", cursor_to_json(state.data)},
-      {"settings", state.settings_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(state.settings_json)}};
+      {"tokenizer_fingerprint", fingerprint_string(tokenizer.fingerprint())},
+      {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
   write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+  tokenizer.save(temp_dir.string());
 
   fs::remove_all(final_dir, error);
   fs::rename(temp_dir, final_dir, error);
@@ -135,23 +176,25 @@ std::string latest_checkpoint(const std::string& run_dir) {
 }
 
 TrainerState parse_trainer_state(const std::string& text, const std::string& state_path) {
+  const nlohmann::ordered_json json =
+      json::parse<nlohmann::ordered_json>(text, state_path, kModule, "resume from another checkpoint");
   TrainerState state;
   try {
-    const nlohmann::json json = json::parse(text, state_path, kModule, "resume from another checkpoint");
-    if (json.at("format").get<std::string>() != kStateFormat)
-      throw Error(kModule, state_path + " is not an fpdt trainer state (format '" +
-                               json::excerpt_text(json.at("format").get<std::string>()) + "')");
-    const int version = json::integer<int>(json.at("version"), state_path + ": version", kModule);
+    if (!json.is_object() || !json.contains("format") || json.at("format") != kStateFormat)
+      throw Error(kModule, state_path + " is not an fpdt trainer state (no \"format\": \"" + kStateFormat + "\")");
+    const int version = whole_number<int>(json.at("version"), state_path, "version");
     if (version != kStateVersion)
       throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
                                std::to_string(kStateVersion));
-    state.step = json::integer<int64_t>(json.at("step"), state_path + ": step", kModule);
-    state.seed = json::integer<uint64_t>(json.at("seed"), state_path + ": seed", kModule);
+    state.step = whole_number<int64_t>(json.at("step"), state_path, "step");
+    if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
+    state.seed = whole_number<uint64_t>(json.at("seed"), state_path, "seed");
     state.data = cursor_from_json(json.at("data_cursor"), state_path);
-    state.settings_json = json.at("settings").dump();
+    state.settings = json.at("settings");
   } catch (const Error&) {
-    throw;
+    throw;  // names the file already
   } catch (const std::exception& error) {
+    // Every message here is ours or nlohmann's "key not found" / type error: short.
     throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
   }
   return state;
@@ -166,16 +209,60 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
     throw Error(kModule, checkpoint_dir + " holds a model of another configuration",
                 "resume with the same --model, or start a new run directory");
 
-  const TrainerState state = parse_trainer_state(read_text((dir / "trainer_state.json").string()),
-                                                (dir / "trainer_state.json").string());
+  const std::string state_path = (dir / "trainer_state.json").string();
+  const TrainerState state = read_state(state_path);
+
   load_hf_safetensors(config, layout, params, (dir / "model.safetensors").string());
-  SafetensorsReader moments((dir / "optimizer.safetensors").string());
+  const std::string moments_path = (dir / "optimizer.safetensors").string();
+  SafetensorsReader moments(moments_path);
   for (const model::ParameterInfo& info : layout.tensors()) {
     moments.read("m." + info.name, optimizer.m().view(info.name));
     moments.read("v." + info.name, optimizer.v().view(info.name));
   }
-  optimizer.set_step(std::stoll(moments.metadata("step")));
+  const int64_t updates = optimizer_step(moments, moments_path);
+  if (updates > state.step)
+    throw Error(kModule, moments_path + " counts " + std::to_string(updates) + " AdamW updates, more than the " +
+                             std::to_string(state.step) + " steps of " + state_path,
+                "the files come from different checkpoints; resume from another one");
+  optimizer.set_step(updates);
+  check_finite_state(params, optimizer, checkpoint_dir,
+                     "resume from an earlier checkpoint (write its folder name into " +
+                         (dir.parent_path() / "latest").string() + ")");
   return state;
+}
+
+Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size) {
+  const fs::path dir(checkpoint_dir);
+  if (!fs::exists(dir / kTokenizerFile)) {
+    if (model_vocab_size == Tokenizer::bytes().vocab_size()) return Tokenizer::bytes();
+    throw Error(kModule, checkpoint_dir + " carries no " + kTokenizerFile + " and its model's vocabulary (" +
+                             std::to_string(model_vocab_size) + ") is not the byte tokenizer's",
+                "copy the tokenizer.json (and tokenizer_config.json) that its training shards were made with into it");
+  }
+  Tokenizer tokenizer = Tokenizer::load(checkpoint_dir);
+  const fs::path state_path = dir / "trainer_state.json";
+  if (fs::exists(state_path)) {
+    uint64_t recorded = 0;
+    const nlohmann::json state =
+        json::parse(read_text(state_path.string()), state_path.string(), kModule, "use another checkpoint");
+    try {
+      if (state.contains("tokenizer_fingerprint"))
+        recorded = std::stoull(state.at("tokenizer_fingerprint").get<std::string>(), nullptr, 16);
+    } catch (const std::exception& error) {
+      throw Error(kModule, state_path.string() + " is corrupt: " + error.what(), "use another checkpoint");
+    }
+    if (recorded != 0 && recorded != tokenizer.fingerprint())
+      throw Error(kModule,
+                  (dir / kTokenizerFile).string() + " is another tokenizer (" + fingerprint_string(tokenizer.fingerprint()) +
+                      ") than the one the model was trained with (" + fingerprint_string(recorded) + ")",
+                  "put back the tokenizer.json the run's shards were made with (fpdt inspect on a shard shows its fingerprint)");
+  }
+  if (tokenizer.vocab_size() > model_vocab_size)
+    throw Error(kModule,
+                (dir / kTokenizerFile).string() + " has ids up to " + std::to_string(tokenizer.vocab_size() - 1) +
+                    ", beyond the model's vocabulary of " + std::to_string(model_vocab_size),
+                "the tokenizer does not belong to this model");
+  return tokenizer;
 }
 
 }  // namespace fpdt::train

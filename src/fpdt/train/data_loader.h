@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "fpdt/base/random.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/kernels/ops.h"
 #include "fpdt/train/shard.h"
 
 namespace fpdt::train {
 
 // Target of a position that does not count in the loss (PyTorch's ignore_index, −100): the one the
 // cross-entropy kernels skip, so the loader and the loss cannot disagree.
-inline constexpr int32_t kIgnoreIndex = kernels::reference::kIgnoreIndex;
+inline constexpr int32_t kIgnoreIndex = kernels::kIgnoreIndex;
 static_assert(kIgnoreIndex == -100);
 
 // One row from a window of consecutive tokens: position i is real while i + 1 < window.size() (it

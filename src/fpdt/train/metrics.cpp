@@ -6,9 +6,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/timer.h"
 
 namespace fpdt::train {
@@ -55,8 +58,35 @@ double measure_peak_gflops(int threads) {
   return best;
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool append) {
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+namespace {
+
+// The lines of `path` that log steps 1 .. keep_through_step, whole lines only; nullopt when they are
+// all the file holds (nothing to drop).
+std::optional<std::string> kept_lines(const std::string& path, int64_t keep_through_step) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::nullopt;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(file, line)) {
+    long long step = 0;
+    const bool whole = !file.eof();  // ends with '\n'
+    if (whole && std::sscanf(line.c_str(), "{\"step\":%lld,", &step) == 1 && step >= 1 && step <= keep_through_step)
+      kept.append(line).append("\n");
+    else
+      dropped = true;
+  }
+  if (!dropped) return std::nullopt;
+  return kept;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) {
+  if (keep_through_step > 0) {
+    if (const std::optional<std::string> kept = kept_lines(path, keep_through_step))
+      write_file_atomic(path, [&](int fd) { write_fully(fd, kept->data(), kept->size(), path, "train"); }, "train");
+  }
+  file_ = std::fopen(path.c_str(), keep_through_step > 0 ? "a" : "w");
   if (file_ == nullptr)
     throw Error("train", "cannot open the metrics log " + path + ": " + std::strerror(errno),
                 "check that the output directory exists and is writable");
@@ -89,6 +119,7 @@ void MetricsLog::write(const StepMetrics& m) {
                                  {"offload_peak_bytes", m.offload_peak_bytes},
                                  {"alltoall_bytes", m.alltoall_bytes}};
   if (m.val_loss >= 0.0) line["val_loss"] = m.val_loss;
+  if (m.skipped) line["skipped"] = true;
   std::fprintf(file_, "%s\n", line.dump().c_str());
   std::fflush(file_);
 }
@@ -109,7 +140,7 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_
                 "%s | ETA %dm%02ds",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), bar.c_str(), m.loss, val, m.lr,
                 m.grad_norm, m.tokens_per_second / 1000.0, m.gflops, 100.0 * m.mfu, memory.c_str(), eta / 60, eta % 60);
-  return text;
+  return m.skipped ? std::string(text) + " | SKIPPED: not finite, not applied" : std::string(text);
 }
 
 }  // namespace fpdt::train

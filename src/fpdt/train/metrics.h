@@ -16,6 +16,7 @@ struct StepMetrics {
   double val_loss = -1.0;      // mean validation loss when evaluated this step, else < 0
   double lr = 0.0;
   double grad_norm = 0.0;      // before clipping
+  bool skipped = false;        // the loss or gradient norm was not finite: the update was not applied
   double step_seconds = 0.0;
   double tokens_per_second = 0.0;
   double gflops = 0.0;         // model GFLOP/s (see model_flops)
@@ -35,12 +36,15 @@ double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t 
 // AVX2 vectors for ~0.1 s (2 FMA × 8 lanes × 2 flops per cycle per core at the clock it reaches).
 double measure_peak_gflops(int threads);
 
-// Appends one JSON object per line; flushes each line so a killed run keeps what it logged.
+// Appends one JSON object per line ({"step": N, ...}); flushes each line so a killed run keeps what it
+// logged. Non-finite numbers are written as null.
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Throws fpdt::Error naming the path when it cannot be opened. append: keep earlier lines (resume).
-  MetricsLog(const std::string& path, bool append);
+  // Opens the log keeping the lines of steps 1 .. keep_through_step only (a resumed run logs the steps
+  // after its checkpoint again, so each step is in the log once; 0: a new log). A torn last line of a
+  // killed writer is dropped too. Throws fpdt::Error naming the path when it cannot be written.
+  MetricsLog(const std::string& path, int64_t keep_through_step);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -52,7 +56,7 @@ class MetricsLog {
 };
 
 // "step  120/600 [=====>      ] loss 1.934 val 1.981 | lr 2.9e-03 | gnorm 0.81 | 5.1k tok/s | 61.2 GFLOP/s |
-//  MFU 31% | mem 181.25 MiB | ETA 3m12s"
+//  MFU 31% | mem 181.25 MiB | ETA 3m12s", and "| SKIPPED: ..." after a skipped step
 std::string progress_line(const StepMetrics& metrics, int64_t total_steps, double eta_seconds);
 
 }  // namespace fpdt::train

@@ -38,6 +38,22 @@ void AdamW::update(model::ParameterBlock& params, const model::ParameterBlock& g
   }
 }
 
+bool all_finite(const model::ParameterBlock& block) {
+  const float* x = block.data();
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < block.numel(); ++i) bad |= !std::isfinite(x[i]);
+  return bad == 0;
+}
+
+bool all_at_least_zero(const model::ParameterBlock& block) {
+  const float* x = block.data();
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < block.numel(); ++i) bad |= !(x[i] >= 0.0f);
+  return bad == 0;
+}
+
 double global_grad_norm(kernels::Backend& backend, const model::ParameterBlock& grads) {
   // Padding between tensors is zero (blocks are zeroed at creation and never written there).
   return std::sqrt(backend.sum_squares(grads.data(), grads.numel()));

@@ -49,6 +49,10 @@ class AdamW {
   int64_t step_ = 0;  // updates done so far
 };
 
+// Whether every value of the block is finite / at least zero (the padding between tensors is zero).
+bool all_finite(const model::ParameterBlock& block);
+bool all_at_least_zero(const model::ParameterBlock& block);
+
 // ‖grads‖₂ over the whole block (float64 accumulation).
 double global_grad_norm(kernels::Backend& backend, const model::ParameterBlock& grads);
 // Scales grads so their global norm is at most max_norm (as torch.nn.utils.clip_grad_norm_:

@@ -47,7 +47,9 @@ void encode_header(unsigned char* out, const ShardHeader& header) {
   store_u32(out + 12, header.token_width_bytes);
   store_u64(out + 16, header.token_count);
   store_u32(out + 24, header.vocab_size);
-  store_u32(out + 28, 0);  // reserved
+  store_u32(out + 28, header.tokenizer.end_of_document_id);
+  store_u64(out + 32, header.tokenizer.fingerprint);
+  store_u64(out + 40, 0);  // reserved
 }
 
 // Writes all `bytes` at `offset` (pwrite) or at the current position (offset < 0), retrying short
@@ -90,8 +92,11 @@ uint32_t shard_token_width_bytes(uint64_t vocab_size) { return vocab_size <= kSh
 // ---------------------------------------------------------------------------------------------
 // ShardWriter
 
-ShardWriter::ShardWriter(std::string path, uint32_t vocab_size)
-    : path_(std::move(path)), vocab_size_(vocab_size), token_width_bytes_(shard_token_width_bytes(vocab_size)) {
+ShardWriter::ShardWriter(std::string path, uint32_t vocab_size, ShardTokenizer tokenizer)
+    : path_(std::move(path)),
+      vocab_size_(vocab_size),
+      token_width_bytes_(shard_token_width_bytes(vocab_size)),
+      tokenizer_(tokenizer) {
   FPDT_CHECK(vocab_size_ > 0, kModule, "cannot write shard " + in_quotes(path_) + " with vocab size 0",
              "pass the tokenizer's vocab size");
   FPDT_CHECK(vocab_size_ <= uint64_t{INT32_MAX} + 1, kModule,
@@ -113,7 +118,7 @@ ShardWriter::ShardWriter(std::string path, uint32_t vocab_size)
   // Placeholder header; finish() rewrites it with the final count.
   staging_.reserve(kStagingBytes);
   staging_.resize(kShardHeaderBytes);
-  encode_header(staging_.data(), ShardHeader{kShardVersion, token_width_bytes_, 0, vocab_size_});
+  encode_header(staging_.data(), ShardHeader{kShardVersion, token_width_bytes_, 0, vocab_size_, tokenizer_});
 }
 
 ShardWriter::~ShardWriter() { abandon(); }
@@ -159,7 +164,7 @@ uint64_t ShardWriter::finish() {
   FPDT_CHECK(fd_ >= 0, kModule, "finish() on shard " + in_quotes(path_) + " after finish() or a failed write", "");
   flush_staging();
   unsigned char header[kShardHeaderBytes];
-  encode_header(header, ShardHeader{kShardVersion, token_width_bytes_, token_count_, vocab_size_});
+  encode_header(header, ShardHeader{kShardVersion, token_width_bytes_, token_count_, vocab_size_, tokenizer_});
   int error_number = write_all(fd_, header, sizeof header, 0);
   if (error_number == 0 && ::fsync(fd_) != 0) error_number = errno;
   if (error_number == 0 && ::close(std::exchange(fd_, -1)) != 0) error_number = errno;
@@ -179,8 +184,9 @@ uint64_t ShardWriter::finish() {
   return token_count_;
 }
 
-void write_shard(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size) {
-  ShardWriter writer(path, vocab_size);
+void write_shard(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size,
+                 ShardTokenizer tokenizer) {
+  ShardWriter writer(path, vocab_size, tokenizer);
   writer.append(tokens);
   writer.finish();
 }
@@ -208,30 +214,42 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
   if (S_ISDIR(info.st_mode)) fail("token shard " + name + " is a directory, not a file", "pass the .bin file inside it");
   if (!S_ISREG(info.st_mode)) fail("token shard " + name + " is not a regular file", "pass a .bin file written by `fpdt tokenize`");
   const size_t file_bytes = static_cast<size_t>(info.st_size);
-  if (file_bytes < kShardHeaderBytes)
+  auto too_short = [&](size_t header_bytes) {
     fail("token shard " + name + " is " + std::to_string(file_bytes) + " bytes, shorter than the " +
-             std::to_string(kShardHeaderBytes) + "-byte shard header",
+             std::to_string(header_bytes) + "-byte shard header",
          "the file is empty or was cut short; " + std::string(kRetokenizeHint));
+  };
+  if (file_bytes < kShardV1HeaderBytes) too_short(kShardV1HeaderBytes);
 
   unsigned char raw[kShardHeaderBytes];
-  size_t got_bytes = 0;
-  while (got_bytes < sizeof raw) {
-    const ssize_t got = ::pread(fd, raw + got_bytes, sizeof raw - got_bytes, static_cast<off_t>(got_bytes));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) fail("cannot read the header of token shard " + name + ": " + os_error(got < 0 ? errno : EIO), "");
-    got_bytes += static_cast<size_t>(got);
-  }
+  auto read_header = [&](size_t bytes) {
+    size_t got_bytes = 0;
+    while (got_bytes < bytes) {
+      const ssize_t got = ::pread(fd, raw + got_bytes, bytes - got_bytes, static_cast<off_t>(got_bytes));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) fail("cannot read the header of token shard " + name + ": " + os_error(got < 0 ? errno : EIO), "");
+      got_bytes += static_cast<size_t>(got);
+    }
+  };
+  read_header(kShardV1HeaderBytes);
   if (std::memcmp(raw, kShardMagic, 8) != 0)
     fail(name + " is not an fpdt token shard (it does not start with the magic \"FPDTSHRD\")",
          "pass a .bin file written by `fpdt tokenize`");
   header_.version = load_u32(raw + 8);
+  if (header_.version != kShardVersion && header_.version != 1)
+    fail("token shard " + name + " has format version " + std::to_string(header_.version) +
+             "; this build reads versions 1 and " + std::to_string(kShardVersion),
+         "re-create the shard with this build's `fpdt tokenize`, or use the fpdt build that wrote it");
+  header_bytes_ = header_.version == 1 ? kShardV1HeaderBytes : kShardHeaderBytes;
+  if (file_bytes < header_bytes_) too_short(header_bytes_);
+  read_header(header_bytes_);
   header_.token_width_bytes = load_u32(raw + 12);
   header_.token_count = load_u64(raw + 16);
   header_.vocab_size = load_u32(raw + 24);
-  if (header_.version != kShardVersion)
-    fail("token shard " + name + " has format version " + std::to_string(header_.version) +
-             "; this build supports version " + std::to_string(kShardVersion),
-         "re-create the shard with this build's `fpdt tokenize`, or use the fpdt build that wrote it");
+  if (header_.version >= 2) {
+    header_.tokenizer.end_of_document_id = load_u32(raw + 28);
+    header_.tokenizer.fingerprint = load_u64(raw + 32);
+  }
   if (header_.token_width_bytes != 2 && header_.token_width_bytes != 4)
     fail("token shard " + name + " has a bad token width of " + std::to_string(header_.token_width_bytes) +
              " bytes; supported widths are 2 (uint16) and 4 (uint32)",
@@ -247,9 +265,9 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
              std::to_string(header_.vocab_size),
          kRetokenizeHint);
 
-  const uint64_t max_tokens = (UINT64_MAX - kShardHeaderBytes) / header_.token_width_bytes;
+  const uint64_t max_tokens = (UINT64_MAX - header_bytes_) / header_.token_width_bytes;
   const bool count_fits = header_.token_count <= max_tokens;
-  const uint64_t expected_bytes = count_fits ? kShardHeaderBytes + header_.token_count * header_.token_width_bytes : 0;
+  const uint64_t expected_bytes = count_fits ? header_bytes_ + header_.token_count * header_.token_width_bytes : 0;
   if (!count_fits || expected_bytes != file_bytes) {
     const std::string expected = count_fits ? std::to_string(expected_bytes) : "more than 2^64";
     const bool truncated = !count_fits || expected_bytes > file_bytes;
@@ -269,7 +287,7 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
 
   if (check == ShardCheck::full) {
     ::madvise(map, file_bytes, MADV_SEQUENTIAL);
-    const unsigned char* tokens = map_ + kShardHeaderBytes;
+    const unsigned char* tokens = map_ + header_bytes_;
     const uint32_t vocab = header_.vocab_size;
     for (uint64_t i = 0; i < header_.token_count; ++i) {
       const uint32_t token = header_.token_width_bytes == 2 ? load_u16(tokens + 2 * i) : load_u32(tokens + 4 * i);
@@ -278,7 +296,7 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
         throw Error(kModule,
                     "token shard " + name + " is corrupt: token " + std::to_string(token) + " at index " +
                         std::to_string(i) + " (byte offset " +
-                        std::to_string(kShardHeaderBytes + i * header_.token_width_bytes) +
+                        std::to_string(header_bytes_ + i * header_.token_width_bytes) +
                         ") is not below the vocab size " + std::to_string(vocab),
                     std::string(kRetokenizeHint) + " (the file is damaged or was written for another vocabulary)");
       }
@@ -298,6 +316,7 @@ void ShardReader::close() noexcept {
 ShardReader::ShardReader(ShardReader&& other) noexcept
     : path_(std::move(other.path_)),
       header_(other.header_),
+      header_bytes_(other.header_bytes_),
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)) {
   other.header_ = ShardHeader{};
@@ -308,6 +327,7 @@ ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
     close();
     path_ = std::move(other.path_);
     header_ = std::exchange(other.header_, ShardHeader{});
+    header_bytes_ = other.header_bytes_;
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
   }
@@ -321,7 +341,7 @@ void ShardReader::read(uint64_t begin, uint64_t count, int32_t* out) const {
                  ") is outside token shard " + in_quotes(path_) + ", which has " +
                  std::to_string(header_.token_count) + " tokens",
              "");
-  const unsigned char* tokens = map_ + kShardHeaderBytes;
+  const unsigned char* tokens = map_ + header_bytes_;
   if (header_.token_width_bytes == 2) {
     for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(load_u16(tokens + 2 * (begin + i)));
   } else {

@@ -1,7 +1,10 @@
-// Token shards: the binary file the trainer reads tokens from. A 32-byte little-endian header
-//   magic "FPDTSHRD" (8) | u32 version = 1 | u32 token width in bytes (2 or 4) | u64 token count |
-//   u32 vocab size | u32 reserved (0)
-// followed by the tokens, little-endian, uint16 when vocab ≤ 65536 else uint32. Writers are atomic
+// Token shards: the binary file the trainer reads tokens from. A 48-byte little-endian header
+//   magic "FPDTSHRD" (8) | u32 version = 2 | u32 token width in bytes (2 or 4) | u64 token count |
+//   u32 vocab size | u32 end-of-document id (0xFFFFFFFF: none) | u64 tokenizer fingerprint (0: not
+//   recorded) | u64 reserved (0)
+// followed by the tokens, little-endian, uint16 when vocab ≤ 65536 else uint32. Version 1 shards (a
+// 32-byte header: ... | u32 vocab size | u32 reserved) are still read; they record no tokenizer (all
+// were written by the byte tokenizer, the only one there was). Writers are atomic
 // (temp file in the same directory, fsync, rename); readers check everything once at open, so a bad
 // file fails with one fpdt::Error naming the file and the problem, never mid-training.
 #pragma once
@@ -15,16 +18,26 @@
 namespace fpdt::train {
 
 inline constexpr char kShardMagic[8] = {'F', 'P', 'D', 'T', 'S', 'H', 'R', 'D'};
-inline constexpr uint32_t kShardVersion = 1;
-inline constexpr size_t kShardHeaderBytes = 32;
+inline constexpr uint32_t kShardVersion = 2;
+inline constexpr size_t kShardHeaderBytes = 48;
+inline constexpr size_t kShardV1HeaderBytes = 32;
+inline constexpr uint32_t kNoEndOfDocument = 0xFFFFFFFFu;
 // Largest vocabulary stored with 2-byte tokens.
 inline constexpr uint64_t kShardMaxUint16Vocab = 65536;
+
+// Which tokenizer made a shard: Tokenizer::fingerprint() (0: not recorded) and its end-of-document id.
+struct ShardTokenizer {
+  uint64_t fingerprint = 0;
+  uint32_t end_of_document_id = kNoEndOfDocument;
+  bool operator==(const ShardTokenizer&) const = default;
+};
 
 struct ShardHeader {
   uint32_t version = kShardVersion;
   uint32_t token_width_bytes = 2;  // 2 = uint16, 4 = uint32
   uint64_t token_count = 0;
   uint32_t vocab_size = 0;
+  ShardTokenizer tokenizer;
 };
 
 // Width a shard of this vocabulary uses: 2 when vocab_size ≤ 65536, else 4.
@@ -36,7 +49,7 @@ uint32_t shard_token_width_bytes(uint64_t vocab_size);
 class ShardWriter {
  public:
   // Throws fpdt::Error naming the directory when a file cannot be created there.
-  ShardWriter(std::string path, uint32_t vocab_size);
+  ShardWriter(std::string path, uint32_t vocab_size, ShardTokenizer tokenizer = {});
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -58,12 +71,14 @@ class ShardWriter {
   int fd_ = -1;
   uint32_t vocab_size_ = 0;
   uint32_t token_width_bytes_ = 2;
+  ShardTokenizer tokenizer_;
   uint64_t token_count_ = 0;
   std::vector<unsigned char> staging_;  // encoded tokens waiting to be written
 };
 
 // Writes a whole shard at once (see ShardWriter).
-void write_shard(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size);
+void write_shard(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size,
+                 ShardTokenizer tokenizer = {});
 
 // How much ShardReader checks at open. `full` also scans every token against the vocab size (one
 // sequential pass over the file); `header` checks the header and the file size only.
@@ -91,12 +106,14 @@ class ShardReader {
   uint64_t token_count() const { return header_.token_count; }
   uint32_t vocab_size() const { return header_.vocab_size; }
   uint32_t token_width_bytes() const { return header_.token_width_bytes; }
+  const ShardTokenizer& tokenizer() const { return header_.tokenizer; }
 
  private:
   void close() noexcept;
 
   std::string path_;
   ShardHeader header_;
+  size_t header_bytes_ = kShardHeaderBytes;  // where the tokens start (32 in version 1)
   const unsigned char* map_ = nullptr;  // the whole file
   size_t map_bytes_ = 0;
 };

@@ -1,329 +1,804 @@
-// Byte-level tokenizer, FASTA parsing and the streaming `tokenize_files` (inputs → train/val shards).
-// Parsing is a byte-at-a-time state machine fed in blocks, so inputs of any size stream through
-// bounded memory and a block boundary never changes the result.
+// Tokenizer: a Hugging Face tokenizer.json (BPE) read into tables and run as the `tokenizers` library
+// runs it: added tokens split out (leftmost-longest), pre-tokenizers (Split by regex, ByteLevel) cut
+// the rest into words, and each word is merged by BPE rank (lowest rank first, leftmost among equals).
+// Decoding maps byte-level characters back to bytes and converts them as Rust's from_utf8_lossy.
 #include "fpdt/train/tokenizer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cmath>
-#include <cstring>
+#include <algorithm>
+#include <array>
 #include <filesystem>
-#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
 #include <utility>
 
 #include "fpdt/base/error.h"
-#include "fpdt/train/shard.h"
+#include "fpdt/base/file_io.h"
+#include "fpdt/train/text/normalize.h"
+#include "fpdt/train/text/regex.h"
+#include "fpdt/train/text/unicode.h"
 
 namespace fpdt::train {
 
 namespace {
 
+using nlohmann::json;
+namespace fs = std::filesystem;
+
 constexpr const char* kModule = "tokenizer";
-constexpr const char* kTokenizeModule = "tokenize";
-constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
-constexpr size_t kReadBlockBytes = size_t{1} << 20;
+constexpr const char* kSupportedHint =
+    "fpdt reads BPE tokenizer.json files as GPT-2, Llama 3 and Qwen2 write them (byte-level)";
+// The pattern the ByteLevel pre-tokenizer splits with when use_regex is true (GPT-2's).
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr size_t kMaxJsonDepth = 64;
+// Largest vocabulary (1 + the largest id) accepted: real ones are ≤ 256K; this bounds the id table.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+constexpr size_t kWordCacheLimit = 1 << 16;
 
-// Length of the valid UTF-8 sequence at text[0..available), or 0 when it is not valid UTF-8
-// (stray continuation byte, overlong form, surrogate, above U+10FFFF, or cut short).
-size_t utf8_sequence_bytes(const unsigned char* text, size_t available) {
-  const unsigned char lead = text[0];
-  if (lead < 0x80) return 1;
-  size_t length = 0;
-  unsigned char second_min = 0x80, second_max = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead == 0xE0) {
-    length = 3, second_min = 0xA0;
-  } else if ((lead >= 0xE1 && lead <= 0xEC) || lead == 0xEE || lead == 0xEF) {
-    length = 3;
-  } else if (lead == 0xED) {
-    length = 3, second_max = 0x9F;
-  } else if (lead == 0xF0) {
-    length = 4, second_min = 0x90;
-  } else if (lead >= 0xF1 && lead <= 0xF3) {
-    length = 4;
-  } else if (lead == 0xF4) {
-    length = 4, second_max = 0x8F;
-  } else {
-    return 0;
+// GPT-2's byte ↔ character map: printable Latin-1 bytes stand for themselves, the other 68 bytes for
+// U+0100 onwards in byte order, so every byte is a visible character.
+struct ByteAlphabet {
+  std::array<std::string, 256> byte_to_utf8;
+  std::unordered_map<char32_t, uint8_t> char_to_byte;
+  ByteAlphabet() {
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      text::append_utf8(byte_to_utf8[b], cp);
+      char_to_byte[cp] = static_cast<uint8_t>(b);
+    }
   }
-  if (available < length || text[1] < second_min || text[1] > second_max) return 0;
-  for (size_t i = 2; i < length; ++i)
-    if (text[i] < 0x80 || text[i] > 0xBF) return 0;
-  return length;
+};
+const ByteAlphabet& byte_alphabet() {
+  static const ByteAlphabet alphabet;
+  return alphabet;
 }
 
-// Collects tokens and puts kEndOfDocumentId between documents: end_document() only marks a boundary,
-// the separator is emitted lazily before the next document's first token (so none trails the last).
-class DocumentEmitter {
- public:
-  explicit DocumentEmitter(std::vector<int32_t>& out) : out_(out) {}
-  void emit(int32_t token) {
-    if (separator_pending_) {
-      out_.push_back(kEndOfDocumentId);
-      separator_pending_ = false;
-    }
-    out_.push_back(token);
-    document_open_ = true;
+bool first_invalid_utf8_in(std::string_view text) { return text::first_invalid_utf8(text) != text.size(); }
+
+uint64_t fnv1a(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;
   }
-  void end_document() {
-    if (!document_open_) return;
-    document_open_ = false;
-    separator_pending_ = true;
-    ++documents_;
-  }
-  uint64_t documents() const { return documents_ + (document_open_ ? 1 : 0); }
-
- private:
-  std::vector<int32_t>& out_;
-  bool document_open_ = false;
-  bool separator_pending_ = false;
-  uint64_t documents_ = 0;  // closed documents
-};
-
-// FASTA state machine: feed() any split of the text, the result is the same.
-class FastaParser {
- public:
-  void feed(std::string_view text, DocumentEmitter& emitter) {
-    for (const char c : text) {
-      if (skipping_line_) {
-        if (c == '\n') skipping_line_ = false, at_line_start_ = true;
-        continue;
-      }
-      if (c == '\n') {
-        at_line_start_ = true;
-        continue;
-      }
-      if (at_line_start_ && (c == '>' || c == ';')) {
-        if (c == '>') emitter.end_document();  // a header starts a record; ';' is a comment line
-        skipping_line_ = true;
-        at_line_start_ = false;
-        continue;
-      }
-      at_line_start_ = false;
-      if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f') continue;
-      const char upper = (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
-      emitter.emit(static_cast<unsigned char>(upper));
-    }
-  }
-
- private:
-  bool at_line_start_ = true;
-  bool skipping_line_ = false;
-};
-
-std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
-
-// Reads every input in order and hands its tokens to `sink` block by block. Returns the number of
-// documents. `sink` sees the same stream however the files are split into blocks.
-uint64_t stream_tokens(const std::vector<std::string>& input_paths,
-                       const std::function<void(std::span<const int32_t>)>& sink) {
-  std::vector<int32_t> tokens;
-  tokens.reserve(kReadBlockBytes + 16);
-  DocumentEmitter emitter(tokens);
-  std::vector<char> block(kReadBlockBytes);
-  for (const std::string& path : input_paths) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int error_number = errno;
-      throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
-                  error_number == ENOENT ? "check the path" : "check the file's permissions");
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
-      ::close(fd);
-      throw Error(kTokenizeModule, "input " + in_quotes(path) + " is a directory, not a file",
-                  "pass the files inside it");
-    }
-    bool first_block = true;
-    bool fasta = has_fasta_extension(path);
-    FastaParser parser;
-    while (true) {
-      const ssize_t got = ::read(fd, block.data(), block.size());
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        const int error_number = errno;
-        ::close(fd);
-        throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
-                    "check the file and the device it is on");
-      }
-      if (got == 0) break;
-      const std::string_view text(block.data(), static_cast<size_t>(got));
-      if (first_block) {
-        first_block = false;
-        if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
-            static_cast<unsigned char>(text[1]) == 0x8b) {
-          ::close(fd);
-          throw Error(kTokenizeModule, "input " + in_quotes(path) + " is gzip-compressed; only plain text and FASTA are read",
-                      "decompress it first (gunzip -k " + path + ")");
-        }
-        if (text[0] == '>') fasta = true;
-      }
-      if (fasta) {
-        parser.feed(text, emitter);
-      } else {
-        for (const char c : text) emitter.emit(static_cast<unsigned char>(c));
-      }
-      sink(tokens);
-      tokens.clear();
-    }
-    ::close(fd);
-    emitter.end_document();  // a file is never part of the next one's document
-  }
-  return emitter.documents();
+  return hash;
 }
 
-// Throws unless `directory` exists, is a directory and can be written.
-void check_output_directory(const std::string& directory) {
-  const std::string create_hint = "create it (mkdir -p " + directory + ") or check its permissions";
-  struct stat info {};
-  if (::stat(directory.c_str(), &info) != 0) {
-    const int error_number = errno;
-    throw Error(kTokenizeModule,
-                "cannot write to output directory " + in_quotes(directory) + ": " + std::strerror(error_number),
-                create_hint);
+std::string read_file_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    throw Error(kModule, "cannot read " + path,
+                fs::exists(path) ? "check the file's permissions" : "check the path; a tokenizer folder holds tokenizer.json");
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Deepest nesting of arrays/objects in a JSON text (strings skipped), so a hostile file cannot
+// exhaust the stack of the recursive parser.
+size_t json_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
   }
-  if (!S_ISDIR(info.st_mode))
-    throw Error(kTokenizeModule, "output directory " + in_quotes(directory) + " is not a directory",
-                "pass a directory for the shards, e.g. a new one made with mkdir -p");
-  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
-    const int error_number = errno;
-    throw Error(kTokenizeModule,
-                "cannot write to output directory " + in_quotes(directory) + ": " + std::strerror(error_number),
-                create_hint);
+  return deepest;
+}
+
+struct AddedToken {
+  std::string content;
+  std::string match_text;  // what is matched: content, or its normal form for a normalized token
+  int32_t id = 0;
+  bool normalized = false;
+  bool special = false;
+  bool lstrip = false;  // the match takes the white space before it
+  bool rstrip = false;  // ... and after it
+};
+
+struct PreTokenizerStep {
+  enum Kind : uint8_t { split, byte_level } kind = split;
+  enum Behavior : uint8_t { removed, isolated, merged_with_previous, merged_with_next, contiguous } behavior = isolated;
+  std::unique_ptr<text::Regex> regex;  // split by regex, or byte_level with use_regex
+  std::string literal;                 // split by a literal string
+  bool invert = false;
+  bool add_prefix_space = false;
+};
+
+// The library's split of `piece` by its matches: (range, is_match) covering the piece in order.
+std::vector<std::pair<std::pair<size_t, size_t>, bool>> split_ranges(const PreTokenizerStep& step,
+                                                                     std::string_view piece) {
+  std::vector<std::pair<size_t, size_t>> matches;
+  if (step.regex) {
+    matches = step.regex->find_all(piece);
+  } else if (!step.literal.empty()) {
+    for (size_t at = piece.find(step.literal); at != std::string_view::npos; at = piece.find(step.literal, at + step.literal.size()))
+      matches.emplace_back(at, at + step.literal.size());
   }
+  std::vector<std::pair<std::pair<size_t, size_t>, bool>> ranges;
+  size_t previous = 0;
+  for (const auto& [begin, end] : matches) {
+    if (previous != begin) ranges.push_back({{previous, begin}, step.invert});
+    ranges.push_back({{begin, end}, !step.invert});
+    previous = end;
+  }
+  if (previous != piece.size()) ranges.push_back({{previous, piece.size()}, step.invert});
+  return ranges;
+}
+
+// Applies the split behaviour (tokenizers' SplitDelimiterBehavior) to the ranges; returns the pieces.
+std::vector<std::pair<size_t, size_t>> apply_behavior(PreTokenizerStep::Behavior behavior,
+                                                      const std::vector<std::pair<std::pair<size_t, size_t>, bool>>& ranges) {
+  std::vector<std::pair<size_t, size_t>> pieces;
+  bool previous_match = false;
+  switch (behavior) {
+    case PreTokenizerStep::removed:
+      for (const auto& [range, is_match] : ranges)
+        if (!is_match) pieces.push_back(range);
+      break;
+    case PreTokenizerStep::isolated:
+      for (const auto& [range, is_match] : ranges) pieces.push_back(range);
+      break;
+    case PreTokenizerStep::merged_with_previous:
+      for (const auto& [range, is_match] : ranges) {
+        if (is_match && !previous_match && !pieces.empty()) pieces.back().second = range.second;
+        else pieces.push_back(range);
+        previous_match = is_match;
+      }
+      break;
+    case PreTokenizerStep::merged_with_next:
+      for (auto it = ranges.rbegin(); it != ranges.rend(); ++it) {
+        if (it->second && !previous_match && !pieces.empty()) pieces.back().first = it->first.first;
+        else pieces.push_back(it->first);
+        previous_match = it->second;
+      }
+      std::reverse(pieces.begin(), pieces.end());
+      break;
+    case PreTokenizerStep::contiguous:
+      for (const auto& [range, is_match] : ranges) {
+        if (is_match == previous_match && !pieces.empty()) pieces.back().second = range.second;
+        else pieces.push_back(range);
+        previous_match = is_match;
+      }
+      break;
+  }
+  return pieces;
+}
+
+// The byte tokenizer's tokenizer.json: ids 0..255 for the bytes (through the byte-level alphabet, no
+// merges), and <|eod|> = 256, special.
+const std::string& byte_tokenizer_json() {
+  static const std::string text = [] {
+    const ByteAlphabet& alphabet = byte_alphabet();
+    nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+    for (int b = 0; b < 256; ++b) vocab[alphabet.byte_to_utf8[b]] = b;
+    const nlohmann::ordered_json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+    const nlohmann::ordered_json root = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens",
+         {{{"id", kEndOfDocumentId}, {"content", kEndOfDocumentName}, {"single_word", false}, {"lstrip", false},
+           {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", byte_level},
+        {"post_processor", nullptr},
+        {"decoder", byte_level},
+        {"model",
+         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+          {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
+    return root.dump(2) + "\n";
+  }();
+  return text;
 }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// ByteTokenizer
+struct Tokenizer::Impl {
+  std::string json_text, config_text, origin;
+  // The BPE model.
+  std::unordered_map<std::string, int32_t> vocab;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left id, right id) → (rank, new id)
+  bool ignore_merges = false, fuse_unk = false, byte_fallback = false;
+  int32_t unk_id = -1;
+  std::string continuing_subword_prefix, end_of_word_suffix;
+  // Added tokens, matched on the raw text (normalized = false) or, in a second pass as the library
+  // does, on the normalized text (true).
+  std::vector<AddedToken> added;
+  bool nfc = false;  // the normalizer: NFC or none
+  std::array<bool, 256> added_first_byte{};  // bytes that start some added token
+  std::vector<PreTokenizerStep> pre_tokenizers;
+  bool byte_level_decoder = false;
+  bool needs_utf8 = false;
+  bool byte_tokenizer = false;
+  std::vector<std::string> id_to_token;  // (V) "" where no token has the id
+  int32_t eos_id = -1;
+  std::string eos_token;
+  uint64_t fingerprint = 0;
 
-ByteTokenizer::ByteTokenizer(std::vector<std::string> extra_special_tokens) {
-  special_names_.emplace_back(kEndOfDocumentName);
-  for (std::string& name : extra_special_tokens) {
-    FPDT_CHECK(!name.empty(), kModule, "special token names must not be empty", "");
-    for (const std::string& existing : special_names_)
-      FPDT_CHECK(existing != name, kModule, "special token " + in_quotes(name) + " is given twice",
-                 "list each special token once");
-    special_names_.push_back(std::move(name));
+  [[noreturn]] void fail(const std::string& what, const std::string& hint = kSupportedHint) const {
+    throw Error(kModule, origin + ": " + what, hint);
+  }
+
+  void parse(const json& root);
+  void parse_model(const json& model);
+  void parse_pre_tokenizer(const json& node, const std::string& where);
+  void finish(const std::string& end_of_document);
+
+  void split_added(std::string_view text, bool normalized, std::vector<std::pair<std::string_view, int32_t>>& out) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out,
+                    std::unordered_map<std::string, std::vector<int32_t>>& cache, const TokenSink& sink) const;
+  void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+};
+
+namespace {
+
+bool flag(const json& node, const char* key, bool fallback = false) {
+  const auto it = node.find(key);
+  return it == node.end() || it->is_null() ? fallback : it->get<bool>();
+}
+
+std::string optional_string(const json& node, const char* key) {
+  const auto it = node.find(key);
+  return it == node.end() || it->is_null() ? std::string() : it->get<std::string>();
+}
+
+// A token of tokenizer_config.json: a string or {"content": ...}; "" when absent.
+std::string config_token(const json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content")) return it->at("content").get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+void Tokenizer::Impl::parse_pre_tokenizer(const json& node, const std::string& where) {
+  if (node.is_null()) return;
+  const std::string type = node.at("type").get<std::string>();
+  if (type == "Sequence") {
+    for (const json& step : node.at("pretokenizers")) parse_pre_tokenizer(step, where + ".pretokenizers[]");
+    return;
+  }
+  PreTokenizerStep step;
+  if (type == "ByteLevel") {
+    step.kind = PreTokenizerStep::byte_level;
+    step.add_prefix_space = flag(node, "add_prefix_space");
+    if (flag(node, "use_regex", true)) step.regex = std::make_unique<text::Regex>(kGpt2Pattern);
+  } else if (type == "Split") {
+    const json& pattern = node.at("pattern");
+    if (pattern.contains("Regex"))
+      step.regex = std::make_unique<text::Regex>(pattern.at("Regex").get<std::string>(), origin + " " + where + ".pattern");
+    else step.literal = pattern.at("String").get<std::string>();
+    const std::string behavior = node.at("behavior").get<std::string>();
+    if (behavior == "Removed") step.behavior = PreTokenizerStep::removed;
+    else if (behavior == "Isolated") step.behavior = PreTokenizerStep::isolated;
+    else if (behavior == "MergedWithPrevious") step.behavior = PreTokenizerStep::merged_with_previous;
+    else if (behavior == "MergedWithNext") step.behavior = PreTokenizerStep::merged_with_next;
+    else if (behavior == "Contiguous") step.behavior = PreTokenizerStep::contiguous;
+    else fail(where + ".behavior '" + behavior + "' is not a split behaviour");
+    step.invert = flag(node, "invert");
+  } else {
+    fail(where + " of type '" + type + "' is not supported (ByteLevel, Split and Sequence are)");
+  }
+  if (step.regex) needs_utf8 = true;
+  pre_tokenizers.push_back(std::move(step));
+}
+
+void Tokenizer::Impl::parse_model(const json& model) {
+  const std::string type = model.contains("type") ? model.at("type").get<std::string>() : (model.contains("merges") ? "BPE" : "?");
+  if (type != "BPE")
+    fail("model type '" + type + "' is not supported (only BPE is)",
+         "fpdt reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2); WordPiece, Unigram and WordLevel "
+         "tokenizers are not implemented — use the byte tokenizer or a BPE tokenizer.json");
+  if (model.contains("dropout") && !model.at("dropout").is_null() && model.at("dropout").get<double>() != 0.0)
+    fail("model.dropout is set: BPE dropout is random, so the ids would not be reproducible",
+         "use a tokenizer.json with \"dropout\": null");
+  ignore_merges = flag(model, "ignore_merges");
+  fuse_unk = flag(model, "fuse_unk");
+  byte_fallback = flag(model, "byte_fallback");
+  continuing_subword_prefix = optional_string(model, "continuing_subword_prefix");
+  end_of_word_suffix = optional_string(model, "end_of_word_suffix");
+  for (const auto& [token, id] : model.at("vocab").items()) {
+    const int64_t value = id.get<int64_t>();
+    if (value < 0 || value > INT32_MAX - 1) fail("model.vocab['" + token + "'] = " + std::to_string(value) + " is not a valid id");
+    vocab[token] = static_cast<int32_t>(value);
+  }
+  const std::string unk = optional_string(model, "unk_token");
+  if (!unk.empty()) {
+    const auto it = vocab.find(unk);
+    if (it == vocab.end()) fail("model.unk_token '" + unk + "' is not in the vocabulary", "fix the tokenizer.json");
+    unk_id = it->second;
+  }
+  const json& merge_list = model.at("merges");
+  int32_t rank = 0;
+  const size_t prefix = continuing_subword_prefix.size();
+  for (const json& merge : merge_list) {
+    std::string left, right;
+    if (merge.is_string()) {
+      const std::string line = merge.get<std::string>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+        fail("model.merges[" + std::to_string(rank) + "] '" + line + "' is not two tokens separated by one space",
+             "fix the tokenizer.json");
+      left = line.substr(0, space), right = line.substr(space + 1);
+    } else {
+      if (!merge.is_array() || merge.size() != 2) fail("model.merges[" + std::to_string(rank) + "] is not a pair", "fix the tokenizer.json");
+      left = merge[0].get<std::string>(), right = merge[1].get<std::string>();
+    }
+    const std::string merged = left + (right.size() >= prefix ? right.substr(prefix) : right);
+    const auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(merged);
+    if (l == vocab.end() || r == vocab.end() || m == vocab.end())
+      fail("model.merges[" + std::to_string(rank) + "] ('" + left + "', '" + right + "') uses a token that is not in the vocabulary",
+           "fix the tokenizer.json");
+    merges[(uint64_t(uint32_t(l->second)) << 32) | uint32_t(r->second)] = {rank, m->second};  // a later duplicate wins, as in the library
+    ++rank;
   }
 }
 
-int32_t ByteTokenizer::special_token_id(std::string_view name) const {
-  for (size_t i = 0; i < special_names_.size(); ++i)
-    if (special_names_[i] == name) return kByteVocabSize + static_cast<int32_t>(i);
-  std::string known;
-  for (const std::string& special : special_names_) known += (known.empty() ? "" : ", ") + special;
-  throw Error(kModule, "no special token named " + in_quotes(std::string(name)), "the special tokens are " + known);
+void Tokenizer::Impl::parse(const json& root) {
+  if (!root.is_object()) fail("is not a JSON object", "pass a Hugging Face tokenizer.json");
+  if (!root.contains("model")) fail("has no \"model\"", "pass a Hugging Face tokenizer.json");
+  parse_model(root.at("model"));
+  const auto normalizer = root.find("normalizer");
+  if (normalizer != root.end() && !normalizer->is_null()) {
+    // NFC alone, or a Sequence of nothing but NFC (as Qwen2 writes it).
+    std::vector<json> steps{*normalizer};
+    if (normalizer->at("type").get<std::string>() == "Sequence") steps = normalizer->at("normalizers").get<std::vector<json>>();
+    for (const json& step : steps) {
+      const std::string type = step.at("type").get<std::string>();
+      if (type != "NFC")
+        fail("normalizer '" + type + "' is not supported (none and NFC are)", "GPT-2 and Llama 3 have none, Qwen2 has NFC");
+      nfc = true;
+    }
+    needs_utf8 = needs_utf8 || nfc;
+  }
+  if (root.contains("pre_tokenizer")) parse_pre_tokenizer(root.at("pre_tokenizer"), "pre_tokenizer");
+  const auto decoder = root.find("decoder");
+  if (decoder != root.end() && !decoder->is_null()) {
+    const std::string type = decoder->at("type").get<std::string>();
+    if (type != "ByteLevel") fail("decoder '" + type + "' is not supported (ByteLevel is)");
+    byte_level_decoder = true;
+  }
+  if (root.contains("added_tokens")) {
+    for (const json& token : root.at("added_tokens")) {
+      AddedToken added_token;
+      added_token.content = token.at("content").get<std::string>();
+      const int64_t id = token.at("id").get<int64_t>();
+      if (id < 0 || id > INT32_MAX - 1) fail("added token '" + added_token.content + "' has a bad id " + std::to_string(id), "fix the tokenizer.json");
+      added_token.id = static_cast<int32_t>(id);
+      added_token.special = flag(token, "special");
+      added_token.normalized = flag(token, "normalized", !added_token.special);
+      if (flag(token, "single_word"))
+        fail("added token '" + added_token.content + "' sets single_word, which fpdt does not implement",
+             "GPT-2, Llama 3 and Qwen2 tokenizers leave it false");
+      added_token.lstrip = flag(token, "lstrip");
+      added_token.rstrip = flag(token, "rstrip");
+      if (added_token.lstrip || added_token.rstrip) needs_utf8 = true;  // white space is found by code point
+      if (added_token.content.empty()) continue;
+      if (first_invalid_utf8_in(added_token.content))
+        fail("added token " + std::to_string(id) + " is not valid UTF-8", "fix the tokenizer.json");
+      added.push_back(std::move(added_token));
+    }
+  }
 }
 
-std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+void Tokenizer::Impl::finish(const std::string& end_of_document) {
+  int64_t size = 0;
+  for (const auto& [token, id] : vocab) size = std::max<int64_t>(size, id + 1);
+  for (const AddedToken& token : added) size = std::max<int64_t>(size, token.id + 1);
+  if (size > kMaxVocabSize)
+    fail("has an id of " + std::to_string(size - 1) + ", more than fpdt's limit of " + std::to_string(kMaxVocabSize - 1),
+         "ids must be dense from 0; fix the tokenizer.json");
+  id_to_token.assign(static_cast<size_t>(size), std::string());
+  for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
+  for (AddedToken& token : added) {
+    id_to_token[static_cast<size_t>(token.id)] = token.content;
+    token.match_text = token.normalized && nfc ? text::nfc(token.content) : token.content;
+    if (!token.match_text.empty()) added_first_byte[static_cast<unsigned char>(token.match_text[0])] = true;
+  }
+  if (size == 0) fail("has an empty vocabulary", "pass a trained tokenizer.json");
+
+  // The end-of-document token.
+  std::string eos = end_of_document;
+  if (eos.empty() && !config_text.empty()) {
+    try {
+      eos = config_token(json::parse(config_text), "eos_token");
+    } catch (const json::exception& error) {
+      fail(std::string("its tokenizer_config.json is not valid JSON: ") + error.what(), "fix or remove tokenizer_config.json");
+    }
+  }
+  if (eos.empty()) {
+    std::vector<std::string> specials;
+    for (const AddedToken& token : added)
+      if (token.special) specials.push_back(token.content);
+    if (specials.size() == 1) eos = specials[0];
+    for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"})
+      if (eos.empty() && std::find(specials.begin(), specials.end(), name) != specials.end()) eos = name;
+  }
+  if (eos.empty())
+    fail("does not say which token ends a document (no eos_token in tokenizer_config.json, no special token)",
+         "name it: fpdt tokenize --eos-token '<|endoftext|>'");
+  eos_id = -1;
+  for (const AddedToken& token : added)
+    if (token.content == eos) eos_id = token.id;
+  if (eos_id < 0 && vocab.count(eos)) eos_id = vocab.at(eos);
+  if (eos_id < 0) fail("has no token '" + eos + "' to end documents with", "name a token of the tokenizer with --eos-token");
+  eos_token = eos;
+  fingerprint = fnv1a(json_text);
+  if (config_text.empty())
+    config_text = nlohmann::ordered_json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"eos_token", eos_token}}.dump(2) + "\n";
+}
+
+// Leftmost-longest matching of the added tokens with this `normalized` flag; appends (text, id) pieces
+// with id −1 for text between matches.
+void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
+                                  std::vector<std::pair<std::string_view, int32_t>>& out) const {
+  size_t start = 0, pos = 0;  // start: where the text not yet handed out begins; pos: where matching goes on
+  while (pos < text.size()) {
+    if (!added_first_byte[static_cast<unsigned char>(text[pos])]) {
+      ++pos;
+      continue;
+    }
+    const AddedToken* best = nullptr;
+    for (const AddedToken& token : added)
+      if (token.normalized == normalized && !token.match_text.empty() && token.match_text[0] == text[pos] &&
+          (best == nullptr || token.match_text.size() > best->match_text.size()) &&
+          text.compare(pos, token.match_text.size(), token.match_text) == 0)
+        best = &token;
+    if (best == nullptr) {
+      ++pos;
+      continue;
+    }
+    // lstrip/rstrip widen the piece over the white space around the match (not over an earlier piece);
+    // matching goes on after the match itself, as the library's Aho-Corasick iteration does.
+    size_t piece_begin = pos, piece_end = pos + best->match_text.size();
+    if (best->lstrip) {
+      while (piece_begin > 0) {
+        const size_t previous = text::previous_boundary(text, piece_begin);
+        size_t at = previous;
+        if (!text::is_white_space(text::next_code_point(text, at))) break;
+        piece_begin = previous;
+      }
+      piece_begin = std::max(piece_begin, start);
+    }
+    if (best->rstrip) {
+      while (piece_end < text.size()) {
+        size_t after = piece_end;
+        if (!text::is_white_space(text::next_code_point(text, after))) break;
+        piece_end = after;
+      }
+    }
+    if (start < piece_begin) out.emplace_back(text.substr(start, piece_begin - start), -1);
+    out.emplace_back(text.substr(piece_begin, piece_end - piece_begin), best->id);
+    pos += best->match_text.size();
+    start = piece_end;
+  }
+  if (start < text.size()) out.emplace_back(text.substr(start), -1);
+}
+
+// BPE of one word, as the library's BPE::merge_word and Word::merge_all.
+void Tokenizer::Impl::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+  if (ignore_merges) {
+    const auto it = vocab.find(word);
+    if (it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  struct Symbol {
+    int32_t id;
+    int32_t prev, next;
+    bool removed;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  auto add = [&](int32_t id) {
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1, false});
+  };
+  int32_t pending_unk = -1;  // fuse_unk: consecutive unknowns become one unk
+  for (size_t pos = 0; pos < word.size();) {
+    const size_t begin = pos;
+    text::next_code_point(word, pos);
+    std::string piece = word.substr(begin, pos - begin);
+    if (begin > 0) piece = continuing_subword_prefix + piece;
+    if (pos == word.size()) piece += end_of_word_suffix;
+    const auto it = vocab.find(piece);
+    if (it != vocab.end()) {
+      if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
+      add(it->second);
+      continue;
+    }
+    if (byte_fallback) {
+      std::vector<int32_t> byte_ids;
+      for (size_t i = begin; i < pos; ++i) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", static_cast<unsigned char>(word[i]));
+        const auto byte_it = vocab.find(name);
+        if (byte_it == vocab.end()) break;
+        byte_ids.push_back(byte_it->second);
+      }
+      if (byte_ids.size() == pos - begin) {
+        if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
+        for (const int32_t id : byte_ids) add(id);
+        continue;
+      }
+    }
+    if (unk_id >= 0) {
+      if (pending_unk >= 0 && !fuse_unk) add(pending_unk);
+      pending_unk = unk_id;
+    }
+  }
+  if (pending_unk >= 0) add(pending_unk);
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  struct Merge {
+    int32_t pos, rank, new_id;
+  };
+  const auto later = [](const Merge& a, const Merge& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  std::priority_queue<Merge, std::vector<Merge>, decltype(later)> queue(later);
+  auto find_merge = [&](int32_t left, int32_t right) -> const std::pair<int32_t, int32_t>* {
+    const auto it = merges.find((uint64_t(uint32_t(left)) << 32) | uint32_t(right));
+    return it == merges.end() ? nullptr : &it->second;
+  };
+  if (!merges.empty()) {
+    for (size_t i = 0; i + 1 < symbols.size(); ++i)
+      if (const auto* merge = find_merge(symbols[i].id, symbols[i + 1].id))
+        queue.push({static_cast<int32_t>(i), merge->first, merge->second});
+  }
+  while (!queue.empty()) {
+    const Merge top = queue.top();
+    queue.pop();
+    Symbol& current = symbols[static_cast<size_t>(top.pos)];
+    if (current.removed || current.next < 0) continue;
+    Symbol& right = symbols[static_cast<size_t>(current.next)];
+    const auto* still = find_merge(current.id, right.id);
+    if (still == nullptr || still->second != top.new_id) continue;  // an expired entry
+    current.id = top.new_id;
+    right.removed = true;
+    current.next = right.next;
+    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = top.pos;
+    if (current.prev >= 0)
+      if (const auto* merge = find_merge(symbols[static_cast<size_t>(current.prev)].id, current.id))
+        queue.push({current.prev, merge->first, merge->second});
+    if (current.next >= 0)
+      if (const auto* merge = find_merge(current.id, symbols[static_cast<size_t>(current.next)].id))
+        queue.push({top.pos, merge->first, merge->second});
+  }
+  for (const Symbol& symbol : symbols)
+    if (!symbol.removed) out.push_back(symbol.id);
+}
+
+namespace {
+// Hands `ids` to `sink` once it holds a million (bounded memory for long documents).
+void flush_if_full(std::vector<int32_t>& ids, const TokenSink& sink) {
+  if (ids.size() < (size_t{1} << 20)) return;
+  sink(ids);
+  ids.clear();
+}
+}  // namespace
+
+// Pre-tokenizes a piece of text without added tokens and appends the BPE ids of its words.
+void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out,
+                                   std::unordered_map<std::string, std::vector<int32_t>>& cache,
+                                   const TokenSink& sink) const {
+  if (byte_tokenizer) {  // the general path gives the same: one word, one id per byte (tested)
+    for (const char c : piece) {
+      out.push_back(static_cast<unsigned char>(c));
+      flush_if_full(out, sink);
+    }
+    return;
+  }
+  std::vector<std::string> words{std::string(piece)};
+  for (const PreTokenizerStep& step : pre_tokenizers) {
+    std::vector<std::string> next;
+    for (std::string& word : words) {
+      if (step.kind == PreTokenizerStep::byte_level && step.add_prefix_space && !word.starts_with(' ')) word.insert(0, " ");
+      if (step.regex || !step.literal.empty()) {
+        const PreTokenizerStep::Behavior behavior =
+            step.kind == PreTokenizerStep::byte_level ? PreTokenizerStep::isolated : step.behavior;
+        for (const auto& [begin, end] : apply_behavior(behavior, split_ranges(step, word)))
+          if (end > begin) next.push_back(word.substr(begin, end - begin));
+      } else if (!word.empty()) {
+        next.push_back(std::move(word));
+      }
+    }
+    if (step.kind == PreTokenizerStep::byte_level) {
+      const ByteAlphabet& alphabet = byte_alphabet();
+      for (std::string& word : next) {
+        std::string mapped;
+        mapped.reserve(word.size() * 2);
+        for (const char c : word) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
+        word = std::move(mapped);
+      }
+    }
+    words = std::move(next);
+  }
+  for (const std::string& word : words) {
+    if (word.empty()) continue;
+    if (word.size() <= 64) {
+      const auto hit = cache.find(word);
+      if (hit != cache.end()) {
+        out.insert(out.end(), hit->second.begin(), hit->second.end());
+        continue;
+      }
+    }
+    const size_t first = out.size();
+    encode_word(word, out);
+    if (word.size() <= 64) {
+      if (cache.size() >= kWordCacheLimit) cache.clear();
+      cache.emplace(word, std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    }
+    flush_if_full(out, sink);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::string& config_json,
+                               const std::string& end_of_document, const std::string& origin) {
+  auto impl = std::make_unique<Impl>();
+  impl->json_text = tokenizer_json;
+  impl->config_text = config_json;
+  impl->origin = origin;
+  if (json_depth(tokenizer_json) > kMaxJsonDepth)
+    impl->fail("nests arrays/objects more than " + std::to_string(kMaxJsonDepth) + " deep", "pass a Hugging Face tokenizer.json");
+  try {
+    impl->parse(json::parse(tokenizer_json));
+  } catch (const json::exception& error) {
+    impl->fail(std::string("is not a valid tokenizer.json: ") + error.what(), "pass a Hugging Face tokenizer.json");
+  }
+  impl->finish(end_of_document);
+  impl->byte_tokenizer = tokenizer_json == byte_tokenizer_json();
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const std::string& path, const std::string& end_of_document) {
+  const fs::path given(path);
+  const fs::path file = fs::is_directory(given) ? given / kTokenizerFile : given;
+  if (fs::is_directory(given) && !fs::exists(file))
+    throw Error(kModule, "folder " + path + " holds no " + kTokenizerFile,
+                "pass a tokenizer.json or a folder with one (a Hugging Face model folder)");
+  const fs::path config = file.parent_path() / kTokenizerConfigFile;
+  return from_json(read_file_text(file.string()), fs::exists(config) ? read_file_text(config.string()) : "",
+                   end_of_document, file.string());
+}
+
+Tokenizer Tokenizer::bytes() {
+  return from_json(byte_tokenizer_json(), "", std::string(kEndOfDocumentName), "the byte tokenizer");
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
+int32_t Tokenizer::end_of_document_id() const { return impl_->eos_id; }
+const std::string& Tokenizer::end_of_document_token() const { return impl_->eos_token; }
+bool Tokenizer::is_byte_tokenizer() const { return impl_->byte_tokenizer; }
+bool Tokenizer::accepts_any_bytes() const { return !impl_->needs_utf8; }
+uint64_t Tokenizer::fingerprint() const { return impl_->fingerprint; }
+const std::string& Tokenizer::tokenizer_json() const { return impl_->json_text; }
+const std::string& Tokenizer::config_json() const { return impl_->config_text; }
+
+int32_t Tokenizer::token_id(std::string_view token) const {
+  for (const AddedToken& added : impl_->added)
+    if (added.content == token) return added.id;
+  const auto it = impl_->vocab.find(std::string(token));
+  return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+void Tokenizer::encode(std::string_view text, const TokenSink& sink) const {
+  if (impl_->needs_utf8) {
+    const size_t bad = text::first_invalid_utf8(text);
+    if (bad != text.size())
+      throw Error(kModule, "text is not valid UTF-8 at byte " + std::to_string(bad) + " (" + impl_->origin + " normalizes or splits it by regex)",
+                  "convert the input to UTF-8 (iconv), or use the byte tokenizer for binary data");
+  }
+  // As the library: added tokens split out of the raw text, then each piece between them normalized,
+  // normalized added tokens split out of it, and what is left pre-tokenized and merged.
+  std::vector<std::pair<std::string_view, int32_t>> raw_pieces, pieces;
+  impl_->split_added(text, /*normalized=*/false, raw_pieces);
+  std::unordered_map<std::string, std::vector<int32_t>> cache;
+  std::vector<int32_t> ids;
+  std::string normal_form;
+  for (const auto& [raw_piece, raw_id] : raw_pieces) {
+    pieces.clear();
+    if (raw_id >= 0) {
+      pieces.emplace_back(raw_piece, raw_id);
+    } else if (impl_->nfc) {
+      normal_form = text::nfc(raw_piece);
+      impl_->split_added(normal_form, /*normalized=*/true, pieces);
+    } else {
+      impl_->split_added(raw_piece, /*normalized=*/true, pieces);
+    }
+    for (const auto& [piece, id] : pieces) {
+      if (id >= 0) ids.push_back(id);
+      else impl_->encode_piece(piece, ids, cache, sink);
+      flush_if_full(ids, sink);
+    }
+  }
+  if (!ids.empty()) sink(ids);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  encode(text, [&](std::span<const int32_t> piece) { ids.insert(ids.end(), piece.begin(), piece.end()); });
   return ids;
 }
 
-std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
-  std::string text;
-  text.reserve(ids.size());
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string bytes;
+  bool first = true;
   for (const int32_t id : ids) {
-    if (id >= 0 && id < kByteVocabSize) {
-      text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
-    } else if (is_special(id)) {
-      text += special_names_[static_cast<size_t>(id - kByteVocabSize)];
-    } else {
-      text += kReplacementCharacter;
+    if (id < 0 || id >= vocab_size() || impl_->id_to_token[static_cast<size_t>(id)].empty()) continue;
+    const std::string& token = impl_->id_to_token[static_cast<size_t>(id)];
+    if (!impl_->byte_level_decoder) {  // no decoder: the library joins the tokens with spaces
+      if (!first) bytes += ' ';
+      bytes += token;
+      first = false;
+      continue;
     }
-  }
-  return text;
-}
-
-std::string ByteTokenizer::render(std::span<const int32_t> ids) const {
-  const std::string raw = decode(ids);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(raw.data());
-  std::string text;
-  text.reserve(raw.size());
-  for (size_t i = 0; i < raw.size();) {
-    const size_t length = utf8_sequence_bytes(bytes + i, raw.size() - i);
-    const bool c0_control = length == 1 && (bytes[i] < 0x20 || bytes[i] == 0x7F) && bytes[i] != '\n' && bytes[i] != '\t';
-    const bool c1_control = length == 2 && bytes[i] == 0xC2 && bytes[i + 1] < 0xA0;  // U+0080..U+009F
-    if (length == 0 || c0_control || c1_control) {
-      text += kReplacementCharacter;
-      i += length == 0 ? 1 : length;
-    } else {
-      text.append(raw, i, length);
-      i += length;
+    // Every character back to its byte; a token with a character outside the alphabet stays as it is.
+    const auto& char_to_byte = byte_alphabet().char_to_byte;
+    std::string token_bytes;
+    bool all_mapped = true;
+    for (size_t pos = 0; pos < token.size() && all_mapped;) {
+      const auto it = char_to_byte.find(text::next_code_point(token, pos));
+      if (it == char_to_byte.end()) all_mapped = false;
+      else token_bytes.push_back(static_cast<char>(it->second));
     }
+    bytes += all_mapped ? token_bytes : token;
   }
+  return text::utf8_lossy(bytes);
+}
+
+std::string Tokenizer::render(std::span<const int32_t> ids) const {
+  const std::string decoded = decode(ids);
+  std::string out;
+  out.reserve(decoded.size());
+  for (size_t pos = 0; pos < decoded.size();) {
+    const size_t begin = pos;
+    const char32_t cp = text::next_code_point(decoded, pos);
+    const bool control = (cp < 0x20 && cp != '\n' && cp != '\t') || (cp >= 0x7F && cp < 0xA0);
+    if (control) out += "\xEF\xBF\xBD";
+    else out.append(decoded, begin, pos - begin);
+  }
+  return out;
+}
+
+void Tokenizer::save(const std::string& directory) const {
+  for (const auto& [name, text] : {std::pair{kTokenizerFile, &impl_->json_text}, std::pair{kTokenizerConfigFile, &impl_->config_text}}) {
+    const std::string path = (fs::path(directory) / name).string();
+    write_file_atomic(path, [&](int fd) { write_fully(fd, text->data(), text->size(), path, kModule); }, kModule);
+  }
+}
+
+std::string fingerprint_string(uint64_t fingerprint) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(fingerprint));
   return text;
-}
-
-// ---------------------------------------------------------------------------------------------
-// FASTA and files
-
-std::vector<int32_t> tokenize_fasta(std::string_view text) {
-  std::vector<int32_t> tokens;
-  tokens.reserve(text.size());
-  DocumentEmitter emitter(tokens);
-  FastaParser parser;
-  parser.feed(text, emitter);
-  return tokens;
-}
-
-bool has_fasta_extension(std::string_view path) {
-  std::string extension = std::filesystem::path(path).extension().string();
-  for (char& c : extension)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return extension == ".fa" || extension == ".fasta" || extension == ".fna";
-}
-
-TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
-                               double val_fraction) {
-  FPDT_CHECK(!input_paths.empty(), kTokenizeModule, "no input files to tokenize", "pass one or more text or FASTA files");
-  FPDT_CHECK(std::isfinite(val_fraction) && val_fraction >= 0.0 && val_fraction < 1.0, kTokenizeModule,
-             "validation fraction " + std::to_string(val_fraction) + " is outside [0, 1)",
-             "e.g. 0.01 keeps the last 1% of tokens for validation");
-  check_output_directory(output_dir);
-  const ByteTokenizer tokenizer;
-
-  // Pass 1: count, so the split point is known before anything is written.
-  uint64_t total_tokens = 0;
-  stream_tokens(input_paths, [&](std::span<const int32_t> tokens) { total_tokens += tokens.size(); });
-  FPDT_CHECK(total_tokens > 0, kTokenizeModule,
-             "the inputs hold no tokens (empty files, or FASTA without sequence lines)",
-             "check the input files");
-
-  TokenizeSummary summary;
-  summary.vocab_size = tokenizer.vocab_size();
-  summary.val_tokens = static_cast<uint64_t>(std::floor(static_cast<double>(total_tokens) * val_fraction));
-  if (summary.val_tokens >= total_tokens) summary.val_tokens = total_tokens - 1;  // rounding guard
-  summary.train_tokens = total_tokens - summary.val_tokens;
-  summary.train_path = (std::filesystem::path(output_dir) / "train.bin").string();
-  summary.val_path = (std::filesystem::path(output_dir) / "val.bin").string();
-
-  // Pass 2: the first train_tokens go to train.bin, the rest to val.bin.
-  ShardWriter train(summary.train_path, static_cast<uint32_t>(summary.vocab_size));
-  ShardWriter val(summary.val_path, static_cast<uint32_t>(summary.vocab_size));
-  uint64_t seen_tokens = 0;
-  summary.documents = stream_tokens(input_paths, [&](std::span<const int32_t> tokens) {
-    const uint64_t to_train = seen_tokens < summary.train_tokens
-                                  ? std::min<uint64_t>(tokens.size(), summary.train_tokens - seen_tokens)
-                                  : 0;
-    train.append(tokens.first(to_train));
-    val.append(tokens.subspan(to_train));
-    seen_tokens += tokens.size();
-  });
-  FPDT_CHECK(seen_tokens == total_tokens, kTokenizeModule,
-             "the inputs changed while they were tokenized (" + std::to_string(total_tokens) + " tokens, then " +
-                 std::to_string(seen_tokens) + ")",
-             "do not modify the input files during `fpdt tokenize`");
-  train.finish();
-  val.finish();
-  return summary;
 }
 
 }  // namespace fpdt::train

@@ -1,4 +1,4 @@
-// The training loop (see trainer.h).
+// The training loop: set-up, step, evaluate, finish (see trainer.h).
 #include "fpdt/train/trainer.h"
 
 #include <cblas.h>
@@ -8,17 +8,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <limits>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
-#include "fpdt/base/timer.h"
 #include "fpdt/base/trace.h"
-#include "fpdt/tensor/memory.h"
 #include "fpdt/model/transformer.h"
+#include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
-#include "fpdt/train/data_loader.h"
-#include "fpdt/train/metrics.h"
 #include "fpdt/train/sampler.h"
 #include "fpdt/train/tokenizer.h"
 
@@ -28,100 +25,96 @@ namespace {
 
 constexpr const char* kModule = "train";
 
-nlohmann::ordered_json settings_json(const TrainSettings& s) {
-  return {{"model", s.model},
-          {"data_dir", s.data_dir},
-          {"out_dir", s.out_dir},
-          {"backend", s.backend},
-          {"steps", s.steps},
-          {"batch_size", s.batch_size},
-          {"seq_tokens", s.seq_tokens},
-          {"grad_accum", s.grad_accum},
-          {"lr", s.optimizer.lr},
-          {"min_lr", s.optimizer.min_lr},
-          {"warmup_steps", s.optimizer.warmup_steps},
-          {"decay_steps", s.optimizer.decay_steps},
-          {"beta1", s.optimizer.beta1},
-          {"beta2", s.optimizer.beta2},
-          {"eps", s.optimizer.eps},
-          {"weight_decay", s.optimizer.weight_decay},
-          {"grad_clip", s.optimizer.grad_clip},
-          {"eval_every", s.eval_every},
-          {"eval_batches", s.eval_batches},
-          {"save_every", s.save_every},
-          {"sp", s.sp},
-          {"dp", s.dp},
-          {"mode", s.mode},
-          {"chunk_tokens", s.chunk_tokens},
-          {"chunks", s.chunks},
-          {"offload", s.offload},
-          {"recompute", s.recompute},
-          {"seed", s.seed}};
+// The tokenizer the shards were made with: <data>/tokenizer.json, checked against the fingerprint
+// both shards record, or the byte tokenizer for shards that record it or nothing (version 1).
+Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train_shard, const ShardReader& val_shard) {
+  if (train_shard.tokenizer() != val_shard.tokenizer())
+    throw Error(kModule,
+                train_shard.path() + " and " + val_shard.path() + " were made by different tokenizers (" +
+                    fingerprint_string(train_shard.tokenizer().fingerprint) + ", " +
+                    fingerprint_string(val_shard.tokenizer().fingerprint) + ")",
+                "re-create both with one `fpdt tokenize` run");
+  const uint64_t recorded = train_shard.tokenizer().fingerprint;
+  const std::string file = data_dir + "/" + kTokenizerFile;
+  Tokenizer tokenizer = std::filesystem::exists(file) ? Tokenizer::load(data_dir) : Tokenizer::bytes();
+  const bool unrecorded_bytes = recorded == 0 && tokenizer.is_byte_tokenizer() &&
+                                train_shard.vocab_size() == static_cast<uint32_t>(tokenizer.vocab_size());
+  if (recorded != tokenizer.fingerprint() && !unrecorded_bytes) {
+    if (!std::filesystem::exists(file))
+      throw Error(kModule,
+                  train_shard.path() + " was made by tokenizer " + fingerprint_string(recorded) + ", but " + data_dir +
+                      " holds no " + kTokenizerFile,
+                  "put back the tokenizer.json that `fpdt tokenize` wrote beside the shards, or re-run it");
+    throw Error(kModule,
+                train_shard.path() + " was made by another tokenizer (" + fingerprint_string(recorded) + ") than " + file +
+                    " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
+                "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
+  }
+  if (recorded != 0 && train_shard.tokenizer().end_of_document_id != static_cast<uint32_t>(tokenizer.end_of_document_id()))
+    throw Error(kModule,
+                train_shard.path() + " separates documents with id " +
+                    std::to_string(train_shard.tokenizer().end_of_document_id) + ", but " + data_dir +
+                    "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
+                    std::to_string(tokenizer.end_of_document_id()) + ")",
+                "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
+  return tokenizer;
 }
 
+std::string str(int64_t value) { return std::to_string(value); }
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+// The model's facts, then every option's value (from the option declarations), two to a row; rank 0.
 void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, double peak_gflops,
-                 const comm::Communicator& world, const pipeline::PipelineConfig& pipeline) {
+                 const comm::Communicator& world) {
   auto row = [](const std::string& key, const std::string& value) {
     char line[160];
-    std::snprintf(line, sizeof line, "| %-22s | %-40s |", key.c_str(), value.c_str());
+    std::snprintf(line, sizeof line, "| %-22s | %-48s |", key.c_str(), value.c_str());
     log::info(line);
   };
-  const std::string rule = "+" + std::string(24, '-') + "+" + std::string(42, '-') + "+";
+  const std::string rule = "+" + std::string(24, '-') + "+" + std::string(50, '-') + "+";
+  const std::string option_rule = "+" + std::string(37, '-') + "+" + std::string(37, '-') + "+";
   log::info(rule);
   row("model", config.name + (config.family == model::Family::llama ? " (llama)" : " (gpt)"));
-  row("layers / hidden / ffn", std::to_string(config.layers) + " / " + std::to_string(config.hidden) + " / " +
-                                   std::to_string(config.ffn_hidden));
-  row("heads / kv heads / dim", std::to_string(config.heads) + " / " + std::to_string(config.kv_heads) + " / " +
-                                    std::to_string(config.head_dim));
-  row("vocabulary", std::to_string(config.vocab_size));
-  row("parameters", std::to_string(config.parameter_count()));
-  row("data", s.data_dir);
-  row("output", s.out_dir);
-  row("steps", std::to_string(s.steps));
-  row("batch x seq x accum", std::to_string(s.batch_size) + " x " + std::to_string(s.seq_tokens) + " x " +
-                                 std::to_string(s.grad_accum));
-  char lr[96];
-  std::snprintf(lr, sizeof lr, "%.2e -> %.2e (warmup %lld, cosine to %lld)", s.optimizer.lr, s.optimizer.min_lr,
-                static_cast<long long>(s.optimizer.warmup_steps), static_cast<long long>(s.optimizer.decay_steps));
-  row("learning rate", lr);
-  char adam[96];
-  std::snprintf(adam, sizeof adam, "betas %.2f/%.3f wd %.2f clip %.2f", s.optimizer.beta1, s.optimizer.beta2,
-                s.optimizer.weight_decay, s.optimizer.grad_clip);
-  row("AdamW", adam);
-  row("backend / threads", s.backend + " / " + std::to_string(threads));
-  row("ranks", std::to_string(world.size()) + " (" + world.backend() + "): sp " + std::to_string(s.sp) + " x dp " +
-                   std::to_string(s.dp));
-  row("mode", s.mode + (pipeline.chunk_tokens > 0 ? ", chunk " + std::to_string(pipeline.chunk_tokens) + " tokens"
-                                                   : ", " + std::to_string(pipeline.chunks) + " chunk(s)"));
-  row("offload / recompute", pipeline::offload_name(pipeline.offload) + " / " + s.recompute);
-  char peak[48];
-  std::snprintf(peak, sizeof peak, "%.1f GFLOP/s%s", peak_gflops, s.peak_gflops > 0 ? "" : " (measured)");
-  row("peak", peak);
-  row("compute budget", s.compute_mem_bytes > 0 ? format_bytes(static_cast<double>(s.compute_mem_bytes)) : "unlimited");
-  row("seed", std::to_string(s.seed));
-  log::info(rule);
+  row("layers / hidden / ffn", str(config.layers) + " / " + str(config.hidden) + " / " + str(config.ffn_hidden));
+  row("heads / kv heads / dim", str(config.heads) + " / " + str(config.kv_heads) + " / " + str(config.head_dim));
+  row("vocabulary", str(config.vocab_size));
+  row("parameters", str(config.parameter_count()));
+  row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
+  row("peak GFLOP/s", number(peak_gflops) + (s.peak_gflops > 0 ? "" : " (measured)"));
+  log::info(option_rule);
+  std::vector<std::string> cells;
+  for (const auto& [name, value] : settings_rows(s)) {
+    char cell[128];
+    std::snprintf(cell, sizeof cell, "%-21s %-13s", ("--" + name).c_str(), value.c_str());
+    if (name != "model") cells.push_back(cell);
+  }
+  for (size_t i = 0; i < cells.size(); i += 2)
+    log::info("| " + cells[i] + " | " + (i + 1 < cells.size() ? cells[i + 1] : std::string(35, ' ')) + " |");
+  log::info(option_rule);
 }
 
-void check_settings(const TrainSettings& s) {
-  auto positive = [](int64_t value, const char* option) {
-    if (value <= 0)
-      throw Error(kModule, std::string(option) + " must be positive, got " + std::to_string(value));
-  };
-  positive(s.steps, "--steps");
-  positive(s.batch_size, "--batch");
-  positive(s.seq_tokens, "--seq");
-  positive(s.grad_accum, "--grad-accum");
-  if (s.eval_batches < 0) throw Error(kModule, "--eval-batches must be ≥ 0 (0: no validation)");
-  if (s.eval_every < 0 || s.save_every < 0) throw Error(kModule, "--eval-every and --save-every must be ≥ 0");
-  positive(s.sp, "--sp");
-  positive(s.dp, "--dp");
-  if (s.backend == "cuda")
-    throw Error(kModule, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
-                         "memory yet (issue 8)",
-                "train with --backend cpu");
-  if (s.mode != "fpdt" && s.mode != "ulysses")
-    throw Error(kModule, "unknown --mode '" + s.mode + "'", "use --mode fpdt or --mode ulysses");
-  if (!(s.optimizer.lr > 0)) throw Error(kModule, "--lr must be positive");
+// Refuses a sequence whose layout could not be counted in 64-bit bytes, before anything is laid out.
+// A bound, not the layout: FpdtModel::reserve lays out fewer than 64 arrays per layer (+ 2), each of
+// at most u slots of c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
+// LM-head buffer of at most 32 MiB.
+void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s) {
+  using Wide = long double;
+  const Wide width = std::max({Wide(config.hidden), Wide(config.ffn_hidden), Wide(config.q_dim()),
+                               Wide(config.kv_dim()) * s.sp});
+  const Wide chunks = s.mode == "ulysses" ? 1 : s.chunk_tokens > 0 ? std::ceil(Wide(s.seq_tokens) / s.chunk_tokens)
+                                                                   : Wide(s.chunks);
+  const Wide padded = Wide(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : Wide(s.sp) * chunks);
+  const Wide bytes = Wide(config.layers + 2) * 64 * (padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
+  if (bytes > static_cast<Wide>(std::numeric_limits<int64_t>::max()))
+    throw Error(kModule,
+                "--seq " + str(s.seq_tokens) + " is too long for '" + config.name +
+                    "': one step's buffers would take more bytes than 64-bit sizes count",
+                "lower --seq (a dry run measures any length that can be laid out)");
 }
 
 // This data-parallel replica's rows of a global batch (dp · B rows).
@@ -129,23 +122,6 @@ model::Batch replica_rows(const Batch& batch, int dp_index, int64_t rows) {
   const int64_t offset = dp_index * rows * batch.seq_tokens;
   return model::Batch{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
                       batch.targets.data() + offset, nullptr};
-}
-
-// Mean validation loss over the first `batches` batches of the validation loader, which restarts
-// from `start` each time so every evaluation sees the same tokens; summed over every rank.
-double validation_loss(pipeline::FpdtModel& model, DataLoader& loader, const DataLoaderState& start,
-                       int64_t batches, Batch& scratch, comm::Communicator& world, int dp_index, int64_t rows) {
-  if (batches == 0) return -1.0;  // validation off
-  loader.restore(start);
-  double sums[2] = {0.0, 0.0};
-  for (int64_t i = 0; i < batches; ++i) {
-    loader.next(scratch);
-    const model::LossStats stats = model.forward(replica_rows(scratch, dp_index, rows));
-    sums[0] += stats.loss_sum;
-    sums[1] += stats.count;
-  }
-  world.all_reduce_sum(sums, 2);
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 }  // namespace
@@ -177,201 +153,279 @@ pipeline::PipelineConfig pipeline_config(const TrainSettings& settings) {
   }
   config.chunk_tokens = settings.chunk_tokens;
   config.chunks = settings.chunk_tokens > 0 ? 0 : settings.chunks;
-  config.offload = pipeline::parse_offload(settings.offload);
+  config.offload = pipeline::parse_offload(settings.offload == "disk" ? "disk:" + settings.out_dir : settings.offload);
   config.recompute = pipeline::parse_recompute(settings.recompute);
   return config;
 }
 
-TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
-  check_settings(settings);
-  if (settings.sp * settings.dp != world.size())
+// ---- set-up ---------------------------------------------------------------------------------------
+
+Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : settings_(settings), world_(world) {
+  check_settings(settings_);
+  if (settings_.optimizer.decay_steps == 0) settings_.optimizer.decay_steps = settings_.steps;
+  const TrainSettings& s = settings_;
+  if (s.sp * s.dp != world.size())
     throw Error(kModule,
-                "--sp " + std::to_string(settings.sp) + " x --dp " + std::to_string(settings.dp) + " = " +
-                    std::to_string(settings.sp * settings.dp) + " ranks, but the job has " +
-                    std::to_string(world.size()),
+                "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
+                    str(world.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
-  const int threads = set_threads(settings.threads);
-  if (settings.compute_mem_bytes > 0)
-    MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(settings.compute_mem_bytes));
-  if (settings.offload_mem_bytes > 0)
-    MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(settings.offload_mem_bytes));
-  const model::ModelConfig config = model::resolve_model(settings.model);
-  const pipeline::PipelineConfig pipeline = pipeline_config(settings);
-  pipeline::make_head_sharding(config.heads, config.kv_heads, settings.sp);  // refuse before any work
-  // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
-  const int dp_index = world.rank() / settings.sp;
-  std::unique_ptr<comm::Communicator> sp_group = world.split(dp_index, world.rank());
-  const double peak_gflops = settings.peak_gflops > 0 ? settings.peak_gflops : measure_peak_gflops(threads);
-  print_table(config, settings, threads, peak_gflops, world, pipeline);
-
-  auto backend = kernels::make_backend(settings.backend);
-  pipeline::FpdtModel model(config, *backend, *sp_group, pipeline, settings.seed);
-  AdamW optimizer(model.layout(), *backend, settings.optimizer);
-  if (!settings.trace_path.empty()) trace::enable(world.rank());
-
-  TrainResult result;
-  if (settings.dry_run) {
-    model.dry_run(settings.seq_tokens);
-    result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
-    result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-    result.peak_rss_bytes = peak_rss_bytes();
-    return result;
+  config_ = model::resolve_model(s.model);
+  check_layout_fits(config_, s);
+  pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
+  if (!s.dry_run) {
+    open_data();
+    // The folder is taken only once the run can start: a refused run leaves it as it was.
+    if (world.rank() == 0)
+      run_folder_ = std::make_unique<RunFolder>(s.out_dir, s.resume      ? RunStart::resume
+                                                           : s.overwrite ? RunStart::overwrite
+                                                                         : RunStart::fresh);
+    world.barrier();
   }
+  build_model();
+  if (s.dry_run) return;
+  if (s.resume) resume();
+  if (world.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
+  micro_.resize(static_cast<size_t>(s.grad_accum));
+  flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);
+  first_step_ = step_ + 1;
+}
 
-  const std::string train_path = settings.data_dir + "/train.bin";
-  const std::string val_path = settings.data_dir + "/val.bin";
+void Trainer::open_data() {
+  const TrainSettings& s = settings_;
+  const std::string train_path = s.data_dir + "/train.bin";
   ShardReader train_shard(train_path);
-  if (train_shard.vocab_size() > static_cast<uint32_t>(config.vocab_size))
+  ShardReader val_shard(s.data_dir + "/val.bin");
+  tokenizer_ = std::make_unique<Tokenizer>(shards_tokenizer(s.data_dir, train_shard, val_shard));
+  if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
     throw Error(kModule,
                 train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
-                    ", more than the model's " + std::to_string(config.vocab_size),
+                    " (its tokenizer's ids go up to " + std::to_string(train_shard.vocab_size() - 1) +
+                    "), more than the model's " + str(config_.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
-  // Every rank reads the same global batches of dp · B rows and computes its replica's rows.
   DataLoaderConfig train_config;
-  train_config.batch_size = settings.batch_size * settings.dp;
-  train_config.seq_tokens = settings.seq_tokens;
+  train_config.batch_size = s.batch_size * s.dp;
+  train_config.seq_tokens = s.seq_tokens;
   train_config.sampling = Sampling::random;
-  train_config.seed = settings.seed;
-  DataLoader train_loader(std::move(train_shard), train_config);
+  train_config.seed = s.seed;
+  train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
   val_config.sampling = Sampling::sequential;
-  DataLoader val_loader(ShardReader(val_path), val_config);
-  const DataLoaderState val_start = val_loader.state();
+  val_loader_ = std::make_unique<DataLoader>(std::move(val_shard), val_config);
+  val_start_ = val_loader_->state();
+}
 
+void Trainer::build_model() {
+  const TrainSettings& s = settings_;
+  threads_ = set_threads(s.threads);
+  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
+  if (s.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.offload_mem_bytes));
+  // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
+  dp_index_ = world_.rank() / s.sp;
+  sp_group_ = world_.split(dp_index_, world_.rank());
+  peak_gflops_ = s.peak_gflops > 0 ? s.peak_gflops : measure_peak_gflops(threads_);
+  print_table(config_, s, threads_, peak_gflops_, world_);
+  backend_ = kernels::make_backend(s.backend);
+  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), s.seed);
+  optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);
+  if (!s.trace_path.empty()) trace::enable(world_.rank());
+}
 
-  if (world.rank() == 0) {
-    std::error_code error;
-    std::filesystem::create_directories(settings.out_dir, error);
-    if (error)
-      throw Error(kModule, "cannot create the run directory " + settings.out_dir + ": " + error.message(),
-                  "choose another --out directory or check its permissions");
+void Trainer::resume() {
+  const std::string latest = latest_checkpoint(settings_.out_dir);
+  if (latest.empty()) {
+    log::info("no checkpoint in " + settings_.out_dir + " yet; starting a new run");
+    return;
   }
-  world.barrier();
-  int64_t step = 0;
-  std::string resumed_from;
-  if (settings.resume) {
-    resumed_from = latest_checkpoint(settings.out_dir);
-    if (!resumed_from.empty()) {
-      const TrainerState state = load_checkpoint(resumed_from, config, model.layout(), model.params(), optimizer);
-      step = state.step;
-      train_loader.restore(state.data);
-      log::info("resumed from " + resumed_from + " at step " + std::to_string(step));
-    } else {
-      log::info("no checkpoint in " + settings.out_dir + " yet; starting a new run");
-    }
-  }
-  MetricsLog metrics_log;
-  if (world.rank() == 0) metrics_log = MetricsLog(settings.out_dir + "/metrics.jsonl", !resumed_from.empty());
+  const Tokenizer trained_with = checkpoint_tokenizer(latest, config_.vocab_size);
+  if (trained_with.fingerprint() != tokenizer_->fingerprint())
+    throw Error(kModule,
+                "cannot resume " + latest + ": it was trained on shards of tokenizer " +
+                    fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings_.data_dir +
+                    " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
+                "resume with the --data the run was trained on, or start a new --out directory");
+  const TrainerState state = load_checkpoint(latest, config_, model_->layout(), model_->params(), *optimizer_);
+  step_ = state.step;
+  train_loader_->restore(state.data);
+  resumed_ = true;
+  log::info("resumed from " + latest + " at step " + str(step_));
+}
 
-  std::vector<Batch> micro(static_cast<size_t>(settings.grad_accum));
-  Batch val_scratch;
-  auto validate = [&] {
-    return validation_loss(model, val_loader, val_start, settings.eval_batches, val_scratch, world, dp_index,
-                           settings.batch_size);
-  };
-  if (resumed_from.empty() && settings.eval_batches > 0) {
-    result.first_val_loss = validate();
-    char line[96];
-    std::snprintf(line, sizeof line, "validation loss before training: %.4f", result.first_val_loss);
-    log::info(line);
-  }
+Trainer::~Trainer() = default;
 
-  const double flops_per_step =
-      model_flops(config, settings.batch_size * settings.grad_accum * settings.dp, settings.seq_tokens);
-  Timer run_timer;
-  const int64_t first_step = step + 1;
-  auto save = [&](int64_t saved_step) {
-    if (world.rank() == 0) {
-      TrainerState state;
-      state.step = saved_step;
-      state.data = train_loader.state();
-      state.seed = settings.seed;
-      state.settings_json = settings_json(settings).dump();
-      save_checkpoint(settings.out_dir, config, model.layout(), model.params(), optimizer, state);
-    }
-    world.barrier();
-  };
-  while (step < settings.steps) {
-    ++step;
-    Timer step_timer;
-    MemoryTiers::instance().reset_peak(Tier::compute);
-    MemoryTiers::instance().reset_peak(Tier::offload);
-    sp_group->reset_bytes_sent();
-    model.grads().zero();
-    double counted = 0.0;
-    for (Batch& batch : micro) {
-      train_loader.next(batch);
-      counted += static_cast<double>(batch.target_tokens);
-    }
-    double loss_sum = 0.0;
-    for (const Batch& batch : micro)
-      loss_sum += model.forward_backward(replica_rows(batch, dp_index, settings.batch_size),
-                                         counted > 0 ? 1.0 / counted : 0.0)
-                      .loss_sum;
-    result.alltoall_bytes_per_step = sp_group->bytes_sent();
-    if (world.size() > 1) {
-      world.all_reduce_sum(model.grads().data(), static_cast<size_t>(model.grads().numel()));
-      world.all_reduce_sum(&loss_sum, 1);
-    }
-    StepMetrics metrics;
-    metrics.step = step;
-    metrics.loss = counted > 0 ? loss_sum / counted : 0.0;
-    metrics.grad_norm = clip_grad_norm(*backend, model.grads(), settings.optimizer.grad_clip);
-    metrics.lr = learning_rate(settings.optimizer, step);
-    optimizer.update(model.params(), model.grads(), metrics.lr);
-    metrics.step_seconds = step_timer.seconds();
-    metrics.tokens_per_second =
-        static_cast<double>(settings.batch_size * settings.dp * settings.grad_accum * settings.seq_tokens) /
-        metrics.step_seconds;
-    metrics.gflops = flops_per_step / metrics.step_seconds * 1e-9;
-    metrics.mfu = metrics.gflops / (peak_gflops * world.size());
-    metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
-    metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-    metrics.alltoall_bytes = result.alltoall_bytes_per_step;
-    const bool last = step == settings.steps;
-    if ((settings.eval_every > 0 && step % settings.eval_every == 0) || last) metrics.val_loss = validate();
-    metrics_log.write(metrics);
-
-    const double elapsed = run_timer.seconds();
-    const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(settings.steps - step);
-    log::info(progress_line(metrics, settings.steps, eta));
-    if (step == first_step) result.first_loss = metrics.loss;
-    result.first_step = first_step;
-    result.last_step = step;
-    result.last_loss = metrics.loss;
-    if (metrics.val_loss >= 0) result.last_val_loss = metrics.val_loss;
-
-    if ((settings.save_every > 0 && step % settings.save_every == 0) || last) save(step);
-    if (settings.stop_after_steps > 0 && step - first_step + 1 >= settings.stop_after_steps && !last) {
-      log::info("stopping after " + std::to_string(settings.stop_after_steps) + " steps (--stop-after)");
-      return result;
-    }
-  }
-
+TrainResult Trainer::dry_run() {
+  model_->dry_run(settings_.seq_tokens);
+  TrainResult result;
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
-  if (!settings.trace_path.empty()) {
-    const std::string path = world.size() > 1 ? settings.trace_path + ".rank" + std::to_string(world.rank())
-                                              : settings.trace_path;
+  return result;
+}
+
+// ---- step -----------------------------------------------------------------------------------------
+
+StepMetrics Trainer::step() {
+  const TrainSettings& s = settings_;
+  ++step_;
+  Timer step_timer;
+  MemoryTiers::instance().reset_peak(Tier::compute);
+  MemoryTiers::instance().reset_peak(Tier::offload);
+  sp_group_->reset_bytes_sent();
+  model_->grads().zero();
+  double counted = 0.0;
+  for (Batch& batch : micro_) {
+    train_loader_->next(batch);
+    counted += static_cast<double>(batch.target_tokens);
+  }
+  double loss_sum = 0.0;
+  for (const Batch& batch : micro_)
+    loss_sum +=
+        model_->forward_backward(replica_rows(batch, dp_index_, s.batch_size), counted > 0 ? 1.0 / counted : 0.0)
+            .loss_sum;
+  result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
+  const FaultInjection& fault = s.fault;
+  if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
+      step_ < fault.nan_grad_from_step + fault.nan_grad_steps && world_.rank() == 0)
+    model_->grads().data()[0] = std::numeric_limits<float>::quiet_NaN();  // one rank's gradient only
+  if (world_.size() > 1) {
+    world_.all_reduce_sum(model_->grads().data(), static_cast<size_t>(model_->grads().numel()));
+    world_.all_reduce_sum(&loss_sum, 1);
+  }
+
+  StepMetrics metrics;
+  metrics.step = step_;
+  metrics.loss = counted > 0 ? loss_sum / counted : 0.0;
+  metrics.grad_norm = clip_grad_norm(*backend_, model_->grads(), s.optimizer.grad_clip);
+  metrics.lr = learning_rate(s.optimizer, step_);
+  // The loss and the norm are the all-reduced ones: every rank takes the same branch.
+  metrics.skipped = !std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm);
+  if (!metrics.skipped) {
+    const bool poisoned = fault.lr_inf_from_step > 0 && step_ >= fault.lr_inf_from_step;
+    optimizer_->update(model_->params(), model_->grads(),
+                       poisoned ? std::numeric_limits<double>::infinity() : metrics.lr);
+    if (!all_finite(model_->params()))
+      throw Error(kModule,
+                  "step " + str(step_) + "'s update made the weights non-finite (lr " + number(metrics.lr) +
+                      ", gradient norm " + number(metrics.grad_norm) + "); they are not saved",
+                  "every checkpoint in " + s.out_dir +
+                      " holds finite weights; lower --lr (or check the optimizer state) and --resume");
+  }
+  metrics.step_seconds = step_timer.seconds();
+  metrics.tokens_per_second =
+      static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
+  metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
+  metrics.mfu = metrics.gflops / (peak_gflops_ * world_.size());
+  metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  metrics.alltoall_bytes = result_.alltoall_bytes_per_step;
+  return metrics;
+}
+
+void Trainer::record(const StepMetrics& metrics) {
+  metrics_log_.write(metrics);
+  const double elapsed = run_timer_.seconds();
+  const double eta =
+      elapsed / static_cast<double>(step_ - first_step_ + 1) * static_cast<double>(settings_.steps - step_);
+  log::info(progress_line(metrics, settings_.steps, eta));
+  if (step_ == first_step_) result_.first_loss = metrics.loss;
+  result_.first_step = first_step_;
+  result_.last_step = step_;
+  result_.last_loss = metrics.loss;
+  if (metrics.val_loss >= 0) result_.last_val_loss = metrics.val_loss;
+
+  nonfinite_in_a_row_ = metrics.skipped ? nonfinite_in_a_row_ + 1 : 0;
+  result_.skipped_steps += metrics.skipped ? 1 : 0;
+  if (nonfinite_in_a_row_ >= settings_.max_nonfinite_steps)
+    throw Error(kModule,
+                "the loss or gradient norm was not finite in " + str(nonfinite_in_a_row_) + " steps in a row (" +
+                    str(step_ - nonfinite_in_a_row_ + 1) + ".." + str(step_) + ": loss " + number(metrics.loss) +
+                    ", gradient norm " + number(metrics.grad_norm) + "); none of them was applied",
+                "the weights are those of step " + str(step_ - nonfinite_in_a_row_) + " and every checkpoint in " +
+                    settings_.out_dir + " is finite; check the data or lower --lr, then --resume");
+}
+
+// ---- evaluate -------------------------------------------------------------------------------------
+
+double Trainer::evaluate() {
+  // The validation loader restarts from the same cursor each time, so every evaluation sees the same
+  // tokens; the sums are over every rank.
+  if (settings_.eval_batches == 0) return -1.0;  // validation off
+  val_loader_->restore(val_start_);
+  double sums[2] = {0.0, 0.0};
+  for (int64_t i = 0; i < settings_.eval_batches; ++i) {
+    val_loader_->next(val_scratch_);
+    const model::LossStats stats = model_->forward(replica_rows(val_scratch_, dp_index_, settings_.batch_size));
+    sums[0] += stats.loss_sum;
+    sums[1] += stats.count;
+  }
+  world_.all_reduce_sum(sums, 2);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+void Trainer::save() {
+  if (world_.rank() == 0) {
+    TrainerState state;
+    state.step = step_;
+    state.data = train_loader_->state();
+    state.seed = settings_.seed;
+    state.settings = settings_json(settings_);
+    save_checkpoint(settings_.out_dir, config_, model_->layout(), model_->params(), *optimizer_, state, *tokenizer_);
+  }
+  world_.barrier();
+}
+
+// ---- the run and its end --------------------------------------------------------------------------
+
+TrainResult Trainer::run() {
+  if (settings_.dry_run) return dry_run();
+  const TrainSettings& s = settings_;
+  if (!resumed_ && s.eval_batches > 0) {
+    result_.first_val_loss = evaluate();
+    char line[96];
+    std::snprintf(line, sizeof line, "validation loss before training: %.4f", result_.first_val_loss);
+    log::info(line);
+  }
+  run_timer_.reset();
+  while (!done()) {
+    StepMetrics metrics = step();
+    const bool last = done();
+    if ((s.eval_every > 0 && step_ % s.eval_every == 0) || last) metrics.val_loss = evaluate();
+    record(metrics);
+    if ((s.save_every > 0 && step_ % s.save_every == 0) || last) save();
+    if (s.stop_after_steps > 0 && step_ - first_step_ + 1 >= s.stop_after_steps && !last) {
+      log::info("stopping after " + str(s.stop_after_steps) + " steps (--stop-after)");
+      return result_;
+    }
+  }
+  return finish();
+}
+
+TrainResult Trainer::finish() {
+  const TrainSettings& s = settings_;
+  result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result_.peak_rss_bytes = peak_rss_bytes();
+  if (!s.trace_path.empty()) {
+    const std::string path = world_.size() > 1 ? s.trace_path + ".rank" + str(world_.rank()) : s.trace_path;
     trace::write(path);
     log::info("trace written to " + path);
   }
-
-  if (settings.sample_tokens > 0 && world.rank() == 0) {
+  if (s.sample_tokens > 0 && world_.rank() == 0) {
     // Generation runs the whole-sequence model on this rank with the trained weights.
-    model::Transformer sampler(config, *backend, settings.seed);
-    std::memcpy(sampler.params().data(), model.params().data(),
-                sizeof(float) * static_cast<size_t>(model.params().numel()));
-    ByteTokenizer tokenizer;
+    model::Transformer sampler(config_, *backend_, s.seed);
+    std::memcpy(sampler.params().data(), model_->params().data(),
+                sizeof(float) * static_cast<size_t>(model_->params().numel()));
     SampleSettings sample;
-    sample.new_tokens = settings.sample_tokens;
-    sample.context_tokens = settings.seq_tokens;
-    Rng rng(settings.seed + 7);
-    const std::vector<int32_t> tokens = generate(sampler, tokenizer.encode(settings.sample_prompt), sample, rng);
-    result.sample = tokenizer.render(tokens);
+    sample.new_tokens = s.sample_tokens;
+    sample.context_tokens = s.seq_tokens;
+    Rng rng(s.seed + 7);
+    const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
+    result_.sample = tokenizer_->render(tokens);
   }
-  return result;
+  return result_;
+}
+
+TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
+  return Trainer(settings, world).run();
 }
 
 }  // namespace fpdt::train

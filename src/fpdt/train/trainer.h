@@ -1,52 +1,31 @@
-// The training loop: data → forward/backward (with gradient accumulation) → clipping → AdamW →
-// metrics, periodic validation and checkpoints, and exact resume. `fpdt train` is a thin shell over
-// train(); tests call it directly.
+// The training loop, in four parts: set-up (settings checked, data opened, run folder taken, model and
+// optimizer built, resume), step (data → forward/backward with gradient accumulation → all-reduce →
+// non-finite guard → clipping → AdamW), evaluate (validation loss), finish (peaks, trace, sample);
+// run() strings them together with metrics, periodic validation and checkpoints. `fpdt train` is a
+// thin shell over train(); tests call either.
+//
+// Non-finite guard: a step whose loss or gradient norm (both all-reduced, so every rank decides alike)
+// is not finite is skipped — its data is consumed, no update is applied — and after
+// max_nonfinite_steps such steps in a row the run stops with an error. An update that makes the weights
+// non-finite stops the run at once. Checkpoints are only ever written from finite weights.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "fpdt/base/timer.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/train/data_loader.h"
+#include "fpdt/train/metrics.h"
 #include "fpdt/train/optimizer.h"
+#include "fpdt/train/run_folder.h"
+#include "fpdt/train/settings.h"
+#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
-
-struct TrainSettings {
-  std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json
-  std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
-  std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
-  std::string backend = "cpu";
-  int64_t steps = 300;
-  int64_t batch_size = 8;             // sequences per micro-batch
-  int64_t seq_tokens = 256;           // S
-  int64_t grad_accum = 1;             // micro-batches per optimizer step
-  int64_t eval_every = 50;            // 0: only at the end
-  int64_t eval_batches = 8;            // 0: no validation
-  int64_t save_every = 100;           // 0: only at the end
-  int64_t sample_tokens = 0;          // generate this many tokens at the end (0: none)
-  std::string sample_prompt = "\n";
-  bool resume = false;                // continue from <out_dir>/latest when it exists
-  uint64_t seed = 1234;
-  int threads = 0;                    // 0: all cores
-  double peak_gflops = 0.0;           // 0: measure with the FMA micro-benchmark
-  int64_t compute_mem_bytes = 0;      // 0: unlimited
-  // Parallelism and the FPDT pipeline. world = dp × sp ranks; sp ranks share each sequence.
-  int sp = 1;
-  int dp = 1;
-  std::string mode = "fpdt";          // "fpdt" or "ulysses" (one chunk, nothing offloaded)
-  int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
-  int chunks = 1;                     // u
-  std::string offload = "none";       // none | ram | disk:DIR
-  std::string recompute = "none";     // none | layer
-  int64_t offload_mem_bytes = 0;      // 0: unlimited
-  bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
-  std::string trace_path;             // write a Chrome trace of the run here ("": none)
-  int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
-                                      // due then, without the end-of-run work), as a preempted job
-                                      // would; 0: off
-  OptimizerConfig optimizer;
-};
 
 struct TrainResult {
   size_t compute_peak_bytes = 0;   // this rank, over the run (a dry run: its layout)
@@ -59,13 +38,77 @@ struct TrainResult {
   double last_loss = 0.0;
   double first_val_loss = -1.0;  // validation loss before training (fresh runs only), else < 0
   double last_val_loss = -1.0;
+  int64_t skipped_steps = 0;  // steps of this process whose update was skipped (non-finite)
   std::string sample;         // generated text, when sample_tokens > 0
 };
 
-// Trains on `world` (all ranks call it; rank 0 logs, saves and samples). Throws fpdt::Error.
+class Trainer {
+ public:
+  // Set-up on every rank of `world` (rank 0 takes the run folder, logs and saves). A dry run builds
+  // the model only. Throws fpdt::Error.
+  Trainer(const TrainSettings& settings, comm::Communicator& world);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The whole run: validation before training (fresh runs), steps until --steps (validating and
+  // saving on schedule; --stop-after ends early), finish. A dry run lays out one step instead.
+  TrainResult run();
+
+  // One optimizer step, or a skipped one (metrics.skipped) when its loss or gradient norm is not
+  // finite. Throws fpdt::Error when the update made the weights non-finite.
+  StepMetrics step();
+  // Mean validation loss over eval_batches batches (the same ones each time); < 0 when switched off.
+  double evaluate();
+  // Checkpoint of the current step (rank 0 writes; every rank waits for it).
+  void save();
+  // Peaks, the trace file and the sample of a finished run.
+  TrainResult finish();
+
+  bool done() const { return step_ >= settings_.steps; }
+
+ private:
+  // Set-up, in order: the data loaders; the model, optimizer and their ranks; the latest checkpoint.
+  void open_data();
+  void build_model();
+  void resume();
+  TrainResult dry_run();
+  // Logs a step's metrics and folds them into the result; throws after too many skipped steps in a row.
+  void record(const StepMetrics& metrics);
+
+  TrainSettings settings_;  // optimizer.decay_steps resolved (0 → steps)
+  comm::Communicator& world_;
+  model::ModelConfig config_;
+  int threads_ = 0;
+  int dp_index_ = 0;  // this rank's data-parallel replica
+  std::unique_ptr<comm::Communicator> sp_group_;
+  double peak_gflops_ = 0.0;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<pipeline::FpdtModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  // Data (not for a dry run). Every rank reads the same global batches of dp · B rows.
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
+  DataLoaderState val_start_{};
+  std::vector<Batch> micro_;  // grad_accum micro-batches of one step
+  Batch val_scratch_;
+  // Rank 0: the run folder and the metrics log.
+  std::unique_ptr<RunFolder> run_folder_;
+  MetricsLog metrics_log_;
+  bool resumed_ = false;
+  int64_t step_ = 0;        // steps completed (the last one may have been skipped)
+  int64_t first_step_ = 1;  // the first step this process runs
+  int64_t nonfinite_in_a_row_ = 0;
+  double flops_per_step_ = 0.0;
+  Timer run_timer_;
+  TrainResult result_;
+};
+
+// Trains on `world` (all ranks call it; rank 0 logs, saves and samples): Trainer(settings, world).run().
 TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 
-// The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded).
+// The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded;
+// offload "disk": a file in the run directory).
 pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
 
 // The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/vec_math.h"
 
 namespace fpdt::kernels::cpu {
@@ -81,13 +81,14 @@ void map8(const std::array<float*, kOut>& outs, const std::array<const float*, k
 
 #if defined(__AVX2__) && defined(__FMA__)
 
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+void CpuBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   map8<1, 2>({out}, {gate, up}, n, [](__m256* y, const __m256* x) {
     y[0] = _mm256_mul_ps(_mm256_mul_ps(x[0], sigmoid8(x[0], nullptr)), x[1]);  // silu(gate) · up
   });
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n) {
+void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                 int64_t n) {
   map8<2, 3>({dgate, dup}, {dout, gate, up}, n, [](__m256* y, const __m256* x) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 g = x[1];
@@ -101,13 +102,12 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   });
 }
 
-void gelu_forward(float* out, const float* x, int64_t n) {
-  map8<1, 1>({out}, {x}, n, [](__m256* y, const __m256* in) {
-    y[0] = _mm256_mul_ps(in[0], gelu_sigmoid8(in[0], nullptr, nullptr));
-  });
+void CpuBackend::gelu_forward(float* out, const float* x, int64_t n) {
+  map8<1, 1>({out}, {x}, n,
+             [](__m256* y, const __m256* in) { y[0] = _mm256_mul_ps(in[0], gelu_sigmoid8(in[0], nullptr, nullptr)); });
 }
 
-void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+void CpuBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   map8<1, 2>({dx}, {dout, x}, n, [](__m256* y, const __m256* in) {
     const __m256 v = in[1];
     __m256 du, one_minus;
@@ -128,12 +128,13 @@ inline float gelu_sigmoid1(float x) { return sigmoid1(2.0f * kGeluC * x * (1.0f 
 inline float one_minus_sigmoid1(float x) { return sigmoid1(-x); }
 }  // namespace
 
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+void CpuBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] * sigmoid1(gate[i]) * up[i];
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n) {
+void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                 int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i], sig = sigmoid1(g), d = dout[i], u = up[i];
@@ -142,12 +143,12 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   }
 }
 
-void gelu_forward(float* out, const float* x, int64_t n) {
+void CpuBackend::gelu_forward(float* out, const float* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * gelu_sigmoid1(x[i]);
 }
 
-void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+void CpuBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i], sig = gelu_sigmoid1(v), du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);

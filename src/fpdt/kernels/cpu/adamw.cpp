@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
@@ -18,7 +18,8 @@ namespace {
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below this a thread team costs more than it saves
 }  // namespace
 
-void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& params) {
+void CpuBackend::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n,
+                              const AdamWParams& params) {
   const double step = static_cast<double>(params.step);
   const float decay = static_cast<float>(1.0 - params.lr * params.weight_decay);
   const float beta1 = static_cast<float>(params.beta1);

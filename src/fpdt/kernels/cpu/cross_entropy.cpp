@@ -8,15 +8,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/vec_math.h"
-#include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::kernels::cpu {
 
 namespace {
-
-using reference::kIgnoreIndex;
 
 constexpr int kTileFloats = 1024;                     // 4 KiB of a row, stays in L1 for the second read
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below N·V of this one thread is faster
@@ -103,8 +100,8 @@ void softmax_row_scaled(float* drow, const float* row, int V, float lse, float w
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                           const float* mask, int64_t N, int V) {
+void CpuBackend::cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                       const float* mask, int64_t N, int V) {
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = logits + n * V;
@@ -135,8 +132,8 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
   }
 }
 
-void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                            const float* mask, double dloss_scale, int64_t N, int V) {
+void CpuBackend::cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                                        const float* mask, double dloss_scale, int64_t N, int V) {
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = logits + n * V;

@@ -1,11 +1,11 @@
-// Fast fp32 elementwise helpers for the model and trainer (see kernels.h): sum of squares in float64
+// Fast fp32 elementwise helpers for the model and trainer (reference/elementwise.h): sum of squares in float64
 // (gradient norms) and in-place scaling. sum_squares is deterministic whatever the thread count: it
 // sums a fixed set of slices, each in a fixed order, and adds the slices up serially.
 #include <immintrin.h>
 
 #include <algorithm>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
@@ -37,7 +37,7 @@ double sum_squares_serial(const float* x, int64_t n) {
 
 }  // namespace
 
-double sum_squares(const float* x, int64_t n) {
+double CpuBackend::sum_squares(const float* x, int64_t n) {
   double partial[kSlices];
   const int64_t slice = (n + kSlices - 1) / kSlices;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
@@ -51,7 +51,7 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-void scale_inplace(float* x, float alpha, int64_t n) {
+void CpuBackend::scale_inplace(float* x, float alpha, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }

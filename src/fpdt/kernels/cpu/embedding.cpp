@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -16,10 +16,11 @@ constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below this a thre
 constexpr int kCacheLineFloats = 16;                         // column slices start on 64-byte boundaries
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h, bool accumulate) {
+void CpuBackend::embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
+                                   bool accumulate) {
 #pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
-    const float* row = table + static_cast<int64_t>(ids[n]) * h;  // (h)
+    const float* row = table + static_cast<int64_t>(ids[n]) * h;   // (h)
     float* out_row = out + n * h;                                  // (h)
     if (accumulate) {
       for (int j = 0; j < h; ++j) out_row[j] += row[j];
@@ -29,7 +30,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int64
   }
 }
 
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
+void CpuBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
 #pragma omp parallel if (N * h >= kParallelMinElements)
   {
     const int threads = omp_get_num_threads();

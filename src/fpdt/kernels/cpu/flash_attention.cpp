@@ -1,4 +1,4 @@
-// Flash attention on the CPU (API and masking rule: flash_attention.h). FlashAttention-2 tiling with
+// Flash attention on the CPU (API and masking rule: cpu_backend.h). FlashAttention-2 tiling with
 // AVX2/FMA micro-kernels of our own (no BLAS), parallel across tiles with OpenMP.
 //
 // Every product is a "panel GEMM": C (M × 16) = / += A (M × K) · B (K × 16), with the 16 columns one
@@ -14,14 +14,15 @@
 //     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
 //     so dq is deterministic without a per-thread copy of it (tasks go out in increasing order,
 //     and a task only ever waits for a lower-numbered one: no deadlock).
+// Tiles wholly outside the mask by position (above the causal diagonal, or before a sliding window)
+// are never visited: a forward task starts at the first kv tile its window reaches, a backward task
+// stops at the last q tile that can see its keys.
 // Before the tasks, the operand a task streams through (K and V forward, Q and dO backward) is
 // copied per (b, kv head) into contiguous tiles: in place its rows sit H·D floats apart, a page or
 // half a page each, and streaming them stalled on TLB and cache misses.
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
-#include "fpdt/kernels/cpu/flash_attention.h"
-
 #include <immintrin.h>
 #include <omp.h>
 
@@ -36,6 +37,7 @@
 #include <thread>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -275,11 +277,14 @@ DocRange doc_range(const int32_t* docs, int n) {
 }
 
 // How a (q tile, kv tile) pair is masked: skip (no visible pair), full (every pair visible) or mask.
+// By position: the pair nearest the diagonal (q_last, k_first) is the first to fall above it, the
+// farthest (q_first, k_last) the first to fall out of the window; docs may mask any pair.
 enum class TileMask { skip, full, mask };
-TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last, bool has_docs, DocRange q_docs,
-                  DocRange k_docs) {
-  if (k_first > q_last) return TileMask::skip;
-  bool need_mask = k_last > q_first;
+TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last, int64_t window, bool has_docs,
+                  DocRange q_docs, DocRange k_docs) {
+  if (!block_has_visible_pair(q_first, q_last - q_first + 1, k_first, k_last - k_first + 1, window))
+    return TileMask::skip;
+  bool need_mask = !position_visible(q_first, k_last, window) || !position_visible(q_last, k_first, window);
   if (has_docs) {
     if (q_docs.hi < k_docs.lo || k_docs.hi < q_docs.lo) return TileMask::skip;
     if (!(q_docs.lo == q_docs.hi && k_docs.lo == k_docs.hi && q_docs.lo == k_docs.lo)) need_mask = true;
@@ -288,6 +293,12 @@ TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_la
 }
 
 int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) { return static_cast<int32_t>(std::clamp(value, lo, hi)); }
+
+// A 16-lane visibility mask (two halves) narrowed by another condition: vis &= cond.
+inline void keep(__m256i& vis0, __m256i& vis1, __m256i cond0, __m256i cond1) {
+  vis0 = _mm256_and_si256(vis0, cond0);
+  vis1 = _mm256_and_si256(vis1, cond1);
+}
 
 // =============================================================================================
 // Forward
@@ -329,12 +340,14 @@ struct ForwardScratch {
 // Online softmax of one kv tile over one panel of 16 queries. sp: the panel's Sᵀ rows (nk × 16),
 // replaced by Pᵀ. Updates m, l and writes alpha for the 16 queries at offset i0 of the task.
 template <bool kMasked>
-void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, bool has_docs) {
+void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, int64_t window,
+                   bool has_docs) {
   __m256 mx0 = _mm256_loadu_ps(s.m + i0), mx1 = _mm256_loadu_ps(s.m + i0 + 8);
   const __m256 m_old0 = mx0, m_old1 = mx1;
   const __m256 neg_inf = _mm256_set1_ps(-kInf);
   if constexpr (kMasked) {
-    // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), and docs match.
+    // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), i < k_first_rel + j + window
+    // (with a window), and docs match.
     const __m256i i_lane0 = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(i0));
     const __m256i i_lane1 = _mm256_add_epi32(i_lane0, _mm256_set1_epi32(8));
     __m256i q_doc0 = _mm256_setzero_si256(), q_doc1 = _mm256_setzero_si256();
@@ -347,10 +360,13 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
       const __m256i threshold = _mm256_set1_epi32(clamp_to_int(k_first_rel + j - 1, -1, kFwdQueries));
       __m256i vis0 = _mm256_cmpgt_epi32(i_lane0, threshold);
       __m256i vis1 = _mm256_cmpgt_epi32(i_lane1, threshold);
+      if (window > 0) {  // visible iff i < end, the end clamped into int32 range
+        const __m256i end = _mm256_set1_epi32(clamp_to_int(k_first_rel + j + window, -1, kFwdQueries + 1));
+        keep(vis0, vis1, _mm256_cmpgt_epi32(end, i_lane0), _mm256_cmpgt_epi32(end, i_lane1));
+      }
       if (has_docs) {
         const __m256i k_doc = _mm256_set1_epi32(s.k_docs[j]);
-        vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(q_doc0, k_doc));
-        vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(q_doc1, k_doc));
+        keep(vis0, vis1, _mm256_cmpeq_epi32(q_doc0, k_doc), _mm256_cmpeq_epi32(q_doc1, k_doc));
       }
       const __m256 s0 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel), _mm256_castsi256_ps(vis0));
       const __m256 s1 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel + 8), _mm256_castsi256_ps(vis1));
@@ -432,10 +448,12 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     q_docs = doc_range(docs, mq);
   }
 
-  // kv tiles that some query of the task may see causally: kv_begin + kv_lo <= q_last.
+  // kv tiles that some query of the task may see: causally, kv_begin + kv_lo <= q_last; with a window,
+  // the tile's last key after q_first − window.
   const int64_t kv_tiles =
       q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
-  for (int64_t tile = 0; tile < kv_tiles; ++tile) {
+  const int64_t first_tile = p.window == 0 ? 0 : std::max<int64_t>(0, q_first - p.window + 1 - p.kv_begin) / kFwdKeys;
+  for (int64_t tile = first_tile; tile < kv_tiles; ++tile) {
     const int64_t kv_lo = tile * kFwdKeys;
     const int nk = static_cast<int>(std::min<int64_t>(kFwdKeys, p.Ck - kv_lo));
     const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
@@ -444,7 +462,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       std::memcpy(s.k_docs, p.kv_doc_ids + b * p.Ck + kv_lo, sizeof(int32_t) * nk);
       k_docs = doc_range(s.k_docs, nk);
     }
-    const TileMask mask = classify(q_first, q_last, k_first, k_last, has_docs, q_docs, k_docs);
+    const TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
     if (mask == TileMask::skip) continue;
 
     // Sᵀ (nk × 16 per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's 6 K
@@ -459,9 +477,9 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     for (int panel = 0; panel < panels_q; ++panel) {
       float* sp = s.st + panel * kFwdKeys * kPanel;
       if (mask == TileMask::mask) {
-        softmax_panel<true>(sp, nk, panel * kPanel, s, k_first - q_first, has_docs);
+        softmax_panel<true>(sp, nk, panel * kPanel, s, k_first - q_first, p.window, has_docs);
       } else {
-        softmax_panel<false>(sp, nk, panel * kPanel, s, 0, false);
+        softmax_panel<false>(sp, nk, panel * kPanel, s, 0, 0, false);
       }
     }
     // Oᵀ_panel (D × 16) = α ∘ Oᵀ_panel + Vᵀ (D × nk) · Pᵀ_panel (nk × 16)
@@ -550,9 +568,11 @@ struct BackwardScratch {
 };
 
 // P and dS of one pair from S and dP (panels), for rows [0, mq) and key panels [0, panels_k).
-// lim: query i sees key j iff j <= q_rel + i (clamped; also < nk), and docs match.
+// Query i sees key j iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window (with a window),
+// and docs match.
 template <bool kMasked>
-void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_rel, int nk, bool has_docs) {
+void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_rel, int nk, int64_t window,
+                          bool has_docs) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int panel = 0; panel < panels_k; ++panel) {
     float* sp = s.sp + panel * kBwdQueries * kPanel;
@@ -576,10 +596,13 @@ void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_re
         const __m256i limit_v = _mm256_set1_epi32(limit);
         __m256i vis0 = _mm256_cmpgt_epi32(limit_v, j0);
         __m256i vis1 = _mm256_cmpgt_epi32(limit_v, j1);
+        if (window > 0) {  // visible iff j > before, before = q_rel + i − window (clamped)
+          const __m256i before = _mm256_set1_epi32(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
+          keep(vis0, vis1, _mm256_cmpgt_epi32(j0, before), _mm256_cmpgt_epi32(j1, before));
+        }
         if (has_docs) {
           const __m256i q_doc = _mm256_set1_epi32(s.q_docs[i]);
-          vis0 = _mm256_and_si256(vis0, _mm256_cmpeq_epi32(k_doc0, q_doc));
-          vis1 = _mm256_and_si256(vis1, _mm256_cmpeq_epi32(k_doc1, q_doc));
+          keep(vis0, vis1, _mm256_cmpeq_epi32(k_doc0, q_doc), _mm256_cmpeq_epi32(k_doc1, q_doc));
         }
         p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(vis0));
         p1 = _mm256_and_ps(p1, _mm256_castsi256_ps(vis1));
@@ -625,6 +648,38 @@ struct BackwardArgs {
   int64_t tile_floats;
 };
 
+// The q tiles [first, end) the backward task of kv tile `kv_tile` visits: from the first whose last
+// row (as if the q tile were whole) is causally at or after the kv tile's first key; with a window, up
+// to the last whose first row is within the window of the kv tile's last key (as if it were whole).
+// Both bounds grow with kv_tile, so the visitors of a q tile are consecutive kv tiles, and they add
+// into its dq in order: first_visitor(q_tile), first_visitor + 1, …
+struct QTileRange {
+  int64_t first, end;
+};
+QTileRange visited_q_tiles(const AttentionChunkParams& p, int64_t kv_tile, int64_t q_tiles) {
+  const int64_t k_first = p.kv_begin + kv_tile * kBwdKeys;
+  const int64_t first = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
+  if (p.window == 0) return {first, q_tiles};
+  const int64_t last_row = k_first + kBwdKeys - 1 + p.window - 1 - p.q_begin;  // of the q block, that sees a key
+  const int64_t end = last_row < 0 ? 0 : std::min(q_tiles, last_row / kBwdQueries + 1);
+  return {first, std::max(first, end)};
+}
+
+// The first kv tile whose backward task visits q tile `q_tile` (kv tile 0 without a window).
+int64_t first_visitor(const AttentionChunkParams& p, int64_t q_tile, int64_t q_tiles) {
+  if (p.window == 0) return 0;
+  int64_t lo = 0, hi = ceil_div(p.Ck, kBwdKeys);  // bisection: the ranges' ends grow with the kv tile
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (visited_q_tiles(p, mid, q_tiles).end > q_tile) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
 // One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
 // that may see them and every q head of the group.
 void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile, BackwardScratch& s) {
@@ -636,9 +691,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const int panels_k = (nk + kPanel - 1) / kPanel;
   const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
-  // The q tiles this task visits: those whose last row (as if the tile were whole) is causally at or
-  // after k_first. The set grows as kv_tile falls, so every q tile's visitors are kv tiles 0..n.
-  const int64_t first_q_tile = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
+  const QTileRange visits = visited_q_tiles(p, kv_tile, q_tiles);
   const bool has_docs = p.q_doc_ids != nullptr;
   const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
   const int d_panels = panels(D);
@@ -686,7 +739,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     packed = true;
   };
 
-  for (int64_t q_tile = first_q_tile; q_tile < q_tiles; ++q_tile) {
+  for (int64_t q_tile = visits.first; q_tile < visits.end; ++q_tile) {
     const int64_t q_lo = q_tile * kBwdQueries;
     const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
     const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
@@ -695,9 +748,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       std::memcpy(s.q_docs, p.q_doc_ids + b * p.Cq + q_lo, sizeof(int32_t) * mq);
       q_docs = doc_range(s.q_docs, mq);
     }
-    TileMask mask = classify(q_first, q_last, k_first, k_last, has_docs, q_docs, k_docs);
+    TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
     if (mask == TileMask::full && nk % kPanel != 0) mask = TileMask::mask;  // padding keys of the last panel
     if (mask != TileMask::skip && !packed) pack_kv();
+    const int32_t turn = static_cast<int32_t>(kv_tile - first_visitor(p, q_tile, q_tiles));  // into this dq tile
 
     for (int hg = 0; hg < group; ++hg) {
       const int h = kv_head * group + hg;
@@ -720,9 +774,9 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
                                                         s.dpp + panel * kBwdQueries * kPanel);
         }
         if (mask == TileMask::mask) {
-          probabilities_and_ds<true>(s, mq, panels_k, q_first - k_first, nk, has_docs);
+          probabilities_and_ds<true>(s, mq, panels_k, q_first - k_first, nk, p.window, has_docs);
         } else {
-          probabilities_and_ds<false>(s, mq, panels_k, 0, nk, false);
+          probabilities_and_ds<false>(s, mq, panels_k, 0, nk, 0, false);
         }
         // dVᵀ (D × 16) += dOᵀ (D × mq) · P_panel (mq × 16);  dKᵀ += Qᵀ · dS_panel
         for (int panel = 0; panel < panels_k; ++panel) {
@@ -739,7 +793,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
                                                      s.kp + dp * kBwdKeys * kPanel, s.dq + dp * kBwdQueries * kPanel);
       }
       std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
-      wait_for_turn(counter, static_cast<int32_t>(kv_tile));
+      wait_for_turn(counter, turn);
       if (mask != TileMask::skip) {
         const int full_panels = D / kPanel;
         for (int i = 0; i < mq; ++i) {
@@ -754,7 +808,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
             dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel];
         }
       }
-      counter.store(static_cast<int32_t>(kv_tile + 1), std::memory_order_release);
+      counter.store(turn + 1, std::memory_order_release);
     }
   }
 
@@ -796,7 +850,7 @@ std::string shape_text(const AttentionChunkParams& p) {
 
 // =============================================================================================
 
-void validate(const AttentionChunkParams& p) {
+void CpuBackend::validate(const AttentionChunkParams& p) {
   const std::string shape = " (" + shape_text(p) + ")";
   FPDT_CHECK(p.B >= 0 && p.Cq >= 0 && p.Ck >= 0, "attention", "negative batch or token count" + shape,
              "check the chunk plan");
@@ -807,6 +861,8 @@ void validate(const AttentionChunkParams& p) {
                  std::to_string(kMaxHeadDim),
              "use a head dim of at most " + std::to_string(kMaxHeadDim));
   FPDT_CHECK(std::isfinite(p.scale), "attention", "softmax scale is not finite", "use 1/sqrt(head dim)");
+  FPDT_CHECK(p.window >= 0, "attention", "negative sliding window " + std::to_string(p.window),
+             "use 0 for no window, or the window in tokens");
   FPDT_CHECK((p.q_doc_ids == nullptr) == (p.kv_doc_ids == nullptr), "attention",
              "document ids given for only one side of the block", "pass both q_doc_ids and kv_doc_ids, or neither");
   const bool empty = p.B == 0 || p.Cq == 0;
@@ -816,14 +872,15 @@ void validate(const AttentionChunkParams& p) {
              "a block of 2^31 tokens or more" + shape, "use smaller chunks");
 }
 
-int64_t set_pack_budget_floats(int64_t floats) { return pack_budget_floats.exchange(std::max<int64_t>(floats, 0)); }
+int64_t CpuBackend::set_pack_budget_floats(int64_t floats) {
+  return pack_budget_floats.exchange(std::max<int64_t>(floats, 0));
+}
 
-void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+void CpuBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   validate(p);
   if (p.B == 0 || p.Cq == 0) return;
   FPDT_CHECK(out != nullptr && lse != nullptr, "attention", "null out or lse", "");
-  const bool none_visible = p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1;
-  if (none_visible) {  // the empty softmax: a no-op merge, or out = 0, lse = −inf
+  if (!block_has_visible_pair(p.q_begin, p.Cq, p.kv_begin, p.Ck, p.window)) {  // the empty softmax: a no-op merge, or out = 0, lse = −inf
     if (!accumulate) {
       std::fill(out, out + static_cast<size_t>(p.B) * p.Cq * p.H * p.D, 0.0f);
       std::fill(lse, lse + static_cast<size_t>(p.B) * p.H * p.Cq, -kInf);
@@ -879,7 +936,8 @@ void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams&
   }
 }
 
-void attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H, int D) {
+void CpuBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
+                                       int D) {
   const int64_t rows = static_cast<int64_t>(B) * Cq * H;
 #pragma omp parallel for schedule(static) if (rows * D >= (int64_t{1} << 15))
   for (int64_t row = 0; row < rows; ++row) {  // row = (b·Cq + i)·H + h
@@ -892,10 +950,10 @@ void attention_chunk_delta(float* delta, const float* dout, const float* out, in
   }
 }
 
-void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
-                              const AttentionChunkParams& p) {
+void CpuBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                          const float* delta, const AttentionChunkParams& p) {
   validate(p);
-  if (p.B == 0 || p.Cq == 0 || p.Ck == 0 || p.kv_begin > p.q_begin + p.Cq - 1) return;
+  if (p.B == 0 || !block_has_visible_pair(p.q_begin, p.Cq, p.kv_begin, p.Ck, p.window)) return;
   FPDT_CHECK(dq && dk && dv && dout && lse && delta, "attention", "null gradient, dout, lse or delta", "");
   // Q and dO are packed per (b, kv head) group first (their rows are H·D floats apart in place; see
   // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
@@ -945,35 +1003,17 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
   }
 }
 
-namespace {
-// The whole sequence as one causal block: q and kv both start at position 0 with the same doc ids.
-AttentionChunkParams full_sequence(const float* q, const float* k, const float* v, const int32_t* doc_ids, int B,
-                                   int64_t S, int Hq, int Hkv, int D, double scale) {
-  AttentionChunkParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.q_doc_ids = doc_ids;
-  p.kv_doc_ids = doc_ids;
-  p.B = B;
-  p.Cq = p.Ck = S;
-  p.H = Hq;
-  p.Hkv = Hkv;
-  p.D = D;
-  p.scale = scale;
-  return p;
-}
-}  // namespace
-
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_ids,
-                       int B, int64_t S, int Hq, int Hkv, int D, double scale) {
-  attention_chunk_forward(out, lse, full_sequence(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale), /*accumulate=*/false);
+void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
+                                   int64_t window) {
+  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window),
+                          /*accumulate=*/false);
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B, int64_t S,
-                        int Hq, int Hkv, int D, double scale) {
-  const AttentionChunkParams p = full_sequence(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale);
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                    const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
+                                    int64_t S, int Hq, int Hkv, int D, double scale, int64_t window) {
+  const AttentionChunkParams p = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
   validate(p);
   const size_t q_elements = static_cast<size_t>(B) * S * Hq * D;
   const size_t kv_elements = static_cast<size_t>(B) * S * Hkv * D;

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -34,8 +34,8 @@ void accumulate_column_sums(float* dbias, const float* dout, int64_t N, int O) {
 }  // namespace
 
 // Dimensions go to BLAS as 32-bit ints: a chunk's token count N stays far below 2^31.
-void linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I, int O,
-                    bool accumulate) {
+void CpuBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I, int O,
+                                bool accumulate) {
   if (N == 0 || O == 0) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
@@ -55,8 +55,8 @@ void linear_forward(float* out, const float* x, const float* w, const float* bia
               std::max(I, 1), beta, out, O);
 }
 
-void linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, const float* w,
-                     int64_t N, int I, int O, bool accumulate_dx) {
+void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, const float* w,
+                                 int64_t N, int I, int O, bool accumulate_dx) {
   if (N == 0) return;
   if (dx && I > 0) {
     // dx (N, I) = dout (N, O) · w (O, I) + beta · dx

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "fpdt/kernels/cpu/kernels.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
@@ -110,7 +110,8 @@ void accumulate_weight_grads(float* dweight, float* dbias, const float* dout, co
 
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t N, int h, double eps) {
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t N, int h,
+                                 double eps) {
 #pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     const float* x_row = x + n * h;  // (h)
@@ -122,8 +123,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weigh
   }
 }
 
-void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
-                      const float* rstd, int64_t N, int h) {
+void CpuBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                                  const float* rstd, int64_t N, int h) {
   // dx_j += r · w_j · dy_j − (r³ / h) · x_j · Σ_k dy_k w_k x_k   (rows across threads)
 #pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
@@ -141,8 +142,8 @@ void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float*
   accumulate_weight_grads(dweight, nullptr, dout, x, nullptr, rstd, N, h);
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
-                       const float* bias, int64_t N, int h, double eps) {
+void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                                   const float* bias, int64_t N, int h, double eps) {
 #pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     const float* x_row = x + n * h;  // (h)
@@ -160,8 +161,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
   }
 }
 
-void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int h) {
+void CpuBackend::layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                                    const float* weight, const float* mean, const float* rstd, int64_t N, int h) {
   // dx += r · (g − mean(g) − x̂ · mean(g ∘ x̂)) with g = dy ∘ w, x̂ = (x − mean) · r   (rows across threads)
 #pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {

@@ -5,14 +5,17 @@
 // nothing needs atomics: dQ (rows = q, tiles over kv) and dK/dV (rows = kv, tiles over q and over
 // the q heads of the GQA group). Scores are recomputed in each — correct first; the mma.sync /
 // bf16 version is the next step (issue 8). Head dim D ≤ 256 (one instantiation per ⌈D/32⌉).
+// Masking is ops.h's position_visible (causal, sliding window) plus document ids; each kernel streams
+// only the tiles its rows can see by position, so with a window W the work per row is O(W).
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
+#include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cuda_kernels.h"
 
 namespace fpdt::kernels::cuda {
 
@@ -25,7 +28,7 @@ constexpr int kTile = 32;                          // rows of the streamed side 
 constexpr unsigned kFull = 0xffffffffu;
 
 __device__ inline bool visible(const AttentionChunkParams& p, int b, int64_t i, int64_t j) {
-  if (p.kv_begin + j > p.q_begin + i) return false;
+  if (!position_visible(p.q_begin + i, p.kv_begin + j, p.window)) return false;
   return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
 }
 
@@ -44,6 +47,13 @@ __device__ inline float dot_shared(const float* a, const float* b, int D) {
   float sum = 0.0f;
   for (int d = 0; d < D; ++d) sum += a[d] * b[d];
   return sum;
+}
+
+// The kv rows [begin, end) that some q row of [row0, row0 + kBlockRows) can see by position.
+__device__ inline void visible_kv_rows(const AttentionChunkParams& p, int64_t row0, int64_t* begin, int64_t* end) {
+  const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
+  *end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);  // keys past it are above the diagonal for all rows
+  *begin = p.window == 0 ? 0 : max(static_cast<int64_t>(0), p.q_begin + row0 - p.window + 1 - p.kv_begin);
 }
 
 // Shared memory: q (16, D) | k (32, D+1) | v (32, D+1).
@@ -68,9 +78,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
   }
-  const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
-  const int64_t kv_end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);  // keys past it are masked for all rows
-  for (int64_t tile0 = 0; tile0 < kv_end; tile0 += kTile) {
+  int64_t kv_begin, kv_end;
+  visible_kv_rows(p, row0, &kv_begin, &kv_end);
+  for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
     __syncthreads();
     load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
     load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
@@ -183,9 +193,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
   }
-  const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
-  const int64_t kv_end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);
-  for (int64_t tile0 = 0; tile0 < kv_end; tile0 += kTile) {
+  int64_t kv_begin, kv_end;
+  visible_kv_rows(p, row0, &kv_begin, &kv_end);
+  for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
     __syncthreads();
     load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
     load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
@@ -251,12 +261,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int t = 0; t < kDL; ++t) dk_acc[r][t] = dv_acc[r][t] = 0.0f;
-  // q rows before q_first see none of this block's keys (causal by global position).
+  // q rows before q_first see none of this block's keys (causal by global position); with a window, nor
+  // do the rows from q_end on.
   const int64_t q_first = max(static_cast<int64_t>(0), p.kv_begin + row0 - p.q_begin);
+  const int64_t last_key = min(row0 + kBlockRows, p.Ck) - 1;
+  const int64_t q_end = p.window == 0 ? p.Cq : min(p.Cq, p.kv_begin + last_key + p.window - p.q_begin);
   const float scale = static_cast<float>(p.scale);
   for (int g = 0; g < group; ++g) {
     const int head = kv_head * group + g;
-    for (int64_t tile0 = q_first; tile0 < p.Cq; tile0 += kTile) {
+    for (int64_t tile0 = q_first; tile0 < q_end; tile0 += kTile) {
       __syncthreads();
       load_rows(q_s, D + 1, p.q, b, p.Cq, p.H, head, D, tile0, kTile);
       load_rows(do_s, D + 1, dout, b, p.Cq, p.H, head, D, tile0, kTile);
@@ -330,9 +343,22 @@ dim3 grid(int64_t rows, int heads_times_batch) {
   return dim3(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(heads_times_batch));
 }
 
+// Throws fpdt::Error unless the CUDA kernels can run this block (every entry point calls it once).
+void validate(const AttentionChunkParams& p) {
+  FPDT_CHECK(p.Hkv > 0 && p.H % p.Hkv == 0, "kernels",
+             "attention needs H a multiple of Hkv, got H=" + std::to_string(p.H) + " Hkv=" + std::to_string(p.Hkv), "");
+  FPDT_CHECK(p.D > 0 && p.D <= kMaxHeadDim, "kernels",
+             "CUDA attention supports head dim 1.." + std::to_string(kMaxHeadDim) + ", got " + std::to_string(p.D),
+             "use --backend cpu");
+  FPDT_CHECK((p.q_doc_ids == nullptr) == (p.kv_doc_ids == nullptr), "kernels",
+             "attention chunk: q_doc_ids and kv_doc_ids must both be set or both null", "");
+  FPDT_CHECK(p.window >= 0, "kernels", "negative sliding window " + std::to_string(p.window),
+             "use 0 for no window, or the window in tokens");
+}
+
 }  // namespace
 
-void attention_configure() {
+void CudaBackend::configure_attention() {
   for (int D : {32, 64, 128, kMaxHeadDim})
     dispatch_head_dim(D, [&](auto dl) {
       constexpr int kDL = decltype(dl)::value;
@@ -347,39 +373,63 @@ void attention_configure() {
     });
 }
 
-void attention_chunk_forward(cudaStream_t stream, float* out, float* lse, const AttentionChunkParams& params,
-                             bool accumulate) {
+void CudaBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
+                                          bool accumulate) {
+  validate(params);
   if (params.B == 0 || params.Cq == 0) return;
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
     chunk_forward_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, forward_smem_bytes(params.D),
-                                stream>>>(out, lse, params, accumulate);
+                                stream_>>>(out, lse, params, accumulate);
     FPDT_CUDA_CHECK_LAUNCH();
   });
 }
 
-void attention_chunk_delta(cudaStream_t stream, float* delta, const float* dout, const float* out, int B,
-                           int64_t Cq, int H, int D) {
+void CudaBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
+                                        int D) {
   const int64_t rows = B * Cq * H;
   if (rows == 0) return;
   constexpr int kRowsPerBlock = 8;  // 8 warps
   chunk_delta_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
-                       stream>>>(delta, dout, out, B, Cq, H, D);
+                       stream_>>>(delta, dout, out, B, Cq, H, D);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void attention_chunk_backward(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
-                              const float* lse, const float* delta, const AttentionChunkParams& params) {
-  if (params.B == 0 || params.Cq == 0 || params.Ck == 0) return;
+void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                           const float* delta, const AttentionChunkParams& params) {
+  validate(params);
+  if (params.B == 0 || !block_has_visible_pair(params.q_begin, params.Cq, params.kv_begin, params.Ck, params.window))
+    return;
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
     chunk_backward_dq_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, dq_smem_bytes(params.D),
-                                    stream>>>(dq, dout, lse, delta, params);
+                                    stream_>>>(dq, dout, lse, delta, params);
     FPDT_CUDA_CHECK_LAUNCH();
     chunk_backward_dkdv_kernel<kDL><<<grid(params.Ck, params.B * params.Hkv), kWarps * 32,
-                                      dkdv_smem_bytes(params.D), stream>>>(dk, dv, dout, lse, delta, params);
+                                      dkdv_smem_bytes(params.D), stream_>>>(dk, dv, dout, lse, delta, params);
     FPDT_CUDA_CHECK_LAUNCH();
   });
+}
+
+// Full-sequence attention = one chunk pair (q block = kv block = the whole sequence).
+void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                    const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
+                                    int64_t window) {
+  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window), false);
+}
+
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                     const float* k, const float* v, const float* out, const float* lse,
+                                     const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
+                                     int64_t window) {
+  const AttentionChunkParams params = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
+  validate(params);
+  float* delta = scratch(static_cast<size_t>(B) * Hq * S);  // (B, Hq, S)
+  FPDT_CUDA_CHECK(cudaMemsetAsync(dq, 0, sizeof(float) * B * S * Hq * D, stream_));
+  FPDT_CUDA_CHECK(cudaMemsetAsync(dk, 0, sizeof(float) * B * S * Hkv * D, stream_));
+  FPDT_CUDA_CHECK(cudaMemsetAsync(dv, 0, sizeof(float) * B * S * Hkv * D, stream_));
+  attention_chunk_delta(delta, dout, out, B, S, Hq, D);
+  attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
 }
 
 }  // namespace fpdt::kernels::cuda

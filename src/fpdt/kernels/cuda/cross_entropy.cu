@@ -6,14 +6,12 @@
 
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cuda_kernels.h"
+#include "fpdt/kernels/cuda/cuda_backend_impl.h"
 
 namespace fpdt::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int32_t kIgnoreIndex = -100;  // reference::kIgnoreIndex
 
 __global__ void cross_entropy_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
                                              const float* mask, int V) {
@@ -57,18 +55,19 @@ __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logit
 
 }  // namespace
 
-void cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const float* logits,
-                           const int32_t* targets, const float* mask, int64_t N, int V) {
+void CudaBackend::cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                        const float* mask, int64_t N, int V) {
   if (N == 0) return;
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(losses, lse, logits, targets, mask,
-                                                                                 V);
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_>>>(losses, lse, logits, targets, mask,
+                                                                                  V);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_backward(cudaStream_t stream, float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, const float* mask, double dloss_scale, int64_t N, int V) {
+void CudaBackend::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                         const int32_t* targets, const float* mask, double dloss_scale, int64_t N,
+                                         int V) {
   if (N == 0) return;
-  cross_entropy_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+  cross_entropy_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_>>>(
       dlogits, logits, lse, targets, mask, static_cast<float>(dloss_scale), V);
   FPDT_CUDA_CHECK_LAUNCH();
 }

@@ -1,23 +1,19 @@
-// CUDA kernels for the pointwise and small-reduction ops: embedding gather / scatter-add, RoPE,
-// SwiGLU, GELU, AdamW, Σx², scaling, bias rows and bias-gradient column sums. fp32 storage; math
-// in fp32 except where the reference's float64 matters (RoPE angles, AdamW, Σx²). Outputs follow
-// the reference (= or += as documented there). embedding_backward uses float atomics, so duplicate
-// ids accumulate in an unspecified order (not bitwise reproducible; within fp32 rounding).
+// CUDA kernels of the pointwise and small-reduction ops: embedding gather / scatter-add, RoPE,
+// SwiGLU, GELU, AdamW, Σx² and scaling. fp32 storage; math in fp32 except where the reference's
+// float64 matters (RoPE angles, AdamW, Σx²). Outputs follow the reference (= or += as documented
+// there). embedding_backward uses float atomics, so duplicate ids accumulate in an unspecified order
+// (not bitwise reproducible; within fp32 rounding).
+#include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cuda_kernels.h"
 
 namespace fpdt::kernels::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
-}
 
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int64_t N, int h,
                                          bool accumulate) {
@@ -37,20 +33,27 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
   }
 }
 
+// RoPE's parameters by value (the table is host memory; a launch copies its arguments).
+struct RopeArgs {
+  double inv_freq[kMaxRotaryDim / 2];  // (rotary_dim / 2)
+  double attention_scaling;
+  int rotary_dim;
+};
+
 // One thread per (token, head, rotary pair).
-__global__ void rope_kernel(float* x, const int64_t* pos, int64_t N, int H, int D, int rotary_dim, double theta,
+__global__ void rope_kernel(float* x, const int64_t* pos, int64_t N, int H, int D, const RopeArgs rope,
                             double sign) {
-  const int half = rotary_dim / 2;
+  const int half = rope.rotary_dim / 2;
   const int64_t total = N * H * half;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int i = static_cast<int>(t % half);
     const int64_t row = t / half;  // n * H + head
     const int64_t n = row / H;
-    const double inv_freq = pow(theta, -2.0 * i / rotary_dim);
-    const double angle = static_cast<double>(pos[n]) * inv_freq;
+    const double angle = static_cast<double>(pos[n]) * rope.inv_freq[i];
     double s, c;
     sincos(angle, &s, &c);
-    s *= sign;
+    c *= rope.attention_scaling;
+    s *= sign * rope.attention_scaling;
     float* r = x + row * D;
     const double a = r[i], b = r[i + half];
     r[i] = static_cast<float>(a * c - b * s);
@@ -139,71 +142,73 @@ __global__ void scale_kernel(float* x, float alpha, int64_t n) {
     x[i] *= alpha;
 }
 
-__global__ void add_bias_rows_kernel(float* out, const float* bias, int64_t N, int O) {
-  const int64_t total = N * O;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] += bias[i % O];
-}
-
-// One thread per column: adjacent threads read adjacent columns of a row (coalesced); deterministic.
-__global__ void column_sums_kernel(float* dbias, const float* dout, int64_t N, int O) {
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= O) return;
-  double sum = 0.0;
-  for (int64_t n = 0; n < N; ++n) sum += dout[n * O + o];
-  dbias[o] = static_cast<float>(dbias[o] + sum);
+// x (N, H, D) rotated in place by sign · angle (sign = +1 forward, −1 backward).
+void rope_rotate(cudaStream_t stream, float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope,
+                 double sign) {
+  const int64_t total = N * H * (rope.rotary_dim / 2);
+  if (total == 0) return;
+  FPDT_CHECK(rope.rotary_dim <= kMaxRotaryDim, "kernels",
+             "CUDA RoPE supports rotary dims up to " + std::to_string(kMaxRotaryDim) + ", got " +
+                 std::to_string(rope.rotary_dim),
+             "use --backend cpu for this model");
+  RopeArgs args{};
+  std::copy(rope.inv_freq, rope.inv_freq + rope.rotary_dim / 2, args.inv_freq);
+  args.attention_scaling = rope.attention_scaling;
+  args.rotary_dim = rope.rotary_dim;
+  rope_kernel<<<blocks_for(total), kThreads, 0, stream>>>(x, pos, N, H, D, args, sign);
+  FPDT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void embedding_forward(cudaStream_t stream, float* out, const int32_t* ids, const float* table, int64_t N, int h,
-                       bool accumulate) {
+void CudaBackend::embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
+                                    bool accumulate) {
   if (N * h == 0) return;
-  embedding_forward_kernel<<<blocks_for(N * h), kThreads, 0, stream>>>(out, ids, table, N, h, accumulate);
+  embedding_forward_kernel<<<blocks_for(N * h), kThreads, 0, stream_>>>(out, ids, table, N, h, accumulate);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(cudaStream_t stream, float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
+void CudaBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
   if (N * h == 0) return;
-  embedding_backward_kernel<<<blocks_for(N * h), kThreads, 0, stream>>>(dtable, dout, ids, N, h);
+  embedding_backward_kernel<<<blocks_for(N * h), kThreads, 0, stream_>>>(dtable, dout, ids, N, h);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void rope_rotate(cudaStream_t stream, float* x, const int64_t* pos, int64_t N, int H, int D, int rotary_dim,
-                 double theta, double sign) {
-  const int64_t total = N * H * (rotary_dim / 2);
-  if (total == 0) return;
-  rope_kernel<<<blocks_for(total), kThreads, 0, stream>>>(x, pos, N, H, D, rotary_dim, theta, sign);
-  FPDT_CUDA_CHECK_LAUNCH();
+void CudaBackend::rope_forward(float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope) {
+  rope_rotate(stream_, x, pos, N, H, D, rope, +1.0);
 }
 
-void swiglu_forward(cudaStream_t stream, float* out, const float* gate, const float* up, int64_t n) {
+void CudaBackend::rope_backward(float* dx, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope) {
+  rope_rotate(stream_, dx, pos, N, H, D, rope, -1.0);
+}
+
+void CudaBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, gate, up, n);
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, gate, up, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(cudaStream_t stream, float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n) {
+void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                  int64_t n) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n);
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dgate, dup, dout, gate, up, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_forward(cudaStream_t stream, float* out, const float* x, int64_t n) {
+void CudaBackend::gelu_forward(float* out, const float* x, int64_t n) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, x, n);
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, x, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(cudaStream_t stream, float* dx, const float* dout, const float* x, int64_t n) {
+void CudaBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dx, dout, x, n);
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dx, dout, x, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void adamw_update(cudaStream_t stream, float* param, float* m, float* v, const float* grad, int64_t n,
-                  const AdamWParams& params) {
+void CudaBackend::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n,
+                               const AdamWParams& params) {
   if (n == 0) return;
   const double step = static_cast<double>(params.step);
   AdamWScalars s;
@@ -213,32 +218,25 @@ void adamw_update(cudaStream_t stream, float* param, float* m, float* v, const f
   s.eps = params.eps;
   s.step_size = params.lr / (1.0 - std::pow(params.beta1, step));
   s.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(params.beta2, step));
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(param, m, v, grad, n, s);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(param, m, v, grad, n, s);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n) {
+double CudaBackend::sum_squares(const float* x, int64_t n) {
+  FPDT_CUDA_CHECK(cudaMemsetAsync(sum_device_, 0, sizeof(double), stream_));
+  if (n > 0) {
+    const unsigned blocks = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
+    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(sum_device_, x, n);
+    FPDT_CUDA_CHECK_LAUNCH();
+  }
+  FPDT_CUDA_CHECK(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *sum_host_;
+}
+
+void CudaBackend::scale_inplace(float* x, float alpha, int64_t n) {
   if (n == 0) return;
-  const unsigned blocks = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
-  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(result, x, n);
-  FPDT_CUDA_CHECK_LAUNCH();
-}
-
-void scale_inplace(cudaStream_t stream, float* x, float alpha, int64_t n) {
-  if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, alpha, n);
-  FPDT_CUDA_CHECK_LAUNCH();
-}
-
-void add_bias_rows(cudaStream_t stream, float* out, const float* bias, int64_t N, int O) {
-  if (N * O == 0) return;
-  add_bias_rows_kernel<<<blocks_for(N * O), kThreads, 0, stream>>>(out, bias, N, O);
-  FPDT_CUDA_CHECK_LAUNCH();
-}
-
-void accumulate_column_sums(cudaStream_t stream, float* dbias, const float* dout, int64_t N, int O) {
-  if (O == 0) return;
-  column_sums_kernel<<<(O + kThreads - 1) / kThreads, kThreads, 0, stream>>>(dbias, dout, N, O);
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, alpha, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,7 +6,7 @@
 
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cuda_kernels.h"
+#include "fpdt/kernels/cuda/cuda_backend_impl.h"
 
 namespace fpdt::kernels::cuda {
 
@@ -107,40 +107,39 @@ unsigned column_blocks(int h) { return static_cast<unsigned>((h + kColumnThreads
 
 }  // namespace
 
-void rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* x, const float* weight, int64_t N,
-                     int h, double eps) {
+void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t N, int h,
+                                  double eps) {
   if (N == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(out, rstd, x, weight, h,
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(out, rstd, x, weight, h,
                                                                               static_cast<float>(eps));
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward(cudaStream_t stream, float* dx, float* dweight, const float* dout, const float* x,
-                      const float* weight, const float* rstd, int64_t N, int h) {
+void CudaBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                                   const float* rstd, int64_t N, int h) {
   if (N == 0) return;
-  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(dx, dout, x, weight, rstd, h);
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(dx, dout, x, weight, rstd, h);
   FPDT_CUDA_CHECK_LAUNCH();
-  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream>>>(dweight, nullptr, dout, x, nullptr,
+  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream_>>>(dweight, nullptr, dout, x, nullptr,
                                                                               rstd, N, h);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* x,
-                       const float* weight, const float* bias, int64_t N, int h, double eps) {
+void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                                    const float* bias, int64_t N, int h, double eps) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(out, mean, rstd, x, weight, bias,
+  layernorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(out, mean, rstd, x, weight, bias,
                                                                                 h, static_cast<float>(eps));
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(cudaStream_t stream, float* dx, float* dweight, float* dbias, const float* dout,
-                        const float* x, const float* weight, const float* mean, const float* rstd, int64_t N,
-                        int h) {
+void CudaBackend::layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                                     const float* weight, const float* mean, const float* rstd, int64_t N, int h) {
   if (N == 0) return;
-  layernorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(dx, dout, x, weight, mean,
+  layernorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(dx, dout, x, weight, mean,
                                                                                     rstd, h);
   FPDT_CUDA_CHECK_LAUNCH();
-  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream>>>(dweight, dbias, dout, x, mean, rstd,
+  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream_>>>(dweight, dbias, dout, x, mean, rstd,
                                                                               N, h);
   FPDT_CUDA_CHECK_LAUNCH();
 }

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 namespace {
@@ -67,5 +69,20 @@ template void gelu_forward<float>(float*, const float*, int64_t);
 template void gelu_forward<double>(double*, const double*, int64_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t);
 template void gelu_backward<double>(double*, const double*, const double*, int64_t);
+
+void ReferenceBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+  reference::swiglu_forward(out, gate, up, n);
+}
+
+void ReferenceBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                       int64_t n) {
+  reference::swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
+void ReferenceBackend::gelu_forward(float* out, const float* x, int64_t n) { reference::gelu_forward(out, x, n); }
+
+void ReferenceBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+  reference::gelu_backward(dx, dout, x, n);
+}
 
 }  // namespace fpdt::kernels::reference

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
@@ -26,5 +28,10 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
 
 template void adamw_update<float>(float*, float*, float*, const float*, int64_t, const AdamWParams&);
 template void adamw_update<double>(double*, double*, double*, const double*, int64_t, const AdamWParams&);
+
+void ReferenceBackend::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n,
+                                    const AdamWParams& params) {
+  reference::adamw_update(param, m, v, grad, n, params);
+}
 
 }  // namespace fpdt::kernels::reference

@@ -7,18 +7,7 @@
 
 #include <cstdint>
 
-namespace fpdt::kernels {
-
-struct AdamWParams {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  int64_t step = 1;
-};
-
-}  // namespace fpdt::kernels
+#include "fpdt/kernels/ops.h"
 
 namespace fpdt::kernels::reference {
 

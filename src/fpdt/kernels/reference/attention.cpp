@@ -1,18 +1,21 @@
-// Reference dense causal attention with GQA and optional document ids (the spec; see attention.h).
-// One query row at a time: scaled scores over the visible keys (t <= s, same document), softmax by
+// Reference dense causal attention with GQA, optional document ids and sliding window (the spec; see
+// attention.h). One query row at a time: scaled scores over the visible keys (t <= s, within the
+// window, same document), softmax by
 // max / exp / sum, then out and lse. All arithmetic in float64; slow on purpose (it is the oracle).
 #include "fpdt/kernels/reference/attention.h"
 
 #include <cmath>
 #include <vector>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 namespace {
 
 // Token t is visible from query token s of batch b.
-bool visible(const int32_t* doc_ids, int64_t S, int b, int64_t s, int64_t t) {
-  if (t > s) return false;
+bool visible(const int32_t* doc_ids, int64_t S, int64_t window, int b, int64_t s, int64_t t) {
+  if (!position_visible(s, t, window)) return false;
   return doc_ids == nullptr || doc_ids[b * S + t] == doc_ids[b * S + s];
 }
 
@@ -20,7 +23,7 @@ bool visible(const int32_t* doc_ids, int64_t S, int b, int64_t s, int64_t t) {
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale) {
+                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window) {
   const int group = Hq / Hkv;  // q heads per kv head
   std::vector<double> scores(S);  // (S) scaled scores of one query row; only t <= s is used
   std::vector<double> acc(D);
@@ -31,7 +34,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
         const T* q_row = q + ((b * S + s) * Hq + head) * D;
         double max = -INFINITY;
         for (int64_t t = 0; t <= s; ++t) {
-          if (!visible(doc_ids, S, b, s, t)) continue;
+          if (!visible(doc_ids, S, window, b, s, t)) continue;
           const T* k_row = k + ((b * S + t) * Hkv + kv_head) * D;
           double dot = 0.0;
           for (int d = 0; d < D; ++d) dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
@@ -41,7 +44,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
         double sum = 0.0;
         for (int d = 0; d < D; ++d) acc[d] = 0.0;
         for (int64_t t = 0; t <= s; ++t) {
-          if (!visible(doc_ids, S, b, s, t)) continue;
+          if (!visible(doc_ids, S, window, b, s, t)) continue;
           const double p = std::exp(scores[t] - max);  // unnormalised probability
           sum += p;
           const T* v_row = v + ((b * S + t) * Hkv + kv_head) * D;
@@ -58,7 +61,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale) {
+                        double scale, int64_t window) {
   const int group = Hq / Hkv;
   // Accumulate in float64, round to T at the end. dk and dv sum over the q heads of a group.
   std::vector<double> dq_acc(static_cast<size_t>(B) * S * Hq * D, 0.0);   // (B, S, Hq, D)
@@ -76,7 +79,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
         double delta = 0.0;  // Δ = rowsum(dout ∘ out)
         for (int d = 0; d < D; ++d) delta += static_cast<double>(dout_row[d]) * static_cast<double>(out_row[d]);
         for (int64_t t = 0; t <= s; ++t) {
-          if (!visible(doc_ids, S, b, s, t)) continue;
+          if (!visible(doc_ids, S, window, b, s, t)) continue;
           const int64_t kv_index = ((b * S + t) * Hkv + kv_head) * D;
           const T* k_row = k + kv_index;
           const T* v_row = v + kv_index;
@@ -105,14 +108,27 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const int32_t*,
-                                       int, int64_t, int, int, int, double);
+                                       int, int64_t, int, int, int, double, int64_t);
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
-                                        const int32_t*, int, int64_t, int, int, int, double);
+                                        const int32_t*, int, int64_t, int, int, int, double, int64_t);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const float*, const int32_t*, int, int64_t,
-                                        int, int, int, double);
+                                        int, int, int, double, int64_t);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, const double*, const int32_t*, int,
-                                         int64_t, int, int, int, double);
+                                         int64_t, int, int, int, double, int64_t);
+
+void ReferenceBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                         const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
+                                         double scale, int64_t window) {
+  reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
+}
+
+void ReferenceBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                          const float* k, const float* v, const float* out, const float* lse,
+                                          const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
+                                          double scale, int64_t window) {
+  reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale, window);
+}
 
 }  // namespace fpdt::kernels::reference

@@ -1,7 +1,8 @@
 // Reference dense causal attention with GQA — the oracle every fast attention is tested against.
 // It materialises one (S, S) score row block per (batch, head) and is meant for short sequences.
 //   q (B, S, Hq, D), k and v (B, S, Hkv, D); q head j reads kv head j / (Hq / Hkv).
-//   doc_ids (B, S) or null: token s attends token t only if t <= s and doc_ids[s] == doc_ids[t].
+//   doc_ids (B, S) or null, window 0 (none) or W > 0: token s attends token t only if
+//   position_visible(s, t, window) (ops.h: t <= s, and s − t < W with a window) and doc_ids[s] == doc_ids[t].
 //   forward:  out (B, S, Hq, D) = softmax(scale · q kᵀ + mask) v;  lse (B, Hq, S) = log-sum-exp of the
 //             scaled, masked scores of each query row (fp32 on every backend's fast path).
 //   backward: dq (B, S, Hq, D), dk and dv (B, S, Hkv, D), all overwritten (=), computed from the
@@ -10,15 +11,17 @@
 
 #include <cstdint>
 
+#include "fpdt/kernels/ops.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale);
+                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window);
 
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale);
+                        double scale, int64_t window);
 
 }  // namespace fpdt::kernels::reference

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <vector>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 namespace {
 
 bool visible(const AttentionChunkParams& p, int b, int64_t i, int64_t j) {
-  if (p.kv_begin + j > p.q_begin + i) return false;
+  if (!position_visible(p.q_begin + i, p.kv_begin + j, p.window)) return false;
   return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
 }
 
@@ -102,6 +104,21 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
         }
         for (int d = 0; d < p.D; ++d) dq[row + d] += static_cast<float>(dq_row[d]);
       }
+}
+
+void ReferenceBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
+                                               bool accumulate) {
+  reference::attention_chunk_forward(out, lse, params, accumulate);
+}
+
+void ReferenceBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq,
+                                             int H, int D) {
+  reference::attention_chunk_delta(delta, dout, out, B, Cq, H, D);
+}
+
+void ReferenceBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                                const float* delta, const AttentionChunkParams& params) {
+  reference::attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
 }
 
 }  // namespace fpdt::kernels::reference

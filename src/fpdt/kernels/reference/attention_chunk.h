@@ -1,8 +1,9 @@
 // Reference attention over one (q block, kv block) pair — the spec of the chunk kernels FPDT feeds
 // block by block and merges by log-sum-exp. Scalar, float64 accumulation, readable.
 //
-// Masking: key j of the kv block is visible from query i of the q block iff kv_begin + j ≤
-// q_begin + i (causal by global position) and, with document ids, q_doc_ids[b, i] == kv_doc_ids[b, j].
+// Masking (AttentionChunkParams in ops.h): key j of the kv block is visible from query i of the q
+// block iff position_visible(q_begin + i, kv_begin + j, window) — causal by global position, within
+// the sliding window if any — and, with document ids, q_doc_ids[b, i] == kv_doc_ids[b, j].
 //   forward (accumulate = false): out (B, Cq, H, D), lse (B, H, Cq) = attention of each row over this
 //     block's visible keys; a row with none gets out = 0, lse = −inf.
 //   forward (accumulate = true): merges this block into the (out, lse) already there, exactly:
@@ -15,27 +16,7 @@
 
 #include <cstdint>
 
-namespace fpdt::kernels {
-
-// One (q block, kv block) pair. GQA: q head j reads kv head j / (H / Hkv).
-struct AttentionChunkParams {
-  const float* q = nullptr;             // (B, Cq, H, D)
-  const float* k = nullptr;             // (B, Ck, Hkv, D)
-  const float* v = nullptr;             // (B, Ck, Hkv, D)
-  const int32_t* q_doc_ids = nullptr;   // (B, Cq) or null (then kv_doc_ids is null too)
-  const int32_t* kv_doc_ids = nullptr;  // (B, Ck) or null
-  int B = 0;
-  int64_t Cq = 0;        // q tokens in the block
-  int64_t Ck = 0;        // kv tokens in the block
-  int H = 0;             // q heads
-  int Hkv = 0;           // kv heads, H % Hkv == 0
-  int D = 0;             // head dim
-  int64_t q_begin = 0;   // global position of q token 0
-  int64_t kv_begin = 0;  // global position of kv token 0
-  double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
-};
-
-}  // namespace fpdt::kernels
+#include "fpdt/kernels/ops.h"
 
 namespace fpdt::kernels::reference {
 

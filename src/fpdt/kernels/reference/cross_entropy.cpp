@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
@@ -58,5 +60,16 @@ template void cross_entropy_backward<float>(float*, const float*, const float*, 
                                             double, int64_t, int);
 template void cross_entropy_backward<double>(double*, const double*, const double*, const int32_t*,
                                              const double*, double, int64_t, int);
+
+void ReferenceBackend::cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                             const float* mask, int64_t N, int V) {
+  reference::cross_entropy_forward(losses, lse, logits, targets, mask, N, V);
+}
+
+void ReferenceBackend::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                              const int32_t* targets, const float* mask, double dloss_scale,
+                                              int64_t N, int V) {
+  reference::cross_entropy_backward(dlogits, logits, lse, targets, mask, dloss_scale, N, V);
+}
 
 }  // namespace fpdt::kernels::reference

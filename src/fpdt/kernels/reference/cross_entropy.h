@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-namespace fpdt::kernels::reference {
+#include "fpdt/kernels/ops.h"
 
-constexpr int32_t kIgnoreIndex = -100;
+namespace fpdt::kernels::reference {
 
 template <typename T>
 void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* targets, const T* mask,

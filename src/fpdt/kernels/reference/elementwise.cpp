@@ -1,6 +1,8 @@
 // Reference sum of squares and in-place scaling (see elementwise.h).
 #include "fpdt/kernels/reference/elementwise.h"
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
@@ -19,5 +21,9 @@ template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
 template void scale_inplace<float>(float*, float, int64_t);
 template void scale_inplace<double>(double*, double, int64_t);
+
+double ReferenceBackend::sum_squares(const float* x, int64_t n) { return reference::sum_squares(x, n); }
+
+void ReferenceBackend::scale_inplace(float* x, float alpha, int64_t n) { reference::scale_inplace(x, alpha, n); }
 
 }  // namespace fpdt::kernels::reference

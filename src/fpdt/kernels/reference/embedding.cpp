@@ -3,6 +3,8 @@
 //   forward: out = (or +=) table[ids[n]];   backward: dtable[ids[n]] += dout[n]
 #include "fpdt/kernels/reference/embedding.h"
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
@@ -27,5 +29,14 @@ template void embedding_forward<float>(float*, const int32_t*, const float*, int
 template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int, bool);
 template void embedding_backward<float>(float*, const float*, const int32_t*, int64_t, int);
 template void embedding_backward<double>(double*, const double*, const int32_t*, int64_t, int);
+
+void ReferenceBackend::embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int h,
+                                         bool accumulate) {
+  reference::embedding_forward(out, ids, table, N, h, accumulate);
+}
+
+void ReferenceBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
+  reference::embedding_backward(dtable, dout, ids, N, h);
+}
 
 }  // namespace fpdt::kernels::reference

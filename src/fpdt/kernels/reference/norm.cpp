@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "fpdt/kernels/reference/reference_backend.h"
+
 namespace fpdt::kernels::reference {
 
 template <typename T>
@@ -106,5 +108,26 @@ template void layernorm_backward<float>(float*, float*, float*, const float*, co
                                         const float*, const float*, int64_t, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, int64_t, int);
+
+void ReferenceBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t N, int h,
+                                       double eps) {
+  reference::rmsnorm_forward(out, rstd, x, weight, N, h, eps);
+}
+
+void ReferenceBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x,
+                                        const float* weight, const float* rstd, int64_t N, int h) {
+  reference::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, N, h);
+}
+
+void ReferenceBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                                         const float* bias, int64_t N, int h, double eps) {
+  reference::layernorm_forward(out, mean, rstd, x, weight, bias, N, h, eps);
+}
+
+void ReferenceBackend::layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                                          const float* weight, const float* mean, const float* rstd, int64_t N,
+                                          int h) {
+  reference::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, N, h);
+}
 
 }  // namespace fpdt::kernels::reference

@@ -1,0 +1,44 @@
+// The `cpu` Backend: fast fp32 kernels (OpenBLAS GEMMs, AVX2/FMA, OpenMP across rows), each with
+// exactly the semantics of its reference twin (reference/<family>.h); tests hold every one against
+// the reference on fresh random inputs. Each op is defined in its family's file (cpu/norm.cpp
+// defines rmsnorm_forward).
+//
+// Attention (flash_attention.cpp) is FlashAttention-2-style: exact (q block, kv block) kernels that
+// FPDT feeds one chunk pair at a time and merges by log-sum-exp, and the full-sequence attention as
+// one block. It never materialises a (Cq, Ck) matrix: scratch is a few 96-token tiles per thread plus
+// a capped packed copy of K/V or Q/dO (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32
+// storage and compute, LSE in fp32. Masking (one rule for every block, ops.h): key j of the kv block
+// is visible from query i iff position_visible(q_begin + i, kv_begin + j, window) and, with document
+// ids, q_doc_ids[b, i] == kv_doc_ids[b, j]. A block wholly above the causal diagonal or before the
+// window is skipped outright, and inside a block so are the 96-token tiles outside the mask; a block
+// (or row) with no visible key gives the empty softmax (out 0, lse −inf), or with accumulate leaves
+// out and lse untouched, bit for bit. The backward is deterministic: the result does not depend on
+// the thread count or timing (dq sums its kv tiles in order).
+#pragma once
+
+#include <cstdint>
+
+#include "fpdt/kernels/backend.h"
+
+namespace fpdt::kernels::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+#include "fpdt/kernels/backend_ops.inc"  // every op, as an override
+
+  // What only the cpu attention has: its head-dim range (nothing in the kernels depends on D's size
+  // or alignment; the upper bound caps the per-thread scratch, tuned and benchmarked for 32–256)...
+  static constexpr int kMinHeadDim = 1;
+  static constexpr int kMaxHeadDim = 256;
+  // ...the check at its edge: throws fpdt::Error ("[attention] …; hint: …") unless the shapes,
+  // pointers, scale and window are usable; every attention op calls it once and trusts it after...
+  static void validate(const AttentionChunkParams& params);
+  // ...and the cap on each call's packed copy, in floats (default 8 Mi = 32 MiB, but at least one
+  // (b, kv head) group: 2·Ck·D floats forward, about 2·Cq·D·H/Hkv backward). Returns the previous
+  // cap. Results do not depend on it (tests lower it to run many batches).
+  static int64_t set_pack_budget_floats(int64_t floats);
+};
+
+}  // namespace fpdt::kernels::cpu

@@ -1,0 +1,58 @@
+// The CudaBackend class: the Backend interface over DEVICE pointers on the current GPU, fp32 storage
+// and compute. It owns one stream (every launch and cuBLASLt call goes to it), a cuBLASLt handle and
+// workspace, and a scratch buffer. Each op is defined in the .cu file of its family (norm.cu defines
+// rmsnorm_forward, linear.cu the GEMMs); construction and the device-memory helpers are in
+// cuda_backend.cu. Ops return without waiting, except sum_squares (a host double: it synchronises).
+// Internal to kernels/cuda: it names CUDA types, so only .cu files include it (the rest of the code
+// sees cuda_backend.h).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fpdt/kernels/backend.h"
+
+namespace fpdt::kernels::cuda {
+
+constexpr int kMaxHeadDim = 256;    // attention.cu: one kernel instantiation per ⌈D/32⌉ up to this
+constexpr int kMaxRotaryDim = 512;  // elementwise.cu: the inverse-frequency table goes by value to the kernel
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // linear.cu: the cuBLASLt workspace
+
+// Grid-stride launches: kThreads per block, at most 65535·16 blocks.
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+#include "fpdt/kernels/backend_ops.inc"  // every op, as an override
+
+ private:
+  // attention.cu: raises the dynamic shared-memory limit of every attention kernel (once, at creation).
+  static void configure_attention();
+  // Device scratch of at least `floats` floats; grows (synchronously, outside the steady state) only
+  // when a larger request first arrives.
+  float* scratch(size_t floats);
+
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;  // kLtWorkspaceBytes
+  double* sum_device_ = nullptr;
+  double* sum_host_ = nullptr;  // pinned
+  float* scratch_ = nullptr;
+  size_t scratch_floats_ = 0;
+};
+
+}  // namespace fpdt::kernels::cuda

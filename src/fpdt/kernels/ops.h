@@ -1,0 +1,88 @@
+// The parameters and constants of the kernel ops, shared by the Backend interface (backend.h), every
+// backend and the reference kernels (the spec). No code that computes on tensors: the model, the
+// pipeline and a CUDA translation unit can all include it alone.
+#pragma once
+
+#include <cstdint>
+
+namespace fpdt::kernels {
+
+// Target id of a position that adds nothing to the loss (PyTorch's ignore_index).
+inline constexpr int32_t kIgnoreIndex = -100;
+
+// One AdamW step (reference/adamw.h): torch.optim.AdamW's hyper-parameters; step counts from 1.
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;
+};
+
+// Rotary position embedding (reference/rope.h): pair i of a token at position p turns by the angle
+// p · inv_freq[i], and both cos and sin are multiplied by attention_scaling. The table is a parameter,
+// not a tensor: it lives in host memory on every backend. model/rope.h makes it from a config.
+struct RopeParams {
+  const double* inv_freq = nullptr;  // (rotary_dim / 2)
+  double attention_scaling = 1.0;    // YaRN's mscale; 1 for every other RoPE type
+  int rotary_dim = 0;                // leading dims of each head that rotate: even, ≤ D
+};
+
+// One (q block, kv block) pair of attention (reference/attention_chunk.h). GQA: q head j reads kv
+// head j / (H / Hkv). Key j is visible from query i iff position_visible(q_begin + i, kv_begin + j,
+// window) and, with document ids, q_doc_ids[b, i] == kv_doc_ids[b, j].
+struct AttentionChunkParams {
+  const float* q = nullptr;             // (B, Cq, H, D)
+  const float* k = nullptr;             // (B, Ck, Hkv, D)
+  const float* v = nullptr;             // (B, Ck, Hkv, D)
+  const int32_t* q_doc_ids = nullptr;   // (B, Cq) or null (then kv_doc_ids is null too)
+  const int32_t* kv_doc_ids = nullptr;  // (B, Ck) or null
+  int B = 0;
+  int64_t Cq = 0;        // q tokens in the block
+  int64_t Ck = 0;        // kv tokens in the block
+  int H = 0;             // q heads
+  int Hkv = 0;           // kv heads, H % Hkv == 0
+  int D = 0;             // head dim
+  int64_t q_begin = 0;   // global position of q token 0
+  int64_t kv_begin = 0;  // global position of kv token 0
+  double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
+  int64_t window = 0;    // sliding window in tokens; 0: none
+};
+
+// The attention mask by position, one rule for every backend and op: the key at global position k is
+// visible from the query at q iff k ≤ q and, with a window W > 0, q − k < W — a query sees itself
+// and the W − 1 keys before it (Hugging Face's sliding_window for Mistral and Qwen2).
+constexpr bool position_visible(int64_t q, int64_t k, int64_t window) {
+  return k <= q && (window == 0 || q - k < window);
+}
+
+// Whether some key of positions [kv_begin, kv_begin + Ck) is visible by position from some query of
+// [q_begin, q_begin + Cq). A block for which this is false computes nothing (and need not be fetched).
+constexpr bool block_has_visible_pair(int64_t q_begin, int64_t Cq, int64_t kv_begin, int64_t Ck, int64_t window) {
+  if (Cq <= 0 || Ck <= 0) return false;
+  return kv_begin <= q_begin + Cq - 1 && (window == 0 || q_begin - (kv_begin + Ck - 1) < window);
+}
+
+// Full-sequence attention as one block: queries and keys both at positions 0..S−1 with the same
+// document ids — how the cpu and cuda backends run attention_forward / attention_backward.
+inline AttentionChunkParams whole_sequence_block(const float* q, const float* k, const float* v, const int32_t* doc_ids,
+                                                 int B, int64_t S, int Hq, int Hkv, int D, double scale,
+                                                 int64_t window) {
+  AttentionChunkParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.q_doc_ids = doc_ids;
+  p.kv_doc_ids = doc_ids;
+  p.B = B;
+  p.Cq = p.Ck = S;
+  p.H = Hq;
+  p.Hkv = Hkv;
+  p.D = D;
+  p.scale = scale;
+  p.window = window;
+  return p;
+}
+
+}  // namespace fpdt::kernels

@@ -1,0 +1,86 @@
+// The shared run options (see run_options.h).
+#include "fpdt/plan/run_options.h"
+
+#include "fpdt/plan/config.h"
+
+namespace fpdt::plan::options {
+
+namespace {
+std::vector<std::string> with(std::vector<std::string> words, const std::string& more) {
+  words.push_back(more);
+  return words;
+}
+}  // namespace
+
+Option& model(OptionSet& set, std::string& field) {
+  return set.add("model", "NAME|config.json", "model preset or Hugging Face config.json", field);
+}
+
+Option& seq(OptionSet& set, int64_t& field) {
+  return set.add("seq", "S", "global tokens per sequence, e.g. 4096, 128K, 2M", field).unit(Unit::tokens).at_least(1);
+}
+
+Option& sp(OptionSet& set, int& field) {
+  return set.add("sp", "P", "sequence-parallel ranks per sequence (Ulysses)", field).at_least(1);
+}
+
+Option& dp(OptionSet& set, int& field) {
+  return set.add("dp", "N", "data-parallel replicas (world = sp x dp ranks)", field).at_least(1);
+}
+
+Option& batch(OptionSet& set, int64_t& field) {
+  return set.add("batch", "B", "sequences per micro-batch and replica", field).at_least(1);
+}
+
+Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word) {
+  return set
+      .add("chunk-tokens", "C",
+           "global tokens per chunk, a multiple of --sp (" + (zero_word.empty() ? "0" : zero_word) + ": " + zero + ")",
+           field)
+      .unit(Unit::tokens)
+      .at_least(0)
+      .zero_means(zero_word);
+}
+
+Option& mode(OptionSet& set, std::string& field) {
+  return set
+      .add("mode", "fpdt|ulysses|fpdt-reference", "fpdt: our chunked pipeline; ulysses: one chunk, nothing offloaded; "
+           "fpdt-reference: the paper's implementation (plan only)", field)
+      .choices(mode_words());
+}
+
+Option& recompute(OptionSet& set, std::string& field) {
+  return set.add("recompute", "none|layer", "layer: keep only layer inputs and re-run each layer in backward", field)
+      .choices(recompute_words());
+}
+
+Option& offload(OptionSet& set, std::string& field) {
+  return set
+      .add("offload", "none|ram|disk[:DIR]",
+           "where chunks rest between uses (disk: a file in DIR, by default the run directory)", field)
+      .choices(with(offload_words(), "disk:DIR"));
+}
+
+Option& compute_mem(OptionSet& set, int64_t& field) {
+  return set.add("compute-mem", "BYTES", "compute-tier budget per rank, e.g. 2GiB", field)
+      .unit(Unit::bytes)
+      .at_least(0)
+      .zero_means("unlimited");
+}
+
+Option& compute_mem(OptionSet& set, std::optional<int64_t>& field) {
+  return set.add("compute-mem", "BYTES", "compute memory per rank, e.g. 80GiB", field)
+      .unit(Unit::bytes)
+      .above(0)
+      .unset_means("preset");
+}
+
+Option& threads(OptionSet& set, int& field) {
+  return set.add("threads", "N", "threads for OpenMP and OpenBLAS", field).at_least(0).at_most(4096).zero_means("all cores");
+}
+
+Option& zero(OptionSet& set, int& field) {
+  return set.add("zero", "0..3", "ZeRO stage over dp x sp ranks", field).at_least(0).at_most(3);
+}
+
+}  // namespace fpdt::plan::options

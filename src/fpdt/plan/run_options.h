@@ -1,0 +1,31 @@
+// The options that every command describing a run shares — `fpdt train` and `fpdt plan` (and the
+// commands to come): one spelling, one unit, one meaning check and one help line each. A command binds
+// them to its own settings fields, whose initial values are its defaults, and says what 0 means there.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fpdt/base/options.h"
+
+namespace fpdt::plan::options {
+
+Option& model(OptionSet& set, std::string& field);     // --model NAME|config.json
+Option& seq(OptionSet& set, int64_t& field);           // --seq S (tokens: 131072, 128K, 2M)
+Option& sp(OptionSet& set, int& field);                // --sp P
+Option& dp(OptionSet& set, int& field);                // --dp N
+Option& batch(OptionSet& set, int64_t& field);         // --batch B
+// --chunk-tokens C; `zero` says what 0 does in this command ("auto" is also accepted for 0 when
+// zero_word is "auto").
+Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word = "");
+Option& mode(OptionSet& set, std::string& field);      // --mode fpdt|ulysses|fpdt-reference
+Option& recompute(OptionSet& set, std::string& field); // --recompute none|layer
+Option& offload(OptionSet& set, std::string& field);   // --offload none|ram|disk|disk:DIR
+// --compute-mem BYTES: a budget (0: unlimited) or, for a plan, an override of the hardware preset.
+Option& compute_mem(OptionSet& set, int64_t& field);
+Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);
+Option& threads(OptionSet& set, int& field);           // --threads N (0: all cores)
+Option& zero(OptionSet& set, int& field);              // --zero 0..3
+
+}  // namespace fpdt::plan::options

@@ -1,0 +1,180 @@
+// Training settings and their options (see settings.h).
+#include "fpdt/train/settings.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+
+#include "fpdt/base/error.h"
+#include "fpdt/plan/run_options.h"
+
+namespace fpdt::train {
+
+namespace {
+
+constexpr const char* kModule = "train";
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// Chunk options against the sequence: every chunk must hold real tokens, and a chunk is cut evenly
+// over the sp ranks (the chunk plan's rule: with u chunks, c = ⌈S / (P·u)⌉ tokens per rank and chunk).
+void check_chunks(const TrainSettings& s) {
+  if (s.mode == "ulysses") return;  // one chunk of the whole sequence
+  const int64_t S = s.seq_tokens, P = s.sp;
+  if (s.chunk_tokens > 0) {
+    const int64_t C = s.chunk_tokens, covering = ceil_div(S, P) * P;
+    if (C % P != 0)
+      throw Error(kModule, "--chunk-tokens " + str(C) + " does not split over --sp " + str(P) + " ranks",
+                  "use a multiple of " + str(P));
+    if (C > covering)
+      throw Error(kModule, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(S) + " tokens",
+                  "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
+    if (ceil_div(S, C) > INT_MAX)
+      throw Error(kModule, "--chunk-tokens " + str(C) + " cuts --seq " + str(S) + " into more than " + str(INT_MAX) +
+                               " chunks",
+                  "use longer chunks");
+    return;
+  }
+  const int64_t c = ceil_div(S, P * s.chunks);  // local tokens per chunk
+  const int64_t holding = ceil_div(S, P * c);   // chunks that hold real tokens
+  if (holding < s.chunks)
+    throw Error(kModule,
+                "--chunks " + str(s.chunks) + " leaves chunks without tokens: " + str(S) + " tokens over " + str(P) +
+                    " rank(s) fill " + str(holding) + " chunks of " + str(c * P) + " tokens",
+                "use --chunks " + str(holding) + " or fewer");
+}
+
+// The token buffers of a step live in host memory: dp·B rows of S inputs and S targets per
+// micro-batch, grad_accum micro-batches and one validation batch.
+void check_batch_memory(const TrainSettings& s) {
+  const long double bytes = static_cast<long double>(s.grad_accum + 1) * s.dp * s.batch_size * s.seq_tokens *
+                            (2 * sizeof(int32_t));
+  const long double ram = static_cast<long double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  if (ram > 0 && bytes > ram)
+    throw Error(kModule,
+                "the token buffers of one step (--batch " + str(s.batch_size) + " x --seq " + str(s.seq_tokens) +
+                    " x --dp " + str(s.dp) + ", --grad-accum " + str(s.grad_accum) + " micro-batches + 1 for validation) need " +
+                    format_bytes(static_cast<double>(bytes)) + ", more than this machine's " +
+                    format_bytes(static_cast<double>(ram)) + " of memory",
+                "lower --batch (gradients accumulate over --grad-accum micro-batches, which run one after another)");
+}
+
+// The options of a copy of the settings (a declaration binds to fields it may write).
+struct BoundOptions {
+  TrainSettings copy;
+  OptionSet set{"train", ""};
+  explicit BoundOptions(const TrainSettings& settings) : copy(settings) { declare_train_options(set, copy); }
+};
+
+}  // namespace
+
+FaultInjection parse_fault_injection(const std::string& text) {
+  FaultInjection fault;
+  if (text.empty()) return fault;
+  long long step = 0, count = 1;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "lr-inf@%lld%c", &step, &tail) == 1 && step > 0) {
+    fault.lr_inf_from_step = step;
+  } else if ((std::sscanf(text.c_str(), "nan-grad@%lldx%lld%c", &step, &count, &tail) == 2 ||
+              (std::sscanf(text.c_str(), "nan-grad@%lld%c", &step, &tail) == 1 && (count = 1))) &&
+             step > 0 && count > 0) {
+    fault.nan_grad_from_step = step;
+    fault.nan_grad_steps = count;
+  } else {
+    throw Error(kModule, "FPDT_TEST_FAULT='" + text + "' is not a fault this build injects",
+                "lr-inf@STEP, nan-grad@STEP or nan-grad@STEPxCOUNT (a test hook; unset it for real runs)");
+  }
+  return fault;
+}
+
+void declare_train_options(OptionSet& set, TrainSettings& s) {
+  namespace run = plan::options;
+  run::model(set, s.model);
+  set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
+  set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
+  set.add("backend", "cpu|reference", "kernel backend", s.backend).choices({"cpu", "reference", "cuda"});
+  set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
+  run::batch(set, s.batch_size);
+  run::seq(set, s.seq_tokens);
+  set.add("grad-accum", "N", "micro-batches per step", s.grad_accum).at_least(1);
+  set.add("lr", "LR", "peak learning rate", s.optimizer.lr).above(0);
+  set.add("min-lr", "LR", "learning rate at the end of the cosine decay (at most --lr)", s.optimizer.min_lr).at_least(0);
+  set.add("warmup", "N", "linear warmup steps", s.optimizer.warmup_steps).at_least(0);
+  set.add("decay-steps", "N", "cosine decay ends at this step", s.optimizer.decay_steps).at_least(0).zero_means("--steps");
+  set.add("weight-decay", "W", "AdamW decoupled weight decay (matrices and embeddings only)", s.optimizer.weight_decay)
+      .at_least(0);
+  set.add("beta1", "B1", "AdamW beta1", s.optimizer.beta1).at_least(0).below(1);
+  set.add("beta2", "B2", "AdamW beta2", s.optimizer.beta2).at_least(0).below(1);
+  set.add("grad-clip", "NORM", "max global gradient norm", s.optimizer.grad_clip).at_least(0).zero_means("off");
+  set.add("max-nonfinite-steps", "N",
+          "stop when N steps in a row have a non-finite loss or gradient norm (each is skipped, not applied)",
+          s.max_nonfinite_steps)
+      .at_least(1);
+  set.add("eval-every", "N", "validate every N steps", s.eval_every).at_least(0).zero_means("at the end");
+  set.add("eval-batches", "N", "validation batches per evaluation (0: no validation)", s.eval_batches).at_least(0);
+  set.add("save-every", "N", "checkpoint every N steps", s.save_every).at_least(0).zero_means("at the end");
+  set.add("sample-tokens", "N", "generate N tokens at the end", s.sample_tokens).at_least(0);
+  set.add("prompt", "TEXT", "prompt for the sample at the end", s.sample_prompt);
+  set.add("resume", "", "continue the run in --out from its latest checkpoint", s.resume);
+  set.add("overwrite", "", "start afresh in an --out that holds a run: its checkpoints and metrics are deleted",
+          s.overwrite);
+  set.add("seed", "N", "seed of initialisation and data order", s.seed);
+  run::threads(set, s.threads);
+  set.add("peak-gflops", "G", "peak GFLOP/s for MFU", s.peak_gflops).at_least(0).zero_means("measure");
+  run::compute_mem(set, s.compute_mem_bytes);
+  run::sp(set, s.sp);
+  run::dp(set, s.dp);
+  set.add("comm-timeout", "SECONDS", "end the job when a rank shows no sign of life (no heartbeat) for this long",
+          s.comm_timeout_seconds)
+      .above(0);
+  run::mode(set, s.mode);
+  run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
+  set.add("chunks", "U", "chunks per sequence, when --chunk-tokens is 0", s.chunks).at_least(1);
+  run::offload(set, s.offload);
+  run::recompute(set, s.recompute);
+  set.add("offload-mem", "BYTES", "offload-tier budget per rank", s.offload_mem_bytes)
+      .unit(Unit::bytes)
+      .at_least(0)
+      .zero_means("unlimited");
+  set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
+          s.dry_run);
+  set.add("trace", "FILE", "write a Chrome trace (compute, copy, communication spans) to FILE", s.trace_path);
+  set.add("stop-after", "N", "exit after N steps of this process, as a preempted job would", s.stop_after_steps)
+      .at_least(0)
+      .zero_means("off");
+}
+
+void check_settings(const TrainSettings& s) {
+  const BoundOptions bound(s);
+  bound.set.check();
+  if (s.backend == "cuda")
+    throw Error(kModule, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
+                         "memory yet (issue 8)",
+                "train with --backend cpu");
+  if (s.mode == "fpdt-reference")
+    throw Error(kModule, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt train "
+                         "does not run",
+                "use --mode fpdt (ours) or --mode ulysses");
+  if (s.optimizer.min_lr > s.optimizer.lr)
+    throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
+                "the cosine schedule decays from --lr down to --min-lr");
+  if (s.resume && s.overwrite)
+    throw Error(kModule, "--resume and --overwrite contradict each other",
+                "--resume continues the run in --out; --overwrite deletes it and starts afresh");
+  check_chunks(s);
+  if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
+}
+
+nlohmann::ordered_json settings_json(const TrainSettings& settings) { return BoundOptions(settings).set.values(); }
+
+std::vector<std::pair<std::string, std::string>> settings_rows(const TrainSettings& settings) {
+  const BoundOptions bound(settings);
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const Option& option : bound.set.options()) rows.emplace_back(option.name(), option.text());
+  return rows;
+}
+
+}  // namespace fpdt::train

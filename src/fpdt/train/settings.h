@@ -1,0 +1,82 @@
+// What a training run is asked to do: TrainSettings, and its options declared once
+// (declare_train_options binds each `fpdt train` option straight to its field, with its meaning
+// check and help). The same declaration parses the command line, checks settings made in code, and
+// gives the run's settings as JSON (trainer_state.json) and as the rows of the start-up table.
+// Adding an option is one line in declare_train_options plus its field here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fpdt/base/options.h"
+#include "fpdt/comm/communicator.h"
+#include "fpdt/train/optimizer.h"
+
+namespace fpdt::train {
+
+// Test hook, never an option: makes steps non-finite on purpose so tests can watch the guard work.
+// The `fpdt` program reads it from the environment: FPDT_TEST_FAULT="lr-inf@K" (every update from
+// step K on uses lr = inf) or "nan-grad@K" / "nan-grad@KxN" (a NaN in rank 0's gradient, before the
+// all-reduce, in steps K .. K+N−1; N = 1 without "xN").
+struct FaultInjection {
+  int64_t lr_inf_from_step = 0;    // 0: never
+  int64_t nan_grad_from_step = 0;  // 0: never
+  int64_t nan_grad_steps = 0;
+};
+// Parses FPDT_TEST_FAULT's value ("" → no fault); throws fpdt::Error for anything else.
+FaultInjection parse_fault_injection(const std::string& text);
+
+struct TrainSettings {
+  std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json
+  std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
+  std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
+  std::string backend = "cpu";
+  int64_t steps = 300;
+  int64_t batch_size = 8;             // sequences per micro-batch and replica
+  int64_t seq_tokens = 256;           // S
+  int64_t grad_accum = 1;             // micro-batches per optimizer step
+  int64_t max_nonfinite_steps = 3;    // stop when this many steps in a row had a non-finite loss or
+                                      // gradient norm (each is skipped, not applied)
+  int64_t eval_every = 50;            // 0: only at the end
+  int64_t eval_batches = 8;           // 0: no validation
+  int64_t save_every = 100;           // 0: only at the end
+  int64_t sample_tokens = 0;          // generate this many tokens at the end (0: none)
+  std::string sample_prompt = "\n";
+  bool resume = false;                // continue from <out_dir>/latest when it exists
+  bool overwrite = false;             // a fresh run into a folder holding a run: remove that run first
+  uint64_t seed = 1234;
+  int threads = 0;                    // 0: all cores
+  double peak_gflops = 0.0;           // 0: measure with the FMA micro-benchmark
+  int64_t compute_mem_bytes = 0;      // 0: unlimited
+  // Parallelism and the FPDT pipeline. world = dp × sp ranks; sp ranks share each sequence.
+  int sp = 1;
+  int dp = 1;
+  double comm_timeout_seconds = comm::kDefaultDeadlineSeconds;  // a rank silent this long ends the job
+  std::string mode = "fpdt";          // "fpdt" or "ulysses" (one chunk, nothing offloaded)
+  int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
+  int chunks = 1;                     // u
+  std::string offload = "none";       // none | ram | disk (in out_dir) | disk:DIR
+  std::string recompute = "none";     // none | layer
+  int64_t offload_mem_bytes = 0;      // 0: unlimited
+  bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
+  std::string trace_path;             // write a Chrome trace of the run here ("": none)
+  int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
+                                      // due then, without the end-of-run work), as a preempted job
+                                      // would; 0: off
+  OptimizerConfig optimizer;          // decay_steps 0: decay until `steps`
+  FaultInjection fault;               // test hook (see FaultInjection)
+};
+
+// Declares every `fpdt train` option, bound to the fields of `settings`.
+void declare_train_options(OptionSet& set, TrainSettings& settings);
+
+// Checks every field against its option's meaning and the options against each other (a chunk count
+// that leaves chunks empty, token buffers larger than this machine's memory, --resume with
+// --overwrite, ...). Throws one fpdt::Error naming the option.
+void check_settings(const TrainSettings& settings);
+
+// The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
+nlohmann::ordered_json settings_json(const TrainSettings& settings);
+std::vector<std::pair<std::string, std::string>> settings_rows(const TrainSettings& settings);
+
+}  // namespace fpdt::train

@@ -1,0 +1,231 @@
+// FASTA parsing and the streaming `tokenize_files` (inputs → train/val shards + the tokenizer's files).
+// Inputs are read in blocks; a document (a text file, a FASTA record) is encoded whole, as the library
+// would encode it, and its tokens stream out, so memory is the largest document plus the blocks.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <utility>
+
+#include "fpdt/base/error.h"
+#include "fpdt/train/shard.h"
+#include "fpdt/train/text/unicode.h"
+#include "fpdt/train/tokenizer.h"
+
+namespace fpdt::train {
+
+namespace {
+
+constexpr const char* kTokenizeModule = "tokenize";
+constexpr size_t kReadBlockBytes = size_t{1} << 20;
+
+// FASTA state machine: feed() any split of the text, the records are the same. A record's text goes
+// to `on_record` when the next header starts or at finish().
+class FastaParser {
+ public:
+  explicit FastaParser(std::function<void(const std::string&)> on_record) : on_record_(std::move(on_record)) {}
+  void feed(std::string_view text) {
+    for (const char c : text) {
+      if (skipping_line_) {
+        if (c == '\n') skipping_line_ = false, at_line_start_ = true;
+        continue;
+      }
+      if (c == '\n') {
+        at_line_start_ = true;
+        continue;
+      }
+      if (at_line_start_ && (c == '>' || c == ';')) {
+        if (c == '>') finish();  // a header starts a record; ';' is a comment line
+        skipping_line_ = true;
+        at_line_start_ = false;
+        continue;
+      }
+      at_line_start_ = false;
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f') continue;
+      record_.push_back((c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c);
+    }
+  }
+  void finish() {
+    if (!record_.empty()) on_record_(record_);
+    record_.clear();
+  }
+
+ private:
+  std::function<void(const std::string&)> on_record_;
+  std::string record_;
+  bool at_line_start_ = true;
+  bool skipping_line_ = false;
+};
+
+std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
+
+// Reads every input in order and hands each non-empty document to `on_document` with its file.
+void for_each_document(const std::vector<std::string>& input_paths,
+                       const std::function<void(const std::string& document, const std::string& path)>& on_document) {
+  std::vector<char> block(kReadBlockBytes);
+  std::string text;
+  for (const std::string& path : input_paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int error_number = errno;
+      throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
+                  error_number == ENOENT ? "check the path" : "check the file's permissions");
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
+      ::close(fd);
+      throw Error(kTokenizeModule, "input " + in_quotes(path) + " is a directory, not a file",
+                  "pass the files inside it");
+    }
+    bool first_block = true;
+    bool fasta = has_fasta_extension(path);
+    FastaParser parser([&](const std::string& record) { on_document(record, path); });
+    text.clear();
+    while (true) {
+      const ssize_t got = ::read(fd, block.data(), block.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        const int error_number = errno;
+        ::close(fd);
+        throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
+                    "check the file and the device it is on");
+      }
+      if (got == 0) break;
+      const std::string_view data(block.data(), static_cast<size_t>(got));
+      if (first_block) {
+        first_block = false;
+        if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b) {
+          ::close(fd);
+          throw Error(kTokenizeModule, "input " + in_quotes(path) + " is gzip-compressed; only plain text and FASTA are read",
+                      "decompress it first (gunzip -k " + path + ")");
+        }
+        if (data[0] == '>') fasta = true;
+      }
+      if (fasta) parser.feed(data);
+      else text.append(data);
+    }
+    ::close(fd);
+    if (fasta) parser.finish();
+    else if (!text.empty()) on_document(text, path);
+  }
+}
+
+// Encodes every document of the inputs and hands the tokens to `sink`, with the end-of-document token
+// between documents. Returns the number of documents.
+uint64_t stream_tokens(const std::vector<std::string>& input_paths, const Tokenizer& tokenizer, const TokenSink& sink) {
+  uint64_t documents = 0;
+  const int32_t separator = tokenizer.end_of_document_id();
+  for_each_document(input_paths, [&](const std::string& document, const std::string& path) {
+    if (!tokenizer.accepts_any_bytes()) {
+      const size_t bad = text::first_invalid_utf8(document);
+      if (bad != document.size())
+        throw Error(kTokenizeModule,
+                    "input " + in_quotes(path) + " is not UTF-8 text (an invalid byte in document " +
+                        std::to_string(documents + 1) + " at byte " + std::to_string(bad) + "), which this tokenizer cannot encode",
+                    "convert it to UTF-8 (iconv -f LATIN1 -t UTF-8), or tokenize it with the byte tokenizer");
+    }
+    if (documents > 0) sink(std::span<const int32_t>(&separator, 1));
+    tokenizer.encode(document, sink);
+    ++documents;
+  });
+  return documents;
+}
+
+// Throws unless `directory` exists, is a directory and can be written.
+void check_output_directory(const std::string& directory) {
+  const std::string create_hint = "create it (mkdir -p " + directory + ") or check its permissions";
+  struct stat info {};
+  if (::stat(directory.c_str(), &info) != 0) {
+    const int error_number = errno;
+    throw Error(kTokenizeModule,
+                "cannot write to output directory " + in_quotes(directory) + ": " + std::strerror(error_number),
+                create_hint);
+  }
+  if (!S_ISDIR(info.st_mode))
+    throw Error(kTokenizeModule, "output directory " + in_quotes(directory) + " is not a directory",
+                "pass a directory for the shards, e.g. a new one made with mkdir -p");
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+    const int error_number = errno;
+    throw Error(kTokenizeModule,
+                "cannot write to output directory " + in_quotes(directory) + ": " + std::strerror(error_number),
+                create_hint);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> fasta_records(std::string_view text) {
+  std::vector<std::string> records;
+  FastaParser parser([&](const std::string& record) { records.push_back(record); });
+  parser.feed(text);
+  parser.finish();
+  return records;
+}
+
+std::vector<int32_t> tokenize_fasta(std::string_view text) {
+  std::vector<int32_t> tokens;
+  for (const std::string& record : fasta_records(text)) {
+    if (!tokens.empty()) tokens.push_back(kEndOfDocumentId);
+    for (const char c : record) tokens.push_back(static_cast<unsigned char>(c));
+  }
+  return tokens;
+}
+
+bool has_fasta_extension(std::string_view path) {
+  std::string extension = std::filesystem::path(path).extension().string();
+  for (char& c : extension)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return extension == ".fa" || extension == ".fasta" || extension == ".fna";
+}
+
+TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
+                               double val_fraction, const Tokenizer& tokenizer) {
+  FPDT_CHECK(!input_paths.empty(), kTokenizeModule, "no input files to tokenize", "pass one or more text or FASTA files");
+  FPDT_CHECK(std::isfinite(val_fraction) && val_fraction >= 0.0 && val_fraction < 1.0, kTokenizeModule,
+             "validation fraction " + std::to_string(val_fraction) + " is outside [0, 1)",
+             "e.g. 0.01 keeps the last 1% of tokens for validation");
+  check_output_directory(output_dir);
+
+  // Pass 1: count, so the split point is known before anything is written.
+  uint64_t total_tokens = 0;
+  stream_tokens(input_paths, tokenizer, [&](std::span<const int32_t> tokens) { total_tokens += tokens.size(); });
+  FPDT_CHECK(total_tokens > 0, kTokenizeModule, "the inputs hold no tokens (empty files or FASTA without sequence)",
+             "pass files with text or sequence in them");
+
+  TokenizeSummary summary;
+  summary.vocab_size = tokenizer.vocab_size();
+  summary.val_tokens = static_cast<uint64_t>(std::floor(static_cast<double>(total_tokens) * val_fraction));
+  if (summary.val_tokens >= total_tokens) summary.val_tokens = total_tokens - 1;  // rounding guard
+  summary.train_tokens = total_tokens - summary.val_tokens;
+  summary.train_path = (std::filesystem::path(output_dir) / "train.bin").string();
+  summary.val_path = (std::filesystem::path(output_dir) / "val.bin").string();
+
+  // Pass 2: the first train_tokens go to train.bin, the rest to val.bin.
+  const ShardTokenizer identity{tokenizer.fingerprint(), static_cast<uint32_t>(tokenizer.end_of_document_id())};
+  ShardWriter train(summary.train_path, static_cast<uint32_t>(summary.vocab_size), identity);
+  ShardWriter val(summary.val_path, static_cast<uint32_t>(summary.vocab_size), identity);
+  uint64_t seen_tokens = 0;
+  summary.documents = stream_tokens(input_paths, tokenizer, [&](std::span<const int32_t> tokens) {
+    const uint64_t to_train = seen_tokens < summary.train_tokens
+                                  ? std::min<uint64_t>(tokens.size(), summary.train_tokens - seen_tokens)
+                                  : 0;
+    train.append(tokens.first(to_train));
+    val.append(tokens.subspan(to_train));
+    seen_tokens += tokens.size();
+  });
+  FPDT_CHECK(seen_tokens == total_tokens, kTokenizeModule,
+             "the inputs changed while they were tokenized (" + std::to_string(total_tokens) + " tokens, then " +
+                 std::to_string(seen_tokens) + ")",
+             "do not modify the input files during `fpdt tokenize`");
+  train.finish();
+  val.finish();
+  tokenizer.save(output_dir);
+  return summary;
+}
+
+}  // namespace fpdt::train

@@ -1,0 +1,822 @@
+// The Backend conformance table (as ggml's test-backend-ops): every op of the Backend interface, on
+// the backend under test, against the reference kernels run in float64 (the spec), on fresh random
+// inputs at several shapes including odd ones (1 element, sizes off every vector width and tile,
+// the parallel paths). Each row is one op family; its tolerances stand next to its comparisons, with
+// their reasons. The error measure is the norm-wise relative error of testing.h; an accumulating (+=)
+// output is compared by its increment, so a wrong term cannot hide behind the initial content.
+// backend_ops_test.cpp runs the rows on the host backends (reference, cpu) and checks that the table
+// names every op of backend_ops.inc; backend_ops_cuda_test.cpp runs them on cuda (label `cuda`).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/kernels/cuda/cuda_backend.h"
+#include "fpdt/kernels/reference/activation.h"
+#include "fpdt/kernels/reference/adamw.h"
+#include "fpdt/kernels/reference/attention.h"
+#include "fpdt/kernels/reference/attention_chunk.h"
+#include "fpdt/kernels/reference/cross_entropy.h"
+#include "fpdt/kernels/reference/elementwise.h"
+#include "fpdt/kernels/reference/embedding.h"
+#include "fpdt/kernels/reference/linear.h"
+#include "fpdt/kernels/reference/norm.h"
+#include "fpdt/kernels/reference/rope.h"
+#include "testing.h"
+
+namespace fpdt::kernels::conformance {
+
+using testing::fresh_seed;
+using testing::random_normal;
+using testing::random_uniform;
+using testing::relative_error;
+using testing::to_double;
+
+// ---------------------------------------------------------------------------------------------
+// Where the backend under test keeps its tensors: host memory (reference, cpu) or device memory
+// (cuda), reached by copies.
+struct Memory {
+  void* (*alloc)(size_t bytes);
+  void (*release)(void* ptr);
+  void (*to_backend)(void* dst, const void* host_src, size_t bytes);
+  void (*to_host)(void* host_dst, const void* src, size_t bytes);
+};
+
+inline Memory memory_of(const std::string& backend) {
+  if (backend == "cuda") return {cuda_device_alloc, cuda_device_free, cuda_copy_to_device, cuda_copy_to_host};
+  auto copy = [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); };
+  return {[](size_t bytes) { return std::malloc(bytes); }, [](void* ptr) { std::free(ptr); }, copy, copy};
+}
+
+// A copy of a host array in the backend's memory; host() copies it back.
+template <typename T>
+class Placed {
+ public:
+  Placed(const Memory& memory, const std::vector<T>& values) : memory_(memory), n_(values.size()) {
+    ptr_ = static_cast<T*>(memory_.alloc(n_ > 0 ? n_ * sizeof(T) : 1));
+    if (n_ > 0) memory_.to_backend(ptr_, values.data(), n_ * sizeof(T));
+  }
+  ~Placed() { memory_.release(ptr_); }
+  Placed(const Placed&) = delete;
+  Placed& operator=(const Placed&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> host() const {
+    std::vector<T> values(n_);
+    if (n_ > 0) memory_.to_host(values.data(), ptr_, n_ * sizeof(T));
+    return values;
+  }
+
+ private:
+  Memory memory_;
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+// What a row's check gets: the backend under test, its memory and the test's random numbers.
+struct OpCheck {
+  Backend& backend;
+  Memory memory;
+  Rng& rng;
+  template <typename T>
+  std::unique_ptr<Placed<T>> place(const std::vector<T>& values) const {
+    return std::make_unique<Placed<T>>(memory, values);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons (printed, so a log shows each error next to its bound).
+
+inline void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
+                         double tolerance) {
+  const double error = relative_error(got, want);
+  std::printf("[ error    ] %s: %.3e (tolerance %.0e)\n", what.c_str(), error, tolerance);
+  EXPECT_LE(error, tolerance) << what;  // NaN fails too
+}
+
+// An accumulating output: the increment got − initial against want − initial, in float64.
+inline void expect_close_increment(const std::string& what, const std::vector<float>& got,
+                                   const std::vector<float>& initial, const std::vector<double>& want,
+                                   double tolerance) {
+  std::vector<double> got_increment(got.size()), want_increment(want.size());
+  for (size_t i = 0; i < got.size() && i < initial.size(); ++i) got_increment[i] = double{got[i]} - initial[i];
+  for (size_t i = 0; i < want.size() && i < initial.size(); ++i) want_increment[i] = want[i] - initial[i];
+  const double error = relative_error(got_increment, want_increment);
+  std::printf("[ error    ] %s (increment): %.3e (tolerance %.0e)\n", what.c_str(), error, tolerance);
+  EXPECT_LE(error, tolerance) << what;
+}
+
+// An optional accumulating output (a null pointer skips it): its increment when the op was given it,
+// else untouched, bit for bit.
+inline void expect_increment_or_untouched(bool given, const std::string& what, const std::vector<float>& got,
+                                          const std::vector<float>& initial, const std::vector<double>& want,
+                                          double tolerance) {
+  if (given) {
+    expect_close_increment(what, got, initial, want, tolerance);
+  } else {
+    EXPECT_EQ(got, initial) << what << ": null output, nothing may be written";
+  }
+}
+
+// LSE rows may be −inf (no visible key): −inf on both sides in the same rows, the rest close.
+inline void expect_close_lse(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
+                             double tolerance) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::vector<float> got_finite;
+  std::vector<double> want_finite;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::isinf(got[i]) && got[i] < 0, std::isinf(want[i]) && want[i] < 0) << what << " row " << i;
+    if (!std::isinf(want[i])) {
+      got_finite.push_back(got[i]);
+      want_finite.push_back(want[i]);
+    }
+  }
+  expect_close(what, got_finite, want_finite, tolerance);
+}
+
+inline std::string shape_text(std::initializer_list<std::pair<const char*, int64_t>> dims) {
+  std::string text;
+  for (const auto& [name, value] : dims)
+    text += std::string(text.empty() ? "" : " ") + name + "=" + std::to_string(value);
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rows.
+
+// embedding_forward, embedding_backward
+inline void check_embedding(OpCheck& t) {
+  // A gather copies values: exact. `+=` adds one fp32 rounding per element (6e-8 of the sum, so up
+  // to a few 1e-7 of an increment several times smaller than the initial content), and the backward
+  // sums the rows of repeated ids in fp32 (on cuda by atomics, in any order): a few ulps of each sum.
+  // 1e-5 bounds both with a wide margin and catches any wrong row (an error of O(1)).
+  constexpr double kTolerance = 1e-5;
+  struct Shape {
+    int64_t N;
+    int h, V;
+  };
+  // One short row; few ids, so rows repeat; past the cpu's parallel threshold.
+  for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 17}, Shape{300, 512, 64}}) {
+    const std::string tag = " [" + shape_text({{"N", s.N}, {"h", s.h}, {"V", s.V}}) + "]";
+    std::vector<int32_t> ids(s.N);
+    for (auto& id : ids) id = static_cast<int32_t>(t.rng.below(s.V));
+    const auto table = random_normal<float>(t.rng, s.V * s.h);
+    const auto ids_placed = t.place(ids);
+    const auto table_placed = t.place(table);
+    for (const bool accumulate : {false, true}) {
+      const auto initial = random_normal<float>(t.rng, s.N * s.h);
+      const auto out = t.place(initial);
+      t.backend.embedding_forward(out->get(), ids_placed->get(), table_placed->get(), s.N, s.h, accumulate);
+      auto want = to_double(initial);
+      reference::embedding_forward(want.data(), ids.data(), to_double(table).data(), s.N, s.h, accumulate);
+      if (accumulate) {
+        expect_close_increment("embedding_forward +=" + tag, out->host(), initial, want, kTolerance);
+      } else {
+        expect_close("embedding_forward" + tag, out->host(), want, 0.0);  // a gather: exact
+      }
+    }
+    const auto dout = random_normal<float>(t.rng, s.N * s.h);
+    const auto dtable_initial = random_normal<float>(t.rng, s.V * s.h);
+    const auto dtable = t.place(dtable_initial), dout_placed = t.place(dout);
+    t.backend.embedding_backward(dtable->get(), dout_placed->get(), ids_placed->get(), s.N, s.h);
+    auto want = to_double(dtable_initial);
+    reference::embedding_backward(want.data(), to_double(dout).data(), ids.data(), s.N, s.h);
+    expect_close_increment("embedding_backward dtable" + tag, dtable->host(), dtable_initial, want, kTolerance);
+  }
+}
+
+// rmsnorm_forward, rmsnorm_backward, layernorm_forward, layernorm_backward
+inline void check_norm(OpCheck& t) {
+  // Elementwise work in fp32 (a few roundings of 6e-8 each), row statistics over h and weight
+  // gradients over N accumulated in float64 (cpu) or fp32 (cuda, over ≤ 1000 terms): within a few
+  // fp32 ulps of the float64 reference; 1e-5 leaves a wide margin and still catches any wrong term.
+  constexpr double kTolerance = 1e-5;
+  constexpr double kEps = 1e-5;
+  struct Shape {
+    int64_t N;
+    int h;
+  };
+  // 300 × 512: past the cpu's parallel threshold, several column blocks; h = 1000: not a multiple of
+  // cuda's block; one short row. (Not h = 1: a one-element row normalises to ±1, whose dx is ~eps / x²,
+  // all cancellation — no fp32 kernel gets it to a relative 1e-5, nor needs to.)
+  for (const Shape s : {Shape{1, 5}, Shape{37, 100}, Shape{300, 512}, Shape{7, 1000}}) {
+    const std::string tag = " [" + shape_text({{"N", s.N}, {"h", s.h}}) + "]";
+    auto x = random_normal<float>(t.rng, s.N * s.h);
+    for (auto& value : x) value += 3.0f;  // a mean well away from zero: LayerNorm's two-pass variance
+    const auto weight = random_normal<float>(t.rng, s.h);
+    const auto bias = random_normal<float>(t.rng, s.h);
+    const auto dout = random_normal<float>(t.rng, s.N * s.h);
+    const auto x_placed = t.place(x), weight_placed = t.place(weight), bias_placed = t.place(bias);
+    const auto dout_placed = t.place(dout);
+    const auto x64 = to_double(x), weight64 = to_double(weight), bias64 = to_double(bias), dout64 = to_double(dout);
+
+    {  // RMSNorm
+      const auto out = t.place(std::vector<float>(s.N * s.h, 7.0f));  // junk: overwritten
+      const auto rstd = t.place(std::vector<float>(s.N, 7.0f));
+      t.backend.rmsnorm_forward(out->get(), rstd->get(), x_placed->get(), weight_placed->get(), s.N, s.h, kEps);
+      std::vector<double> out_want(s.N * s.h), rstd_want(s.N);
+      reference::rmsnorm_forward(out_want.data(), rstd_want.data(), x64.data(), weight64.data(), s.N, s.h, kEps);
+      expect_close("rmsnorm_forward out" + tag, out->host(), out_want, kTolerance);
+      expect_close("rmsnorm_forward rstd" + tag, rstd->host(), rstd_want, kTolerance);
+      // Backward from the backend's own saved rstd on both sides.
+      const auto dx_initial = random_normal<float>(t.rng, s.N * s.h);
+      const auto dweight_initial = random_normal<float>(t.rng, s.h);
+      const auto dx = t.place(dx_initial), dweight = t.place(dweight_initial);
+      t.backend.rmsnorm_backward(dx->get(), dweight->get(), dout_placed->get(), x_placed->get(), weight_placed->get(),
+                                 rstd->get(), s.N, s.h);
+      auto dx_want = to_double(dx_initial), dweight_want = to_double(dweight_initial);
+      reference::rmsnorm_backward(dx_want.data(), dweight_want.data(), dout64.data(), x64.data(), weight64.data(),
+                                  to_double(rstd->host()).data(), s.N, s.h);
+      expect_close_increment("rmsnorm_backward dx" + tag, dx->host(), dx_initial, dx_want, kTolerance);
+      expect_close_increment("rmsnorm_backward dweight" + tag, dweight->host(), dweight_initial, dweight_want,
+                             kTolerance);
+    }
+    for (const bool with_bias : {true, false}) {  // LayerNorm, GPT-2's (with bias) and without
+      const std::string what = std::string(with_bias ? "layernorm" : "layernorm (no bias)");
+      const auto out = t.place(std::vector<float>(s.N * s.h, 7.0f));
+      const auto mean = t.place(std::vector<float>(s.N, 7.0f));
+      const auto rstd = t.place(std::vector<float>(s.N, 7.0f));
+      t.backend.layernorm_forward(out->get(), mean->get(), rstd->get(), x_placed->get(), weight_placed->get(),
+                                  with_bias ? bias_placed->get() : nullptr, s.N, s.h, kEps);
+      std::vector<double> out_want(s.N * s.h), mean_want(s.N), rstd_want(s.N);
+      reference::layernorm_forward(out_want.data(), mean_want.data(), rstd_want.data(), x64.data(), weight64.data(),
+                                   with_bias ? bias64.data() : nullptr, s.N, s.h, kEps);
+      expect_close(what + "_forward out" + tag, out->host(), out_want, kTolerance);
+      expect_close(what + "_forward mean" + tag, mean->host(), mean_want, kTolerance);
+      expect_close(what + "_forward rstd" + tag, rstd->host(), rstd_want, kTolerance);
+      const auto dx_initial = random_normal<float>(t.rng, s.N * s.h);
+      const auto dweight_initial = random_normal<float>(t.rng, s.h);
+      const auto dbias_initial = random_normal<float>(t.rng, s.h);
+      const auto dx = t.place(dx_initial), dweight = t.place(dweight_initial), dbias = t.place(dbias_initial);
+      t.backend.layernorm_backward(dx->get(), dweight->get(), with_bias ? dbias->get() : nullptr, dout_placed->get(),
+                                   x_placed->get(), weight_placed->get(), mean->get(), rstd->get(), s.N, s.h);
+      auto dx_want = to_double(dx_initial), dweight_want = to_double(dweight_initial);
+      auto dbias_want = to_double(dbias_initial);
+      reference::layernorm_backward(dx_want.data(), dweight_want.data(), with_bias ? dbias_want.data() : nullptr,
+                                    dout64.data(), x64.data(), weight64.data(), to_double(mean->host()).data(),
+                                    to_double(rstd->host()).data(), s.N, s.h);
+      expect_close_increment(what + "_backward dx" + tag, dx->host(), dx_initial, dx_want, kTolerance);
+      expect_close_increment(what + "_backward dweight" + tag, dweight->host(), dweight_initial, dweight_want,
+                             kTolerance);
+      expect_increment_or_untouched(with_bias, what + "_backward dbias" + tag, dbias->host(), dbias_initial,
+                                    dbias_want, kTolerance);
+    }
+  }
+}
+
+// linear_forward, linear_backward
+inline void check_linear(OpCheck& t) {
+  // fp32 GEMMs accumulate over K ≤ 512 terms (I, O or N): typically ~√K · 6e-8 ≈ 1.4e-6 norm-wise (the
+  // linear worst case K · 6e-8 is never approached on random data); 1e-5 leaves margin.
+  constexpr double kTolerance = 1e-5;
+  struct Shape {
+    int64_t N;
+    int I, O;
+  };
+  // One row; sizes off every multiple of 8 and 16; 300 × 512 × 257 runs the parallel paths.
+  for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}}) {
+    const std::string tag = " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";
+    const auto x = random_normal<float>(t.rng, s.N * s.I);
+    const auto w = random_normal<float>(t.rng, int64_t{s.O} * s.I, 0.05);
+    const auto bias = random_normal<float>(t.rng, s.O);
+    const auto dout = random_normal<float>(t.rng, s.N * s.O);
+    const auto x_placed = t.place(x), w_placed = t.place(w), bias_placed = t.place(bias), dout_placed = t.place(dout);
+    const auto x64 = to_double(x), w64 = to_double(w), bias64 = to_double(bias), dout64 = to_double(dout);
+    for (const bool with_bias : {false, true})
+      for (const bool accumulate : {false, true}) {
+        const std::string what = std::string("linear_forward") + (with_bias ? " bias" : "") + (accumulate ? " +=" : "");
+        const auto initial = random_normal<float>(t.rng, s.N * s.O);
+        const auto out = t.place(initial);
+        t.backend.linear_forward(out->get(), x_placed->get(), w_placed->get(), with_bias ? bias_placed->get() : nullptr,
+                                 s.N, s.I, s.O, accumulate);
+        auto want = to_double(initial);
+        reference::linear_forward(want.data(), x64.data(), w64.data(), with_bias ? bias64.data() : nullptr, s.N, s.I,
+                                  s.O, accumulate);
+        if (accumulate) {
+          expect_close_increment(what + tag, out->host(), initial, want, kTolerance);
+        } else {
+          expect_close(what + tag, out->host(), want, kTolerance);
+        }
+      }
+    // dx overwritten (with dbias), dx accumulated (without), no dx at all (with dbias).
+    enum class Dx { overwrite, accumulate, none };
+    for (const Dx mode : {Dx::overwrite, Dx::accumulate, Dx::none}) {
+      const bool with_dbias = mode != Dx::accumulate;
+      const std::string what = std::string("linear_backward") +
+                               (mode == Dx::overwrite ? " dx=" : mode == Dx::accumulate ? " dx+=" : " no-dx");
+      const auto dx_initial = random_normal<float>(t.rng, s.N * s.I);
+      const auto dw_initial = random_normal<float>(t.rng, int64_t{s.O} * s.I);
+      const auto dbias_initial = random_normal<float>(t.rng, s.O);
+      const auto dx = t.place(dx_initial), dw = t.place(dw_initial), dbias = t.place(dbias_initial);
+      t.backend.linear_backward(mode == Dx::none ? nullptr : dx->get(), dw->get(), with_dbias ? dbias->get() : nullptr,
+                                dout_placed->get(), x_placed->get(), w_placed->get(), s.N, s.I, s.O,
+                                mode == Dx::accumulate);
+      auto dx_want = to_double(dx_initial), dw_want = to_double(dw_initial), dbias_want = to_double(dbias_initial);
+      reference::linear_backward(mode == Dx::none ? nullptr : dx_want.data(), dw_want.data(),
+                                 with_dbias ? dbias_want.data() : nullptr, dout64.data(), x64.data(), w64.data(), s.N,
+                                 s.I, s.O, mode == Dx::accumulate);
+      if (mode == Dx::overwrite) {
+        expect_close(what + " dx" + tag, dx->host(), dx_want, kTolerance);
+      } else {
+        expect_increment_or_untouched(mode == Dx::accumulate, what + " dx" + tag, dx->host(), dx_initial, dx_want,
+                                      kTolerance);
+      }
+      expect_close_increment(what + " dw" + tag, dw->host(), dw_initial, dw_want, kTolerance);
+      expect_increment_or_untouched(with_dbias, what + " dbias" + tag, dbias->host(), dbias_initial, dbias_want,
+                                    kTolerance);
+    }
+  }
+}
+
+// rope_forward, rope_backward
+inline void check_rope(OpCheck& t) {
+  // cos and sin are taken in float64 and rounded to fp32 once (cpu), then two rounded products and a
+  // sum per output: a few ulps (6e-8) per entry. An angle taken in fp32 at position 1e6 would be off
+  // by ~6e-2, far outside 1e-6.
+  constexpr double kTolerance = 1e-6;
+  struct Shape {
+    int64_t N;
+    int H, D, rotary_dim;
+    int64_t max_position;
+    double attention_scaling;
+    bool random_table;  // any table, not only θ^(−2i/d): the kernels must read the one they are given
+  };
+  for (const Shape s : {Shape{1, 1, 2, 2, 1, 1.0, false}, Shape{37, 3, 24, 16, 1'000'000, 1.0, false},
+                        Shape{19, 3, 64, 64, 2'000'000, 1.0, false}, Shape{5, 2, 12, 6, 4096, 1.3, true},
+                        Shape{300, 8, 128, 128, 1 << 20, 0.8, true}}) {  // 300 × 8 × 128: the parallel path
+    const std::string tag = " [" + shape_text({{"N", s.N}, {"H", s.H}, {"D", s.D}, {"rotary_dim", s.rotary_dim}}) +
+                            " scaling=" + std::to_string(s.attention_scaling) +
+                            (s.random_table ? " random table" : "") + "]";
+    std::vector<int64_t> pos(s.N);
+    for (auto& p : pos) p = static_cast<int64_t>(t.rng.below(static_cast<uint64_t>(s.max_position) + 1));
+    pos[0] = s.max_position;  // the largest position always present
+    std::vector<double> inv_freq(s.rotary_dim / 2);
+    for (int i = 0; i < s.rotary_dim / 2; ++i)
+      inv_freq[i] = s.random_table ? t.rng.uniform(1e-4, 1.0) : std::pow(500000.0, -2.0 * i / s.rotary_dim);
+    const RopeParams rope{inv_freq.data(), s.attention_scaling, s.rotary_dim};
+    const auto x = random_normal<float>(t.rng, s.N * s.H * s.D);
+    const auto pos_placed = t.place(pos);
+    const auto forward = t.place(x);
+    t.backend.rope_forward(forward->get(), pos_placed->get(), s.N, s.H, s.D, rope);
+    auto want = to_double(x);
+    reference::rope_forward(want.data(), pos.data(), s.N, s.H, s.D, rope);
+    expect_close("rope_forward" + tag, forward->host(), want, kTolerance);
+    const auto backward = t.place(x);
+    t.backend.rope_backward(backward->get(), pos_placed->get(), s.N, s.H, s.D, rope);
+    want = to_double(x);
+    reference::rope_backward(want.data(), pos.data(), s.N, s.H, s.D, rope);
+    expect_close("rope_backward" + tag, backward->host(), want, kTolerance);  // same arithmetic, −sin
+  }
+}
+
+// swiglu_forward, swiglu_backward, gelu_forward, gelu_backward
+inline void check_activation(OpCheck& t) {
+  // fp32 inputs are exact in float64, so the gap is the kernel's own error: a vector exp or tanh
+  // (≈ 2 ulp), one division and a handful of rounded products, ~1e-7 per entry. 2e-6 leaves room for
+  // the amplification of silu' and gelu' near their zero crossings.
+  constexpr double kTolerance = 2e-6;
+  // 7: the tail alone, less than one vector; 1037 = 129 blocks of 8 and a tail of 5; 65539: the
+  // parallel path with a tail. (Not n = 1: one element's relative error is ill-conditioned, e.g. GELU
+  // of x ≈ −10 is a subnormal ~1e-38, whose relative error says nothing about the kernel.)
+  for (const int64_t n : {int64_t{7}, int64_t{1037}, int64_t{65539}}) {
+    const std::string tag = " [n=" + std::to_string(n) + "]";
+    auto gate = random_normal<float>(t.rng, n, 3.0);
+    auto up = random_normal<float>(t.rng, n, 3.0);
+    const auto dout = random_normal<float>(t.rng, n);
+    // Saturated sigmoid / tanh on both sides, and exactly zero.
+    const float extremes[] = {-100.0f, -40.0f, -10.0f, 0.0f, 10.0f, 40.0f, 100.0f};
+    for (size_t i = 0; i < std::size(extremes) && i + 1 < static_cast<size_t>(n); ++i) gate[i + 1] = extremes[i];
+    const auto gate_placed = t.place(gate), up_placed = t.place(up), dout_placed = t.place(dout);
+    const auto gate64 = to_double(gate), up64 = to_double(up), dout64 = to_double(dout);
+    const std::vector<float> junk(n, 7.0f);  // every output is overwritten
+    std::vector<double> want(n), want2(n);
+
+    const auto out = t.place(junk);
+    t.backend.swiglu_forward(out->get(), gate_placed->get(), up_placed->get(), n);
+    reference::swiglu_forward(want.data(), gate64.data(), up64.data(), n);
+    expect_close("swiglu_forward" + tag, out->host(), want, kTolerance);
+
+    const auto dgate = t.place(junk), dup = t.place(junk);
+    t.backend.swiglu_backward(dgate->get(), dup->get(), dout_placed->get(), gate_placed->get(), up_placed->get(), n);
+    reference::swiglu_backward(want.data(), want2.data(), dout64.data(), gate64.data(), up64.data(), n);
+    expect_close("swiglu_backward dgate" + tag, dgate->host(), want, kTolerance);
+    expect_close("swiglu_backward dup" + tag, dup->host(), want2, kTolerance);
+
+    const auto gelu = t.place(junk);
+    t.backend.gelu_forward(gelu->get(), gate_placed->get(), n);
+    reference::gelu_forward(want.data(), gate64.data(), n);
+    expect_close("gelu_forward" + tag, gelu->host(), want, kTolerance);
+
+    const auto dx = t.place(junk);
+    t.backend.gelu_backward(dx->get(), dout_placed->get(), gate_placed->get(), n);
+    reference::gelu_backward(want.data(), dout64.data(), gate64.data(), n);
+    expect_close("gelu_backward" + tag, dx->host(), want, kTolerance);
+  }
+}
+
+// attention_forward, attention_backward (full sequence)
+inline void check_attention(OpCheck& t) {
+  // fp32 kernels against the float64 reference on the same inputs. The forward rounds each score, its
+  // exp (a polynomial or expf, ≤ 2e-7 relative) and fp32 sums over ≤ a few hundred keys: ~1e-7–1e-6.
+  // The backward adds the fp32 recomputation of P from the fp32 lse, five fp32 products and
+  // dS = P (dP − Δ), which cancels: ~1e-6.
+  constexpr double kForwardTolerance = 1e-5;
+  constexpr double kBackwardTolerance = 1e-4;
+  struct Shape {
+    int B;
+    int64_t S;
+    int H, Hkv, D;
+    bool documents;
+    int64_t window;
+  };
+  // One token (its lse is one score: 16 of them, so the norm-wise error is not that of one number near
+  // 0). The cpu tiles are 96 tokens (S = 97, 130, 200: whole and partial tiles); D 12 and 16 are below one
+  // vector, 40 and 80 off every multiple of 32; every GQA ratio 1, 2, 4, 8; windows of 1 (a query sees
+  // only itself), shorter than a tile, and across tiles.
+  const Shape shapes[] = {{2, 1, 8, 2, 16, false, 0},      {1, 130, 8, 8, 32, false, 0},
+                          {2, 130, 8, 4, 64, true, 0},     {1, 200, 8, 2, 128, true, 0},
+                          {2, 100, 8, 1, 64, false, 0},    {1, 97, 4, 4, 128, false, 0},
+                          {1, 150, 16, 2, 32, true, 0},    {1, 50, 4, 2, 16, true, 0},
+                          {2, 40, 4, 1, 12, false, 0},     {1, 5, 2, 1, 40, false, 0},
+                          {1, 33, 6, 2, 80, false, 0},     {2, 64, 4, 2, 32, false, 1},
+                          {1, 230, 4, 2, 64, false, 37},   {2, 200, 8, 4, 48, true, 100},
+                          {1, 300, 4, 4, 64, false, 200},  {1, 60, 2, 1, 16, true, 500}};
+  for (const Shape& s : shapes) {
+    const std::string tag = " [" +
+                            shape_text({{"B", s.B}, {"S", s.S}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D},
+                                        {"docs", s.documents}, {"window", s.window}}) +
+                            "]";
+    const size_t q_size = static_cast<size_t>(s.B) * s.S * s.H * s.D;
+    const size_t kv_size = static_cast<size_t>(s.B) * s.S * s.Hkv * s.D;
+    const size_t lse_size = static_cast<size_t>(s.B) * s.H * s.S;
+    const auto q = random_normal<float>(t.rng, q_size), k = random_normal<float>(t.rng, kv_size);
+    const auto v = random_normal<float>(t.rng, kv_size), dout = random_normal<float>(t.rng, q_size);
+    std::vector<int32_t> docs(static_cast<size_t>(s.B) * s.S);
+    for (int b = 0; b < s.B; ++b) {  // packed documents of random lengths (mean ~40 tokens), ids increasing
+      int32_t doc = static_cast<int32_t>(t.rng.below(5));
+      for (int64_t i = 0; i < s.S; ++i) {
+        if (i > 0 && t.rng.uniform() < 1.0 / 40) ++doc;
+        docs[b * s.S + i] = doc;
+      }
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+    const auto q_placed = t.place(q), k_placed = t.place(k), v_placed = t.place(v), dout_placed = t.place(dout);
+    const auto docs_placed = t.place(docs);
+    const int32_t* docs_host = s.documents ? docs.data() : nullptr;
+    const int32_t* docs_backend = s.documents ? docs_placed->get() : nullptr;
+
+    const auto out = t.place(std::vector<float>(q_size, 7.0f));  // junk: every output is overwritten
+    const auto lse = t.place(std::vector<float>(lse_size, 7.0f));
+    t.backend.attention_forward(out->get(), lse->get(), q_placed->get(), k_placed->get(), v_placed->get(),
+                                docs_backend, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+    std::vector<double> out_want(q_size), lse_want(lse_size);
+    reference::attention_forward(out_want.data(), lse_want.data(), to_double(q).data(), to_double(k).data(),
+                                 to_double(v).data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+    expect_close("attention_forward out" + tag, out->host(), out_want, kForwardTolerance);
+    expect_close("attention_forward lse" + tag, lse->host(), lse_want, kForwardTolerance);
+
+    // Backward from the backend's own out and lse; the reference from its float64 ones.
+    const auto dq = t.place(std::vector<float>(q_size, 7.0f));
+    const auto dk = t.place(std::vector<float>(kv_size, 7.0f));
+    const auto dv = t.place(std::vector<float>(kv_size, 7.0f));
+    t.backend.attention_backward(dq->get(), dk->get(), dv->get(), dout_placed->get(), q_placed->get(),
+                                 k_placed->get(), v_placed->get(), out->get(), lse->get(), docs_backend, s.B, s.S,
+                                 s.H, s.Hkv, s.D, scale, s.window);
+    std::vector<double> dq_want(q_size), dk_want(kv_size), dv_want(kv_size);
+    reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
+                                  to_double(q).data(), to_double(k).data(), to_double(v).data(), out_want.data(),
+                                  lse_want.data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+    expect_close("attention_backward dq" + tag, dq->host(), dq_want, kBackwardTolerance);
+    expect_close("attention_backward dk" + tag, dk->host(), dk_want, kBackwardTolerance);
+    expect_close("attention_backward dv" + tag, dv->host(), dv_want, kBackwardTolerance);
+  }
+}
+
+// attention_chunk_forward, attention_chunk_delta, attention_chunk_backward: one q chunk against a
+// list of kv chunks merged by LSE (the FPDT pattern), then Δ and the backward of every block from the
+// final out and lse.
+inline void check_attention_chunk(OpCheck& t) {
+  // Against reference/attention_chunk (float64 inside, fp32 out: one more rounding, 6e-8). Forward and
+  // backward as for full attention (check_attention); Δ is one dot product over D ≤ 256 per row: fp32
+  // ~√D · 6e-8 ≈ 1e-6.
+  constexpr double kForwardTolerance = 1e-5;
+  constexpr double kDeltaTolerance = 1e-5;
+  constexpr double kBackwardTolerance = 1e-4;
+  struct Range {
+    int64_t begin, tokens;  // global positions [begin, begin + tokens)
+  };
+  struct Case {
+    const char* what;
+    int B, H, Hkv, D;
+    Range q;
+    std::vector<Range> kv;  // merged in this order
+    bool documents;
+    int64_t window;
+  };
+  const Case cases[] = {
+      {"earlier + diagonal, GQA", 2, 4, 2, 64, {45, 45}, {{0, 45}, {45, 45}}, false, 0},
+      {"documents: some rows see nothing", 1, 4, 4, 128, {70, 70}, {{0, 70}, {70, 70}}, true, 0},
+      {"D off every multiple of 32", 1, 6, 2, 80, {33, 33}, {{0, 33}, {33, 33}}, false, 0},
+      {"the largest head dim", 1, 2, 1, 256, {20, 20}, {{0, 20}, {20, 20}}, false, 0},
+      {"Cq != Ck, diagonal off-centre", 2, 4, 2, 32, {100, 150}, {{0, 130}, {130, 97}, {227, 30}}, true, 0},
+      {"a one-token q chunk", 1, 2, 1, 8, {5, 1}, {{0, 3}, {3, 3}}, false, 0},
+      {"window inside the blocks", 2, 4, 2, 48, {120, 60}, {{60, 60}, {120, 60}}, true, 37},
+      {"window: first block wholly outside", 1, 4, 1, 64, {400, 130}, {{0, 200}, {200, 200}, {400, 130}}, false, 150},
+      {"window of two tokens", 1, 2, 2, 16, {50, 50}, {{0, 50}, {50, 50}}, false, 2},
+      {"no key visible: above the diagonal", 1, 2, 1, 32, {0, 16}, {{100, 16}}, false, 0},
+  };
+  for (const Case& c : cases) {
+    const std::string tag = std::string(" [") + c.what + ": " +
+                            shape_text({{"B", c.B}, {"H", c.H}, {"Hkv", c.Hkv}, {"D", c.D}, {"q_begin", c.q.begin},
+                                        {"Cq", c.q.tokens}, {"window", c.window}}) +
+                            "]";
+    const int64_t Cq = c.q.tokens;
+    const size_t q_size = static_cast<size_t>(c.B) * Cq * c.H * c.D, stat_size = static_cast<size_t>(c.B) * c.H * Cq;
+    auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position * 7 + b * 3) / 97); };
+    const auto q = random_normal<float>(t.rng, q_size);
+    std::vector<int32_t> q_docs;
+    for (int b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < Cq; ++i) q_docs.push_back(doc_of(b, c.q.begin + i));
+    const auto q_placed = t.place(q);
+    const auto q_docs_placed = t.place(q_docs);
+    struct Block {
+      std::vector<float> k, v;
+      std::vector<int32_t> docs;
+      std::unique_ptr<Placed<float>> k_placed, v_placed;
+      std::unique_ptr<Placed<int32_t>> docs_placed;
+      AttentionChunkParams host, backend;
+    };
+    std::vector<Block> blocks(c.kv.size());
+    for (size_t n = 0; n < c.kv.size(); ++n) {
+      Block& block = blocks[n];
+      const Range kv = c.kv[n];
+      const size_t kv_size = static_cast<size_t>(c.B) * kv.tokens * c.Hkv * c.D;
+      block.k = random_normal<float>(t.rng, kv_size);
+      block.v = random_normal<float>(t.rng, kv_size);
+      for (int b = 0; b < c.B; ++b)
+        for (int64_t j = 0; j < kv.tokens; ++j) block.docs.push_back(doc_of(b, kv.begin + j));
+      block.k_placed = t.place(block.k);
+      block.v_placed = t.place(block.v);
+      block.docs_placed = t.place(block.docs);
+      AttentionChunkParams p;
+      p.B = c.B;
+      p.Cq = Cq;
+      p.Ck = kv.tokens;
+      p.H = c.H;
+      p.Hkv = c.Hkv;
+      p.D = c.D;
+      p.q_begin = c.q.begin;
+      p.kv_begin = kv.begin;
+      p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+      p.window = c.window;
+      block.host = block.backend = p;
+      block.host.q = q.data();
+      block.host.k = block.k.data();
+      block.host.v = block.v.data();
+      block.backend.q = q_placed->get();
+      block.backend.k = block.k_placed->get();
+      block.backend.v = block.v_placed->get();
+      if (c.documents) {
+        block.host.q_doc_ids = q_docs.data();
+        block.host.kv_doc_ids = block.docs.data();
+        block.backend.q_doc_ids = q_docs_placed->get();
+        block.backend.kv_doc_ids = block.docs_placed->get();
+      }
+    }
+
+    // Forward: the first block overwrites (junk before), the others merge. A block with no visible key
+    // leaves out and lse bit for bit (so the reference and the backend agree exactly there).
+    const auto out = t.place(std::vector<float>(q_size, 7.0f));
+    const auto lse = t.place(std::vector<float>(stat_size, 7.0f));
+    std::vector<float> out_want(q_size, 7.0f), lse_want(stat_size, 7.0f);
+    for (size_t n = 0; n < blocks.size(); ++n) {
+      const bool accumulate = n > 0;
+      t.backend.attention_chunk_forward(out->get(), lse->get(), blocks[n].backend, accumulate);
+      reference::attention_chunk_forward(out_want.data(), lse_want.data(), blocks[n].host, accumulate);
+      const std::string step = " after block " + std::to_string(n) + tag;
+      expect_close("attention_chunk_forward out" + step, out->host(), to_double(out_want), kForwardTolerance);
+      expect_close_lse("attention_chunk_forward lse" + step, lse->host(), to_double(lse_want), kForwardTolerance);
+    }
+    if (blocks.size() == 1 && !block_has_visible_pair(c.q.begin, Cq, c.kv[0].begin, c.kv[0].tokens, c.window)) {
+      // Nothing visible: the empty softmax when overwriting, and untouched bits when merging.
+      for (const float value : out->host()) EXPECT_EQ(value, 0.0f) << tag;
+      for (const float value : lse->host()) EXPECT_TRUE(std::isinf(value) && value < 0) << tag;
+      const auto before = random_normal<float>(t.rng, q_size), lse_before = random_normal<float>(t.rng, stat_size);
+      const auto merged = t.place(before), merged_lse = t.place(lse_before);
+      t.backend.attention_chunk_forward(merged->get(), merged_lse->get(), blocks[0].backend, /*accumulate=*/true);
+      EXPECT_EQ(merged->host(), before) << "a block with no visible key changed out" << tag;
+      EXPECT_EQ(merged_lse->host(), lse_before) << "a block with no visible key changed lse" << tag;
+    }
+
+    // Δ and the backward on equal inputs: both sides continue from the reference's final out and lse.
+    const auto dout = random_normal<float>(t.rng, q_size);
+    const auto dout_placed = t.place(dout), final_out = t.place(out_want), final_lse = t.place(lse_want);
+    const auto delta = t.place(std::vector<float>(stat_size, 7.0f));
+    t.backend.attention_chunk_delta(delta->get(), dout_placed->get(), final_out->get(), c.B, Cq, c.H, c.D);
+    std::vector<float> delta_want(stat_size);
+    reference::attention_chunk_delta(delta_want.data(), dout.data(), out_want.data(), c.B, Cq, c.H, c.D);
+    expect_close("attention_chunk_delta" + tag, delta->host(), to_double(delta_want), kDeltaTolerance);
+    const auto final_delta = t.place(delta_want);
+
+    const auto dq_initial = random_normal<float>(t.rng, q_size);  // dq, dk, dv accumulate (+=)
+    const auto dq = t.place(dq_initial);
+    auto dq_want = dq_initial;
+    bool any_visible = false;
+    for (size_t n = 0; n < blocks.size(); ++n) {
+      const auto dk_initial = random_normal<float>(t.rng, blocks[n].k.size());
+      const auto dv_initial = random_normal<float>(t.rng, blocks[n].v.size());
+      const auto dk = t.place(dk_initial), dv = t.place(dv_initial);
+      t.backend.attention_chunk_backward(dq->get(), dk->get(), dv->get(), dout_placed->get(), final_lse->get(),
+                                         final_delta->get(), blocks[n].backend);
+      auto dk_want = dk_initial, dv_want = dv_initial;
+      reference::attention_chunk_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(),
+                                          lse_want.data(), delta_want.data(), blocks[n].host);
+      const std::string step = " block " + std::to_string(n) + tag;
+      const bool visible = block_has_visible_pair(c.q.begin, Cq, c.kv[n].begin, c.kv[n].tokens, c.window);
+      any_visible |= visible;
+      if (visible) {
+        expect_close_increment("attention_chunk_backward dk" + step, dk->host(), dk_initial, to_double(dk_want),
+                               kBackwardTolerance);
+        expect_close_increment("attention_chunk_backward dv" + step, dv->host(), dv_initial, to_double(dv_want),
+                               kBackwardTolerance);
+      } else {  // a block with nothing visible adds nothing
+        EXPECT_EQ(dk->host(), dk_initial) << step;
+        EXPECT_EQ(dv->host(), dv_initial) << step;
+      }
+    }
+    if (any_visible) {
+      expect_close_increment("attention_chunk_backward dq (all blocks)" + tag, dq->host(), dq_initial,
+                             to_double(dq_want), kBackwardTolerance);
+    } else {
+      EXPECT_EQ(dq->host(), dq_initial) << tag;
+    }
+  }
+}
+
+// cross_entropy_forward, cross_entropy_backward
+inline void check_cross_entropy(OpCheck& t) {
+  // lse: the sum of exps in fp32 per tile (~√tile · 6e-8) and across tiles in float64 (cpu), rounded
+  // to fp32 once: ≲ 1e-7; losses carry the same. The backward (each side from its own lse) adds the
+  // fp32 rounding of lse, up to 2^-18 ≈ 4e-6 relative on every probability at |lse| ≈ 90.
+  constexpr double kForwardTolerance = 1e-6;
+  constexpr double kBackwardTolerance = 1e-5;
+  struct Shape {
+    int64_t N;
+    int V;
+    double scale;  // logits normal(0, scale), or uniform(−scale, scale)
+    bool uniform, mask;
+  };
+  const Shape shapes[] = {{1, 1, 1.0, false, false},      {37, 1000, 2.0, false, true},  // V below one cpu tile
+                          {9, 4099, 2.0, false, false},    // 4 tiles and a tail of 3
+                          {37, 1000, 80.0, true, true},    // logits in ±80
+                          {5, 3001, 80.0, true, true},     // ±80 across tiles
+                          {13, 5003, 4.0, false, true}};
+  for (const Shape& s : shapes) {
+    const std::string tag = " [" + shape_text({{"N", s.N}, {"V", s.V}}) + " logits " +
+                            (s.uniform ? "±" : "σ=") + std::to_string(static_cast<int>(s.scale)) +
+                            (s.mask ? " mask" : "") + "]";
+    const auto logits = s.uniform ? random_uniform<float>(t.rng, s.N * s.V, -s.scale, s.scale)
+                                  : random_normal<float>(t.rng, s.N * s.V, s.scale);
+    std::vector<int32_t> targets(s.N);
+    for (auto& target : targets) target = static_cast<int32_t>(t.rng.below(s.V));
+    if (s.N > 1) targets[s.N / 2] = kIgnoreIndex;
+    auto mask = random_uniform<float>(t.rng, s.N, 0.0, 1.0);
+    mask[0] = 0.0f;
+    const double dloss_scale = 1.0 / static_cast<double>(s.N);
+    const auto logits_placed = t.place(logits), mask_placed = t.place(mask);
+    const auto targets_placed = t.place(targets);
+    const auto logits64 = to_double(logits), mask64 = to_double(mask);
+    const float* mask_backend = s.mask ? mask_placed->get() : nullptr;
+    const double* mask_want = s.mask ? mask64.data() : nullptr;
+
+    const auto losses = t.place(std::vector<float>(s.N, 7.0f)), lse = t.place(std::vector<float>(s.N, 7.0f));
+    t.backend.cross_entropy_forward(losses->get(), lse->get(), logits_placed->get(), targets_placed->get(),
+                                    mask_backend, s.N, s.V);
+    std::vector<double> losses_want(s.N), lse_want(s.N);
+    reference::cross_entropy_forward(losses_want.data(), lse_want.data(), logits64.data(), targets.data(), mask_want,
+                                     s.N, s.V);
+    expect_close("cross_entropy_forward losses" + tag, losses->host(), losses_want, kForwardTolerance);
+    expect_close("cross_entropy_forward lse" + tag, lse->host(), lse_want, kForwardTolerance);
+
+    std::vector<double> dlogits_want(s.N * s.V);
+    reference::cross_entropy_backward(dlogits_want.data(), logits64.data(), lse_want.data(), targets.data(),
+                                      mask_want, dloss_scale, s.N, s.V);
+    const auto dlogits = t.place(std::vector<float>(s.N * s.V, 7.0f));
+    t.backend.cross_entropy_backward(dlogits->get(), logits_placed->get(), lse->get(), targets_placed->get(),
+                                     mask_backend, dloss_scale, s.N, s.V);
+    expect_close("cross_entropy_backward dlogits" + tag, dlogits->host(), dlogits_want, kBackwardTolerance);
+    // In place (dlogits aliasing logits), as the model runs it: each element is read before it is
+    // written, with the same arithmetic, so the bits equal those of separate buffers.
+    t.backend.cross_entropy_backward(logits_placed->get(), logits_placed->get(), lse->get(), targets_placed->get(),
+                                     mask_backend, dloss_scale, s.N, s.V);
+    EXPECT_EQ(logits_placed->host(), dlogits->host()) << "in place differs from separate buffers" << tag;
+  }
+}
+
+// adamw_update
+inline void check_adamw(OpCheck& t) {
+  // One step from random state. fp32 kernels round m, v and the update a few times (6e-8 each);
+  // the update is ~lr = 3e-3 of a parameter: every array within ~1e-7 of the float64 reference.
+  constexpr double kTolerance = 1e-6;
+  AdamWParams params;
+  params.lr = 3e-3;
+  params.weight_decay = 0.1;
+  params.step = 7;
+  // 7: the scalar tail alone; 37: a vector block and a tail; 100003: the parallel path. (Not n = 1: the
+  // relative error of one m = β₁m + (1 − β₁)g that cancels to near zero says nothing about the kernel.)
+  for (const int64_t n : {int64_t{7}, int64_t{37}, int64_t{100003}}) {
+    const std::string tag = " [n=" + std::to_string(n) + "]";
+    const auto param0 = random_normal<float>(t.rng, n), m0 = random_normal<float>(t.rng, n, 0.1);
+    const auto v0 = random_uniform<float>(t.rng, n, 0.0, 0.01), grad = random_normal<float>(t.rng, n);
+    const auto param = t.place(param0), m = t.place(m0), v = t.place(v0), grad_placed = t.place(grad);
+    t.backend.adamw_update(param->get(), m->get(), v->get(), grad_placed->get(), n, params);
+    auto param_want = to_double(param0), m_want = to_double(m0), v_want = to_double(v0);
+    reference::adamw_update(param_want.data(), m_want.data(), v_want.data(), to_double(grad).data(), n, params);
+    expect_close("adamw_update param" + tag, param->host(), param_want, kTolerance);
+    expect_close("adamw_update m" + tag, m->host(), m_want, kTolerance);
+    expect_close("adamw_update v" + tag, v->host(), v_want, kTolerance);
+  }
+}
+
+// sum_squares, scale_inplace
+inline void check_elementwise(OpCheck& t) {
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
+    const std::string tag = " [n=" + std::to_string(n) + "]";
+    const auto x = random_normal<float>(t.rng, n, 3.0);
+    const auto x_placed = t.place(x);
+    const double got = t.backend.sum_squares(x_placed->get(), n);
+    const double want = reference::sum_squares(to_double(x).data(), n);
+    // Squares of floats are exact in float64; only the order of ≤ 1e5 float64 additions differs
+    // (worst case n · 1.1e-16 ≈ 1e-11, typically ~1e-16): 1e-12 relative.
+    const double error = n == 0 ? std::abs(got) : std::abs(got - want) / want;
+    std::printf("[ error    ] sum_squares%s: %.3e (tolerance 1e-12)\n", tag.c_str(), error);
+    EXPECT_LE(error, 1e-12) << tag;
+
+    const float alpha = static_cast<float>(t.rng.uniform(-2.0, 2.0));
+    t.backend.scale_inplace(x_placed->get(), alpha, n);
+    const auto scaled = x_placed->host();
+    auto want_scaled = to_double(x);
+    reference::scale_inplace(want_scaled.data(), double{alpha}, n);
+    // The product of two floats is exact in float64; the kernel rounds it once: ≤ 2^-24 relative.
+    expect_close("scale_inplace" + tag, scaled, want_scaled, 0x1p-24);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], x[i] * alpha) << "one fp32 multiply, i=" << i << tag;
+  }
+}
+
+// One row per op family: the Backend ops it runs (backend_ops_test.cpp checks that together they are
+// every op of backend_ops.inc) and its check.
+struct Row {
+  const char* name;
+  std::vector<std::string> ops;
+  void (*check)(OpCheck&);
+};
+
+inline const std::vector<Row>& rows() {
+  static const std::vector<Row> table = {
+      {"embedding", {"embedding_forward", "embedding_backward"}, check_embedding},
+      {"norm", {"rmsnorm_forward", "rmsnorm_backward", "layernorm_forward", "layernorm_backward"}, check_norm},
+      {"linear", {"linear_forward", "linear_backward"}, check_linear},
+      {"rope", {"rope_forward", "rope_backward"}, check_rope},
+      {"activation", {"swiglu_forward", "swiglu_backward", "gelu_forward", "gelu_backward"}, check_activation},
+      {"attention", {"attention_forward", "attention_backward"}, check_attention},
+      {"attention_chunk",
+       {"attention_chunk_forward", "attention_chunk_delta", "attention_chunk_backward"},
+       check_attention_chunk},
+      {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
+      {"adamw", {"adamw_update"}, check_adamw},
+      {"elementwise", {"sum_squares", "scale_inplace"}, check_elementwise},
+  };
+  return table;
+}
+
+// Test parameter: (backend name, row index). Instantiated by backend_ops_test.cpp (reference, cpu)
+// and backend_ops_cuda_test.cpp (cuda).
+class BackendOps : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+
+inline std::string row_test_name(const ::testing::TestParamInfo<BackendOps::ParamType>& info) {
+  return std::get<0>(info.param) + "_" + rows()[std::get<1>(info.param)].name;
+}
+
+TEST_P(BackendOps, MatchesReference) {
+  const auto& [backend_name, row] = GetParam();
+  if (backend_name == "cuda") {
+    ASSERT_TRUE(cuda_available())
+        << "no usable CUDA device (or a build without CUDA): the `cuda` tests run only on GPU machines; build "
+           "with -DFPDT_CUDA=ON and run `ctest -L cuda` where nvidia-smi shows a GPU";
+  }
+  const auto backend = make_backend(backend_name);
+  ASSERT_EQ(backend->name(), backend_name);
+  Rng rng(fresh_seed());
+  OpCheck check{*backend, memory_of(backend_name), rng};
+  rows()[row].check(check);
+}
+
+}  // namespace fpdt::kernels::conformance
