@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -28,11 +27,11 @@ float bf16_to_float(uint16_t bits) {
   return value;
 }
 
-// One of `value`'s integers: a JSON number that is a whole number in [0, 2^63).
+// A shape extent or data offset: a whole number (json::integer) that is not negative.
 int64_t non_negative_integer(const nlohmann::json& value, const char* what) {
-  if (value.is_number_unsigned() && value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
-    return static_cast<int64_t>(value.get<uint64_t>());
-  throw Error(kModule, std::string(what) + " holds " + json::excerpt(value) + ", not a whole number in [0, 2^63)");
+  const int64_t number = json::integer<int64_t>(value, what, kModule);
+  if (number < 0) throw Error(kModule, std::string(what) + " holds " + std::to_string(number) + ", a negative number");
+  return number;
 }
 
 SafetensorsEntry parse_entry(const nlohmann::json& value, size_t data_bytes) {
