@@ -13,6 +13,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/checkpoint.h"
@@ -107,7 +108,7 @@ int command_sample(int argc, char** argv) {
   const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend("cpu");
   model::Transformer model(config, *backend);
-  model::load_hf_safetensors(config, model.layout(), model.params(), folder + "/model.safetensors");
+  model::HfCheckpoint(folder).load(config, model.layout(), model.params());
   Rng rng(seed);
   const auto tokens = train::generate(model, tokenizer.encode(prompt), settings, rng);
   std::printf("%s\n", tokenizer.render(tokens).c_str());
@@ -187,9 +188,11 @@ int command_inspect(int argc, char** argv) {
       std::printf("trainer state:\n%s", text.str().c_str());
     }
     std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
-                config.family == model::Family::llama ? "llama" : "gpt", config.layers, config.hidden, config.heads,
+                model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads,
                 config.kv_heads, config.vocab_size, static_cast<long long>(config.parameter_count()));
-    print_safetensors(folder + "/model.safetensors");
+    std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
+                model::describe_window(config).c_str());
+    for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
     if (fs::exists(folder + "/optimizer.safetensors")) print_safetensors(folder + "/optimizer.safetensors");
     return 0;
   }

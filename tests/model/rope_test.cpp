@@ -1,15 +1,20 @@
 // RoPE frequencies of a model (model/rope.h): the default table is θ^(−2i / rotary_dim), with
-// partial rotary and any θ; models without RoPE get none; and the table drives the kernels to the
-// rotation by pos · θ^(−2i / rotary_dim) that the default RoPE defines.
+// partial rotary and any θ; models without RoPE get none; the table drives the kernels to the
+// rotation by pos · θ^(−2i / rotary_dim) that the default RoPE defines; and the context-extension
+// variants (linear, llama3, yarn with every option) equal transformers 5.24's own tables
+// (tests/golden/rope_tables.safetensors from tools/make_hf_golden.py); dynamic is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <vector>
 
 #include "fpdt/kernels/reference/rope.h"
 #include "fpdt/model/config.h"
 #include "fpdt/model/rope.h"
+#include "fpdt/tensor/safetensors.h"
+#include "testing.h"
 
 namespace fpdt::model {
 namespace {
@@ -64,6 +69,39 @@ TEST(RopeFrequencies, TableRotatesByTheDefaultAngles) {
     EXPECT_NEAR(y[i], a * std::cos(angle) - b * std::sin(angle), 1e-15) << i;
     EXPECT_NEAR(y[i + half], b * std::cos(angle) + a * std::sin(angle), 1e-15) << i;
   }
+}
+
+TEST(RopeScaling, FrequencyTablesAndAttentionScalingEqualTransformers) {
+  const SafetensorsReader tables(std::string(FPDT_SOURCE_DIR) + "/tests/golden/rope_tables.safetensors");
+  const nlohmann::json cases = nlohmann::json::parse(tables.metadata("cases"));
+  ASSERT_GE(cases.size(), 10u);
+  for (const auto& [name, c] : cases.items()) {
+    SCOPED_TRACE(name);
+    const int head_dim = c["head_dim"].get<int>();
+    const nlohmann::json config_json = {{"model_type", "llama"}, {"vocab_size", 10}, {"hidden_size", 4 * head_dim},
+                                        {"intermediate_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 4},
+                                        {"head_dim", head_dim}, {"max_position_embeddings", c["max_position_embeddings"]},
+                                        {"rope_parameters", c["rope_parameters"]}};
+    const RopeFrequencies rope = rope_frequencies(parse_hf_config(config_json.dump(), name));
+    const std::vector<float> want = tables.read_floats(name + ".inv_freq");
+    ASSERT_EQ(rope.inv_freq.size(), want.size());
+    // transformers builds the table in float32: the exponent 2i/D rounded (≤ 6e-8 relative) times
+    // ln θ (≤ 14 for θ = 1e6) plus the pow/division roundings bound it to ≤ 1e-6 relative per entry
+    // (3e-7 measured); ours is the same formula in float64.
+    double worst = 0.0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(rope.inv_freq[i] - want[i]) / want[i]);
+    EXPECT_LE(worst, 1e-6);
+    // The attention scaling is computed in Python floats (float64) by transformers.
+    EXPECT_NEAR(rope.attention_scaling, c["attention_scaling"].get<double>(), 1e-12);
+    std::printf("[ error    ] %-26s worst entry %.1e, attention scaling %.6f\n", name.c_str(), worst, rope.attention_scaling);
+  }
+}
+
+TEST(RopeScaling, DynamicIsRefusedForTraining) {
+  const std::string json = R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 16, "intermediate_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"type": "dynamic", "factor": 2.0}})";
+  const ModelConfig config = parse_hf_config(json, "dynamic.json");
+  testing::expect_contains(testing::error_message([&] { rope_frequencies(config); }), {"[model]", "rope_type dynamic"});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/ops.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "testing.h"
 

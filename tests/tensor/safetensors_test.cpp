@@ -1,6 +1,7 @@
-// safetensors: round trip, bf16 reading, and one clear error for each kind of bad file.
+// safetensors: round trip, bf16 and f16 reading, and one clear error for each kind of bad file.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +65,29 @@ TEST_F(SafetensorsTest, ReadsBf16AsFloat) {
   writer.add("w", Tensor(raw.data(), DType::bf16, {2}));
   writer.write(path("bf16.safetensors"));
   EXPECT_EQ(SafetensorsReader(path("bf16.safetensors")).read_floats("w"), (std::vector<float>{1.5f, -2.0f}));
+}
+
+TEST_F(SafetensorsTest, ReadsEveryF16BitPatternExactly) {
+  // All 65536 halves, against the definition: (−1)^s · 2^(e−15) · (1 + m/1024), subnormals (e = 0)
+  // m · 2^−24, e = 31 inf (m = 0) or NaN. Every half is a float, so the conversion is exact.
+  std::vector<uint16_t> raw(65536);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>(i);
+  SafetensorsWriter writer;
+  writer.add("w", Tensor(raw.data(), DType::f16, {65536}));
+  writer.write(path("f16.safetensors"));
+  const std::vector<float> got = SafetensorsReader(path("f16.safetensors")).read_floats("w");
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const int sign = (bits >> 15) != 0 ? -1 : 1, exponent = (bits >> 10) & 31, mantissa = bits & 1023;
+    const double want = exponent == 31 ? (mantissa == 0 ? sign * INFINITY : NAN)
+                        : exponent == 0 ? sign * std::ldexp(mantissa, -24)
+                                        : sign * std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[bits])) << std::hex << bits;
+    } else {
+      EXPECT_EQ(got[bits], static_cast<float>(want)) << std::hex << bits;
+      EXPECT_EQ(std::signbit(got[bits]), sign < 0) << std::hex << bits;  // −0 stays −0
+    }
+  }
 }
 
 TEST_F(SafetensorsTest, EachBadFileGetsOneClearError) {

@@ -15,6 +15,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/checkpoint.h"

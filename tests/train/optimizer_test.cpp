@@ -6,8 +6,8 @@
 
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/transformer.h"
-#include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/optimizer.h"
+#include "model/hf_golden.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -15,20 +15,16 @@ namespace {
 
 class AdamWParity : public ::testing::TestWithParam<std::string> {};
 
-// tools/make_golden.py records the loss before each of 5 torch.optim.AdamW steps (lr 1e-2 constant,
-// betas 0.9/0.95, eps 1e-8, weight decay 0.1 on tensors of rank ≥ 2, no clipping) on one batch.
+// tools/make_hf_golden.py records the loss before each of 5 torch.optim.AdamW steps of the
+// transformers model in float64 (lr 1e-2 constant, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on
+// tensors of rank ≥ 2, no clipping) on one batch.
 TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
-  const std::string dir = std::string(FPDT_SOURCE_DIR) + "/tests/golden/" + GetParam();
-  const model::ModelConfig config = model::load_hf_config(dir + "/config.json");
+  const testing::GoldenSet golden(GetParam());
   auto backend = kernels::make_backend("cpu");
-  model::Transformer model(config, *backend);
-  load_hf_safetensors(config, model.layout(), model.params(), dir + "/golden.safetensors");
-  SafetensorsReader golden(dir + "/golden.safetensors");
-  const std::vector<int32_t> tokens = golden.read_ints("golden.input_ids");
-  const std::vector<int32_t> targets = golden.read_ints("golden.targets");
-  const std::vector<float> want = golden.read_floats("golden.adamw_losses");
-  const auto& shape = golden.entry("golden.input_ids").shape;
-  const model::Batch batch{static_cast<int>(shape[0]), shape[1], tokens.data(), targets.data(), nullptr};
+  model::Transformer model(golden.config, *backend);
+  golden.load(model.layout(), model.params());
+  const std::vector<float> want = golden.golden.read_floats("golden.adamw_losses");
+  const model::Batch& batch = golden.batch;
 
   OptimizerConfig settings;
   settings.lr = 1e-2;
@@ -51,7 +47,7 @@ TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
   EXPECT_EQ(optimizer.step(), 5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, AdamWParity, ::testing::Values("llama_gqa", "llama_tied_partial", "gpt2"));
+INSTANTIATE_TEST_SUITE_P(Golden, AdamWParity, ::testing::Values("grad_llama", "grad_qwen2", "grad_gpt2"));
 
 TEST(LearningRate, WarmsUpLinearlyThenFollowsTheCosineToTheFloor) {
   OptimizerConfig config;

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "fpdt/base/error.h"
 
@@ -59,6 +61,15 @@ size_t file_size(const std::string& path, const std::string& module) {
     throw Error(module, "cannot open " + path + ": " + os_error(), "check the path");
   if (!S_ISREG(info.st_mode)) throw Error(module, path + " is not a regular file");
   return static_cast<size_t>(info.st_size);
+}
+
+std::string read_text_file(const std::string& path, const std::string& module, const std::string& hint) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error(module, "cannot open " + path + ": " + os_error(), hint);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (file.bad()) throw Error(module, "cannot read " + path + ": " + os_error(), hint);
+  return text.str();
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_all,

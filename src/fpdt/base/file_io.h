@@ -26,4 +26,8 @@ void read_fully_at(int fd, void* data, size_t bytes, size_t offset, const std::s
 // Size of a regular file in bytes; throws fpdt::Error naming `path` when it cannot be opened.
 size_t file_size(const std::string& path, const std::string& module);
 
+// The whole file as text; throws fpdt::Error("cannot open <path>: <os error>", hint) when it cannot be
+// read.
+std::string read_text_file(const std::string& path, const std::string& module, const std::string& hint);
+
 }  // namespace fpdt

@@ -1,10 +1,10 @@
 // Parameter layout: every weight of the model at a fixed offset in one contiguous float block, with
 // named views; gradients live in a second block with the same layout (so optimizer, all-reduce and
-// checkpoints see one array). Also the mapping to Hugging Face tensor names for checkpoints.
+// checkpoints see one array). The Hugging Face names of these tensors are hf_checkpoint.h's.
 //
 // Internal tensors (per layer l, prefix "layers.l."), h hidden, f ffn, D head dim:
 //   attn_norm.weight (h) [+ .bias (h) GPT]
-//   attn.qkv.weight  (Hq·D + 2·Hkv·D, h)   rows: q | k | v      [+ attn.qkv.bias GPT]
+//   attn.qkv.weight  (Hq·D + 2·Hkv·D, h)   rows: q | k | v      [+ attn.qkv.bias GPT, Qwen2]
 //   attn.out.weight  (h, Hq·D)                                  [+ attn.out.bias (h) GPT]
 //   mlp_norm.weight  (h) [+ .bias]
 //   mlp.up.weight    Llama: (2f, h) rows: gate | up;  GPT: (f, h)   [+ mlp.up.bias (f) GPT]
@@ -47,18 +47,6 @@ class ParameterLayout {
   int64_t total_numel_ = 0;
 };
 
-// One Hugging Face tensor and where it lives in our layout: rows [row_begin, row_begin + rows) of an
-// internal tensor, stored transposed in the file when `transposed` (GPT-2's Conv1D (in, out) layout).
-struct HfTensor {
-  std::string hf_name;
-  Shape hf_shape;
-  std::string internal_name;
-  int64_t row_begin = 0;
-  int64_t rows = 0;
-  bool transposed = false;
-};
-std::vector<HfTensor> hf_tensor_map(const ModelConfig& config);
-
 // A float block in the compute tier laid out by a ParameterLayout, with named views.
 class ParameterBlock {
  public:
@@ -78,11 +66,5 @@ class ParameterBlock {
 // projections (attn.out, mlp.down) N(0, 0.02/sqrt(2L)), norm weights 1, biases 0.
 void init_parameters(const ModelConfig& config, const ParameterLayout& layout, ParameterBlock& params,
                      uint64_t seed);
-
-// Hugging Face safetensors I/O of a ParameterBlock (weights, or gradients under a name prefix).
-void load_hf_safetensors(const ModelConfig& config, const ParameterLayout& layout, ParameterBlock& params,
-                         const std::string& path, const std::string& name_prefix = "");
-void save_hf_safetensors(const ModelConfig& config, const ParameterLayout& layout, const ParameterBlock& params,
-                         const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace fpdt::model

@@ -1,6 +1,7 @@
 // RoPE frequencies of a model: the one place that turns a config's rotary settings into the table
 // the kernels rotate by (kernels::RopeParams). Pure; a model computes it once. The RoPE variants for
-// context extension (linear, llama3, yarn scaling) change the table and the attention scaling here.
+// context extension (linear, llama3, yarn scaling) change the table and the attention scaling here,
+// as transformers 5.24's modeling_rope_utils computes them (in float64; transformers uses float32).
 #pragma once
 
 #include <vector>
@@ -20,8 +21,11 @@ struct RopeFrequencies {
   }
 };
 
-// Default RoPE: inv_freq[i] = rope_theta^(−2i / rotary_dim), i < rotary_dim / 2, no scaling.
-// Empty for a model without RoPE.
+// Default RoPE: inv_freq[i] = rope_theta^(−2i / rotary_dim), i < rotary_dim / 2, no scaling; then
+// the config's rope_scaling: linear divides every frequency by factor; llama3 divides the
+// low frequencies and blends the middle band; yarn ramps between divided and unchanged frequencies
+// and sets attention_scaling (given, or 0.1·ln(factor) + 1, or DeepSeek's mscale ratio). Empty for
+// a model without RoPE. Throws fpdt::Error for rope_type dynamic (no fixed table to train with).
 RopeFrequencies rope_frequencies(const ModelConfig& config);
 
 }  // namespace fpdt::model

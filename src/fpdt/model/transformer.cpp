@@ -3,7 +3,6 @@
 #include "fpdt/model/transformer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "fpdt/base/error.h"
@@ -115,9 +114,9 @@ void Transformer::layer_forward(int layer) {
   const LayerTensors w = layer_tensors(layout_, params_, layer);
   const int64_t N = int64_t{B_} * T_;
   math_.attention_input_forward(w, residual_[layer], positions_.data(), N, a.input, a.q, a.k, a.v);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const double scale = config_.attention_scale(layer);
   backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, nullptr, B_, T_, config_.heads, config_.kv_heads,
-                             config_.head_dim, scale, /*window=*/0);
+                             config_.head_dim, scale, config_.window(layer));
   math_.attention_output_forward(w, a.attn, residual_[layer], a.x_mid, N);
   math_.mlp_forward(w, a.x_mid, residual_[layer + 1], N, a.mlp);
 }
@@ -129,9 +128,9 @@ void Transformer::layer_backward(int layer) {
   const int64_t N = int64_t{B_} * T_;
   math_.mlp_backward(w, g, a.x_mid, N, a.mlp, d_resid_, scratch_);
   math_.attention_output_backward(w, g, a.attn, d_resid_, d_attn_, N);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const double scale = config_.attention_scale(layer);
   backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, nullptr, B_, T_, config_.heads,
-                              config_.kv_heads, config_.head_dim, scale, /*window=*/0);
+                              config_.kv_heads, config_.head_dim, scale, config_.window(layer));
   math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, d_q_, d_k_, d_v_, d_resid_,
                                  scratch_);
 }

@@ -264,8 +264,8 @@ void fill_chunk(const model::ModelConfig& config, const ChunkPlan& plan, int chu
 }
 }  // namespace
 
-kernels::AttentionChunkParams FpdtModel::block(const float* q, const float* k, const float* v, int q_chunk,
-                                               int kv_chunk) const {
+kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const float* k, const float* v,
+                                               int q_chunk, int kv_chunk) const {
   kernels::AttentionChunkParams params;
   params.q = q;
   params.k = k;
@@ -278,7 +278,8 @@ kernels::AttentionChunkParams FpdtModel::block(const float* q, const float* k, c
   params.D = config_.head_dim;
   params.q_begin = plan_.chunk_begin(q_chunk);
   params.kv_begin = plan_.chunk_begin(kv_chunk);
-  params.scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  params.scale = config_.attention_scale(layer);
+  params.window = config_.window(layer);
   return params;
 }
 
@@ -320,7 +321,7 @@ void FpdtModel::layer_forward(int layer, bool write_output) {
         v_event[1 - stage] = prefetch(arrays_.v, slot(sl, j + 1), b.v_stage[1 - stage]);
       }
       const trace::Span span("attention block forward", "compute");
-      backend_.attention_chunk_forward(o_head, lse, block(b.q_head, k, v, i, j), j > 0);
+      backend_.attention_chunk_forward(o_head, lse, block(layer, b.q_head, k, v, i, j), j > 0);
     }
     write(arrays_.q, slot(sl, i), b.q_head);
     write(arrays_.o, slot(sl, i), o_head);
@@ -400,7 +401,7 @@ void FpdtModel::layer_backward(int layer) {
       if (j + 1 < u) pending[1 - stage] = fetch_qset(j + 1, 1 - stage);
       {
         const trace::Span span("attention block backward", "compute");
-        backend_.attention_chunk_backward(d_q, b.d_k, b.d_v, d_o, lse, delta, block(q, k, v, j, i));
+        backend_.attention_chunk_backward(d_q, b.d_k, b.d_v, d_o, lse, delta, block(layer, q, k, v, j, i));
       }
       if (j == i)
         dq_i = d_q;  // final: kv chunks 0..i have all contributed

@@ -97,7 +97,8 @@ class FpdtModel {
   model::LossStats run(const model::Batch& batch, bool backward, double grad_scale);
   int stored_layer(int layer) const { return pipeline_.recompute == Recompute::layer ? 0 : layer; }
   int64_t slot(int layer_index, int chunk) const { return int64_t{layer_index} * plan_.chunks + chunk; }
-  kernels::AttentionChunkParams block(const float* q, const float* k, const float* v, int q_chunk, int kv_chunk) const;
+  kernels::AttentionChunkParams block(int layer, const float* q, const float* k, const float* v, int q_chunk,
+                                     int kv_chunk) const;
 
   // Store access through compute-tier staging buffers (zero-copy when the store is resident).
   const float* read(int array, int64_t slot, float* staging);

@@ -69,6 +69,7 @@ std::string format_plan_text(const PlanResult& plan) {
   std::string positions;
   if (c.positions == Positions::rope) positions = "; rotary positions, no table";
   if (c.positions == Positions::learned) positions = "; a learned position table of S rows";
+  if (c.positions == Positions::model && m.uses_rope()) positions = "; RoPE " + model::describe_rope(m);
   text.append(printf_string("fpdt plan (per rank)\n  model     %s: %s parameters; L %d, h %d, Hq %d, Hkv %d, D %d, f %d, V %d%s\n",
                             m.name.c_str(), count_text(static_cast<double>(s.params)).c_str(), m.layers, m.hidden, m.heads,
                             m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab_size, positions.c_str()));
@@ -186,7 +187,9 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
   json["model"] = {{"name", c.model.name},         {"parameters", s.params},  {"layers", s.L},
                    {"hidden", s.h},                {"heads", s.Hq},           {"kv_heads", s.Hkv},
                    {"head_dim", s.D},              {"ffn_hidden", s.f},       {"vocab", s.V},
-                   {"positions", positions_name(c.positions)}};
+                   {"positions", positions_name(c.positions)},
+                   {"rope", nlohmann::ordered_json::parse(model::rope_parameters_json(c.model))},
+                   {"attention_window", model::describe_window(c.model)}};
   json["config"] = {{"seq_tokens", s.S},
                     {"micro_batch", s.B},
                     {"sp", s.P},

@@ -11,6 +11,7 @@ size_t dtype_size(DType dtype) {
     case DType::f32: return 4;
     case DType::f64: return 8;
     case DType::bf16: return 2;
+    case DType::f16: return 2;
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u16: return 2;
@@ -25,6 +26,7 @@ std::string dtype_name(DType dtype) {
     case DType::f32: return "F32";
     case DType::f64: return "F64";
     case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u16: return "U16";
@@ -35,11 +37,11 @@ std::string dtype_name(DType dtype) {
 }
 
 DType dtype_from_name(const std::string& name, const std::string& where) {
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::u16,
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16,
                       DType::u32, DType::u8})
     if (dtype_name(dtype) == name) return dtype;
   throw Error("tensor", "unknown dtype '" + json::excerpt_text(name) + "' in " + where,
-              "supported: F32, F64, BF16, I32, I64, U16, U32, U8");
+              "supported: F32, F64, BF16, F16, I32, I64, U16, U32, U8");
 }
 
 }  // namespace fpdt

@@ -1,5 +1,6 @@
 // Element types the engine stores. CPU math is fp32; bf16 is the CUDA storage type; f64 is for the
-// reference kernels' finite-difference checks; integer types hold token ids and positions.
+// reference kernels' finite-difference checks; f16 is read from Hugging Face checkpoints; integer
+// types hold token ids and positions.
 #pragma once
 
 #include <cstddef>
@@ -8,10 +9,10 @@
 
 namespace fpdt {
 
-enum class DType : uint8_t { f32, f64, bf16, i32, i64, u16, u32, u8 };
+enum class DType : uint8_t { f32, f64, bf16, i32, i64, u16, u32, u8, f16 };
 
 size_t dtype_size(DType dtype);
-// The safetensors spelling: "F32", "F64", "BF16", "I32", "I64", "U16", "U32", "U8".
+// The safetensors spelling: "F32", "F64", "BF16", "F16", "I32", "I64", "U16", "U32", "U8".
 std::string dtype_name(DType dtype);
 // Inverse of dtype_name; throws fpdt::Error naming `where` for an unknown spelling.
 DType dtype_from_name(const std::string& name, const std::string& where);

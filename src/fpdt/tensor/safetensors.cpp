@@ -27,6 +27,28 @@ float bf16_to_float(uint16_t bits) {
   return value;
 }
 
+// IEEE half → float, exactly (every half is a float): normals, subnormals, zeros, inf and NaN.
+float f16_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  uint32_t word;
+  if (exponent == 0x1fu) {
+    word = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    word = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    word = sign;
+  } else {  // subnormal: mantissa · 2^-24
+    float value = static_cast<float>(mantissa) * 0x1p-24f;
+    std::memcpy(&word, &value, 4);
+    word |= sign;
+  }
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
 // A shape extent or data offset: a whole number (json::integer) that is not negative.
 int64_t non_negative_integer(const nlohmann::json& value, const char* what) {
   const int64_t number = json::integer<int64_t>(value, what, kModule);
@@ -171,11 +193,12 @@ void SafetensorsReader::read(const std::string& name, const Tensor& dst) const {
     read_raw(stored, dst.data());
     return;
   }
-  if (dst.dtype() == DType::f32 && stored.dtype == DType::bf16) {
+  if (dst.dtype() == DType::f32 && (stored.dtype == DType::bf16 || stored.dtype == DType::f16)) {
     std::vector<uint16_t> raw(static_cast<size_t>(dst.numel()));
     read_raw(stored, raw.data());
     float* out = dst.as<float>();
-    for (size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_float(raw[i]);
+    const auto convert = stored.dtype == DType::bf16 ? bf16_to_float : f16_to_float;
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = convert(raw[i]);
     return;
   }
   throw Error(kModule, path_ + ": tensor '" + name + "' is " + dtype_name(stored.dtype) + ", expected " +

@@ -49,7 +49,7 @@ class SafetensorsReader {
   const SafetensorsEntry& entry(const std::string& name) const;
 
   // Copies tensor `name` into dst after checking its dtype and shape; F32 destinations also accept
-  // BF16 and F16 files (converted). Throws fpdt::Error naming the tensor, file and mismatch.
+  // BF16 and F16 tensors (converted exactly). Throws fpdt::Error naming the tensor, file and mismatch.
   void read(const std::string& name, const Tensor& dst) const;
   // Convenience for tests and small tensors: the tensor converted to float.
   std::vector<float> read_floats(const std::string& name) const;

@@ -13,6 +13,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/json.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/tensor/safetensors.h"
 
 namespace fpdt::train {
@@ -30,11 +31,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw Error(kModule, "cannot open " + path, "the checkpoint is incomplete; resume from another one");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
+  return read_text_file(path, kModule, "the checkpoint is incomplete; resume from another one");
 }
 
 nlohmann::json cursor_to_json(const DataLoaderState& s) {

@@ -93,6 +93,13 @@ FaultInjection parse_fault_injection(const std::string& text) {
 void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = plan::options;
   run::model(set, s.model);
+  set.add("init-from", "DIR", "start from a Hugging Face model folder (config.json + safetensors weights)", s.init_from);
+  set.add("rope-theta", "THETA", "replace the model's RoPE base (context extension)", s.rope_theta)
+      .above(0)
+      .unset_means("the model's");
+  set.add("rope-scaling", "JSON",
+          "replace its RoPE scaling: a rope_parameters object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4}'",
+          s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
   set.add("backend", "cpu|reference", "kernel backend", s.backend).choices({"cpu", "reference", "cuda"});
@@ -161,6 +168,12 @@ void check_settings(const TrainSettings& s) {
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");
+  if (!s.init_from.empty() && s.resume)
+    throw Error(kModule, "--init-from and --resume cannot be combined",
+                "--resume continues a run folder of ours; --init-from starts a new run from a Hugging Face folder");
+  if (!s.init_from.empty() && s.model != TrainSettings{}.model)
+    throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
+                "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "fpdt/base/options.h"
@@ -28,6 +29,9 @@ FaultInjection parse_fault_injection(const std::string& text);
 
 struct TrainSettings {
   std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json
+  std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
+  std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
+  std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
   std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
   std::string backend = "cpu";

@@ -13,6 +13,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
+#include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
@@ -79,11 +80,13 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   const std::string rule = "+" + std::string(24, '-') + "+" + std::string(50, '-') + "+";
   const std::string option_rule = "+" + std::string(37, '-') + "+" + std::string(37, '-') + "+";
   log::info(rule);
-  row("model", config.name + (config.family == model::Family::llama ? " (llama)" : " (gpt)"));
+  row("model", config.name + " (" + model::model_type_name(config.type) + ")");
   row("layers / hidden / ffn", str(config.layers) + " / " + str(config.hidden) + " / " + str(config.ffn_hidden));
   row("heads / kv heads / dim", str(config.heads) + " / " + str(config.kv_heads) + " / " + str(config.head_dim));
   row("vocabulary", str(config.vocab_size));
   row("parameters", str(config.parameter_count()));
+  row("positions", model::describe_rope(config));
+  row("attention window", model::describe_window(config));
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
   row("peak GFLOP/s", number(peak_gflops) + (s.peak_gflops > 0 ? "" : " (measured)"));
   log::info(option_rule);
@@ -169,7 +172,10 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
                 "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
                     str(world.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
-  config_ = model::resolve_model(s.model);
+  // A preset or config.json, or the --init-from folder's config.json; with the RoPE overrides of a
+  // context extension.
+  config_ = s.init_from.empty() ? model::resolve_model(s.model) : model::load_hf_config(s.init_from + "/config.json");
+  model::override_rope(config_, s.rope_theta, s.rope_scaling);
   check_layout_fits(config_, s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
   if (!s.dry_run) {
@@ -183,6 +189,10 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
   }
   build_model();
   if (s.dry_run) return;
+  if (!s.init_from.empty()) {
+    model::HfCheckpoint(s.init_from).load(config_, model_->layout(), model_->params());
+    log::info("weights from " + s.init_from);
+  }
   if (s.resume) resume();
   if (world.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
   micro_.resize(static_cast<size_t>(s.grad_accum));

@@ -1,0 +1,89 @@
+// `fpdt` with Hugging Face folders: `train --init-from` starts from the folder's weights and writes
+// the RoPE overrides of a context extension into its checkpoints; `inspect` reads any such folder; a
+// refused config field of each model type, or --init-from with --resume or --model, is one clear line
+// and exit status 1.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fpdt/model/hf_checkpoint.h"
+#include "fpdt_program.h"
+
+namespace fpdt::testing {
+namespace {
+
+std::string golden(const std::string& set) { return std::string(FPDT_SOURCE_DIR) + "/tests/golden/" + set; }
+
+// A folder with `set`'s config.json changed by `edit` (no weights: the config fails first).
+template <typename Edit>
+std::string edited_config(const TempDir& dir, const std::string& set, Edit edit) {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(golden(set) + "/config.json"));
+  edit(config);
+  const std::string folder = dir.file(set);
+  std::filesystem::create_directories(folder);
+  write_text_file(folder + "/config.json", config.dump(2));
+  return folder;
+}
+
+TEST(HfPrograms, ARefusedFieldOfEachTypeIsOneLineAndExitStatusOne) {
+  TempDir dir;
+  const std::pair<const char*, const char*> refused[] = {
+      {"llama", "attention_bias"}, {"mistral", "layer_types"}, {"qwen2", "use_mrope"}, {"gpt2", "add_cross_attention"}};
+  for (const auto& [set, field] : refused) {
+    SCOPED_TRACE(set);
+    const std::string folder = edited_config(dir, set, [&](nlohmann::json& config) {
+      config[field] = std::string(field) == "layer_types" ? nlohmann::json::array({"full_attention"}) : nlohmann::json(true);
+    });
+    expect_one_clear_error(run_fpdt("inspect " + folder), {"[model]", "field '" + std::string(field) + "'", "refused"});
+    expect_one_clear_error(run_fpdt("train --init-from " + folder + " --dry-run --steps 1 --seq 64 --batch 1"),
+                           {"[model]", "field '" + std::string(field) + "'"});
+  }
+  // rope_type "default" changes nothing: accepted.
+  const std::string folder = edited_config(dir, "llama", [](nlohmann::json& config) {
+    config["rope_scaling"] = {{"rope_type", "default"}};
+  });
+  std::filesystem::copy(golden("llama"), folder,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_existing);
+  const ProgramResult inspected = run_fpdt("inspect " + folder);
+  EXPECT_EQ(inspected.exit_status, 0) << inspected.output;
+  EXPECT_NE(inspected.output.find("positions: theta 10000;"), std::string::npos) << inspected.output;
+}
+
+TEST(HfPrograms, InitFromTrainsFromTheFolderAndSavesTheRopeOverrides) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());  // byte-tokenized text; the golden models' vocabulary is the bytes'
+  const std::string common = " --data " + setup.data_dir + " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 2 "
+                             "--peak-gflops 100 --lr 1e-9 --min-lr 0 --warmup 1 ";
+  const ProgramResult result = run_fpdt("train --init-from " + golden("llama_tied") + " --out " + dir.file("run") + common +
+                                        "--rope-theta 20000 --rope-scaling '{\"rope_type\": \"linear\", \"factor\": 2}'");
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  EXPECT_NE(result.output.find("theta 20000, linear x2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("weights from " + golden("llama_tied")), std::string::npos) << result.output;
+
+  // The checkpoint's config.json carries the overrides (both RoPE layouts) ...
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(dir.file("run/step_1/config.json")));
+  EXPECT_EQ(saved["rope_theta"], 20000.0);
+  EXPECT_EQ(saved["rope_parameters"]["rope_theta"], 20000.0);
+  EXPECT_EQ(saved["rope_parameters"]["rope_type"], "linear");
+  EXPECT_EQ(saved["rope_scaling"]["factor"], 2.0);
+  // ... and its weights are the folder's after one step of lr 1e-9: AdamW moves each by ≤ ~1e-9
+  // (lr · (1 + weight decay)); a random initialisation would differ by ~0.1.
+  const model::ModelConfig config = model::load_hf_config(dir.file("run/step_1/config.json"));
+  const model::ParameterLayout layout(config);
+  model::ParameterBlock start(layout, "start"), after(layout, "after");
+  model::HfCheckpoint(golden("llama_tied")).load(config, layout, start);
+  model::HfCheckpoint(dir.file("run/step_1")).load(config, layout, after);
+  double largest = 0.0;
+  for (int64_t i = 0; i < start.numel(); ++i) largest = std::max(largest, std::abs(double{start.data()[i]} - after.data()[i]));
+  EXPECT_LE(largest, 1e-7);
+
+  expect_one_clear_error(run_fpdt("train --init-from " + golden("llama_tied") + " --out " + dir.file("run") + common + "--resume"),
+                         {"[train]", "--init-from and --resume cannot be combined"});
+  expect_one_clear_error(run_fpdt("train --init-from " + golden("llama_tied") + " --model llama-tiny --out " + dir.file("r2") + common),
+                         {"[train]", "--model llama-tiny would be a second one"});
+  expect_one_clear_error(run_fpdt("train --init-from " + golden("gpt2") + " --rope-theta 5 --out " + dir.file("r3") + common),
+                         {"[model]", "has learned positions, not RoPE"});
+}
+
+}  // namespace
+}  // namespace fpdt::testing
