@@ -45,10 +45,18 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
     log::info("dry run: S = " + std::to_string(s.seq_tokens) + ": compute peak " +
               format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
               format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank");
+    const pipeline::OffloadTraffic& traffic = result.offload_per_step;
+    const double tokens = static_cast<double>(s.seq_tokens * s.batch_size * s.grad_accum);
+    log::info("dry run: offload traffic per step " + format_bytes(static_cast<double>(traffic.read_bytes)) +
+              " read + " + format_bytes(static_cast<double>(traffic.written_bytes)) + " written per rank (" +
+              format_bytes(static_cast<double>(traffic.read_bytes + traffic.written_bytes) / tokens) + " per token)" +
+              (s.doc_mask ? "; document masks, which depend on the data, skip more" : ""));
     log::info(nlohmann::json{{"dry_run", true},
                              {"seq", s.seq_tokens},
                              {"compute_peak_bytes", result.compute_peak_bytes},
-                             {"offload_peak_bytes", result.offload_peak_bytes}}
+                             {"offload_peak_bytes", result.offload_peak_bytes},
+                             {"offload_read_bytes", traffic.read_bytes},
+                             {"offload_written_bytes", traffic.written_bytes}}
                   .dump());
     return 0;
   }

@@ -59,6 +59,18 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
 }
 
+// `train --dry-run --schedule` prints the step's FPDT schedule, and the table says the chunk plan and
+// its padding (S = 100 in chunks of 48: 3 chunks, 44 tokens of padding).
+TEST(Commands, DryRunPrintsTheScheduleAndThePadding) {
+  const TempDir dir;
+  const ProgramResult run = run_fpdt("train --model llama-tiny --seq 100 --chunk-tokens 48 --recompute layer --dry-run "
+                                     "--schedule --peak-gflops 1 --threads 1 --out " + dir.file("run"));
+  ASSERT_EQ(run.exit_status, 0) << run.output;
+  for (const char* expected : {"3 x 48 tokens (48 per rank), padding 44", "FPDT schedule: S 100 tokens (padded to 144)",
+                               "recompute layer", "program layer backward", "attention block backward 2,1"})
+    EXPECT_NE(run.output.find(expected), std::string::npos) << expected << " in\n" << run.output;
+}
+
 TEST(Commands, TrainsOnVersionOneByteShards) {
   // Shards from before shards recorded their tokenizer (version 1, no tokenizer.json beside them) are
   // byte-tokenizer shards: training runs, and the checkpoint carries the byte tokenizer.

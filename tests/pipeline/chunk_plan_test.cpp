@@ -1,5 +1,5 @@
 // The chunk plan, golden-tested: which global tokens each rank's chunks hold (DESIGN.md §1's closed
-// form), padding, the live block pairs, and a clear error for each impossible request. Also the
+// form), padding, and a clear error for each impossible request. Also the
 // offload tier's errors for a directory that does not exist and for an unknown tier.
 #include <gtest/gtest.h>
 
@@ -32,7 +32,6 @@ TEST(ChunkPlan, LayoutIsTheClosedFormGolden) {
     EXPECT_EQ(rank0.local_chunk_begin(i), rank0.chunk_begin(i));
     EXPECT_EQ(rank1.local_chunk_begin(i), rank0.chunk_begin(i) + rank0.local_chunk_tokens);
   }
-  EXPECT_EQ(rank0.live_blocks(), (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {2, 2}}));
 }
 
 TEST(ChunkPlan, ChunkTokensGiveTheChunkCount) {
@@ -44,6 +43,24 @@ TEST(ChunkPlan, ChunkTokensGiveTheChunkCount) {
   EXPECT_EQ(make_chunk_plan(100000, 4, 0, 8192, 0).local_chunk_real_tokens(12), 100000 - 12 * 8192);
 }
 
+TEST(ChunkPlan, AChunkIsNeverLongerThanTheSequence) {
+  // C = 4096 asked for S = 2048 on 2 ranks: the chunk is the sequence (no padding).
+  const ChunkPlan whole = make_chunk_plan(2048, 2, 0, 4096, 0);
+  EXPECT_EQ(whole.chunk_tokens, 2048);
+  EXPECT_EQ(whole.chunks, 1);
+  EXPECT_EQ(whole.padded_tokens, 2048);
+  // S = 1001 on 4 ranks: rounded up to a multiple of P, 1004 (3 padding tokens).
+  const ChunkPlan rounded = make_chunk_plan(1001, 4, 0, 4096, 0);
+  EXPECT_EQ(rounded.chunk_tokens, 1004);
+  EXPECT_EQ(rounded.local_chunk_tokens, 251);
+  EXPECT_EQ(rounded.padded_tokens - rounded.seq_tokens, 3);
+  // Shorter chunks keep their size; the padding is what the last one does not fill.
+  const ChunkPlan chunked = make_chunk_plan(1001, 4, 0, 256, 0);
+  EXPECT_EQ(chunked.chunk_tokens, 256);
+  EXPECT_EQ(chunked.chunks, 4);
+  EXPECT_EQ(chunked.padded_tokens - chunked.seq_tokens, 23);
+}
+
 TEST(ChunkPlan, ImpossibleRequestsAreClearErrors) {
   testing::expect_contains(testing::error_message([] { make_chunk_plan(1000, 4, 0, 1002, 0); }),
                            {"1002 tokens cannot be split over 4 ranks", "multiple of 4"});
@@ -53,9 +70,11 @@ TEST(ChunkPlan, ImpossibleRequestsAreClearErrors) {
 }
 
 TEST(Offload, MissingDirectoryAndUnknownTierAreClearErrors) {
-  OffloadStore store(parse_offload("disk:/nonexistent/fpdt"));
-  store.add_array("x", 2, 1024);
-  testing::expect_contains(testing::error_message([&] { store.allocate(); }),
+  LayoutShape shape;
+  shape.c = 4;
+  shape.h = 8;
+  const OffloadConfig missing = parse_offload("disk:/nonexistent/fpdt");
+  testing::expect_contains(testing::error_message([&] { OffloadStore(kernels::host_memory(), missing, shape, false); }),
                            {"[offload] cannot create an offload file in /nonexistent/fpdt", "create the directory"});
   testing::expect_contains(testing::error_message([] { parse_offload("tape"); }),
                            {"unknown offload tier 'tape'", "none, ram or disk:DIR"});

@@ -4,32 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <mutex>
 
 #include "fpdt/comm/communicator.h"
-#include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/ops.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "pipeline/pipeline_testing.h"
 #include "testing.h"
 
 namespace fpdt::pipeline {
 namespace {
-
-model::ModelConfig tiny(model::Family family, int heads, int kv_heads) {
-  model::ModelConfig config = model::preset(family == model::Family::llama ? "llama-tiny" : "gpt-tiny");
-  config.vocab_size = 61;
-  config.hidden = 32;
-  config.heads = heads;
-  config.kv_heads = kv_heads;
-  config.head_dim = 8;
-  config.rotary_dim = 8;
-  config.ffn_hidden = 48;
-  config.layers = 2;
-  if (family == model::Family::gpt) config.hidden = heads * config.head_dim;
-  return config;
-}
 
 struct Data {
   std::vector<int32_t> tokens, targets;
@@ -43,31 +28,11 @@ struct Data {
   }
 };
 
-struct Result {
-  double loss_sum = 0.0, count = 0.0;
-  std::vector<float> grads;
-};
-
-// Runs the pipeline on P thread ranks; returns the loss and gradients summed over ranks.
+// The same with the gradient of the batch's mean loss.
 Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks, const Data& data,
                     uint64_t seed) {
-  auto backend = kernels::make_backend("cpu");
   const double count = model::counted_targets(data.batch.targets, nullptr, data.batch.B * data.batch.T);
-  Result result;
-  std::mutex mutex;
-  comm::run_ranks(ranks, [&](comm::Communicator& comm) {
-    FpdtModel model(config, *backend, comm, pipeline, seed);
-    const model::LossStats stats = model.forward_backward(data.batch, 1.0 / count);
-    double sums[2] = {stats.loss_sum, stats.count};
-    comm.all_reduce_sum(sums, 2);
-    comm.all_reduce_sum(model.grads().data(), static_cast<size_t>(model.grads().numel()));
-    if (comm.rank() != 0) return;
-    std::lock_guard<std::mutex> lock(mutex);
-    result.loss_sum = sums[0];
-    result.count = sums[1];
-    result.grads.assign(model.grads().data(), model.grads().data() + model.grads().numel());
-  });
-  return result;
+  return run_pipeline(config, pipeline, ranks, data.batch, 1.0 / count, seed);
 }
 
 Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_t seed) {
@@ -75,7 +40,7 @@ Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_
   model::Transformer model(config, *backend, seed);
   const model::LossStats stats = model.forward_backward(data.batch);
   return Result{stats.loss_sum, stats.count,
-                std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel())};
+                std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel()), {}};
 }
 
 struct Case {
@@ -134,6 +99,176 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_p2_u2", model::Family::gpt, 4, 4, 2, 2, 2, 37},
                       Case{"gpt_p1_u4", model::Family::gpt, 4, 4, 1, 4, 1, 30}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Issue 16: the B sequences of a micro-batch go through each chunk together (B·c rows per GEMM, the
+// batch dimension in the attention blocks). The loss and gradients must equal those of the sequences
+// run one at a time, summed, with the same gradient scale.
+TEST(Pipeline, BatchedChunksEqualSequencesOneByOne) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  const int B = 3, ranks = 2;
+  const int64_t S = 37;
+  const Data data(rng, B, S, config.vocab_size);
+  const double scale = 1.0 / model::counted_targets(data.batch.targets, nullptr, B * S);
+  PipelineConfig pipeline;
+  pipeline.chunks = 3;
+  pipeline.offload = parse_offload("ram");
+  const Result batched = run_pipeline(config, pipeline, ranks, data.batch, scale, seed);
+
+  Result sequential;
+  sequential.grads.assign(batched.grads.size(), 0.0f);
+  for (int b = 0; b < B; ++b) {
+    const model::Batch one{1, S, data.batch.tokens + b * S, data.batch.targets + b * S, nullptr};
+    const Result single = run_pipeline(config, pipeline, ranks, one, scale, seed);
+    sequential.loss_sum += single.loss_sum;
+    sequential.count += single.count;
+    for (size_t n = 0; n < single.grads.size(); ++n) sequential.grads[n] += single.grads[n];
+  }
+  // Same maths; the weight gradients sum B·c rows in one GEMM instead of c rows B times, and the loss
+  // sums in another order: fp32 rounding only, 1e-5 relative (the issue's bar).
+  EXPECT_EQ(batched.count, sequential.count);
+  const double loss_error = std::abs(batched.loss_sum - sequential.loss_sum) / sequential.loss_sum;
+  const double grad_error = testing::relative_error(batched.grads, sequential.grads);
+  std::printf("[ error    ] loss %.2e, gradients %.2e\n", loss_error, grad_error);
+  EXPECT_LE(loss_error, 1e-5);
+  EXPECT_LE(grad_error, 1e-5);
+}
+
+// The masked pipeline on P = 1 and 2 ranks against the unchunked model with the same element mask
+// (`want`): chunked LSE merges and per-rank partial sums give fp32 rounding only (1e-5, as the
+// invariance test); offloaded to `offload` and recomputed it is bitwise the same.
+void expect_masked_pipeline_equals(const model::ModelConfig& config, const PipelineConfig& pipeline,
+                                   const char* offload, const Data& data, const Result& want, uint64_t seed) {
+  for (const int ranks : {1, 2}) {
+    const Result got = run_pipeline(config, pipeline, ranks, data, seed);
+    const double loss_error = std::abs(got.loss_sum / got.count - want.loss_sum / want.count) /
+                              (want.loss_sum / want.count);
+    const double grad_error = testing::relative_error(got.grads, want.grads);
+    std::printf("[ error    ] P %d: loss %.2e, gradients %.2e\n", ranks, loss_error, grad_error);
+    EXPECT_LE(loss_error, 1e-5) << "P " << ranks;
+    EXPECT_LE(grad_error, 1e-5) << "P " << ranks;
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload(offload);
+    other.recompute = Recompute::layer;
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << "P " << ranks;
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)))
+        << "P " << ranks;
+  }
+}
+
+// Packed documents: with document ids the pipeline must equal the unchunked model with the same
+// element mask, and the blocks no document spans are skipped (they are absent from the schedule).
+TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  const int B = 2;
+  const int64_t S = 48;
+  Data data(rng, B, S, config.vocab_size);
+  // Chunks of 12 tokens (u = 4): documents [0, 12), [12, 36), [36, 48) in sequence 0; in sequence 1
+  // [0, 5), [5, 12), [12, 36), [36, 48). Only blocks (2, 1) and the diagonal are live: 5 of 10.
+  std::vector<int32_t> docs;
+  for (int64_t t = 0; t < S; ++t) docs.push_back(t < 12 ? 0 : t < 36 ? 1 : 2);
+  for (int64_t t = 0; t < S; ++t) docs.push_back(t < 5 ? 10 : t < 12 ? 11 : t < 36 ? 12 : 13);
+  data.batch.doc_ids = docs.data();
+  EXPECT_EQ(make_block_mask(make_chunk_plan(S, 1, 0, 0, 4), 0, docs.data(), B).live_count(), 5);
+  const Result want = run_unchunked(config, data, seed);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;
+  pipeline.offload = parse_offload("none");
+  expect_masked_pipeline_equals(config, pipeline, "disk:/tmp", data, want, seed);
+}
+
+// A sliding window (Mistral, Qwen2) in the first layer and none in the second: the pipeline skips the
+// blocks wholly out of the window (absent from that layer's program) and must equal the unchunked model
+// with the same element mask, chunked and on P = 2, offloaded and recomputed bitwise.
+TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  config.sliding_window = 10;
+  config.sliding_layers = {true, false};
+  const int64_t S = 48;
+  const Data data(rng, 2, S, config.vocab_size);
+  const Result want = run_unchunked(config, data, seed);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = 4;  // C = 12: under the window only blocks (i, i) and (i, i − 1) are live (the nearest
+                        // pair of (i, i − 2) is 13 tokens apart)
+  pipeline.offload = parse_offload("none");
+  {
+    auto backend = kernels::make_backend("cpu");
+    auto local = comm::make_local();
+    const FpdtModel model(config, *backend, *local, pipeline);
+    const Schedule schedule = model.schedule_for(S, Pass::forward_backward);
+    ASSERT_EQ(schedule.masks.size(), 2u);
+    EXPECT_EQ(schedule.masks[0].describe(), "causal, window 10 tokens (7 of 10 causal blocks live)");
+    EXPECT_EQ(schedule.masks[1].live_count(), 10);
+  }
+  expect_masked_pipeline_equals(config, pipeline, "ram", data, want, seed);
+}
+
+// Offload traffic (issue 13): the bytes a step moves to and from the offload tier are the schedule's
+// fetches and writes (what the dry run counts is what a step moves), and blocks a mask removes move
+// nothing — a window-W model's traffic grows by the same bytes for every chunk added (the window's
+// needs), a causal one's by more each time (S's), and documents of one chunk each move what a window of
+// one token does (the diagonal blocks only).
+TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  const int64_t C = 12;
+  model::ModelConfig windowed = tiny(model::Family::llama, 4, 2);
+  windowed.sliding_window = C;
+  windowed.sliding_layers = {true, true};
+  const model::ModelConfig causal = tiny(model::Family::llama, 4, 2);
+  PipelineConfig pipeline;
+  pipeline.chunk_tokens = C;
+  pipeline.offload = parse_offload("ram");
+  auto counted = [&](const model::ModelConfig& config, int chunks) {
+    FpdtModel model(config, *backend, *local, pipeline);
+    model.dry_run(chunks * C, 2);
+    return model.traffic();
+  };
+  auto total = [](const OffloadTraffic& t) { return t.read_bytes + t.written_bytes; };
+
+  // Measured = counted, windowed and causal, whole steps and forward passes.
+  for (const model::ModelConfig* config : std::vector<const model::ModelConfig*>{&windowed, &causal}) {
+    const Data data(rng, 2, 5 * C, config->vocab_size);
+    const Result step = run_pipeline(*config, pipeline, 1, data, seed);
+    EXPECT_EQ(step.traffic, counted(*config, 5));
+    EXPECT_GT(step.traffic.read_bytes, 0u);
+    EXPECT_GT(step.traffic.written_bytes, 0u);
+  }
+  // The window's increments are equal once a chunk has a previous one; the causal ones grow.
+  uint64_t previous_window = 0, previous_causal = 0, window_step = 0, causal_step = 0;
+  for (int chunks = 1; chunks <= 8; ++chunks) {
+    const uint64_t window = total(counted(windowed, chunks)), full = total(counted(causal, chunks));
+    if (chunks >= 3) {
+      EXPECT_EQ(window - previous_window, window_step) << chunks << " chunks";
+      EXPECT_GT(full - previous_causal, causal_step) << chunks << " chunks";
+    }
+    window_step = window - previous_window;
+    causal_step = full - previous_causal;
+    previous_window = window;
+    previous_causal = full;
+  }
+  // Documents of one chunk each move what a window of one token does: the diagonal blocks only.
+  const int64_t S = 5 * C;
+  Data data(rng, 2, S, causal.vocab_size);
+  std::vector<int32_t> docs(static_cast<size_t>(2 * S));
+  for (size_t n = 0; n < docs.size(); ++n) docs[n] = static_cast<int32_t>(n / C);
+  data.batch.doc_ids = docs.data();
+  model::ModelConfig one_token = causal;
+  one_token.sliding_window = 1;
+  one_token.sliding_layers = {true, true};
+  EXPECT_EQ(run_pipeline(causal, pipeline, 1, data, seed).traffic, counted(one_token, 5));
+  EXPECT_LT(total(counted(one_token, 5)), total(counted(causal, 5)));
+}
 
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {
   EXPECT_THROW(make_head_sharding(6, 6, 4), Error);   // 6 heads over 4 ranks

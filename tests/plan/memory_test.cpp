@@ -1,10 +1,13 @@
 // The memory and cost models, number by number: the worked example of docs/memory.md (Llama-3-8B on
-// 4 A100-80GB ranks) and, for our fpdt mode, the pipeline's own allocation list (FpdtModel::reserve)
-// written out independently here as the oracle, so a change on either side shows up.
+// 4 A100-80GB ranks) and, for our fpdt mode, that the plan reads the pipeline's own memory table with
+// the pipeline's own shape, and that the pipeline allocates exactly that table.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "fpdt/comm/threads/thread_communicator.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/plan/plan.h"
 #include "fpdt/train/metrics.h"
 #include "testing.h"
@@ -70,57 +73,71 @@ TEST(MemoryModel, WorkedExampleReference) {
   EXPECT_TRUE(plan.fits);
 }
 
-// FpdtModel::reserve(), transcribed: the arena's float buffers and the store's arrays (fp32 on CPU).
-double pipeline_arena_bytes(const PlanShape& s) {
-  auto aligned = [](int64_t bytes) { return static_cast<double>((bytes + 4095) / 4096 * 4096); };
-  const int64_t c = s.C / s.P, C = s.C, h = s.h, f = s.f, q = s.q, kv = s.kv, D = s.D, V = s.V;
-  const int64_t local_q = s.Hq / s.P, local_kv = std::max<int64_t>(s.Hkv / s.P, 1);
-  const int64_t qh = C * local_q * D, kvh = C * local_kv * D, lse = local_q * C;
-  const int64_t head_tokens = std::clamp<int64_t>((32 << 20) / (4 * V), 1, c);
-  const int64_t pack = c * std::max<int64_t>(s.Hq, local_kv * s.P) * D;
-  const int64_t ch = c * h, cf = c * f, cq = c * q, ckv = c * kv;
-  const std::vector<int64_t> float_sizes = {
-      ch, ch, ch, ch, c, c, cq, ckv, ckv, qh, kvh, kvh, kvh, kvh, kvh, kvh, qh, lse, cq, ch, c, c, cf, cf,
-      cf, pack, head_tokens * V, head_tokens, head_tokens, ch, cq, qh, lse, kvh, kvh, qh, qh, qh, qh,
-      lse, lse, lse, lse, qh, qh, qh, cq, ckv, ckv, ch, cf, cf, cf};
-  double total = 4 * aligned(c * 4) + aligned(c * 8);  // tokens, targets, position ids, mask; positions
-  for (int64_t floats : float_sizes) total += aligned(floats * 4);
-  return total;
-}
-
-double pipeline_store_bytes(const PlanShape& s, int64_t stored) {
-  auto slot = [](int64_t floats) { return static_cast<double>((floats * 4 + 4095) / 4096 * 4096); };
-  const int64_t c = s.C / s.P, u = s.u, h = s.h, q = s.q, D = s.D;
-  const int64_t local_q = s.Hq / s.P, local_kv = std::max<int64_t>(s.Hkv / s.P, 1);
-  const int64_t qh = s.C * local_q * D, kvh = s.C * local_kv * D, lse = local_q * s.C;
-  return (s.L + 1) * u * slot(c * h) + stored * u * (slot(c * h) + 2 * slot(qh) + 2 * slot(kvh) + slot(c * q) + slot(lse)) +
-         u * (slot(c * h) + slot(qh) + slot(lse) + slot(qh));
-}
-
-TEST(MemoryModel, FpdtModeMirrorsThePipelineAllocations) {
+// The plan's fpdt mode reads the pipeline's memory table through fpdt_layout(): the shape it hands the
+// table must be the one the pipeline itself lays out (rank 0 of P thread ranks), and the plan's peaks
+// are the table's sums plus the fp32 model states.
+TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
   const Hardware cpu = hardware_preset("cpu");
+  auto backend = kernels::make_backend("cpu");
   for (const char* name : {"llama-tiny", "gpt-tiny", "llama-demo"}) {
-    for (const int64_t P : {1, 2, 4}) {
+    for (const int P : {1, 2, 4}) {
       for (const Recompute recompute : {Recompute::layer, Recompute::none}) {
-        PlanConfig config;
-        config.model = model::preset(name);
-        config.sp = P;
-        config.seq_tokens = 1024;
-        config.chunk_tokens = 128;
-        config.mode = Mode::fpdt;
-        config.recompute = recompute;
-        config.zero_stage = 0;
-        config.precision = DType::f32;
-        const PlanResult plan = make_plan(config, cpu);
-        SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P));
-        EXPECT_DOUBLE_EQ(fpdt_chunk_arena_bytes(plan.shape), pipeline_arena_bytes(plan.shape));
-        const int64_t stored = recompute == Recompute::layer ? 1 : plan.shape.L;
-        EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, pipeline_store_bytes(plan.shape, stored));
-        // Compute tier: fp32 parameters, gradients, Adam m and v (16 B per parameter) + the arena.
-        EXPECT_DOUBLE_EQ(plan.compute_peak.bytes,
-                         16.0 * static_cast<double>(config.model.parameter_count()) + pipeline_arena_bytes(plan.shape));
+        for (const int B : {1, 3}) {
+          PlanConfig config;
+          config.model = model::preset(name);
+          config.sp = P;
+          config.micro_batch = B;
+          config.seq_tokens = 1024;
+          config.chunk_tokens = 128;
+          config.mode = Mode::fpdt;
+          config.recompute = recompute;
+          config.zero_stage = 0;
+          config.precision = DType::f32;
+          const PlanResult plan = make_plan(config, cpu);
+          SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B));
+          const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
+          pipeline::PipelineConfig pipeline;
+          pipeline.chunk_tokens = 128;
+          pipeline.recompute = recompute == Recompute::layer ? pipeline::Recompute::layer : pipeline::Recompute::none;
+          comm::run_ranks(P, [&](comm::Communicator& comm) {
+            if (comm.rank() != 0) return;
+            const pipeline::FpdtModel model(config.model, *backend, comm, pipeline);
+            EXPECT_TRUE(model.layout_shape(config.seq_tokens, B) == layout);
+          });
+          EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
+          // Compute tier: fp32 parameters, gradients, Adam m and v (16 B per parameter) + the arena.
+          EXPECT_DOUBLE_EQ(plan.compute_peak.bytes, 16.0 * static_cast<double>(config.model.parameter_count()) +
+                                                        static_cast<double>(pipeline::chunk_arena_bytes(layout)));
+        }
       }
     }
+  }
+}
+
+// The pipeline allocates the table and nothing else: a dry run adds the arena to the compute tier and
+// the store to the offload tier (or, resident, to the compute tier), to the byte.
+TEST(MemoryModel, FpdtDryRunAllocatesTheTable) {
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  const model::ModelConfig config = model::preset("llama-tiny");
+  for (const char* offload : {"ram", "none"}) {
+    pipeline::PipelineConfig pipeline;
+    pipeline.chunk_tokens = 256;
+    pipeline.offload = pipeline::parse_offload(offload);
+    pipeline::FpdtModel model(config, *backend, *local, pipeline);
+    const pipeline::LayoutShape layout = model.layout_shape(4096, 2);
+    const size_t compute = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+    const size_t offloaded = MemoryTiers::instance().usage(Tier::offload).active_bytes;
+    model.dry_run(4096, 2);
+    const size_t store = pipeline::store_bytes(layout), arena = pipeline::chunk_arena_bytes(layout);
+    const bool resident = std::string(offload) == "none";
+    SCOPED_TRACE(offload);
+    EXPECT_EQ(MemoryTiers::instance().usage(Tier::compute).active_bytes - compute, arena + (resident ? store : 0));
+    EXPECT_EQ(MemoryTiers::instance().usage(Tier::offload).active_bytes - offloaded, resident ? 0 : store);
+    // Rows are B·c: twice the sequences, twice the rows of every chunk buffer (the LM head's logits
+    // are capped by bytes, and the per-sequence all-to-all packing does not grow).
+    EXPECT_EQ(layout.rows(), 2 * model.layout_shape(4096, 1).rows());
+    EXPECT_EQ(pipeline::store_bytes(layout), 2 * pipeline::store_bytes(model.layout_shape(4096, 1)));
   }
 }
 

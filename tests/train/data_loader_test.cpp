@@ -1,6 +1,7 @@
 // Tests of the DataLoader: rows are true shard windows, seeded sampling is reproducible, a restored
 // cursor continues bit for bit, sequential sampling covers every target once per epoch, padding is
-// marked kIgnoreIndex, and short shards or mismatched cursors fail with clear errors.
+// marked kIgnoreIndex, packed documents end with (and include) their end-of-document token, and short
+// shards, mismatched cursors or documents without an end-of-document token fail with clear errors.
 #include "fpdt/train/data_loader.h"
 
 #include <stdlib.h>
@@ -34,6 +35,8 @@ void expect_same_batch(const Batch& got, const Batch& want, int index) {
   EXPECT_EQ(got.seq_tokens, want.seq_tokens) << "batch " << index;
   EXPECT_EQ(got.inputs, want.inputs) << "batch " << index;
   EXPECT_EQ(got.targets, want.targets) << "batch " << index;
+  EXPECT_EQ(got.doc_ids, want.doc_ids) << "batch " << index;
+  EXPECT_EQ(got.positions, want.positions) << "batch " << index;
   EXPECT_EQ(got.row_offsets, want.row_offsets) << "batch " << index;
   EXPECT_EQ(got.target_tokens, want.target_tokens) << "batch " << index;
 }
@@ -59,6 +62,109 @@ TEST(DataLoaderHelpers, FillInputsAndTargetsMarkPadding) {
   fill_targets(targets.data(), 6, {});
   EXPECT_EQ(inputs, std::vector<int32_t>(6, 0));
   EXPECT_EQ(targets, std::vector<int32_t>(6, kIgnoreIndex));
+}
+
+TEST(DataLoaderHelpers, DocumentsEndWithTheirEndOfDocumentToken) {
+  constexpr int32_t E = 9;  // the end-of-document token
+  const std::vector<int32_t> window = {1, 2, E, 3, E, E, 4, 5};  // S + 1 = 8: inputs 1 2 E 3 E E 4
+  std::vector<int32_t> docs(7, -1), positions(7, -1);
+  fill_documents(docs.data(), positions.data(), 7, window, E);
+  EXPECT_EQ(docs, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 3}));  // each E in the document it ends
+  EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 0}));
+
+  // Padding past the real positions is one document after them, its positions from 0.
+  docs.assign(10, -1);
+  positions.assign(10, -1);
+  fill_documents(docs.data(), positions.data(), 10, window, E);
+  EXPECT_EQ(docs, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 3, 4, 4, 4}));
+  EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 0, 0, 1, 2}));
+  fill_documents(docs.data(), positions.data(), 10, std::span(window).first(6), E);  // inputs 1 2 E 3 E
+  EXPECT_EQ(docs, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 2, 2, 2, 2}));             // after an E: its id
+  EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 1, 2, 3, 4}));
+
+  // A document longer than the row (no E in it) is the part the row holds, at positions 0..S−1: restarted
+  // positions never reach S. Positions are optional.
+  const std::vector<int32_t> long_document = {1, 2, 3, 4, 5, 6};
+  docs.assign(5, -1);
+  positions.assign(5, -1);
+  fill_documents(docs.data(), positions.data(), 5, long_document, E);
+  EXPECT_EQ(docs, std::vector<int32_t>(5, 0));
+  EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  fill_documents(docs.data(), nullptr, 5, window, E);
+  EXPECT_EQ(docs, (std::vector<int32_t>{0, 0, 0, 1, 1}));
+}
+
+// A shard of random tokens in which `end_of_document` ends a document about every 8 tokens (runs of
+// it too: empty documents), recording it in its header.
+std::vector<int32_t> write_documents_shard(const std::string& path, Rng& rng, size_t count, int32_t end_of_document) {
+  std::vector<int32_t> tokens(count);
+  for (int32_t& token : tokens) token = rng.below(8) == 0 ? end_of_document : static_cast<int32_t>(rng.below(200));
+  write_shard(path, tokens, 257, ShardTokenizer{1, static_cast<uint32_t>(end_of_document)});
+  return tokens;
+}
+
+TEST(DataLoader, DocumentsOfEachRowFollowItsEndOfDocumentTokens) {
+  TempDir dir;
+  Rng rng(fpdt::testing::fresh_seed());
+  constexpr int32_t E = 256;
+  write_documents_shard(dir.file("s.bin"), rng, 3000, E);
+  for (const Sampling sampling : {Sampling::random, Sampling::sequential}) {
+    // The shard's own end-of-document token (end_of_document −1); rows padded past S.
+    DataLoader loader(ShardReader(dir.file("s.bin")),
+                      {.batch_size = 3, .seq_tokens = 70, .padded_seq_tokens = 80, .sampling = sampling,
+                       .seed = rng.next_u64(), .documents = true, .restart_positions = true});
+    Batch batch;
+    for (int step = 0; step < 30; ++step) {
+      loader.next(batch);
+      ASSERT_EQ(batch.doc_ids.size(), batch.inputs.size());
+      ASSERT_EQ(batch.positions.size(), batch.inputs.size());
+      for (int64_t row = 0; row < 3; ++row) {
+        const int64_t at = row * 80;
+        EXPECT_EQ(batch.doc_ids[at], 0);
+        EXPECT_EQ(batch.positions[at], 0);
+        for (int64_t i = 1; i < 80; ++i) {
+          // A new document starts right after an E and at the padding (target ignored), nowhere else.
+          const bool starts = batch.inputs[at + i - 1] == E || (batch.targets[at + i] == kIgnoreIndex &&
+                                                                batch.targets[at + i - 1] != kIgnoreIndex);
+          EXPECT_EQ(batch.doc_ids[at + i], batch.doc_ids[at + i - 1] + (starts ? 1 : 0)) << "row " << row << " " << i;
+          EXPECT_EQ(batch.positions[at + i], starts ? 0 : batch.positions[at + i - 1] + 1) << "row " << row << " " << i;
+        }
+      }
+    }
+  }
+  // Documents without restarted positions: no positions in the batch (the model's 0..S−1).
+  DataLoader global(ShardReader(dir.file("s.bin")), {.batch_size = 2, .seq_tokens = 70, .documents = true});
+  const Batch batch = global.next();
+  EXPECT_EQ(batch.doc_ids.size(), batch.inputs.size());
+  EXPECT_TRUE(batch.positions.empty());
+}
+
+TEST(DataLoader, DocumentsNeedAnEndOfDocumentToken) {
+  TempDir dir;
+  Rng rng(fpdt::testing::fresh_seed());
+  write_random_shard(dir.file("plain.bin"), rng, 100);  // records no tokenizer, no end-of-document token
+  write_documents_shard(dir.file("docs.bin"), rng, 100, 256);
+  expect_contains(error_message([&] {
+                    DataLoader loader(ShardReader(dir.file("plain.bin")), {.seq_tokens = 8, .documents = true});
+                  }),
+                  {"[data]", dir.file("plain.bin"), "records no end-of-document token", "hint:", "--doc-mask"});
+  // Told which token ends documents, it splits there (a byte-tokenizer shard that predates the record).
+  DataLoader told(ShardReader(dir.file("plain.bin")), {.seq_tokens = 8, .documents = true, .end_of_document = 256});
+  EXPECT_EQ(told.next().doc_ids.size(), 8u);
+  expect_contains(error_message([&] {
+                    DataLoader loader(ShardReader(dir.file("docs.bin")),
+                                      {.seq_tokens = 8, .documents = true, .end_of_document = 5});
+                  }),
+                  {"[data]", dir.file("docs.bin"), "ends its documents with token 256, not with 5"});
+  expect_contains(error_message([&] {
+                    DataLoader loader(ShardReader(dir.file("plain.bin")),
+                                      {.seq_tokens = 8, .documents = true, .end_of_document = 257});
+                  }),
+                  {"end-of-document token 257", "outside the vocabulary [0, 257)"});
+  expect_contains(error_message([&] {
+                    DataLoader loader(ShardReader(dir.file("docs.bin")), {.seq_tokens = 8, .restart_positions = true});
+                  }),
+                  {"[data]", "documents are off", "hint: --doc-positions restart needs --doc-mask"});
 }
 
 TEST(DataLoader, RandomRowsAreShardWindows) {
@@ -122,7 +228,9 @@ void expect_resume_continues(Sampling sampling) {
   TempDir dir;
   Rng rng(fpdt::testing::fresh_seed());
   write_random_shard(dir.file("s.bin"), rng, 300 + rng.below(300));
-  const DataLoaderConfig config{.batch_size = 3, .seq_tokens = 17, .sampling = sampling, .seed = rng.next_u64()};
+  // With documents (ended by token 7 of the random tokens), which a resumed loader derives alike.
+  const DataLoaderConfig config{.batch_size = 3, .seq_tokens = 17, .sampling = sampling, .seed = rng.next_u64(),
+                                .documents = true, .restart_positions = true, .end_of_document = 7};
   DataLoader original(ShardReader(dir.file("s.bin")), config);
   std::vector<Batch> batches;
   DataLoaderState after_three{};

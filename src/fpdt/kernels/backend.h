@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "fpdt/kernels/device_memory.h"
 #include "fpdt/kernels/ops.h"
 
 namespace fpdt::kernels {
@@ -17,6 +18,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The memory this backend computes in, and its copies between tiers (device_memory.h).
+  virtual DeviceMemory& memory() = 0;
 
 #define FPDT_BACKEND_OP(...) virtual __VA_ARGS__ = 0;
 #include "fpdt/kernels/backend_ops.inc"  // every op (it undefines FPDT_BACKEND_OP)

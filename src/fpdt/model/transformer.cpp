@@ -31,6 +31,16 @@ void check_batch(const ModelConfig& config, const Batch& batch) {
     if (token < 0 || token >= config.vocab_size)
       throw Error("model", "token id " + std::to_string(token) + where(n),
                   "the data was tokenized for another vocabulary");
+    if (batch.positions != nullptr) {
+      const int32_t position = batch.positions[n];
+      if (position < 0 || (config.learned_positions() && position >= config.max_positions))
+        throw Error("model",
+                    "position " + std::to_string(position) + " at sequence " + std::to_string(n / batch.T) +
+                        " token " + std::to_string(n % batch.T) + " is outside the " +
+                        (config.learned_positions() ? std::to_string(config.max_positions) + " learned positions"
+                                                    : std::string("non-negative positions")) +
+                        " of model '" + config.name + "'");
+    }
     if (batch.targets == nullptr) continue;
     const int32_t target = batch.targets[n];
     if (target != kernels::kIgnoreIndex && (target < 0 || target >= config.vocab_size))
@@ -103,10 +113,6 @@ void Transformer::reserve(int B, int64_t T) {
 
   positions_.resize(static_cast<size_t>(N));
   position_ids_.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    positions_[n] = n % T;
-    position_ids_[n] = static_cast<int32_t>(n % T);
-  }
 }
 
 void Transformer::layer_forward(int layer) {
@@ -115,7 +121,7 @@ void Transformer::layer_forward(int layer) {
   const int64_t N = int64_t{B_} * T_;
   math_.attention_input_forward(w, residual_[layer], positions_.data(), N, a.input, a.q, a.k, a.v);
   const double scale = config_.attention_scale(layer);
-  backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, nullptr, B_, T_, config_.heads, config_.kv_heads,
+  backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, doc_ids_, B_, T_, config_.heads, config_.kv_heads,
                              config_.head_dim, scale, config_.window(layer));
   math_.attention_output_forward(w, a.attn, residual_[layer], a.x_mid, N);
   math_.mlp_forward(w, a.x_mid, residual_[layer + 1], N, a.mlp);
@@ -129,7 +135,7 @@ void Transformer::layer_backward(int layer) {
   math_.mlp_backward(w, g, a.x_mid, N, a.mlp, d_resid_, scratch_);
   math_.attention_output_backward(w, g, a.attn, d_resid_, d_attn_, N);
   const double scale = config_.attention_scale(layer);
-  backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, nullptr, B_, T_, config_.heads,
+  backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, doc_ids_, B_, T_, config_.heads,
                               config_.kv_heads, config_.head_dim, scale, config_.window(layer));
   math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, d_q_, d_k_, d_v_, d_resid_,
                                  scratch_);
@@ -138,7 +144,13 @@ void Transformer::layer_backward(int layer) {
 LossStats Transformer::run(const Batch& batch, float* logits, bool backward, std::optional<double> grad_scale) {
   check_batch(config_, batch);
   reserve(batch.B, batch.T);
+  doc_ids_ = batch.doc_ids;
   const int64_t N = int64_t{B_} * T_;
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t position = batch.positions ? batch.positions[n] : static_cast<int32_t>(n % T_);
+    positions_[n] = position;
+    position_ids_[n] = position;
+  }
   math_.embedding_forward(params_, batch.tokens, position_ids_.data(), residual_[0], N);
   for (int layer = 0; layer < config_.layers; ++layer) layer_forward(layer);
   if (backward) std::memset(d_resid_, 0, sizeof(float) * static_cast<size_t>(N) * config_.hidden);

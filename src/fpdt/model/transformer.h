@@ -25,10 +25,14 @@ struct Batch {
   const int32_t* tokens = nullptr;   // (B, T)
   const int32_t* targets = nullptr;  // (B, T) or null (forward only)
   const float* loss_mask = nullptr;  // (B, T) or null
+  const int32_t* doc_ids = nullptr;  // (B, T) or null: a token attends only to tokens with its own id
+  const int32_t* positions = nullptr;  // (B, T) or null (0..T−1): each token's position (RoPE, learned
+                                       // positions), e.g. restarting at each packed document
 };
 
 // Throws fpdt::Error naming the sequence and position of the first token or target outside the
-// vocabulary, or a sequence longer than the model's learned position table.
+// vocabulary or the first negative position (or one past the learned position table), or a sequence
+// longer than the model's learned position table.
 void check_batch(const ModelConfig& config, const Batch& batch);
 
 class Transformer {
@@ -80,11 +84,12 @@ class Transformer {
 
   int B_ = 0;
   int64_t T_ = 0;
+  const int32_t* doc_ids_ = nullptr;  // (B, T) of the batch being computed, or null
   Arena arena_;
   std::vector<float*> residual_;  // L + 1 of (N, h): residual_[l] is layer l's input
   std::vector<LayerActivations> layers_;
-  std::vector<int64_t> positions_;     // (N) RoPE positions
-  std::vector<int32_t> position_ids_;  // (N) learned position ids
+  std::vector<int64_t> positions_;     // (N) RoPE positions: the batch's, or 0..T−1 per sequence
+  std::vector<int32_t> position_ids_;  // (N) learned position ids, the same
   AttentionInput final_norm_;          // (N, h) final norm output and statistics
   HeadScratch head_;
   // Backward scratch, reused by every layer.

@@ -11,13 +11,6 @@ int64_t ChunkPlan::local_chunk_real_tokens(int i) const {
   return std::clamp<int64_t>(seq_tokens - local_chunk_begin(i), 0, local_chunk_tokens);
 }
 
-std::vector<std::pair<int, int>> ChunkPlan::live_blocks() const {
-  std::vector<std::pair<int, int>> blocks;
-  for (int i = 0; i < chunks; ++i)
-    for (int j = 0; j <= i; ++j) blocks.emplace_back(i, j);
-  return blocks;
-}
-
 std::string ChunkPlan::describe() const {
   std::string text;
   for (int i = 0; i < chunks; ++i) {
@@ -47,8 +40,10 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
                   "a chunk of " + std::to_string(chunk_tokens) + " tokens cannot be split over " +
                       std::to_string(ranks) + " ranks",
                   "use a multiple of " + std::to_string(ranks) + " for --chunk-tokens");
-    plan.local_chunk_tokens = chunk_tokens / ranks;
-    plan.chunks = static_cast<int>((seq_tokens + chunk_tokens - 1) / chunk_tokens);
+    const int64_t rounded_sequence = (seq_tokens + ranks - 1) / ranks * ranks;
+    plan.local_chunk_tokens = std::min(chunk_tokens, rounded_sequence) / ranks;
+    const int64_t C = plan.local_chunk_tokens * ranks;
+    plan.chunks = static_cast<int>((seq_tokens + C - 1) / C);
   } else {
     plan.chunks = chunks;
     const int64_t per_rank_and_chunk = int64_t{ranks} * chunks;

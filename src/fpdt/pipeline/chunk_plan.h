@@ -3,13 +3,12 @@
 // is the global token range [(i·P + r)·c, (i·P + r + 1)·c), so after the per-chunk all-to-all chunk
 // i on every rank is the contiguous global range [i·C, (i+1)·C) with C = P·c, and causal attention
 // becomes block-causal: q chunk i attends kv chunks 0..i (masked only on the diagonal block).
-// A sequence that does not fill u·C tokens is padded at its end (targets there are ignored).
+// A sequence that does not fill u·C tokens is padded at its end (targets there are ignored); a chunk
+// is never longer than the sequence rounded up to a multiple of P, so the padding is < C.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace fpdt::pipeline {
 
@@ -29,15 +28,14 @@ struct ChunkPlan {
   int64_t chunk_begin(int i) const { return int64_t{i} * chunk_tokens; }
   // Real (unpadded) tokens in this rank's local chunk i.
   int64_t local_chunk_real_tokens(int i) const;
-  // The (q chunk, kv chunk) blocks causal attention computes: (i, j) for j ≤ i.
-  std::vector<std::pair<int, int>> live_blocks() const;
   // One line per local chunk, for logs and golden tests:
   // "chunk 0: global [0, 4) real 4 | attends kv 0..0".
   std::string describe() const;
 };
 
 // Plans S tokens over P ranks. Exactly one of `chunk_tokens` (C, global tokens per chunk, a multiple
-// of P) or `chunks` (u) is positive; with u the chunk is the smallest C that covers S in u chunks.
+// of P; longer than S rounded up to P, it is shortened to that) or `chunks` (u) is positive; with u
+// the chunk is the smallest C that covers S in u chunks.
 // Throws fpdt::Error for a non-positive size, a rank outside [0, P), or C not divisible by P.
 ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk_tokens, int chunks);
 

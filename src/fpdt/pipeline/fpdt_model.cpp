@@ -1,10 +1,11 @@
-// The FPDT chunk pipeline (see fpdt_model.h). Each layer's forward and backward sit side by side;
-// the store helpers at the top are the only place that knows whether a chunk is resident.
+// The FPDT pipeline (see fpdt_model.h): the layout of a step's memory, and the executor that walks
+// the schedule. Each step names its buffers and store slots; the executor resolves them to handles
+// and calls the model's maths, the kernels, the exchange or the copy queue — in the schedule's order.
 #include "fpdt/pipeline/fpdt_model.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
-#include <cstring>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/trace.h"
@@ -12,67 +13,19 @@
 namespace fpdt::pipeline {
 
 namespace {
-constexpr size_t kLogitsChunkBytes = 32u << 20;  // the LM head never holds more logits than this
+constexpr int32_t kPaddingDocument = INT32_MIN;  // the document of padding tokens: only each other
 }  // namespace
 
-Recompute parse_recompute(const std::string& text) {
-  if (text == "none") return Recompute::none;
-  if (text == "layer") return Recompute::layer;
-  throw Error("pipeline", "unknown recompute mode '" + text + "'", "use --recompute none or --recompute layer");
+ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank) {
+  const int chunks = pipeline.chunk_tokens > 0 ? 0 : pipeline.chunks;
+  return make_chunk_plan(seq_tokens, ranks, rank, pipeline.chunk_tokens, chunks);
 }
-
-// Compute-tier buffers of one chunk (c local tokens, C = P·c global), allocated once per S.
-// Every buffer that takes part in offload transfers has chunk_buffer_bytes() capacity.
-struct FpdtModel::ChunkBuffers {
-  Arena arena;
-  // Per-chunk inputs.
-  int32_t* tokens;        // (c)
-  int32_t* targets;       // (c)
-  float* mask;            // (c) or unused
-  int64_t* positions;     // (c) global positions (RoPE)
-  int32_t* position_ids;  // (c) learned position ids, clamped for padding
-  // Forward.
-  float* x;               // (c, h) staging of a layer input
-  float* x_mid;           // (c, h)
-  float* x_out;           // (c, h)
-  model::AttentionInput norm;  // (c, h), (c), (c)
-  float* q_local;         // (c, Hq·D)
-  float* k_local;         // (c, Hkv·D)
-  float* v_local;         // (c, Hkv·D)
-  float* q_head;          // (C, Hq/P, D)
-  float* k_head;          // (C, Hkv/P, D)
-  float* v_head;          // (C, Hkv/P, D)
-  float* k_stage[2];      // (C, Hkv/P, D) prefetched kv chunks
-  float* v_stage[2];
-  float* o_head;          // (C, Hq/P, D)
-  float* lse;             // (Hq/P, C)
-  float* o_local;         // (c, Hq·D)
-  model::MlpActivations mlp;  // (c, h), (c), (c), (c, f) × 3
-  float* pack;            // (c, max(Hq, kv send heads), D) all-to-all packing
-  model::HeadScratch head;
-  // Backward.
-  float* d_res;           // (c, h)
-  float* d_attn;          // (c, Hq·D)
-  float* d_o_head;        // (C, Hq/P, D)
-  float* delta;           // (Hq/P, C)
-  float* d_k;             // (C, Hkv/P, D) accumulators of the outer kv chunk
-  float* d_v;
-  float* q_stage[2];      // (C, Hq/P, D) the inner q set, double-buffered
-  float* do_stage[2];
-  float* lse_stage[2];    // (Hq/P, C)
-  float* delta_stage[2];
-  float* dq_stage[2];
-  float* dq_first;        // (C, Hq/P, D) dQ of the diagonal block, final after it
-  float* dq_local;        // (c, Hq·D)
-  float* dk_local;        // (c, Hkv·D)
-  float* dv_local;
-  model::LayerScratch scratch;  // (c, h), (c, f) × 3
-};
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
                      const PipelineConfig& pipeline, uint64_t seed)
     : config_(config),
       backend_(backend),
+      memory_(backend.memory()),
       sp_(sp),
       pipeline_(pipeline),
       layout_((config.validate(), config)),
@@ -84,185 +37,254 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
 }
 
 FpdtModel::~FpdtModel() {
-  // Drain the copy thread before the buffers its queued copies read from are freed (members are
-  // destroyed in reverse order, buffers before the engine). Never throws.
+  // Drain the copy queue before the buffers and storage its copies use are freed. Never throws.
   copies_.reset();
 }
 
-void FpdtModel::reserve(int64_t seq_tokens, bool dry) {
-  if (buffers_ && plan_.seq_tokens == seq_tokens && dry_ == dry) return;
-  if (copies_) copies_.reset();  // waits for (and forgets) the copies of the old layout
-  buffers_.reset();
-  exchange_.reset();
-  store_.reset();
-  pending_writes_.clear();
-  plan_ = make_chunk_plan(seq_tokens, sp_.size(), sp_.rank(), pipeline_.chunk_tokens,
-                          pipeline_.chunk_tokens > 0 ? 0 : pipeline_.chunks);
+ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
   if (config_.learned_positions() && seq_tokens > config_.max_positions)
     throw Error("pipeline",
                 "sequence of " + std::to_string(seq_tokens) + " tokens exceeds the " +
                     std::to_string(config_.max_positions) + " learned positions of model '" + config_.name + "'",
                 "lower --seq or use a RoPE (Llama) model");
+  return plan_chunks(pipeline_, seq_tokens, sp_.size(), sp_.rank());
+}
 
-  const int64_t c = plan_.local_chunk_tokens, C = plan_.chunk_tokens, u = plan_.chunks;
-  const int64_t h = config_.hidden, f = config_.ffn_hidden, q = config_.q_dim(), kv = config_.kv_dim();
-  const int64_t D = config_.head_dim, V = config_.vocab_size;
-  const int64_t qh = C * sharding_.local_q_heads * D;    // floats of a head-sharded q chunk = c·Hq·D
-  const int64_t kvh = C * sharding_.local_kv_heads * D;  // floats of a head-sharded k chunk
-  const int64_t lse_floats = sharding_.local_q_heads * C;
-  const int64_t stored = pipeline_.recompute == Recompute::layer ? 1 : config_.layers;
+Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids, int batch) const {
+  const ChunkPlan plan = plan_for(seq_tokens);
+  std::vector<BlockMask> masks;
+  for (int layer = 0; layer < config_.layers; ++layer)
+    masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
+  return make_schedule(plan, pass, pipeline_.recompute, masks);
+}
 
-  store_ = std::make_unique<OffloadStore>(pipeline_.offload);
-  arrays_.x = store_->add_array("x", (config_.layers + 1) * u, c * h);
-  arrays_.x_mid = store_->add_array("x_mid", stored * u, c * h);
-  arrays_.q = store_->add_array("q", stored * u, qh);
-  arrays_.k = store_->add_array("k", stored * u, kvh);
-  arrays_.v = store_->add_array("v", stored * u, kvh);
-  arrays_.o = store_->add_array("o", stored * u, qh);
-  arrays_.o_local = store_->add_array("o_local", stored * u, c * q);
-  arrays_.lse = store_->add_array("lse", stored * u, lse_floats);
-  arrays_.d_res = store_->add_array("d_res", u, c * h);
-  arrays_.d_o = store_->add_array("d_o", u, qh);
-  arrays_.delta = store_->add_array("delta", u, lse_floats);
-  arrays_.d_q = store_->add_array("d_q", u, qh);
-  store_->allocate(dry);
+LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
+  return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float));
+}
+
+void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
+  if (arena_ && plan_.seq_tokens == seq_tokens && batch_size_ == batch && dry_ == dry) return;
+  copies_.reset();  // waits for (and forgets) the copies of the old layout
+  exchange_.reset();
+  arena_.reset();
+  store_.reset();
+  schedule_ = Schedule{};
+  const LayoutShape shape = layout_shape(seq_tokens, batch);
+  plan_ = plan_for(seq_tokens);
+  batch_size_ = batch;
   dry_ = dry;
-  if (!copies_) copies_ = std::make_unique<CopyEngine>();
 
-  // Compute-tier chunk buffers: one arena, every slice a multiple of the transfer block.
-  const int64_t head_tokens = std::clamp<int64_t>(static_cast<int64_t>(kLogitsChunkBytes / (4 * V)), 1, c);
-  const int64_t pack_floats = c * std::max<int64_t>(config_.heads, sharding_.kv_send_heads()) * D;
-  const int64_t ch = c * h, cf = c * f, cq = c * q, ckv = c * kv;
-  // One description of the layout, run twice: to add up the arena's size, then to hand out slices.
-  auto lay_out = [&](ChunkBuffers& b, auto&& take_bytes) {
-    auto take = [&](int64_t floats) { return static_cast<float*>(take_bytes(floats * sizeof(float))); };
-    b.tokens = static_cast<int32_t*>(take_bytes(c * 4));
-    b.targets = static_cast<int32_t*>(take_bytes(c * 4));
-    b.positions = static_cast<int64_t*>(take_bytes(c * 8));
-    b.position_ids = static_cast<int32_t*>(take_bytes(c * 4));
-    b.mask = static_cast<float*>(take_bytes(c * 4));
-    b.x = take(ch);
-    b.x_mid = take(ch);
-    b.x_out = take(ch);
-    b.norm = model::AttentionInput{take(ch), take(c), take(c)};
-    b.q_local = take(cq);
-    b.k_local = take(ckv);
-    b.v_local = take(ckv);
-    b.q_head = take(qh);
-    b.k_head = take(kvh);
-    b.v_head = take(kvh);
-    b.k_stage[0] = take(kvh);
-    b.k_stage[1] = take(kvh);
-    b.v_stage[0] = take(kvh);
-    b.v_stage[1] = take(kvh);
-    b.o_head = take(qh);
-    b.lse = take(lse_floats);
-    b.o_local = take(cq);
-    b.mlp = model::MlpActivations{take(ch), take(c), take(c), take(cf), take(cf), take(cf)};
-    b.pack = take(pack_floats);
-    b.head = model::HeadScratch{head_tokens, take(head_tokens * V), take(head_tokens), take(head_tokens)};
-    b.d_res = take(ch);
-    b.d_attn = take(cq);
-    b.d_o_head = take(qh);
-    b.delta = take(lse_floats);
-    b.d_k = take(kvh);
-    b.d_v = take(kvh);
-    b.q_stage[0] = take(qh);
-    b.q_stage[1] = take(qh);
-    b.do_stage[0] = take(qh);
-    b.do_stage[1] = take(qh);
-    b.lse_stage[0] = take(lse_floats);
-    b.lse_stage[1] = take(lse_floats);
-    b.delta_stage[0] = take(lse_floats);
-    b.delta_stage[1] = take(lse_floats);
-    b.dq_stage[0] = take(qh);
-    b.dq_stage[1] = take(qh);
-    b.dq_first = take(qh);
-    b.dq_local = take(cq);
-    b.dk_local = take(ckv);
-    b.dv_local = take(ckv);
-    b.scratch = model::LayerScratch{take(ch), take(cf), take(cf), take(cf)};
-  };
-  size_t total = 0;
-  ChunkBuffers sizing;
-  lay_out(sizing, [&](int64_t bytes) -> void* {
-    total += chunk_buffer_bytes(static_cast<size_t>(bytes));
-    return nullptr;
-  });
-  auto b = std::make_unique<ChunkBuffers>();
-  b->arena = Arena(Tier::compute, total, "FPDT chunk buffers (" + std::to_string(c) + " local tokens per chunk)");
-  lay_out(*b, [&](int64_t bytes) { return b->arena.take(chunk_buffer_bytes(static_cast<size_t>(bytes))); });
-  buffers_ = std::move(b);
-  exchange_ = std::make_unique<UlyssesExchange>(sp_, sharding_, config_.head_dim, buffers_->pack);
-}
-
-// ---- store access ---------------------------------------------------------------------------------
-
-const float* FpdtModel::read(int array, int64_t slot, float* staging) {
-  return ready(array, slot, staging, prefetch(array, slot, staging));
-}
-
-CopyEngine::Event FpdtModel::prefetch(int array, int64_t slot, float* staging) {
-  if (store_->resident()) return 0;
-  writable(staging);  // a pending write may still be reading it
-  OffloadStore* store = store_.get();
-  return copies_->submit([store, array, slot, staging] {
-    const trace::Span span("fetch chunk", "copy");
-    store->read(array, slot, staging);
-  });
-}
-
-const float* FpdtModel::ready(int array, int64_t slot, float* staging, CopyEngine::Event event) {
-  if (store_->resident()) return store_->resident(array, slot);
-  copies_->wait(event);
-  return staging;
-}
-
-void FpdtModel::write(int array, int64_t slot, const float* src) {
-  if (store_->resident()) {
-    float* target = store_->resident(array, slot);
-    if (target != src) std::memcpy(target, src, sizeof(float) * static_cast<size_t>(store_->slot_floats(array)));
-    return;
+  store_ = std::make_unique<OffloadStore>(memory_, pipeline_.offload, shape, dry);
+  arena_ = memory_.allocate(chunk_arena_bytes(shape),
+                            "FPDT chunk buffers (" + std::to_string(shape.rows()) + " token rows per chunk)",
+                            "lower --chunk-tokens or --batch, or raise --compute-mem");
+  char* slice = static_cast<char*>(arena_->data());  // a handle: only offsets are taken from it
+  for (const BufferSpec& buffer : chunk_buffers(shape)) {
+    const size_t id = static_cast<size_t>(buffer.id);
+    own_[id] = slice;
+    bytes_[id] = static_cast<size_t>(buffer.elements * element_bytes(buffer.element, shape));
+    slice += buffer.bytes(shape);
   }
-  OffloadStore* store = store_.get();
-  const CopyEngine::Event event = copies_->submit([store, array, slot, src] {
-    const trace::Span span("offload chunk", "copy");
-    store->write(array, slot, src);
-  });
-  pending_writes_.emplace_back(src, event);
+  bound_ = own_;
+  head_rows_ = head_rows(shape);
+  exchange_ = std::make_unique<UlyssesExchange>(sp_, backend_, sharding_, config_.head_dim, shape.c,
+                                                own<float>(Buf::pack), own<int32_t>(Buf::exchange_rows));
+  copies_ = memory_.make_copy_queue();
+  last_event_ = 0;
+  const size_t rows = static_cast<size_t>(shape.rows());
+  host_tokens_.resize(rows);
+  host_targets_.resize(rows);
+  host_position_ids_.resize(rows);
+  host_positions_.resize(rows);
+  host_mask_.resize(rows);
+  host_docs_.resize(rows * static_cast<size_t>(shape.P));
+  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, Pass::forward_backward), *store_) : OffloadTraffic{};
 }
 
-float* FpdtModel::writable(float* buffer) {
-  CopyEngine::Event last = 0;
-  for (const auto& [source, event] : pending_writes_)
-    if (source == buffer) last = std::max(last, event);
-  if (last == 0) return buffer;
-  copies_->wait(last);  // FIFO: everything submitted before `last` is done too
-  std::erase_if(pending_writes_, [last](const auto& entry) { return entry.second <= last; });
-  return buffer;
+// ---- the executor -----------------------------------------------------------------------------------
+
+model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double grad_scale) {
+  model::check_batch(config_, batch);
+  reserve(batch.T, batch.B, false);
+  Schedule with_documents;
+  const Schedule* schedule = &schedule_;
+  if (batch.doc_ids != nullptr) {  // the live blocks depend on the batch
+    with_documents = schedule_for(batch.T, pass, batch.doc_ids, batch.B);
+    schedule = &with_documents;
+  } else if (schedule_.programs.empty() || schedule_.pass != pass) {
+    schedule_ = schedule_for(batch.T, pass);
+  }
+  batch_ = &batch;
+  documents_ = batch.doc_ids != nullptr;
+  grad_scale_ = grad_scale;
+  loss_ = model::LossStats{};
+  traffic_ = OffloadTraffic{};
+  for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);
+  copies_->wait_all();
+  batch_ = nullptr;
+  return loss_;
+}
+
+void FpdtModel::execute(const Program& program, int layer) {
+  const kernels::CopyEvent before_program = last_event_;
+  events_.assign(static_cast<size_t>(program.copies), 0);
+  if (layer < config_.layers) {
+    weights_ = model::layer_tensors(layout_, params_, layer);
+    gradients_ = model::layer_tensors(layout_, grads_, layer);
+  }
+  for (const Step& step : program.steps) execute(step, layer, before_program);
+}
+
+float* FpdtModel::out(Buf buffer) {
+  const size_t index = static_cast<size_t>(buffer);
+  bound_[index] = own_[index];
+  return static_cast<float*>(own_[index]);
+}
+
+void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_program) {
+  const Buf* b = step.buffers;
+  // Operand k as the step uses it: overwritten operands are the buffer's own slice.
+  auto at = [&](int k) { return operand_role(step.op, k, step.flag) == Role::out ? out(b[k]) : in(b[k]); };
+  const int B = batch_->B;
+  const int64_t n = plan_.local_chunk_tokens * B;  // token rows of a chunk
+  switch (step.op) {
+    case Op::fetch:
+    case Op::write: {
+      const int slot_layer = step.layer == LayerRef::next_layer ? layer + 1 : layer;
+      const size_t buffer = static_cast<size_t>(b[0]);
+      void* resident = store_->resident(step.array, slot_layer, step.chunk);
+      const size_t offset = store_->offset(step.array, slot_layer, step.chunk), bytes = store_->slot_bytes(step.array);
+      if (step.op == Op::fetch) {
+        if (resident != nullptr) {  // read in place
+          bound_[buffer] = resident;
+          return;
+        }
+        bound_[buffer] = own_[buffer];
+        events_[step.copy] = last_event_ = copies_->read(own_[buffer], store_->storage(), offset, bytes);
+        traffic_.read_bytes += bytes;
+      } else if (resident != nullptr) {
+        if (resident != bound_[buffer]) memory_.copy(resident, bound_[buffer], bytes);
+      } else {
+        events_[step.copy] = last_event_ = copies_->write(store_->storage(), offset, bound_[buffer], bytes);
+        traffic_.written_bytes += bytes;
+      }
+      return;
+    }
+    case Op::wait: copies_->wait(step.copy < 0 ? before_program : events_[step.copy]); return;
+    case Op::zero: memory_.fill_zero(out(b[0]), bytes_[static_cast<size_t>(b[0])]); return;
+    case Op::inputs: upload_inputs(step.chunk, step.flag); return;
+    case Op::docs: upload_documents(step.chunk, b[0]); return;
+    case Op::q_to_heads: exchange_->q_to_heads(at(0), at(1), B); return;
+    case Op::kv_to_heads: exchange_->kv_to_heads(at(0), at(1), B); return;
+    case Op::q_to_sequence: exchange_->q_to_sequence(at(0), at(1), B); return;
+    case Op::kv_grad_to_sequence: exchange_->kv_grad_to_sequence(at(0), at(1), B); return;
+    default: break;
+  }
+
+  const trace::Span span(op_name(step.op), "compute");
+  const model::AttentionInput norm{own<float>(Buf::norm), own<float>(Buf::norm_mean), own<float>(Buf::norm_rstd)};
+  const model::MlpActivations mlp{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
+                                  own<float>(Buf::gate),     own<float>(Buf::up),       own<float>(Buf::act)};
+  const model::LayerScratch scratch{own<float>(Buf::d_norm), own<float>(Buf::d_act), own<float>(Buf::d_gate),
+                                    own<float>(Buf::d_up)};
+  const int32_t* tokens = own<int32_t>(Buf::tokens);
+  const int32_t* position_ids = own<int32_t>(Buf::position_ids);
+  const int64_t* positions = own<int64_t>(Buf::positions);
+  switch (step.op) {
+    case Op::embed: math_.embedding_forward(params_, tokens, position_ids, at(0), n); return;
+    case Op::attention_input:
+      math_.attention_input_forward(weights_, at(0), positions, n, norm, at(1), at(2), at(3));
+      return;
+    case Op::attention_block: {
+      float* o = at(3);
+      float* lse = at(4);
+      backend_.attention_chunk_forward(o, lse, block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk),
+                                       step.flag);
+      return;
+    }
+    case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
+    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp); return;
+    case Op::head: {
+      const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
+                                    own<float>(Buf::logits_lse)};
+      const model::LossStats stats =
+          math_.head_forward(layout_, params_, step.flag ? &grads_ : nullptr, at(0), own<int32_t>(Buf::targets),
+                             batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
+                             nullptr, step.flag ? at(1) : nullptr, scratch.d_norm);
+      loss_.loss_sum += stats.loss_sum;
+      loss_.count += stats.count;
+      return;
+    }
+    case Op::mlp_backward:
+      math_.mlp_forward(weights_, at(0), at(2), n, mlp);  // the MLP's activations, recomputed
+      math_.mlp_backward(weights_, gradients_, at(0), n, mlp, at(1), scratch);
+      return;
+    case Op::attention_output_backward:
+      math_.attention_output_backward(weights_, gradients_, at(0), at(1), at(2), n);
+      return;
+    case Op::attention_delta:
+      backend_.attention_chunk_delta(at(2), at(0), at(1), B, plan_.chunk_tokens, sharding_.local_q_heads,
+                                     config_.head_dim);
+      return;
+    case Op::attention_block_backward:
+      backend_.attention_chunk_backward(at(6), at(7), at(8), at(3), at(4), at(5),
+                                        block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk));
+      return;
+    case Op::attention_norm:
+      math_.norm_forward(norm.norm, norm.mean, norm.rstd, at(0), weights_.attn_norm_weight, weights_.attn_norm_bias, n);
+      return;
+    case Op::attention_input_backward:
+      math_.attention_input_backward(weights_, gradients_, at(0), positions, n, norm, at(1), at(2), at(3), at(4),
+                                     scratch);
+      return;
+    case Op::embed_backward: math_.embedding_backward(grads_, tokens, position_ids, at(0), n); return;
+    default: FPDT_ASSERT(false);
+  }
 }
 
 // ---- per-chunk inputs -------------------------------------------------------------------------------
 
-namespace {
-// Fills the chunk's token ids, targets, mask and positions from the full sequence; padding past S gets
-// token 0, target kIgnoreIndex and (learned positions) the last position id.
-void fill_chunk(const model::ModelConfig& config, const ChunkPlan& plan, int chunk, const int32_t* tokens,
-                const int32_t* targets, const float* mask, int32_t* chunk_tokens, int32_t* chunk_targets,
-                float* chunk_mask, int64_t* positions, int32_t* position_ids) {
-  const int64_t begin = plan.local_chunk_begin(chunk);
-  const int64_t max_id = config.learned_positions() ? config.max_positions - 1 : INT32_MAX;
-  for (int64_t t = 0; t < plan.local_chunk_tokens; ++t) {
-    const int64_t position = begin + t;
-    const bool real = position < plan.seq_tokens;
-    chunk_tokens[t] = real ? tokens[position] : 0;
-    if (chunk_targets) chunk_targets[t] = real && targets ? targets[position] : kernels::kIgnoreIndex;
-    if (chunk_mask) chunk_mask[t] = real && mask ? mask[position] : 1.0f;
-    positions[t] = position;
-    position_ids[t] = static_cast<int32_t>(std::min<int64_t>(position, max_id));
-  }
+// Token ids, positions (and targets, mask) of local chunk `chunk` for each sequence, rows (b, t): the
+// batch's positions when it has them, else the global ones; padding past S gets token 0, target
+// kIgnoreIndex and its global position (learned positions: at most the last position id).
+void FpdtModel::upload_inputs(int chunk, bool with_targets) {
+  const model::Batch& batch = *batch_;
+  const int64_t c = plan_.local_chunk_tokens, S = plan_.seq_tokens, begin = plan_.local_chunk_begin(chunk);
+  const int64_t max_id = config_.learned_positions() ? config_.max_positions - 1 : INT32_MAX;
+  for (int sequence = 0; sequence < batch.B; ++sequence)
+    for (int64_t t = 0; t < c; ++t) {
+      const size_t row = static_cast<size_t>(sequence * c + t);
+      const int64_t position = begin + t, source = sequence * S + position;
+      const bool real = position < S;
+      host_tokens_[row] = real ? batch.tokens[source] : 0;
+      host_positions_[row] = real && batch.positions ? batch.positions[source] : position;
+      host_position_ids_[row] = static_cast<int32_t>(std::min(host_positions_[row], max_id));
+      if (!with_targets) continue;
+      host_targets_[row] = real && batch.targets ? batch.targets[source] : kernels::kIgnoreIndex;
+      host_mask_[row] = real && batch.loss_mask ? batch.loss_mask[source] : 1.0f;
+    }
+  const size_t rows = static_cast<size_t>(batch.B * c);
+  memory_.upload(own<int32_t>(Buf::tokens), host_tokens_.data(), rows * sizeof(int32_t));
+  memory_.upload(own<int64_t>(Buf::positions), host_positions_.data(), rows * sizeof(int64_t));
+  memory_.upload(own<int32_t>(Buf::position_ids), host_position_ids_.data(), rows * sizeof(int32_t));
+  if (!with_targets) return;
+  memory_.upload(own<int32_t>(Buf::targets), host_targets_.data(), rows * sizeof(int32_t));
+  memory_.upload(own<float>(Buf::loss_mask), host_mask_.data(), rows * sizeof(float));
 }
-}  // namespace
+
+// Document ids (B, C) of global chunk `chunk`, the rows of a head-sharded block.
+void FpdtModel::upload_documents(int chunk, Buf buffer) {
+  const model::Batch& batch = *batch_;
+  const int64_t C = plan_.chunk_tokens, S = plan_.seq_tokens, begin = plan_.chunk_begin(chunk);
+  for (int sequence = 0; sequence < batch.B; ++sequence)
+    for (int64_t t = 0; t < C; ++t) {
+      const int64_t position = begin + t;
+      host_docs_[static_cast<size_t>(sequence * C + t)] =
+          position < S ? batch.doc_ids[sequence * S + position] : kPaddingDocument;
+    }
+  memory_.upload(own<int32_t>(buffer), host_docs_.data(), static_cast<size_t>(batch.B * C) * sizeof(int32_t));
+}
 
 kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const float* k, const float* v,
                                                int q_chunk, int kv_chunk) const {
@@ -270,7 +292,11 @@ kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const 
   params.q = q;
   params.k = k;
   params.v = v;
-  params.B = 1;
+  if (documents_) {
+    params.q_doc_ids = own<int32_t>(Buf::q_docs);
+    params.kv_doc_ids = own<int32_t>(Buf::kv_docs);
+  }
+  params.B = batch_->B;
   params.Cq = plan_.chunk_tokens;
   params.Ck = plan_.chunk_tokens;
   params.H = sharding_.local_q_heads;
@@ -279,208 +305,15 @@ kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const 
   params.q_begin = plan_.chunk_begin(q_chunk);
   params.kv_begin = plan_.chunk_begin(kv_chunk);
   params.scale = config_.attention_scale(layer);
-  params.window = config_.window(layer);
+  params.window = config_.window(layer);  // the window its block mask was made with (schedule_for)
   return params;
-}
-
-// ---- one layer, forward and backward ---------------------------------------------------------------
-
-void FpdtModel::layer_forward(int layer, bool write_output) {
-  ChunkBuffers& b = *buffers_;
-  const model::LayerTensors w = model::layer_tensors(layout_, params_, layer);
-  const int64_t c = plan_.local_chunk_tokens;
-  const int sl = stored_layer(layer);
-  for (int i = 0; i < plan_.chunks; ++i) {
-    fill_chunk(config_, plan_, i, current_tokens_, nullptr, nullptr, b.tokens, nullptr, nullptr, b.positions,
-               b.position_ids);
-    const float* x = read(arrays_.x, slot(layer, i), b.x);
-    {
-      const trace::Span span("norm + qkv + rope", "compute");
-      math_.attention_input_forward(w, x, b.positions, c, b.norm, b.q_local, b.k_local, b.v_local);
-    }
-    exchange_->q_to_heads(b.q_local, writable(b.q_head), c);
-    exchange_->kv_to_heads(b.k_local, writable(b.k_head), c);
-    exchange_->kv_to_heads(b.v_local, writable(b.v_head), c);
-    write(arrays_.k, slot(sl, i), b.k_head);
-    write(arrays_.v, slot(sl, i), b.v_head);
-
-    // q_i over kv chunks 0..i, merged by LSE in order; kv j + 1 is fetched while block (i, j) computes.
-    float* o_head = writable(b.o_head);
-    float* lse = writable(b.lse);
-    CopyEngine::Event k_event[2] = {0, 0}, v_event[2] = {0, 0};
-    if (i > 0) {
-      k_event[0] = prefetch(arrays_.k, slot(sl, 0), b.k_stage[0]);
-      v_event[0] = prefetch(arrays_.v, slot(sl, 0), b.v_stage[0]);
-    }
-    for (int j = 0; j <= i; ++j) {
-      const int stage = j % 2;
-      const float* k = j == i ? b.k_head : ready(arrays_.k, slot(sl, j), b.k_stage[stage], k_event[stage]);
-      const float* v = j == i ? b.v_head : ready(arrays_.v, slot(sl, j), b.v_stage[stage], v_event[stage]);
-      if (j + 1 < i) {
-        k_event[1 - stage] = prefetch(arrays_.k, slot(sl, j + 1), b.k_stage[1 - stage]);
-        v_event[1 - stage] = prefetch(arrays_.v, slot(sl, j + 1), b.v_stage[1 - stage]);
-      }
-      const trace::Span span("attention block forward", "compute");
-      backend_.attention_chunk_forward(o_head, lse, block(layer, b.q_head, k, v, i, j), j > 0);
-    }
-    write(arrays_.q, slot(sl, i), b.q_head);
-    write(arrays_.o, slot(sl, i), o_head);
-    write(arrays_.lse, slot(sl, i), lse);
-
-    exchange_->q_to_sequence(o_head, writable(b.o_local), c);
-    write(arrays_.o_local, slot(sl, i), b.o_local);
-    {
-      const trace::Span span("out proj + mlp", "compute");
-      math_.attention_output_forward(w, b.o_local, x, writable(b.x_mid), c);
-      write(arrays_.x_mid, slot(sl, i), b.x_mid);
-      math_.mlp_forward(w, b.x_mid, writable(b.x_out), c, b.mlp);
-    }
-    if (write_output) write(arrays_.x, slot(layer + 1, i), b.x_out);
-  }
-}
-
-// On entry d_res holds dL/dx_out of the layer for every chunk; on exit dL/dx_in.
-void FpdtModel::layer_backward(int layer) {
-  ChunkBuffers& b = *buffers_;
-  const model::LayerTensors w = model::layer_tensors(layout_, params_, layer);
-  const model::LayerTensors g = model::layer_tensors(layout_, grads_, layer);
-  const int64_t c = plan_.local_chunk_tokens, C = plan_.chunk_tokens;
-  const int u = plan_.chunks, sl = stored_layer(layer);
-  const size_t q_bytes = sizeof(float) * static_cast<size_t>(store_->slot_floats(arrays_.d_q));
-  const size_t kv_bytes = sizeof(float) * static_cast<size_t>(store_->slot_floats(arrays_.k));
-  if (pipeline_.recompute == Recompute::layer) layer_forward(layer, false);
-
-  // Phase A, per chunk: MLP and output projection backward; dO to head-sharded; Δ; dQ zeroed.
-  for (int i = 0; i < u; ++i) {
-    float* d_res = const_cast<float*>(read(arrays_.d_res, i, b.d_res));
-    const float* x_mid = read(arrays_.x_mid, slot(sl, i), b.x_mid);
-    {
-      const trace::Span span("mlp backward", "compute");
-      math_.mlp_forward(w, x_mid, writable(b.x_out), c, b.mlp);  // the MLP's activations, recomputed
-      math_.mlp_backward(w, g, x_mid, c, b.mlp, d_res, b.scratch);
-    }
-    const float* o_local = read(arrays_.o_local, slot(sl, i), b.o_local);
-    math_.attention_output_backward(w, g, o_local, d_res, b.d_attn, c);
-    write(arrays_.d_res, i, d_res);
-    exchange_->q_to_heads(b.d_attn, writable(b.d_o_head), c);
-    write(arrays_.d_o, i, b.d_o_head);
-    const float* o_head = read(arrays_.o, slot(sl, i), b.o_head);
-    backend_.attention_chunk_delta(writable(b.delta), b.d_o_head, o_head, 1, C, sharding_.local_q_heads,
-                                   config_.head_dim);
-    write(arrays_.delta, i, b.delta);
-    std::memset(writable(b.dq_first), 0, q_bytes);
-    write(arrays_.d_q, i, b.dq_first);
-  }
-
-  // Phase B, the paper's order: outer kv chunk i, inner q chunks j ≥ i (the q set of j + 1 prefetched).
-  for (int i = 0; i < u; ++i) {
-    const float* k = read(arrays_.k, slot(sl, i), b.k_stage[0]);
-    const float* v = read(arrays_.v, slot(sl, i), b.v_stage[0]);
-    std::memset(b.d_k, 0, kv_bytes);
-    std::memset(b.d_v, 0, kv_bytes);
-    struct QSet {
-      CopyEngine::Event q, d_o, lse, delta, d_q;
-    };
-    auto fetch_qset = [&](int j, int stage) {
-      float* d_q = j == i ? b.dq_first : b.dq_stage[stage];
-      return QSet{prefetch(arrays_.q, slot(sl, j), b.q_stage[stage]), prefetch(arrays_.d_o, j, b.do_stage[stage]),
-                  prefetch(arrays_.lse, slot(sl, j), b.lse_stage[stage]),
-                  prefetch(arrays_.delta, j, b.delta_stage[stage]), prefetch(arrays_.d_q, j, d_q)};
-    };
-    QSet pending[2];
-    pending[i % 2] = fetch_qset(i, i % 2);
-    float* dq_i = nullptr;
-    for (int j = i; j < u; ++j) {
-      const int stage = j % 2;
-      const QSet events = pending[stage];
-      const float* q = ready(arrays_.q, slot(sl, j), b.q_stage[stage], events.q);
-      const float* d_o = ready(arrays_.d_o, j, b.do_stage[stage], events.d_o);
-      const float* lse = ready(arrays_.lse, slot(sl, j), b.lse_stage[stage], events.lse);
-      const float* delta = ready(arrays_.delta, j, b.delta_stage[stage], events.delta);
-      float* d_q = const_cast<float*>(ready(arrays_.d_q, j, j == i ? b.dq_first : b.dq_stage[stage], events.d_q));
-      if (j + 1 < u) pending[1 - stage] = fetch_qset(j + 1, 1 - stage);
-      {
-        const trace::Span span("attention block backward", "compute");
-        backend_.attention_chunk_backward(d_q, b.d_k, b.d_v, d_o, lse, delta, block(layer, q, k, v, j, i));
-      }
-      if (j == i)
-        dq_i = d_q;  // final: kv chunks 0..i have all contributed
-      else
-        write(arrays_.d_q, j, d_q);
-    }
-
-    // Chunk i's q, k, v gradients are final: back to sequence-sharded, then the QKV projection.
-    exchange_->q_to_sequence(dq_i, b.dq_local, c);
-    exchange_->kv_grad_to_sequence(b.d_k, b.dk_local, c);
-    exchange_->kv_grad_to_sequence(b.d_v, b.dv_local, c);
-    fill_chunk(config_, plan_, i, current_tokens_, nullptr, nullptr, b.tokens, nullptr, nullptr, b.positions,
-               b.position_ids);
-    const float* x = read(arrays_.x, slot(layer, i), b.x);
-    math_.norm_forward(b.norm.norm, b.norm.mean, b.norm.rstd, x, w.attn_norm_weight, w.attn_norm_bias, c);
-    float* d_res = const_cast<float*>(read(arrays_.d_res, i, b.d_res));
-    {
-      const trace::Span span("qkv backward", "compute");
-      math_.attention_input_backward(w, g, x, b.positions, c, b.norm, b.dq_local, b.dk_local, b.dv_local, d_res,
-                                     b.scratch);
-    }
-    write(arrays_.d_res, i, d_res);
-  }
-}
-
-// ---- the whole model ---------------------------------------------------------------------------------
-
-model::LossStats FpdtModel::run(const model::Batch& batch, bool backward, double grad_scale) {
-  model::check_batch(config_, batch);
-  reserve(batch.T);
-  ChunkBuffers& b = *buffers_;
-  const int64_t c = plan_.local_chunk_tokens;
-  model::LossStats total;
-  for (int sequence = 0; sequence < batch.B; ++sequence) {
-    current_tokens_ = batch.tokens + sequence * batch.T;
-    const int32_t* targets = batch.targets ? batch.targets + sequence * batch.T : nullptr;
-    const float* mask = batch.loss_mask ? batch.loss_mask + sequence * batch.T : nullptr;
-
-    for (int i = 0; i < plan_.chunks; ++i) {
-      fill_chunk(config_, plan_, i, current_tokens_, nullptr, nullptr, b.tokens, nullptr, nullptr, b.positions,
-                 b.position_ids);
-      math_.embedding_forward(params_, b.tokens, b.position_ids, writable(b.x_out), c);
-      write(arrays_.x, slot(0, i), b.x_out);
-    }
-    for (int layer = 0; layer < config_.layers; ++layer) layer_forward(layer, true);
-
-    for (int i = 0; i < plan_.chunks && targets != nullptr; ++i) {
-      fill_chunk(config_, plan_, i, current_tokens_, targets, mask, b.tokens, b.targets, b.mask, b.positions,
-                 b.position_ids);
-      const float* x = read(arrays_.x, slot(config_.layers, i), b.x);
-      float* d_res = backward ? writable(b.d_res) : nullptr;
-      if (backward) std::memset(d_res, 0, sizeof(float) * static_cast<size_t>(c) * config_.hidden);
-      const model::LossStats stats =
-          math_.head_forward(layout_, params_, backward ? &grads_ : nullptr, x, b.targets, mask ? b.mask : nullptr, c,
-                             grad_scale, b.norm, b.head, nullptr, d_res, b.scratch.d_norm);
-      total.loss_sum += stats.loss_sum;
-      total.count += stats.count;
-      if (backward) write(arrays_.d_res, i, d_res);
-    }
-    if (!backward) continue;
-
-    for (int layer = config_.layers - 1; layer >= 0; --layer) layer_backward(layer);
-    for (int i = 0; i < plan_.chunks; ++i) {
-      fill_chunk(config_, plan_, i, current_tokens_, nullptr, nullptr, b.tokens, nullptr, nullptr, b.positions,
-                 b.position_ids);
-      const float* d_res = read(arrays_.d_res, i, b.d_res);
-      math_.embedding_backward(grads_, b.tokens, b.position_ids, d_res, c);
-    }
-  }
-  copies_->wait_all();
-  pending_writes_.clear();
-  return total;
 }
 
 model::LossStats FpdtModel::forward_backward(const model::Batch& batch, double grad_scale) {
   FPDT_CHECK(batch.targets != nullptr, "pipeline", "forward_backward needs targets", "");
-  return run(batch, true, grad_scale);
+  return run(batch, Pass::forward_backward, grad_scale);
 }
 
-model::LossStats FpdtModel::forward(const model::Batch& batch) { return run(batch, false, 0.0); }
+model::LossStats FpdtModel::forward(const model::Batch& batch) { return run(batch, Pass::forward, 0.0); }
 
 }  // namespace fpdt::pipeline

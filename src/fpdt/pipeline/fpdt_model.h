@@ -1,22 +1,17 @@
 // FPDT: the model's forward and backward over long sequences, chunk by chunk, across P
 // sequence-parallel ranks, with everything of sequence length kept in the offload tier.
 //
-// Per sequence (B sequences run one after another; gradients accumulate):
-//   forward, per layer l, per local chunk i in order: x_i → norm → q, k, v (RoPE at the chunk's
-//     global positions) → all-to-all to head-sharded → attention of q_i over kv chunks 0..i merged
-//     by LSE (kv j+1 prefetched while j computes) → all-to-all back → output projection → residual
-//     → MLP → residual; x, x_mid, q, k, v, o (both layouts) and LSE go to the offload tier.
-//   loss: the LM head and cross-entropy per chunk (never more than a chunk of logits).
-//   backward, per layer in reverse: phase A, per chunk: MLP backward (its forward recomputed from
-//     x_mid), output projection backward, dO to head-sharded, Δ = rowsum(dO ∘ O); phase B, the
-//     paper's loop order — outer over kv chunk i, inner over q chunks j ≥ i: dK_i, dV_i accumulate
-//     in the compute tier, dQ_j round-trips through the offload tier; at the end of outer step i,
-//     dq_i, dk_i, dv_i go back to sequence-sharded and the QKV-projection backward of chunk i runs.
-// With recompute = layer only layer inputs are kept; each layer's forward is re-run before its
-// backward (the paper's activation checkpointing). Compute-tier memory is O(C·h), whatever S is.
-// The pipeline moves and schedules; the arithmetic is the model's (layer.h) and the kernels'.
+// The order of work is the schedule's (schedule.h: forward per layer per chunk, the paper's backward
+// loop order, prefetches, waits); this class executes it step by step. The B sequences of a
+// micro-batch go through every step together: token-local maths sees B·c rows, attention blocks take
+// the batch dimension, so compute-tier memory is O(B·C·h) — whatever S is — and the store holds the
+// B sequences. With recompute = layer only layer inputs are kept; each layer's forward is re-run
+// before its backward (the paper's activation checkpointing). Memory is the backend's (one arena and
+// one store laid out by memory_layout.h); the pipeline holds handles and never touches the bytes; the
+// arithmetic is the model's (layer.h) and the kernels'.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,13 +21,12 @@
 #include "fpdt/model/layer.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/memory_layout.h"
 #include "fpdt/pipeline/offload.h"
+#include "fpdt/pipeline/schedule.h"
 #include "fpdt/pipeline/ulysses.h"
 
 namespace fpdt::pipeline {
-
-enum class Recompute { none, layer };
-Recompute parse_recompute(const std::string& text);
 
 struct PipelineConfig {
   int64_t chunk_tokens = 0;  // C (global tokens per chunk); 0: use `chunks`
@@ -40,6 +34,9 @@ struct PipelineConfig {
   OffloadConfig offload;
   Recompute recompute = Recompute::none;
 };
+
+// This rank's chunk plan of sequences of S tokens under `pipeline` (its chunk size or count).
+ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank);
 
 class FpdtModel {
  public:
@@ -56,15 +53,23 @@ class FpdtModel {
   // The plan of the last reserved sequence length (see reserve).
   const ChunkPlan& plan() const { return plan_; }
 
-  // Lays out the offload store and the compute-tier chunk buffers for sequences of S tokens (the only
-  // allocations of a step). Called implicitly when S changes.
-  void reserve(int64_t seq_tokens) { reserve(seq_tokens, false); }
+  // This rank's chunk plan for sequences of S tokens (padded_tokens − S of them are padding), and the
+  // schedule of a step over them (with the batch's document ids (B, S), or none) — what
+  // `fpdt train --dry-run --schedule` prints.
+  ChunkPlan plan_for(int64_t seq_tokens) const;
+  Schedule schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids = nullptr, int batch = 1) const;
+  // The memory table of micro-batches of B sequences of S tokens.
+  LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
 
-  // --dry-run: lays out everything a step of S tokens uses — the same compute-tier allocations as
-  // reserve(), and the offload store counted in its tier without memory or files — so the memory of
-  // sequences too long to compute here can be measured. A step allocates nothing beyond reserve(),
-  // so this is the step's peak to the byte. The model must be reserved again before computing.
-  void dry_run(int64_t seq_tokens) { reserve(seq_tokens, true); }
+  // Lays out the offload store and the compute-tier chunk buffers for micro-batches of B sequences of
+  // S tokens (the only allocations of a step). Called implicitly when S or B changes.
+  void reserve(int64_t seq_tokens, int batch) { reserve(seq_tokens, batch, false); }
+
+  // --dry-run: lays out everything a step uses — the same compute-tier allocations as reserve(), and
+  // the offload store counted in its tier without memory or files — so the memory of sequences too
+  // long to compute here can be measured. A step allocates nothing beyond reserve(), so this is the
+  // step's peak to the byte. The model must be reserved again before computing.
+  void dry_run(int64_t seq_tokens, int batch) { reserve(seq_tokens, batch, true); }
 
   // batch holds the FULL sequences (B, S) on every rank of the group; this rank computes its own
   // tokens by the chunk plan. Gradients are ACCUMULATED (+=) as the gradient of grad_scale · Σ losses
@@ -72,44 +77,32 @@ class FpdtModel {
   // Returns this rank's loss sum and count.
   model::LossStats forward_backward(const model::Batch& batch, double grad_scale);
   model::LossStats forward(const model::Batch& batch);
+  // The bytes the last forward or forward_backward moved to and from the offload store (counted as
+  // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step of
+  // the reserved shape would move without document ids.
+  const OffloadTraffic& traffic() const { return traffic_; }
 
  private:
-  struct ChunkBuffers;
-  // Arrays in the offload store (ids), per layer where noted: [layer][chunk].
-  struct StoreArrays {
-    int x = -1;       // layer inputs (L + 1) × u × (c, h)
-    int x_mid = -1;   // stored layers × u × (c, h)
-    int q = -1;       // stored layers × u × (C, Hq/P, D)
-    int k = -1;       // stored layers × u × (C, Hkv/P, D)
-    int v = -1;
-    int o = -1;       // stored layers × u × (C, Hq/P, D)
-    int o_local = -1; // stored layers × u × (c, Hq·D)
-    int lse = -1;     // stored layers × u × (Hq/P, C)
-    int d_res = -1;   // u × (c, h) gradient of the residual stream
-    int d_o = -1;     // u × (C, Hq/P, D)
-    int delta = -1;   // u × (Hq/P, C)
-    int d_q = -1;     // u × (C, Hq/P, D)
-  };
-
-  void reserve(int64_t seq_tokens, bool dry);
-  void layer_forward(int layer, bool write_output);
-  void layer_backward(int layer);
-  model::LossStats run(const model::Batch& batch, bool backward, double grad_scale);
-  int stored_layer(int layer) const { return pipeline_.recompute == Recompute::layer ? 0 : layer; }
-  int64_t slot(int layer_index, int chunk) const { return int64_t{layer_index} * plan_.chunks + chunk; }
+  void reserve(int64_t seq_tokens, int batch, bool dry);
+  model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale);
+  void execute(const Program& program, int layer);
+  void execute(const Step& step, int layer, kernels::CopyEvent before_program);
+  // A buffer's handle as a step reads it (a resident fetch binds it to its store slot), or as a step
+  // overwrites it (its own arena slice).
+  float* in(Buf buffer) const { return static_cast<float*>(bound_[static_cast<size_t>(buffer)]); }
+  float* out(Buf buffer);
+  template <typename T> T* own(Buf buffer) const { return static_cast<T*>(own_[static_cast<size_t>(buffer)]); }
+  // Host → compute tier: the chunk's token ids and positions (and targets, mask); a global chunk's
+  // document ids.
+  void upload_inputs(int chunk, bool with_targets);
+  void upload_documents(int chunk, Buf buffer);
+  // The (q chunk, kv chunk) block of `layer` (its softmax scale and sliding window).
   kernels::AttentionChunkParams block(int layer, const float* q, const float* k, const float* v, int q_chunk,
-                                     int kv_chunk) const;
-
-  // Store access through compute-tier staging buffers (zero-copy when the store is resident).
-  const float* read(int array, int64_t slot, float* staging);
-  CopyEngine::Event prefetch(int array, int64_t slot, float* staging);
-  const float* ready(int array, int64_t slot, float* staging, CopyEngine::Event event);
-  void write(int array, int64_t slot, const float* src);
-  // Waits until no pending write still reads `buffer`; returns it for overwriting.
-  float* writable(float* buffer);
+                                      int kv_chunk) const;
 
   model::ModelConfig config_;
   kernels::Backend& backend_;
+  kernels::DeviceMemory& memory_;
   comm::Communicator& sp_;
   PipelineConfig pipeline_;
   model::ParameterLayout layout_;
@@ -118,15 +111,33 @@ class FpdtModel {
   model::LayerMath math_;
   HeadSharding sharding_;
 
+  // The layout of the reserved shape.
   ChunkPlan plan_;
+  int batch_size_ = 0;
+  bool dry_ = false;
+  std::unique_ptr<kernels::CopyQueue> copies_;
   std::unique_ptr<OffloadStore> store_;
-  std::unique_ptr<CopyEngine> copies_;
-  StoreArrays arrays_;
-  std::unique_ptr<ChunkBuffers> buffers_;
+  std::unique_ptr<kernels::DeviceBuffer> arena_;
+  std::array<void*, kBufCount> own_{};    // each buffer's slice of the arena
+  std::array<size_t, kBufCount> bytes_{}; // and the bytes it holds
+  int64_t head_rows_ = 0;                 // token rows of one LM-head pass
+  std::array<void*, kBufCount> bound_{};  // what a step reading the buffer reads
   std::unique_ptr<UlyssesExchange> exchange_;
-  std::vector<std::pair<const float*, CopyEngine::Event>> pending_writes_;
-  const int32_t* current_tokens_ = nullptr;  // (S) the sequence being computed
-  bool dry_ = false;                         // the current layout is a dry run's
+  Schedule schedule_;                     // the last causal schedule, reused while plan and pass match
+
+  // The step being executed.
+  const model::Batch* batch_ = nullptr;
+  bool documents_ = false;  // blocks take document ids
+  double grad_scale_ = 0.0;
+  model::LossStats loss_;
+  OffloadTraffic traffic_;
+  model::LayerTensors weights_{}, gradients_{};  // of the program's layer
+  std::vector<kernels::CopyEvent> events_;       // of the program's copies
+  kernels::CopyEvent last_event_ = 0;
+  // Host staging of the chunk inputs (B·c rows; docs B·C).
+  std::vector<int32_t> host_tokens_, host_targets_, host_position_ids_, host_docs_;
+  std::vector<int64_t> host_positions_;
+  std::vector<float> host_mask_;
 };
 
 }  // namespace fpdt::pipeline

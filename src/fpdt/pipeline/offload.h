@@ -1,117 +1,75 @@
-// The offload tier and the copy engine. An OffloadStore holds arrays of fixed-size chunk slots
-//   none — in the compute tier itself (everything resident: the baseline the paper beats),
-//   ram  — host RAM counted in Tier::offload,
-//   disk — one file in a directory (O_DIRECT where the file system allows it), unlinked at open so
-//          nothing is left behind, counted in Tier::offload as well,
-// and moves slots to and from compute-tier buffers. The CopyEngine runs those moves on its own
-// thread, in order, and hands back events that compute waits on (never sleeps or polls).
+// The offload store: the pipeline's arrays of chunk slots (memory_layout.h) in one piece of offload
+// storage that the backend owns — none: in the compute tier, used in place; ram: host RAM; disk: one
+// file — addressed by (array, layer, chunk). It moves nothing itself: copies go through the backend's
+// copy queue (kernels/device_memory.h), and nothing here touches the bytes.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "fpdt/tensor/memory.h"
+#include "fpdt/kernels/device_memory.h"
+#include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/schedule.h"
 
 namespace fpdt::pipeline {
 
-enum class OffloadKind { none, ram, disk };
-
-struct OffloadConfig {
-  OffloadKind kind = OffloadKind::ram;
-  std::string directory;  // disk only
-};
+using kernels::OffloadConfig;
+using kernels::OffloadKind;
 
 // "none", "ram" or "disk:DIR"; throws fpdt::Error otherwise.
 OffloadConfig parse_offload(const std::string& text);
 std::string offload_name(const OffloadConfig& config);
 
-// Transfers to and from the store are whole multiples of this (the O_DIRECT block); compute-tier
-// buffers that take part in transfers are allocated with chunk_buffer_bytes() capacity.
-constexpr size_t kTransferAlignBytes = 4096;
-constexpr size_t chunk_buffer_bytes(size_t bytes) {
-  return (bytes + kTransferAlignBytes - 1) / kTransferAlignBytes * kTransferAlignBytes;
-}
-
 class OffloadStore {
  public:
-  explicit OffloadStore(const OffloadConfig& config);
-  ~OffloadStore();
-  OffloadStore(const OffloadStore&) = delete;
-  OffloadStore& operator=(const OffloadStore&) = delete;
+  // Lays out store_arrays(shape) and allocates them in one piece. dry: counted in the tier only
+  // (--dry-run). Throws fpdt::Error naming the tier when it does not fit its limit, or the directory
+  // when the file cannot be created or grown.
+  OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& config, const LayoutShape& shape, bool dry);
 
-  // Adds an array of `slots` slots of `floats` floats each and returns its id. All arrays are added
-  // before the first transfer (the storage is laid out once).
-  int add_array(const std::string& name, int64_t slots, int64_t floats);
-  // Allocates the storage of every array added so far. Throws fpdt::Error naming the tier when it
-  // does not fit the tier's limit, or the directory when the file cannot be created or grown.
-  // dry: only count the bytes in their tier (for --dry-run: no memory, no file, no transfers).
-  void allocate(bool dry = false);
-
-  // With OffloadKind::none the slots live in the compute tier and are read in place: the pointer to
-  // a slot; null for the other kinds (their slots are copied into compute-tier buffers).
-  float* resident(int array, int64_t slot) const;
+  // Byte offset of the slot of (array, layer, chunk) in storage(); the layer is ignored by arrays
+  // that keep one layer.
+  size_t offset(Array array, int layer, int chunk) const;
+  // Bytes one slot holds (what a copy moves; the slot itself is rounded up to the transfer block).
+  size_t slot_bytes(Array array) const { return arrays_[static_cast<size_t>(array)].bytes; }
+  // With OffloadKind::none: the compute-tier handle of the slot; null for the other kinds.
+  void* resident(Array array, int layer, int chunk) const { return storage_->resident(offset(array, layer, chunk)); }
   bool resident() const { return config_.kind == OffloadKind::none; }
 
-  // Synchronous moves of one slot (the CopyEngine runs them on its thread). src/dst must be
-  // compute-tier buffers of chunk_buffer_bytes(floats · 4) capacity, 4096-byte aligned.
-  void write(int array, int64_t slot, const float* src);
-  void read(int array, int64_t slot, float* dst) const;
-
-  int64_t slot_floats(int array) const { return arrays_.at(array).floats; }
-  size_t stored_bytes() const { return total_bytes_; }
+  kernels::OffloadStorage& storage() { return *storage_; }
+  size_t stored_bytes() const { return storage_->bytes(); }
   const OffloadConfig& config() const { return config_; }
 
  private:
-  struct Array {
-    std::string name;
-    int64_t slots;
-    int64_t floats;
-    size_t slot_bytes;    // floats·4 rounded up to kTransferAlignBytes
-    size_t offset_bytes;  // of slot 0 in the storage
+  struct Placed {
+    size_t offset;      // of slot 0
+    size_t slot_bytes;  // rounded to the transfer block
+    size_t bytes;       // elements · element size
+    int64_t layers;
   };
   OffloadConfig config_;
-  std::vector<Array> arrays_;
-  size_t total_bytes_ = 0;
-  Buffer memory_;          // none / ram
-  int fd_ = -1;            // disk
-  bool direct_io_ = false; // disk opened with O_DIRECT
-  std::string file_path_;
-  Tier accounted_tier_ = Tier::offload;
-  size_t accounted_bytes_ = 0;  // bytes counted without a Buffer (disk, or a dry run)
+  int64_t chunks_;
+  std::vector<Placed> arrays_;  // by Array
+  std::unique_ptr<kernels::OffloadStorage> storage_;
 };
 
-// One copy thread with a FIFO queue. submit() returns an event; wait(event) blocks until that copy
-// (and all before it) finished, and rethrows its error (e.g. a full disk) as an fpdt::Error.
-class CopyEngine {
- public:
-  using Event = uint64_t;
-  CopyEngine();
-  ~CopyEngine();
-  CopyEngine(const CopyEngine&) = delete;
-  CopyEngine& operator=(const CopyEngine&) = delete;
-
-  Event submit(std::function<void()> copy);
-  void wait(Event event);
-  void wait_all() { wait(submitted_); }
-
- private:
-  void run();
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
-  std::deque<std::function<void()>> queue_;
-  Event submitted_ = 0;
-  Event completed_ = 0;
-  std::exception_ptr error_;
-  bool stopping_ = false;
-  std::thread worker_;
+// Bytes moved between the compute tier and the offload store: fetched from it (read) and written to it.
+struct OffloadTraffic {
+  uint64_t read_bytes = 0;
+  uint64_t written_bytes = 0;
+  OffloadTraffic& operator+=(const OffloadTraffic& other) {
+    read_bytes += other.read_bytes;
+    written_bytes += other.written_bytes;
+    return *this;
+  }
+  bool operator==(const OffloadTraffic&) const = default;
 };
+
+// What executing `schedule` moves through `store`: each fetch and write of its calls' programs, one
+// slot each (none with a resident store: its fetches read in place). A block the mask removed fetches
+// nothing, so this is the traffic a sliding window or document mask leaves.
+OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store);
 
 }  // namespace fpdt::pipeline

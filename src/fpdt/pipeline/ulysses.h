@@ -4,11 +4,13 @@
 // with their own head count when Hkv % P == 0 and are replicated (rank r gets kv head r / (P/Hkv))
 // when P % Hkv == 0; in backward the replicated gradients are summed back. Other shapes are refused
 // before any compute. This file moves data; it does no arithmetic on it besides that summation.
+// At P = 1 both layouts are the same bytes: each exchange is one copy.
 #pragma once
 
 #include <cstdint>
 
 #include "fpdt/comm/communicator.h"
+#include "fpdt/kernels/backend.h"
 
 namespace fpdt::pipeline {
 
@@ -32,25 +34,34 @@ struct HeadSharding {
 // Throws fpdt::Error before any compute when Hq % P ≠ 0, or when neither Hkv % P == 0 nor P % Hkv == 0.
 HeadSharding make_head_sharding(int q_heads, int kv_heads, int ranks);
 
+// Moves a chunk of B sequences between the layouts. Its buffers are compute-tier handles: packing runs
+// through the backend's memory operations, the summation of replicated kv gradients through its
+// embedding backward (a scatter-add of rows), so nothing here reads or writes memory itself.
 class UlyssesExchange {
  public:
-  // pack: a scratch buffer of at least c·max(Hq, kv_send_heads)·D floats.
-  UlyssesExchange(comm::Communicator& comm, const HeadSharding& sharding, int head_dim, float* pack);
+  // c: local chunk tokens per sequence. pack: compute-tier scratch of c·max(Hq, kv_send_heads)·D floats;
+  // rows: compute-tier scratch of P·c int32 (used when kv heads are replicated).
+  UlyssesExchange(comm::Communicator& comm, kernels::Backend& backend, const HeadSharding& sharding, int head_dim,
+                  int64_t c, float* pack, int32_t* rows);
 
-  // x (c, Hq, D) sequence-sharded → out (P·c, Hq/P, D) head-sharded.
-  void q_to_heads(const float* x, float* out, int64_t c);
-  // x (P·c, Hq/P, D) head-sharded → out (c, Hq, D) sequence-sharded (attention output and dq).
-  void q_to_sequence(const float* x, float* out, int64_t c);
-  // x (c, Hkv, D) → out (P·c, local_kv_heads, D), replicating heads when needed.
-  void kv_to_heads(const float* x, float* out, int64_t c);
-  // Gradients: x (P·c, local_kv_heads, D) → out (c, Hkv, D) (=), summing replicated copies.
-  void kv_grad_to_sequence(const float* x, float* out, int64_t c);
+  // x (B, c, Hq, D) sequence-sharded → out (B, P·c, Hq/P, D) head-sharded.
+  void q_to_heads(const float* x, float* out, int B);
+  // x (B, P·c, Hq/P, D) head-sharded → out (B, c, Hq, D) sequence-sharded (attention output and dq).
+  void q_to_sequence(const float* x, float* out, int B);
+  // x (B, c, Hkv, D) → out (B, P·c, local_kv_heads, D), replicating heads when needed.
+  void kv_to_heads(const float* x, float* out, int B);
+  // Gradients: x (B, P·c, local_kv_heads, D) → out (B, c, Hkv, D) (=), summing replicated copies.
+  void kv_grad_to_sequence(const float* x, float* out, int B);
 
  private:
   comm::Communicator& comm_;
+  kernels::Backend& backend_;
+  kernels::DeviceMemory& memory_;
   HeadSharding sharding_;
   int head_dim_;
+  int64_t c_;
   float* pack_;
+  int32_t* rows_;
 };
 
 }  // namespace fpdt::pipeline

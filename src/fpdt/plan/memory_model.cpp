@@ -12,7 +12,6 @@ namespace fpdt::plan {
 namespace {
 
 constexpr double kFp32 = 4.0;
-constexpr double kLossChunkLogitsBytes = 32.0 * 1048576.0;  // as model/transformer.cpp's kLogitsChunkBytes
 
 double d(int64_t value) { return static_cast<double>(value); }
 
@@ -178,64 +177,13 @@ double reference_offload_forward_bytes(const PlanShape& s) {
   return (s.a * d(2 * s.q + 2 * s.kv_heads) + kFp32 * d(s.Hq) + s.a * d(s.h)) * d(s.T);
 }
 
-// ---- fpdt, ours: pipeline::FpdtModel::reserve() ------------------------------------------------------
+// ---- fpdt, ours: the pipeline's memory table ----------------------------------------------------------
 
-double aligned_bytes(double bytes) {
-  constexpr double kBlock = 4096.0;  // pipeline::kTransferAlignBytes
-  return std::ceil(bytes / kBlock) * kBlock;
-}
-
-int64_t fpdt_loss_chunk_tokens(const PlanShape& s) {
-  const int64_t c = s.c / s.B;
-  const int64_t by_budget = static_cast<int64_t>(kLossChunkLogitsBytes / (kFp32 * d(s.V)));
-  return std::clamp<int64_t>(by_budget, 1, std::max<int64_t>(c, 1));
-}
-
-double fpdt_chunk_arena_bytes(const PlanShape& s) {
-  const double c = d(s.c / s.B), a = s.a;
-  const double ch = a * c * d(s.h), cq = a * c * d(s.q), ckv = a * c * d(s.kv), cf = a * c * d(s.f);
-  const double qh = a * c * d(s.q), kvh = a * c * d(s.kv_heads);
-  const double qh32 = kFp32 * c * d(s.q), kvh32 = kFp32 * c * d(s.kv_heads), lse = kFp32 * c * d(s.Hq);
-  const double pack = a * c * d(std::max(s.q, s.kv_heads));
-  const double head_tokens = d(fpdt_loss_chunk_tokens(s));
-  double total = 4 * aligned_bytes(4 * c)               // tokens, targets, position ids, mask
-                 + aligned_bytes(8 * c)                  // positions
-                 + 4 * aligned_bytes(kFp32 * c)          // norm and MLP mean, rstd
-                 + 7 * aligned_bytes(ch)                 // x, x_mid, x_out, norm1, norm2, d_res, d_norm
-                 + 4 * aligned_bytes(cq)                 // q, o, d_attn, dq (token-sharded)
-                 + 4 * aligned_bytes(ckv)                // k, v, dk, dv (token-sharded)
-                 + 7 * aligned_bytes(qh)                 // q, o, dO (head-sharded), 2 q stages, 2 dO stages
-                 + 3 * aligned_bytes(qh32)               // 2 dq stages, dq of the diagonal block (fp32)
-                 + 6 * aligned_bytes(kvh)                // k, v (head-sharded), 2 k stages, 2 v stages
-                 + 2 * aligned_bytes(kvh32)              // dk, dv accumulators (fp32)
-                 + 6 * aligned_bytes(lse)                // lse, delta, 2 lse stages, 2 delta stages
-                 + 6 * aligned_bytes(cf)                 // MLP gate, up, act; their gradients
-                 + aligned_bytes(pack)                   // all-to-all packing
-                 + aligned_bytes(kFp32 * head_tokens * d(s.V)) + 2 * aligned_bytes(kFp32 * head_tokens);
-  return total;
-}
-
-double fpdt_store_inputs_bytes(const PlanShape& s) {
-  const double c = d(s.c / s.B);
-  return d(s.L + 1) * d(s.u) * aligned_bytes(s.a * c * d(s.h));
-}
-
-double fpdt_store_layer_bytes(const PlanShape& s, int64_t stored_layers) {
-  const double c = d(s.c / s.B);
-  const double per_chunk = aligned_bytes(s.a * c * d(s.h))                // x_mid
-                           + 3 * aligned_bytes(s.a * c * d(s.q))         // q, o, o_local
-                           + 2 * aligned_bytes(s.a * c * d(s.kv_heads))  // k, v
-                           + aligned_bytes(kFp32 * c * d(s.Hq));         // lse
-  return d(stored_layers) * d(s.u) * per_chunk;
-}
-
-double fpdt_store_gradient_bytes(const PlanShape& s) {
-  const double c = d(s.c / s.B);
-  const double per_chunk = aligned_bytes(s.a * c * d(s.h))      // d_res
-                           + aligned_bytes(s.a * c * d(s.q))    // dO
-                           + aligned_bytes(kFp32 * c * d(s.Hq)) // delta
-                           + aligned_bytes(kFp32 * c * d(s.q)); // dq
-  return d(s.u) * per_chunk;
+pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
+  const int P = static_cast<int>(s.P);
+  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
+  return pipeline::layout_shape(config.model, sharding, pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
+                                config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a));
 }
 
 // ---- assembly -------------------------------------------------------------------------------------------
@@ -328,16 +276,22 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
   }
 
   // fpdt, ours: one arena and one store, allocated once per sequence length (live all step).
-  const int64_t stored_layers = config.recompute == Recompute::layer ? 1 : s.L;
-  out.add("layer inputs x (L + 1 layers)", "offload chunks", chunk_tier, Phase::always, fpdt_store_inputs_bytes(s),
-          "(L + 1)·a·h·T");
-  out.add(stored_layers == 1 ? "x_mid, q k v o, o (tokens), LSE of the layer" : "x_mid, q k v o, o (tokens), LSE, all layers",
-          "offload chunks", chunk_tier, Phase::always, fpdt_store_layer_bytes(s, stored_layers),
-          stored_layers == 1 ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
+  const pipeline::LayoutShape layout = fpdt_layout(config, s);
+  auto store = [&](pipeline::StoreGroup group) {
+    return d(static_cast<int64_t>(pipeline::store_bytes(layout, group)));
+  };
+  const bool one_layer = layout.stored_layers == 1;
+  out.add("layer inputs x (L + 1 layers)", "offload chunks", chunk_tier, Phase::always,
+          store(pipeline::StoreGroup::inputs), "(L + 1)·a·h·T");
+  out.add(one_layer ? "x_mid, q k v o, o (tokens), LSE of the layer" : "x_mid, q k v o, o (tokens), LSE, all layers",
+          "offload chunks", chunk_tier, Phase::always, store(pipeline::StoreGroup::activations),
+          one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
   out.add("d_res, dO, delta, dq of the layer", "offload chunks", chunk_tier, Phase::always,
-          fpdt_store_gradient_bytes(s), "(a·(h + q) + 4·(Hq + q))·T");
-  out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always, fpdt_chunk_arena_bytes(s),
-          "per c: a·(7h + 11q + 4kv + 6kv_heads + 6f + max(q, kv_heads)) + 4·(3q + 2kv_heads + 6Hq + 4) + 24; + 4·V·n");
+          store(pipeline::StoreGroup::gradients), "(a·(h + q) + 4·(Hq + q))·T");
+  out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,
+          d(static_cast<int64_t>(pipeline::chunk_arena_bytes(layout))),
+          "per row of B·c: a·(7h + 11q + 4kv + 6kv_heads + 6f) + 4·(3q + 2kv_heads + 6Hq + 4 + 2P) + 24; "
+          "+ a·c·max(q, kv_heads) + 4·V·n");
   return out.take();
 }
 

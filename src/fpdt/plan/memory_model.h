@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/pipeline/memory_layout.h"
 #include "fpdt/plan/config.h"
 #include "fpdt/tensor/memory.h"
 
@@ -84,27 +85,12 @@ double reference_loss_chunk_bytes(const PlanShape& shape);
 double reference_offload_layer_bytes(const PlanShape& shape);
 double reference_offload_forward_bytes(const PlanShape& shape);
 
-// ---- fpdt, ours (§7) — mirrors pipeline::FpdtModel::reserve(); the formula the pipeline's measured
-// peaks are checked against. The pipeline allocates once per sequence length: one compute-tier arena
-// of chunk buffers and one offload store, so every component below is live all step. It runs the B
-// sequences of a micro-batch one after another: its sizes use the per-sequence c = C/P and T = S/P.
-// Every buffer and every store slot is rounded up to the 4096-byte transfer block.
-double aligned_bytes(double bytes);
-// The chunk arena (FpdtModel::ChunkBuffers): 5 token-index vectors; 7 (c, h); 4 (c, q) and 4 (c, kv)
-// token-sharded; 10 head-sharded q-shaped (c·q: q, o, dO, 2 q stages, 2 dO stages, 3 dq) and 8
-// kv-shaped (c·kv_heads: k, v, 4 stages, dk, dv); 6 LSE-shaped (c·Hq); 6 (c, f); the all-to-all
-// packing c·max(q, kv_heads); the LM head's logits (n, V) with n = fpdt_loss_chunk_tokens; and 5 (c)
-// fp32 statistics.
-double fpdt_chunk_arena_bytes(const PlanShape& shape);
-// Tokens of one loss chunk: as many as 32 MiB of fp32 logits hold (the model's rule), at most c.
-int64_t fpdt_loss_chunk_tokens(const PlanShape& shape);
-// Store array "x": the inputs of the L layers and the final hidden state, (L + 1)·u slots of (c, h).
-double fpdt_store_inputs_bytes(const PlanShape& shape);
-// Store arrays kept per stored layer (1 under recompute = layer, L under none): x_mid (c, h), q, o
-// (c·q each), k, v (c·kv_heads each), o_local (c, q) and LSE (c·Hq), u slots each.
-double fpdt_store_layer_bytes(const PlanShape& shape, int64_t stored_layers);
-// Store arrays of the layer in backward: d_res (c, h), dO (c·q), delta (c·Hq), dq (c·q, fp32).
-double fpdt_store_gradient_bytes(const PlanShape& shape);
+// ---- fpdt, ours (§7): the pipeline's own memory table (pipeline/memory_layout.h) at the plan's
+// element size, so the plan, the dry run and the pipeline cannot drift apart. The pipeline allocates
+// once per sequence length — one compute-tier arena of chunk buffers and one offload store — so these
+// components are live all step. A chunk holds the B sequences of a micro-batch together: the plan's
+// c = B·C/P token rows and T = B·S/P.
+pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& shape);
 
 // Every component `config.mode` keeps, with its tier and phase.
 std::vector<Component> memory_components(const PlanConfig& config, const PlanShape& shape);

@@ -47,6 +47,28 @@ void fill_targets(int32_t* targets, int64_t row_tokens, std::span<const int32_t>
   std::fill(targets + real, targets + row_tokens, kIgnoreIndex);
 }
 
+void fill_documents(int32_t* doc_ids, int32_t* positions, int64_t row_tokens, std::span<const int32_t> window,
+                    int32_t end_of_document) {
+  const int64_t real = real_positions(row_tokens, window);
+  int32_t document = 0;
+  int64_t start = 0;  // of the document
+  for (int64_t i = 0; i < real; ++i) {
+    doc_ids[i] = document;
+    if (positions) positions[i] = static_cast<int32_t>(i - start);
+    if (window[static_cast<size_t>(i)] == end_of_document) {
+      ++document;
+      start = i + 1;
+    }
+  }
+  // The padding: one document after the real ones (the next id: `document` unless it holds tokens).
+  const bool unfinished = real > 0 && window[static_cast<size_t>(real - 1)] != end_of_document;
+  const int32_t padding = unfinished ? document + 1 : document;
+  for (int64_t i = real; i < row_tokens; ++i) {
+    doc_ids[i] = padding;
+    if (positions) positions[i] = static_cast<int32_t>(i - real);
+  }
+}
+
 DataLoader::DataLoader(ShardReader shard, DataLoaderConfig config)
     : shard_(std::move(shard)), config_(config), rng_(config.seed) {
   if (config_.padded_seq_tokens == 0) config_.padded_seq_tokens = config_.seq_tokens;
@@ -64,6 +86,26 @@ DataLoader::DataLoader(ShardReader shard, DataLoaderConfig config)
              "pad token " + std::to_string(config_.pad_token) + " is outside the vocabulary [0, " +
                  std::to_string(shard_.vocab_size()) + ") of token shard '" + shard_.path() + "'",
              "use a pad token id the model can embed, e.g. 0");
+  FPDT_CHECK(config_.documents || !config_.restart_positions, kModule,
+             "positions can restart only at the documents' starts, and documents are off",
+             "--doc-positions restart needs --doc-mask");
+  if (config_.documents) {
+    const uint32_t recorded = shard_.tokenizer().end_of_document_id;
+    FPDT_CHECK(config_.end_of_document >= 0 || recorded != kNoEndOfDocument, kModule,
+               "token shard '" + shard_.path() + "' records no end-of-document token, so its documents cannot be told apart",
+               "re-create it with `fpdt tokenize` (which puts the tokenizer's end-of-document token between "
+               "documents), or train without --doc-mask");
+    if (config_.end_of_document < 0) config_.end_of_document = static_cast<int32_t>(recorded);
+    FPDT_CHECK(recorded == kNoEndOfDocument || recorded == static_cast<uint32_t>(config_.end_of_document), kModule,
+               "token shard '" + shard_.path() + "' ends its documents with token " + std::to_string(recorded) +
+                   ", not with " + std::to_string(config_.end_of_document),
+               "use the tokenizer the shard was made with");
+    FPDT_CHECK(static_cast<uint32_t>(config_.end_of_document) < shard_.vocab_size(), kModule,
+               "end-of-document token " + std::to_string(config_.end_of_document) +
+                   " is outside the vocabulary [0, " + std::to_string(shard_.vocab_size()) + ") of token shard '" +
+                   shard_.path() + "'",
+               "use the tokenizer the shard was made with");
+  }
   const uint64_t window_tokens = static_cast<uint64_t>(config_.seq_tokens) + 1;
   FPDT_CHECK(shard_.token_count() >= window_tokens, kModule,
              "token shard '" + shard_.path() + "' has " + std::to_string(shard_.token_count()) +
@@ -91,6 +133,8 @@ void DataLoader::next(Batch& batch) {
   batch.seq_tokens = row_tokens;
   batch.inputs.resize(static_cast<size_t>(config_.batch_size * row_tokens));
   batch.targets.resize(batch.inputs.size());
+  batch.doc_ids.resize(config_.documents ? batch.inputs.size() : 0);
+  batch.positions.resize(config_.restart_positions ? batch.inputs.size() : 0);
   batch.row_offsets.resize(static_cast<size_t>(config_.batch_size));
   batch.target_tokens = 0;
   const uint64_t windows = config_.sampling == Sampling::sequential ? windows_per_epoch() : 0;
@@ -112,6 +156,10 @@ void DataLoader::next(Batch& batch) {
     int32_t* targets = batch.targets.data() + row * row_tokens;
     fill_inputs(inputs, row_tokens, window, config_.pad_token);
     fill_targets(targets, row_tokens, window);
+    if (config_.documents)
+      fill_documents(batch.doc_ids.data() + row * row_tokens,
+                     config_.restart_positions ? batch.positions.data() + row * row_tokens : nullptr, row_tokens,
+                     window, config_.end_of_document);
     batch.row_offsets[static_cast<size_t>(row)] = offset;
     batch.target_tokens += real_positions(row_tokens, window);
   }

@@ -2,7 +2,8 @@
 // drawn at seeded random offsets (training) or in a fixed order that covers the shard (validation).
 // Its cursor is a small POD that checkpoints save; restoring it yields exactly the batches that would
 // have come next. Rows can be padded past S (e.g. to a multiple of the chunk size): padded positions
-// get target kIgnoreIndex, so they add nothing to the loss.
+// get target kIgnoreIndex, so they add nothing to the loss. With documents on (--doc-mask) each row
+// also carries the document of every token (and, --doc-positions restart, its position in it).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,19 @@ void fill_inputs(int32_t* inputs, int64_t row_tokens, std::span<const int32_t> w
 // targets (row_tokens): window[i + 1] at real positions, kIgnoreIndex at padding.
 void fill_targets(int32_t* targets, int64_t row_tokens, std::span<const int32_t> window);
 
+// Packed documents. A shard holds documents separated by the tokenizer's end-of-document token (EOS),
+// and the EOS belongs to the document it ends (its target, the next document's first token, still
+// counts in the loss). In a row, document 0 is everything up to and including the first EOS, document
+// d the tokens after the d-th EOS up to and including the (d+1)-th; the padding past the real
+// positions is one document of its own after them (the next id). A document that the row's start
+// cuts — a document longer than S always is — is the part the row holds, a document of its own from
+// position 0: so restarted positions are always < S (learned positions need no more than the sequence).
+// doc_ids (row_tokens): document of each input token, 0, 1, 2, … in order.
+// positions (row_tokens) or null: position of each token in its document (padding: from 0 after the
+// real positions).
+void fill_documents(int32_t* doc_ids, int32_t* positions, int64_t row_tokens, std::span<const int32_t> window,
+                    int32_t end_of_document);
+
 enum class Sampling : uint32_t {
   random = 0,      // each row starts at a uniform offset in [0, N − S − 1]
   sequential = 1,  // rows at offsets 0, S, 2S, …: every token 1..N−1 is a target exactly once per epoch
@@ -41,6 +55,9 @@ struct DataLoaderConfig {
   Sampling sampling = Sampling::random;
   uint64_t seed = 0;              // random sampling only
   int32_t pad_token = 0;          // input id at padded positions (its target is kIgnoreIndex)
+  bool documents = false;         // rows carry document ids (fill_documents)
+  bool restart_positions = false; // and positions restarting at each document (needs documents)
+  int32_t end_of_document = -1;   // the EOS that ends documents; −1: the one the shard records
 };
 
 struct Batch {
@@ -48,6 +65,8 @@ struct Batch {
   int64_t seq_tokens = 0;           // row length, padded_seq_tokens (or S)
   std::vector<int32_t> inputs;      // (B, seq_tokens)
   std::vector<int32_t> targets;     // (B, seq_tokens), kIgnoreIndex where padded
+  std::vector<int32_t> doc_ids;     // (B, seq_tokens) with documents on, else empty
+  std::vector<int32_t> positions;   // (B, seq_tokens) with restart_positions, else empty (0..seq_tokens−1)
   std::vector<int64_t> row_offsets; // (B) shard index of each row's first token; −1 for an all-padding row
   int64_t target_tokens = 0;        // targets that count (≠ kIgnoreIndex), for normalising the loss
 };
@@ -70,7 +89,8 @@ static_assert(std::is_trivial_v<DataLoaderState> && std::is_standard_layout_v<Da
 
 class DataLoader {
  public:
-  // Throws fpdt::Error for a bad config or a shard with fewer than S + 1 tokens.
+  // Throws fpdt::Error for a bad config, a shard with fewer than S + 1 tokens, or documents asked of a
+  // shard that records no EOS while end_of_document is −1, or records another EOS than end_of_document.
   DataLoader(ShardReader shard, DataLoaderConfig config);
 
   // Fills `batch` (reusing its storage) with the next B rows and advances the cursor.

@@ -117,7 +117,9 @@ void MetricsLog::write(const StepMetrics& m) {
                                  {"mfu", m.mfu},
                                  {"compute_peak_bytes", m.compute_peak_bytes},
                                  {"offload_peak_bytes", m.offload_peak_bytes},
-                                 {"alltoall_bytes", m.alltoall_bytes}};
+                                 {"alltoall_bytes", m.alltoall_bytes},
+                                 {"offload_read_bytes", m.offload_read_bytes},
+                                 {"offload_written_bytes", m.offload_written_bytes}};
   if (m.val_loss >= 0.0) line["val_loss"] = m.val_loss;
   if (m.skipped) line["skipped"] = true;
   std::fprintf(file_, "%s\n", line.dump().c_str());

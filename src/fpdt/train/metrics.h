@@ -24,6 +24,8 @@ struct StepMetrics {
   size_t compute_peak_bytes = 0;
   size_t offload_peak_bytes = 0;
   uint64_t alltoall_bytes = 0;  // sent by this rank to the others of its sequence-parallel group
+  uint64_t offload_read_bytes = 0;     // fetched from this rank's offload tier (0 with --offload none)
+  uint64_t offload_written_bytes = 0;  // written to it
 };
 
 // Model FLOPs of one training step over `sequences` sequences of `seq_tokens` tokens:

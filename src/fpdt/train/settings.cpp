@@ -106,6 +106,14 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
   run::batch(set, s.batch_size);
   run::seq(set, s.seq_tokens);
+  set.add("doc-mask", "",
+          "attention stays inside each document of a packed sequence (a document ends with, and includes, the "
+          "tokenizer's end-of-document token)",
+          s.doc_mask);
+  set.add("doc-positions", "global|restart",
+          "positions (RoPE, learned) count over the whole sequence, or restart at 0 at each document (with --doc-mask)",
+          s.doc_positions)
+      .choices({"global", "restart"});
   set.add("grad-accum", "N", "micro-batches per step", s.grad_accum).at_least(1);
   set.add("lr", "LR", "peak learning rate", s.optimizer.lr).above(0);
   set.add("min-lr", "LR", "learning rate at the end of the cosine decay (at most --lr)", s.optimizer.min_lr).at_least(0);
@@ -148,6 +156,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
       .zero_means("unlimited");
   set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
           s.dry_run);
+  set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
+          s.print_schedule);
   set.add("trace", "FILE", "write a Chrome trace (compute, copy, communication spans) to FILE", s.trace_path);
   set.add("stop-after", "N", "exit after N steps of this process, as a preempted job would", s.stop_after_steps)
       .at_least(0)
@@ -177,6 +187,9 @@ void check_settings(const TrainSettings& s) {
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");
+  if (s.doc_positions == "restart" && !s.doc_mask)
+    throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
+                "add --doc-mask (attention inside each document), or drop --doc-positions");
   check_chunks(s);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }

@@ -38,6 +38,8 @@ struct TrainSettings {
   int64_t steps = 300;
   int64_t batch_size = 8;             // sequences per micro-batch and replica
   int64_t seq_tokens = 256;           // S
+  bool doc_mask = false;              // attention stays inside each document of a packed sequence
+  std::string doc_positions = "global";  // global (0..S−1) | restart (at each document; needs doc_mask)
   int64_t grad_accum = 1;             // micro-batches per optimizer step
   int64_t max_nonfinite_steps = 3;    // stop when this many steps in a row had a non-finite loss or
                                       // gradient norm (each is skipped, not applied)
@@ -63,6 +65,7 @@ struct TrainSettings {
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
+  bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job

@@ -51,10 +51,13 @@ Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train
                     " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
                 "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
   }
-  if (recorded != 0 && train_shard.tokenizer().end_of_document_id != static_cast<uint32_t>(tokenizer.end_of_document_id()))
+  const uint32_t separator = train_shard.tokenizer().end_of_document_id;
+  if (recorded != 0 && separator != static_cast<uint32_t>(tokenizer.end_of_document_id()))
     throw Error(kModule,
-                train_shard.path() + " separates documents with id " +
-                    std::to_string(train_shard.tokenizer().end_of_document_id) + ", but " + data_dir +
+                train_shard.path() +
+                    (separator == kNoEndOfDocument ? std::string(" records no token between its documents")
+                                                   : " separates documents with id " + std::to_string(separator)) +
+                    ", but " + data_dir +
                     "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
                     std::to_string(tokenizer.end_of_document_id()) + ")",
                 "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
@@ -87,6 +90,10 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("parameters", str(config.parameter_count()));
   row("positions", model::describe_rope(config));
   row("attention window", model::describe_window(config));
+  const pipeline::ChunkPlan plan = pipeline::plan_chunks(pipeline_config(s), s.seq_tokens, s.sp, 0);
+  const int64_t padding = plan.padded_tokens - plan.seq_tokens;
+  row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
+                    " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
   row("peak GFLOP/s", number(peak_gflops) + (s.peak_gflops > 0 ? "" : " (measured)"));
   log::info(option_rule);
@@ -103,7 +110,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
 
 // Refuses a sequence whose layout could not be counted in 64-bit bytes, before anything is laid out.
 // A bound, not the layout: FpdtModel::reserve lays out fewer than 64 arrays per layer (+ 2), each of
-// at most u slots of c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
+// at most u slots of B·c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
 // LM-head buffer of at most 32 MiB.
 void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s) {
   using Wide = long double;
@@ -112,7 +119,8 @@ void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s)
   const Wide chunks = s.mode == "ulysses" ? 1 : s.chunk_tokens > 0 ? std::ceil(Wide(s.seq_tokens) / s.chunk_tokens)
                                                                    : Wide(s.chunks);
   const Wide padded = Wide(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : Wide(s.sp) * chunks);
-  const Wide bytes = Wide(config.layers + 2) * 64 * (padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
+  const Wide bytes =
+      Wide(config.layers + 2) * 64 * (Wide(s.batch_size) * padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
   if (bytes > static_cast<Wide>(std::numeric_limits<int64_t>::max()))
     throw Error(kModule,
                 "--seq " + str(s.seq_tokens) + " is too long for '" + config.name +
@@ -120,11 +128,15 @@ void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s)
                 "lower --seq (a dry run measures any length that can be laid out)");
 }
 
-// This data-parallel replica's rows of a global batch (dp · B rows).
+// This data-parallel replica's rows of a global batch (dp · B rows), with their documents and positions
+// when the batch has them.
 model::Batch replica_rows(const Batch& batch, int dp_index, int64_t rows) {
   const int64_t offset = dp_index * rows * batch.seq_tokens;
-  return model::Batch{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
-                      batch.targets.data() + offset, nullptr};
+  model::Batch replica{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
+                       batch.targets.data() + offset, nullptr};
+  if (!batch.doc_ids.empty()) replica.doc_ids = batch.doc_ids.data() + offset;
+  if (!batch.positions.empty()) replica.positions = batch.positions.data() + offset;
+  return replica;
 }
 
 }  // namespace
@@ -217,6 +229,9 @@ void Trainer::open_data() {
   train_config.seq_tokens = s.seq_tokens;
   train_config.sampling = Sampling::random;
   train_config.seed = s.seed;
+  train_config.documents = s.doc_mask;
+  train_config.restart_positions = s.doc_positions == "restart";
+  train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
   val_config.sampling = Sampling::sequential;
@@ -263,11 +278,14 @@ void Trainer::resume() {
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::dry_run() {
-  model_->dry_run(settings_.seq_tokens);
+  model_->dry_run(settings_.seq_tokens, static_cast<int>(settings_.batch_size));
+  if (settings_.print_schedule && world_.rank() == 0)
+    std::fputs(model_->schedule_for(settings_.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
   TrainResult result;
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
+  for (int64_t micro = 0; micro < settings_.grad_accum; ++micro) result.offload_per_step += model_->traffic();
   return result;
 }
 
@@ -287,11 +305,15 @@ StepMetrics Trainer::step() {
     counted += static_cast<double>(batch.target_tokens);
   }
   double loss_sum = 0.0;
-  for (const Batch& batch : micro_)
+  pipeline::OffloadTraffic traffic;
+  for (const Batch& batch : micro_) {
     loss_sum +=
         model_->forward_backward(replica_rows(batch, dp_index_, s.batch_size), counted > 0 ? 1.0 / counted : 0.0)
             .loss_sum;
+    traffic += model_->traffic();
+  }
   result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
+  result_.offload_per_step = traffic;
   const FaultInjection& fault = s.fault;
   if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
       step_ < fault.nan_grad_from_step + fault.nan_grad_steps && world_.rank() == 0)
@@ -327,6 +349,8 @@ StepMetrics Trainer::step() {
   metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   metrics.alltoall_bytes = result_.alltoall_bytes_per_step;
+  metrics.offload_read_bytes = traffic.read_bytes;
+  metrics.offload_written_bytes = traffic.written_bytes;
   return metrics;
 }
 

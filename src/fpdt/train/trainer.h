@@ -32,6 +32,8 @@ struct TrainResult {
   size_t offload_peak_bytes = 0;
   size_t peak_rss_bytes = 0;       // the process's peak resident set (VmHWM)
   uint64_t alltoall_bytes_per_step = 0;  // sent by this rank in its sequence-parallel group (last step)
+  pipeline::OffloadTraffic offload_per_step;  // this rank's offload-tier traffic (last step; a dry run: its
+                                              // schedule's, without document ids)
   int64_t first_step = 0;     // first step this process ran
   int64_t last_step = 0;
   double first_loss = 0.0;    // training loss of first_step

@@ -25,6 +25,7 @@ namespace fpdt::kernels::cpu {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  DeviceMemory& memory() override { return host_memory(); }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 

@@ -9,6 +9,7 @@
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
+#include "fpdt/kernels/cuda/cuda_memory.h"
 
 namespace fpdt::kernels {
 
@@ -21,10 +22,12 @@ CudaBackend::CudaBackend() {
   FPDT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_device_), sizeof(double)));
   FPDT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
   configure_attention();
+  memory_ = make_device_memory(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  memory_.reset();
   cudaFree(scratch_);
   cudaFreeHost(sum_host_);
   cudaFree(sum_device_);

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "fpdt/kernels/backend.h"
 
@@ -36,6 +37,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  DeviceMemory& memory() override { return *memory_; }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 
@@ -53,6 +55,7 @@ class CudaBackend final : public Backend {
   double* sum_host_ = nullptr;  // pinned
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
+  std::unique_ptr<DeviceMemory> memory_;  // cuda_memory.cu: buffers, storage and copy streams
 };
 
 }  // namespace fpdt::kernels::cuda

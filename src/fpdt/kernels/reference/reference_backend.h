@@ -10,6 +10,7 @@ namespace fpdt::kernels::reference {
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
+  DeviceMemory& memory() override { return host_memory(); }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 };

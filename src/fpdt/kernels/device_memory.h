@@ -1,0 +1,115 @@
+// The memory a Backend owns besides its maths: compute-tier buffers, offload-tier storage and the
+// copy queues that move bytes between the two. Callers hold handles — compute-tier addresses they
+// pass on but never dereference (device addresses on a GPU) and OffloadStorage objects — so code
+// written against this header (the FPDT pipeline, the Ulysses exchange) runs wherever the compute
+// tier is not host memory. The CPU implementation is host_memory.cpp.
+//
+// Ordering. Compute-tier operations here (fill_zero, copy, copy_2d, upload) run in order with the
+// backend's kernels. A copy queue runs its copies in submission order (FIFO); a copy starts after
+// everything submitted to compute before it, and compute submitted after wait(event) starts after
+// that copy and every copy queued before it. (CPU: compute is synchronous and wait blocks; CUDA:
+// a copy stream and events.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fpdt::kernels {
+
+// Where offloaded chunks rest: none — the compute tier itself (everything resident); ram — host RAM
+// (pinned on a GPU); disk — one file in `directory`, unlinked at creation so nothing is left behind.
+enum class OffloadKind { none, ram, disk };
+struct OffloadConfig {
+  OffloadKind kind = OffloadKind::ram;
+  std::string directory;  // disk only
+};
+
+// Transfers between the tiers move whole multiples of this (the O_DIRECT block): compute-tier buffers
+// taking part in them are allocated with transfer_bytes() capacity, aligned to it, and storage slots
+// start at multiples of it.
+constexpr size_t kTransferAlignBytes = 4096;
+constexpr size_t transfer_bytes(size_t bytes) {
+  return (bytes + kTransferAlignBytes - 1) / kTransferAlignBytes * kTransferAlignBytes;
+}
+
+// Compute-tier bytes, counted in Tier::compute while alive. data() is a handle: pass it to the
+// backend's operations, never dereference it. Aligned to kTransferAlignBytes.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ protected:
+  DeviceBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+// Offload-tier storage of bytes() bytes that its user lays out in slots (at transfer-aligned offsets).
+class OffloadStorage {
+ public:
+  virtual ~OffloadStorage() = default;
+  size_t bytes() const { return bytes_; }
+  // Kind none: the storage is compute-tier memory, used in place — the handle of the byte at
+  // `offset`. Null for the other kinds, whose bytes are reached through a CopyQueue.
+  virtual void* resident(size_t offset) const = 0;
+
+ protected:
+  explicit OffloadStorage(size_t bytes) : bytes_(bytes) {}
+
+ private:
+  size_t bytes_;
+};
+
+// 0 is an event that has always happened.
+using CopyEvent = uint64_t;
+
+// One in-order queue of copies between compute-tier buffers and offload storage (see the top of the
+// file for the ordering). Handles are compute-tier buffers of transfer_bytes(bytes) capacity;
+// offsets are multiples of kTransferAlignBytes. A failed copy (a full disk) is rethrown as an
+// fpdt::Error by the next wait.
+class CopyQueue {
+ public:
+  virtual ~CopyQueue() = default;
+  virtual CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) = 0;
+  virtual CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) = 0;
+  // Until `event` and every copy queued before it have finished.
+  virtual void wait(CopyEvent event) = 0;
+  virtual void wait_all() = 0;
+};
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+
+  // Compute-tier bytes; throws fpdt::Error naming `what` (with `hint`) past the tier's budget.
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes, const std::string& what,
+                                                 const std::string& hint) = 0;
+  // Offload storage of `bytes` of the given kind (none: in the compute tier). dry: counted in its
+  // tier, nothing allocated or created (--dry-run); such storage must not be copied to or from.
+  // Throws fpdt::Error naming the tier past its budget, or the directory it cannot use.
+  virtual std::unique_ptr<OffloadStorage> allocate_offload(const OffloadConfig& config, size_t bytes, bool dry,
+                                                           const std::string& what) = 0;
+  // A new copy queue (the CPU backend: a thread; CUDA: a stream).
+  virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
+
+  // Compute-tier operations, in order with the kernels. dst, src: compute-tier handles.
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // `rows` rows of `row_bytes`, the rows `src_pitch` and `dst_pitch` bytes apart.
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                       size_t rows) = 0;
+  // Host bytes into the compute tier; `host` may be reused when this returns.
+  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+};
+
+// The host implementation (host_memory.cpp): compute tier = RAM under its budget; the copy queue is a
+// thread; disk storage is read and written with pread/pwrite (O_DIRECT where the file system allows).
+DeviceMemory& host_memory();
+
+}  // namespace fpdt::kernels

@@ -1,0 +1,245 @@
+// The host implementation of DeviceMemory (see device_memory.h), shared by the cpu and reference
+// backends: compute-tier buffers are RAM counted under --compute-mem; offload storage is RAM (or, for
+// kind none, compute-tier RAM) or one disk file; a copy queue is one thread running copies in order
+// and handing out events that compute waits on (never sleeps or polls).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
+#include "fpdt/base/trace.h"
+#include "fpdt/kernels/device_memory.h"
+#include "fpdt/tensor/memory.h"
+
+namespace fpdt::kernels {
+
+namespace {
+
+constexpr const char* kModule = "offload";
+
+class HostBuffer final : public DeviceBuffer {
+ public:
+  explicit HostBuffer(Buffer buffer) : DeviceBuffer(buffer.data(), buffer.bytes()), buffer_(std::move(buffer)) {}
+
+ private:
+  Buffer buffer_;
+};
+
+class HostStorage final : public OffloadStorage {
+ public:
+  HostStorage(const OffloadConfig& config, size_t bytes, bool dry, const std::string& what)
+      : OffloadStorage(bytes), config_(config) {
+    if (bytes == 0) return;
+    if (dry) {
+      accounted_tier_ = config.kind == OffloadKind::none ? Tier::compute : Tier::offload;
+      MemoryTiers::instance().reserve(accounted_tier_, bytes, what, "lower --seq or raise the tier's limit");
+      accounted_bytes_ = bytes;
+      return;
+    }
+    switch (config.kind) {
+      case OffloadKind::none:
+        memory_ = Buffer(Tier::compute, bytes, "resident chunks with --offload none",
+                         "offload them: --offload ram or --offload disk:DIR");
+        return;
+      case OffloadKind::ram:
+        memory_ = Buffer(Tier::offload, bytes, what, "raise --offload-mem or use --offload disk:DIR");
+        return;
+      case OffloadKind::disk: open_file(bytes, what); return;
+    }
+  }
+
+  ~HostStorage() override {
+    if (fd_ >= 0) ::close(fd_);
+    if (accounted_bytes_ > 0) MemoryTiers::instance().release(accounted_tier_, accounted_bytes_);
+  }
+
+  void* resident(size_t offset) const override {
+    if (config_.kind != OffloadKind::none) return nullptr;
+    return static_cast<char*>(memory_.data()) + offset;
+  }
+
+  // Synchronous moves, run by the copy thread.
+  void write(size_t offset, const void* src, size_t bytes) {
+    if (fd_ < 0) {
+      std::memcpy(static_cast<char*>(memory_.data()) + offset, src, bytes);
+      return;
+    }
+    const char* cursor = static_cast<const char*>(src);
+    size_t remaining = transfer_bytes(bytes);
+    off_t at = static_cast<off_t>(offset);
+    while (remaining > 0) {
+      const ssize_t written = ::pwrite(fd_, cursor, remaining, at);
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0)
+        throw Error(kModule, "cannot write a chunk to the offload file in " + config_.directory + ": " +
+                                 std::strerror(errno),
+                    errno == ENOSPC ? "the disk is full; free space or choose another directory" : "");
+      cursor += written;
+      remaining -= static_cast<size_t>(written);
+      at += written;
+    }
+  }
+
+  void read(size_t offset, void* dst, size_t bytes) const {
+    if (fd_ < 0) {
+      std::memcpy(dst, static_cast<const char*>(memory_.data()) + offset, bytes);
+      return;
+    }
+    read_fully_at(fd_, dst, transfer_bytes(bytes), offset, "the offload file in " + config_.directory, kModule);
+  }
+
+ private:
+  void open_file(size_t bytes, const std::string& what) {
+    MemoryTiers::instance().reserve(Tier::offload, bytes, what, "raise --offload-mem");
+    accounted_tier_ = Tier::offload;
+    accounted_bytes_ = bytes;
+    std::string path = config_.directory + "/fpdt-offload-XXXXXX";
+    fd_ = ::mkstemp(path.data());
+    if (fd_ < 0)
+      throw Error(kModule, "cannot create an offload file in " + config_.directory + ": " + std::strerror(errno),
+                  "create the directory or choose another with --offload disk:DIR");
+    ::unlink(path.c_str());  // the file lives as long as the descriptor: nothing left behind
+    // O_DIRECT keeps the chunks out of the page cache where the file system supports it.
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags >= 0) ::fcntl(fd_, F_SETFL, flags | O_DIRECT);
+    const int status = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+    if (status != 0 && status != EOPNOTSUPP && status != EINVAL)
+      throw Error(kModule,
+                  "cannot reserve " + format_bytes(static_cast<double>(bytes)) + " in " + config_.directory + ": " +
+                      std::strerror(status),
+                  status == ENOSPC ? "the disk is full; free space or choose another directory" : "");
+    if (status != 0 && ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+      throw Error(kModule, "cannot size the offload file in " + config_.directory + ": " + std::strerror(errno));
+  }
+
+  OffloadConfig config_;
+  Buffer memory_;  // none / ram
+  int fd_ = -1;    // disk
+  Tier accounted_tier_ = Tier::offload;
+  size_t accounted_bytes_ = 0;  // bytes counted without a Buffer (disk, or a dry run)
+};
+
+// One copy thread with a FIFO queue; events count the copies submitted.
+class HostCopyQueue final : public CopyQueue {
+ public:
+  HostCopyQueue() : worker_([this] { run(); }) {}
+
+  ~HostCopyQueue() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_ready_.notify_all();
+    worker_.join();  // runs what is queued first: no copy is left reading freed memory
+  }
+
+  CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) override {
+    auto& host = static_cast<HostStorage&>(storage);
+    return submit([&host, offset, src, bytes] {
+      const trace::Span span("offload chunk", "copy");
+      host.write(offset, src, bytes);
+    });
+  }
+
+  CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) override {
+    const auto& host = static_cast<const HostStorage&>(storage);
+    return submit([&host, offset, dst, bytes] {
+      const trace::Span span("fetch chunk", "copy");
+      host.read(offset, dst, bytes);
+    });
+  }
+
+  void wait(CopyEvent event) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    work_done_.wait(lock, [&] { return completed_ >= event || error_ != nullptr; });
+    if (error_ != nullptr) std::rethrow_exception(error_);
+  }
+
+  void wait_all() override {
+    CopyEvent last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last = submitted_;
+    }
+    wait(last);
+  }
+
+ private:
+  CopyEvent submit(std::function<void()> copy) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(copy));
+    work_ready_.notify_one();
+    return ++submitted_;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left
+      std::function<void()> copy = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        copy();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      lock.lock();
+      if (failure != nullptr && error_ == nullptr) error_ = failure;
+      ++completed_;
+      work_done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  std::deque<std::function<void()>> queue_;
+  CopyEvent submitted_ = 0;
+  CopyEvent completed_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: started after everything it reads is constructed
+};
+
+class HostMemory final : public DeviceMemory {
+ public:
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes, const std::string& what, const std::string& hint) override {
+    return std::make_unique<HostBuffer>(Buffer(Tier::compute, transfer_bytes(bytes), what, hint));
+  }
+  std::unique_ptr<OffloadStorage> allocate_offload(const OffloadConfig& config, size_t bytes, bool dry,
+                                                   const std::string& what) override {
+    return std::make_unique<HostStorage>(config, bytes, dry, what);
+  }
+  std::unique_ptr<CopyQueue> make_copy_queue() override { return std::make_unique<HostCopyQueue>(); }
+
+  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows) override {
+    for (size_t row = 0; row < rows; ++row)
+      std::memcpy(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch,
+                  row_bytes);
+  }
+  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
+};
+
+}  // namespace
+
+DeviceMemory& host_memory() {
+  static HostMemory memory;
+  return memory;
+}
+
+}  // namespace fpdt::kernels

@@ -1,0 +1,183 @@
+// The pipeline's memory table (see memory_layout.h).
+#include "fpdt/pipeline/memory_layout.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "fpdt/base/error.h"
+#include "fpdt/kernels/device_memory.h"
+
+namespace fpdt::pipeline {
+
+namespace {
+constexpr int64_t kHeadLogitsBytes = int64_t{32} << 20;  // the LM head never holds more logits than this
+}  // namespace
+
+int64_t element_bytes(Element element, const LayoutShape& shape) {
+  switch (element) {
+    case Element::activation: return shape.activation_bytes;
+    case Element::fp32: return 4;
+    case Element::int32: return 4;
+    case Element::int64: return 8;
+  }
+  return 0;
+}
+
+int64_t BufferSpec::bytes(const LayoutShape& shape) const {
+  return static_cast<int64_t>(kernels::transfer_bytes(static_cast<size_t>(elements * element_bytes(element, shape))));
+}
+
+int64_t ArraySpec::slot_bytes(const LayoutShape& shape) const {
+  return static_cast<int64_t>(kernels::transfer_bytes(static_cast<size_t>(elements * element_bytes(element, shape))));
+}
+
+LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes) {
+  LayoutShape shape;
+  shape.B = batch;
+  shape.c = plan.local_chunk_tokens;
+  shape.u = plan.chunks;
+  shape.L = config.layers;
+  shape.stored_layers = stored_layers;
+  shape.h = config.hidden;
+  shape.f = config.ffn_hidden;
+  shape.V = config.vocab_size;
+  shape.D = config.head_dim;
+  shape.q = config.q_dim();
+  shape.kv = config.kv_dim();
+  shape.local_q_heads = sharding.local_q_heads;
+  shape.local_kv_heads = sharding.local_kv_heads;
+  shape.P = sharding.ranks;
+  shape.kv_replicated = sharding.kv_replicated;
+  shape.activation_bytes = activation_bytes;
+  return shape;
+}
+
+int64_t head_rows(const LayoutShape& s) {
+  const int64_t by_budget = s.V > 0 ? kHeadLogitsBytes / (4 * s.V) : 1;
+  return std::clamp<int64_t>(by_budget, 1, std::max<int64_t>(s.rows(), 1));
+}
+
+std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
+  const int64_t n = s.rows(), C_rows = s.P * n;  // token rows; head-sharded rows B·C
+  const int64_t qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
+  const int64_t head = head_rows(s);
+  using E = Element;
+  std::vector<BufferSpec> table = {
+      {Buf::tokens, "tokens", "(B·c)", E::int32, n},
+      {Buf::targets, "targets", "(B·c)", E::int32, n},
+      {Buf::loss_mask, "loss_mask", "(B·c)", E::fp32, n},
+      {Buf::positions, "positions", "(B·c) global", E::int64, n},
+      {Buf::position_ids, "position_ids", "(B·c)", E::int32, n},
+      {Buf::q_docs, "q_docs", "(B, C)", E::int32, C_rows},
+      {Buf::kv_docs, "kv_docs", "(B, C)", E::int32, C_rows},
+      {Buf::x, "x", "(B·c, h)", E::activation, n * s.h},
+      {Buf::x_mid, "x_mid", "(B·c, h)", E::activation, n * s.h},
+      {Buf::x_out, "x_out", "(B·c, h)", E::activation, n * s.h},
+      {Buf::norm, "norm", "(B·c, h)", E::activation, n * s.h},
+      {Buf::norm_mean, "norm_mean", "(B·c)", E::fp32, n},
+      {Buf::norm_rstd, "norm_rstd", "(B·c)", E::fp32, n},
+      {Buf::q_local, "q_local", "(B·c, Hq·D)", E::activation, n * s.q},
+      {Buf::k_local, "k_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
+      {Buf::v_local, "v_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
+      {Buf::q_head, "q_head", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::k_head, "k_head", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::v_head, "v_head", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::k_stage0, "k_stage0", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::k_stage1, "k_stage1", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::v_stage0, "v_stage0", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::v_stage1, "v_stage1", "(B, C, Hkv/P, D)", E::activation, kvh},
+      {Buf::o_head, "o_head", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::lse, "lse", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::o_local, "o_local", "(B·c, Hq·D)", E::activation, n * s.q},
+      {Buf::mlp_norm, "mlp_norm", "(B·c, h)", E::activation, n * s.h},
+      {Buf::mlp_mean, "mlp_mean", "(B·c)", E::fp32, n},
+      {Buf::mlp_rstd, "mlp_rstd", "(B·c)", E::fp32, n},
+      {Buf::gate, "gate", "(B·c, f)", E::activation, n * s.f},
+      {Buf::up, "up", "(B·c, f)", E::activation, n * s.f},
+      {Buf::act, "act", "(B·c, f)", E::activation, n * s.f},
+      {Buf::pack, "pack", "(c, max(Hq, kv send heads), D)", E::activation,
+       s.c * std::max(s.q, s.kv_heads_width())},
+      {Buf::exchange_rows, "exchange_rows", "(P·c) replicated kv rows", E::int32, s.kv_replicated ? s.P * s.c : 0},
+      {Buf::logits, "logits", "(n, V) n = head rows", E::fp32, head * s.V},
+      {Buf::losses, "losses", "(n)", E::fp32, head},
+      {Buf::logits_lse, "logits_lse", "(n)", E::fp32, head},
+      {Buf::d_res, "d_res", "(B·c, h)", E::activation, n * s.h},
+      {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::activation, n * s.q},
+      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, kvh},
+      {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, kvh},
+      {Buf::q_stage0, "q_stage0", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::q_stage1, "q_stage1", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::do_stage0, "do_stage0", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::do_stage1, "do_stage1", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::lse_stage0, "lse_stage0", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::lse_stage1, "lse_stage1", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::delta_stage0, "delta_stage0", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::delta_stage1, "delta_stage1", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::dq_stage0, "dq_stage0", "(B, C, Hq/P, D)", E::fp32, qh},
+      {Buf::dq_stage1, "dq_stage1", "(B, C, Hq/P, D)", E::fp32, qh},
+      {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, qh},
+      {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::activation, n * s.q},
+      {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
+      {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
+      {Buf::d_norm, "d_norm", "(B·c, h)", E::activation, n * s.h},
+      {Buf::d_act, "d_act", "(B·c, f)", E::activation, n * s.f},
+      {Buf::d_gate, "d_gate", "(B·c, f)", E::activation, n * s.f},
+      {Buf::d_up, "d_up", "(B·c, f)", E::activation, n * s.f},
+  };
+  FPDT_ASSERT(static_cast<int>(table.size()) == kBufCount);
+  for (int i = 0; i < kBufCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
+  return table;
+}
+
+const char* buffer_name(Buf buffer) {
+  static const std::vector<BufferSpec> names = chunk_buffers(LayoutShape{});
+  return buffer == Buf::none ? "-" : names.at(static_cast<size_t>(buffer)).name;
+}
+
+std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
+  const int64_t n = s.rows(), qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
+  const int64_t stored = s.stored_layers;
+  using E = Element;
+  const StoreGroup inputs = StoreGroup::inputs, kept = StoreGroup::activations, grads = StoreGroup::gradients;
+  std::vector<ArraySpec> table = {
+      {Array::x, "x", "(B·c, h)", inputs, E::activation, s.L + 1, n * s.h},
+      {Array::x_mid, "x_mid", "(B·c, h)", kept, E::activation, stored, n * s.h},
+      {Array::q, "q", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
+      {Array::k, "k", "(B, C, Hkv/P, D)", kept, E::activation, stored, kvh},
+      {Array::v, "v", "(B, C, Hkv/P, D)", kept, E::activation, stored, kvh},
+      {Array::o, "o", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
+      {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * s.q},
+      {Array::lse, "lse", "(B, Hq/P, C)", kept, E::fp32, stored, lse},
+      {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, 1, n * s.h},
+      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, 1, qh},
+      {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, 1, lse},
+      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, 1, qh},
+  };
+  FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
+  for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
+  return table;
+}
+
+const char* array_name(Array array) {
+  static const std::vector<ArraySpec> names = store_arrays(LayoutShape{});
+  return names.at(static_cast<size_t>(array)).name;
+}
+
+size_t chunk_arena_bytes(const LayoutShape& shape) {
+  size_t total = 0;
+  for (const BufferSpec& buffer : chunk_buffers(shape)) total += static_cast<size_t>(buffer.bytes(shape));
+  return total;
+}
+
+size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group) {
+  size_t total = 0;
+  for (const ArraySpec& array : store_arrays(shape))
+    if (!group || array.group == *group)
+      total += static_cast<size_t>(array.slot_bytes(shape)) * static_cast<size_t>(array.layers * shape.u);
+  return total;
+}
+
+}  // namespace fpdt::pipeline

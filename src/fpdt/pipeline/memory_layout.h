@@ -1,0 +1,113 @@
+// One table of the FPDT pipeline's memory: every compute-tier chunk buffer and every offload-store
+// array, named, with its shape and element type, as a pure function of the sizes. The pipeline's
+// reserve() allocates exactly these (one arena, one store), the dry run counts them, `fpdt plan`
+// (plan/memory_model.cpp) adds them up with its own element size, and the memory tests read them.
+//
+// Vocabulary (DESIGN.md §5): a chunk holds B sequences × c local tokens — rows = B·c token rows in
+// (b, t) order; a head-sharded tensor (B, C, H/P, D) with C = P·c holds as many elements as the
+// token-sharded (B, c, H, D). Every buffer and every store slot is rounded up to the transfer block
+// (kernels::transfer_bytes), so the disk tier can move them with O_DIRECT.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fpdt/model/config.h"
+#include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/ulysses.h"
+
+namespace fpdt::pipeline {
+
+// Sizes the layout depends on. Widths are elements per token row.
+struct LayoutShape {
+  int64_t B = 1;               // sequences per micro-batch (run together)
+  int64_t c = 0;               // local chunk tokens per sequence
+  int64_t u = 1;               // chunks
+  int64_t L = 1;               // layers
+  int64_t stored_layers = 1;   // layers whose activations the store keeps (1 under recompute = layer)
+  int64_t h = 0, f = 0, V = 0, D = 0;
+  int64_t q = 0;               // Hq·D
+  int64_t kv = 0;              // Hkv·D (token-sharded k or v)
+  int64_t local_q_heads = 0;   // Hq/P
+  int64_t local_kv_heads = 0;  // Hkv/P, or 1 when replicated
+  int64_t P = 1;
+  bool kv_replicated = false;    // P > Hkv: each rank gets one kv head, gradients summed back
+  int64_t activation_bytes = 4;  // a: one stored activation element (4 fp32; the plan also models 2, bf16)
+
+  bool operator==(const LayoutShape&) const = default;
+  int64_t rows() const { return B * c; }                            // token rows of a chunk
+  int64_t q_heads_width() const { return P * local_q_heads * D; }   // = q
+  int64_t kv_heads_width() const { return P * local_kv_heads * D; } // max(Hkv, P)·D per local token
+};
+
+// What one element of a buffer is: a stored activation (activation_bytes), or always fp32 (LSE,
+// statistics, accumulators), or an index.
+enum class Element : uint8_t { activation, fp32, int32, int64 };
+int64_t element_bytes(Element element, const LayoutShape& shape);
+
+// The compute-tier chunk buffers, in arena order. The stage buffers hold the kv chunk (forward) or the
+// q set (backward) being computed and the one being prefetched.
+enum class Buf : uint8_t {
+  // per-chunk inputs
+  tokens, targets, loss_mask, positions, position_ids, q_docs, kv_docs,
+  // forward
+  x, x_mid, x_out, norm, norm_mean, norm_rstd, q_local, k_local, v_local, q_head, k_head, v_head,
+  k_stage0, k_stage1, v_stage0, v_stage1, o_head, lse, o_local,
+  mlp_norm, mlp_mean, mlp_rstd, gate, up, act, pack, exchange_rows, logits, losses, logits_lse,
+  // backward
+  d_res, d_attn, d_o_head, delta, d_k, d_v, q_stage0, q_stage1, do_stage0, do_stage1,
+  lse_stage0, lse_stage1, delta_stage0, delta_stage1, dq_stage0, dq_stage1, dq_first,
+  dq_local, dk_local, dv_local, d_norm, d_act, d_gate, d_up,
+  count,
+  none = 255
+};
+constexpr int kBufCount = static_cast<int>(Buf::count);
+
+struct BufferSpec {
+  Buf id;
+  const char* name;   // "k_stage0"
+  const char* shape;  // "(B, C, Hkv/P, D)"
+  Element element;
+  int64_t elements;
+  int64_t bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
+};
+// Every buffer, in Buf order.
+std::vector<BufferSpec> chunk_buffers(const LayoutShape& shape);
+const char* buffer_name(Buf buffer);
+
+// The offload store's arrays: `layers` × u slots (layer-major), each one chunk of `elements`.
+enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, d_res, d_o, delta, d_q, count };
+constexpr int kArrayCount = static_cast<int>(Array::count);
+// What an array keeps: layer inputs (L + 1: the last is the final hidden state), a stored layer's
+// activations, or the gradients of the layer in backward.
+enum class StoreGroup : uint8_t { inputs, activations, gradients };
+
+struct ArraySpec {
+  Array id;
+  const char* name;
+  const char* shape;  // of one slot
+  StoreGroup group;
+  Element element;
+  int64_t layers;     // L + 1 (layer inputs and the final hidden state), stored_layers, or 1
+  int64_t elements;   // per slot
+  int64_t slot_bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
+};
+std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
+const char* array_name(Array array);
+
+// The table's sizes for `config` on the plan's ranks and chunks with B sequences per chunk, keeping
+// `stored_layers` layers' activations, each activation element `activation_bytes` bytes.
+LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes);
+
+// Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
+int64_t head_rows(const LayoutShape& shape);
+
+// Σ over the table: the arena (compute tier) and the store (offload tier, or compute under --offload
+// none), or one group of its arrays.
+size_t chunk_arena_bytes(const LayoutShape& shape);
+size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group = std::nullopt);
+
+}  // namespace fpdt::pipeline

@@ -1,0 +1,530 @@
+// The FPDT schedule (see schedule.h): the block mask, the programs and their text.
+#include "fpdt/pipeline/schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+
+#include "fpdt/base/error.h"
+#include "fpdt/kernels/ops.h"
+
+namespace fpdt::pipeline {
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::none;
+  if (text == "layer") return Recompute::layer;
+  throw Error("pipeline", "unknown recompute mode '" + text + "'", "use --recompute none or --recompute layer");
+}
+
+std::string recompute_name(Recompute recompute) { return recompute == Recompute::layer ? "layer" : "none"; }
+
+// ---- the block mask ----------------------------------------------------------------------------------
+
+BlockMask::BlockMask(int chunks) : chunks_(chunks), live_(static_cast<size_t>(chunks) * chunks, 0) {
+  for (int i = 0; i < chunks; ++i)
+    for (int j = 0; j <= i; ++j) live_[static_cast<size_t>(i) * chunks + j] = 1;
+}
+
+int BlockMask::live_count() const { return static_cast<int>(std::count(live_.begin(), live_.end(), 1)); }
+
+std::string BlockMask::describe() const {
+  std::string text = "causal";
+  if (window_tokens_ > 0) text += ", window " + std::to_string(window_tokens_) + " tokens";
+  if (documents_) text += ", documents";
+  return text + " (" + std::to_string(live_count()) + " of " + std::to_string(chunks_ * (chunks_ + 1) / 2) +
+         " causal blocks live)";
+}
+
+std::string BlockMask::describe_blocks() const {
+  std::string text;
+  for (int i = 0; i < chunks_; ++i) {
+    text += "q " + std::to_string(i) + ": kv";
+    for (int j = 0; j <= i; ++j)
+      if (live(i, j)) text += " " + std::to_string(j);
+    text += "\n";
+  }
+  return text;
+}
+
+namespace {
+
+// Per sequence and chunk: each document id present → its first and last global position in the chunk.
+using DocumentSpans = std::map<int32_t, std::pair<int64_t, int64_t>>;
+
+DocumentSpans document_spans(const ChunkPlan& plan, const int32_t* doc_ids, int chunk) {
+  DocumentSpans spans;
+  const int64_t begin = plan.chunk_begin(chunk), end = std::min(begin + plan.chunk_tokens, plan.seq_tokens);
+  for (int64_t position = begin; position < end; ++position) {
+    auto [it, added] = spans.try_emplace(doc_ids[position], position, position);
+    if (!added) it->second.second = position;
+  }
+  return spans;
+}
+
+}  // namespace
+
+BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const int32_t* doc_ids, int B) {
+  if (window_tokens < 0)
+    throw Error("pipeline", "the attention window must be positive, got " + std::to_string(window_tokens) + " tokens");
+  BlockMask mask(plan.chunks);
+  mask.window_tokens_ = window_tokens;
+  mask.documents_ = doc_ids != nullptr;
+  const int u = plan.chunks;
+  const int64_t C = plan.chunk_tokens;
+  // The real tokens of global chunk i (none in a chunk of padding only, when more chunks were asked
+  // for than the tokens fill: its diagonal stays, so that its padding rows see themselves).
+  auto real = [&](int i) { return std::clamp<int64_t>(plan.seq_tokens - i * C, 0, C); };
+  for (int i = 0; i < u; ++i)
+    for (int j = 0; j < i; ++j)
+      mask.live_[static_cast<size_t>(i) * u + j] =
+          kernels::block_has_visible_pair(i * C, real(i), j * C, real(j), window_tokens);
+  if (doc_ids == nullptr) return mask;
+
+  std::vector<uint8_t> live(mask.live_.size(), 0);
+  for (int b = 0; b < B; ++b) {
+    const int32_t* sequence = doc_ids + static_cast<int64_t>(b) * plan.seq_tokens;
+    std::vector<DocumentSpans> spans;
+    for (int i = 0; i < u; ++i) spans.push_back(document_spans(plan, sequence, i));
+    for (int i = 0; i < u; ++i)
+      for (int j = 0; j < i; ++j) {
+        if (!mask.live_[static_cast<size_t>(i) * u + j]) continue;  // out of the window
+        // Off the diagonal every key precedes every query: the closest pair of a document is its first
+        // query in chunk i and its last key in chunk j.
+        for (const auto& [document, queries] : spans[i]) {
+          const auto keys = spans[j].find(document);
+          if (keys != spans[j].end() && kernels::position_visible(queries.first, keys->second.second, window_tokens)) {
+            live[static_cast<size_t>(i) * u + j] = 1;
+            break;
+          }
+        }
+      }
+  }
+  for (int i = 0; i < u; ++i) live[static_cast<size_t>(i) * u + i] = 1;  // a query sees itself
+  mask.live_ = std::move(live);
+  return mask;
+}
+
+// ---- steps and their roles ---------------------------------------------------------------------------
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::fetch: return "fetch";
+    case Op::write: return "write";
+    case Op::wait: return "wait";
+    case Op::zero: return "zero";
+    case Op::inputs: return "inputs";
+    case Op::docs: return "docs";
+    case Op::q_to_heads: return "all-to-all q to heads";
+    case Op::kv_to_heads: return "all-to-all kv to heads";
+    case Op::q_to_sequence: return "all-to-all q to sequence";
+    case Op::kv_grad_to_sequence: return "all-to-all kv grad to sequence";
+    case Op::embed: return "embed";
+    case Op::attention_input: return "norm + qkv + rope";
+    case Op::attention_block: return "attention block";
+    case Op::attention_output: return "out proj";
+    case Op::mlp: return "mlp";
+    case Op::head: return "head + loss";
+    case Op::mlp_backward: return "mlp backward";
+    case Op::attention_output_backward: return "out proj backward";
+    case Op::attention_delta: return "delta";
+    case Op::attention_block_backward: return "attention block backward";
+    case Op::attention_norm: return "norm";
+    case Op::attention_input_backward: return "qkv backward";
+    case Op::embed_backward: return "embed backward";
+  }
+  return "?";
+}
+
+Role operand_role(Op op, int operand, bool flag) {
+  using R = Role;
+  auto pick = [operand](std::initializer_list<Role> roles) {
+    return operand < static_cast<int>(roles.size()) ? roles.begin()[operand] : Role::none;
+  };
+  switch (op) {
+    case Op::fetch: return pick({R::out});
+    case Op::write: return pick({R::in});
+    case Op::wait:
+    case Op::inputs: return R::none;
+    case Op::zero:
+    case Op::docs:
+    case Op::embed: return pick({R::out});
+    case Op::q_to_heads:
+    case Op::kv_to_heads:
+    case Op::q_to_sequence:
+    case Op::kv_grad_to_sequence: return pick({R::in, R::out});
+    case Op::attention_input: return pick({R::in, R::out, R::out, R::out});
+    case Op::attention_block: return pick({R::in, R::in, R::in, flag ? R::inout : R::out, flag ? R::inout : R::out});
+    case Op::attention_output: return pick({R::in, R::in, R::out});
+    case Op::mlp: return pick({R::in, R::out});
+    case Op::head: return pick({R::in, flag ? R::inout : R::none});
+    case Op::mlp_backward: return pick({R::in, R::inout, R::out});
+    case Op::attention_output_backward: return pick({R::in, R::in, R::out});
+    case Op::attention_delta: return pick({R::in, R::in, R::out});
+    case Op::attention_block_backward:
+      return pick({R::in, R::in, R::in, R::in, R::in, R::in, R::inout, R::inout, R::inout});
+    case Op::attention_norm:
+    case Op::embed_backward: return pick({R::in});
+    case Op::attention_input_backward: return pick({R::in, R::inout, R::inout, R::inout, R::inout});
+  }
+  return R::none;
+}
+
+std::string describe_step(const Step& step) {
+  std::string text = op_name(step.op);
+  if (step.op == Op::wait)
+    return text + (step.copy < 0 ? " copies before this program" : " #" + std::to_string(step.copy));
+  if (step.op == Op::fetch || step.op == Op::write) {
+    const std::string slot = std::string(array_name(step.array)) + "[" +
+                             (step.layer == LayerRef::next_layer ? "l+1, " : "l, ") + std::to_string(step.chunk) + "]";
+    const std::string buffer = buffer_name(step.buffers[0]);
+    return text + " " + (step.op == Op::fetch ? slot + " -> " + buffer : buffer + " -> " + slot) + " #" +
+           std::to_string(step.copy);
+  }
+  if (step.chunk >= 0) {
+    text += " " + std::to_string(step.chunk);
+    if (step.kv_chunk >= 0) text += "," + std::to_string(step.kv_chunk);
+  }
+  std::string reads, writes;
+  for (int k = 0; k < kMaxOperands; ++k) {
+    const Role role = operand_role(step.op, k, step.flag);
+    if (role == Role::none || step.buffers[k] == Buf::none) continue;
+    std::string& list = role == Role::in ? reads : writes;
+    list += std::string(" ") + buffer_name(step.buffers[k]) + (role == Role::inout ? "+" : "");
+  }
+  if (!reads.empty()) text += ":" + reads;
+  if (!writes.empty()) text += " ->" + writes;
+  if (step.flag && step.op == Op::inputs) text += " (with targets)";
+  if (step.flag && step.op == Op::head) text += " (with backward)";
+  return text;
+}
+
+// ---- the programs --------------------------------------------------------------------------------------
+
+namespace {
+
+// Appends steps to one program, deriving its waits (see schedule.h) from the copies it has queued.
+class Builder {
+ public:
+  explicit Builder(Program& program) : program_(program) {
+    pending_fetch_.fill(-1);
+    pending_write_.fill(kBeforeProgram);
+  }
+
+  void fetch(Array array, LayerRef layer, int chunk, Buf buffer) {
+    FPDT_ASSERT(pending_fetch_[index(buffer)] < 0);  // a fetch is consumed before the next into the buffer
+    Step step{Op::fetch};
+    step.array = array;
+    step.layer = layer;
+    step.chunk = chunk;
+    step.buffers[0] = buffer;
+    step.copy = program_.copies++;
+    pending_fetch_[index(buffer)] = step.copy;
+    program_.steps.push_back(step);
+  }
+
+  void write(Buf buffer, Array array, LayerRef layer, int chunk) {
+    Step step{Op::write};
+    step.array = array;
+    step.layer = layer;
+    step.chunk = chunk;
+    step.buffers[0] = buffer;
+    settle(step);
+    step.copy = program_.copies++;
+    pending_write_[index(buffer)] = step.copy;
+    program_.steps.push_back(step);
+  }
+
+  void compute(Op op, int chunk, std::initializer_list<Buf> buffers, bool flag = false, int kv_chunk = -1) {
+    Step step{op};
+    step.flag = flag;
+    step.chunk = chunk;
+    step.kv_chunk = kv_chunk;
+    std::copy(buffers.begin(), buffers.end(), step.buffers);
+    settle(step);
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (operand_role(op, k, flag) != Role::none && step.buffers[k] != Buf::none)
+        pending_fetch_[index(step.buffers[k])] = -1;  // consumed (or overwritten)
+    program_.steps.push_back(step);
+  }
+
+ private:
+  static constexpr int kBeforeProgram = INT_MIN;
+  static size_t index(Buf buffer) { return static_cast<size_t>(buffer); }
+
+  // Emits the wait `step` needs — for the fetches into what it reads and the writes out of what it
+  // overwrites — as one wait for the latest of them (the queue is FIFO).
+  void settle(const Step& step) {
+    int latest = -1;
+    bool before = false;
+    for (int k = 0; k < kMaxOperands; ++k) {
+      const Role role = operand_role(step.op, k, step.flag);
+      if (role == Role::none || step.buffers[k] == Buf::none) continue;
+      const size_t b = index(step.buffers[k]);
+      if (pending_fetch_[b] > done_) latest = std::max(latest, pending_fetch_[b]);
+      if (role == Role::in) continue;
+      if (pending_write_[b] == kBeforeProgram && !before_done_) before = true;
+      if (pending_write_[b] > done_) latest = std::max(latest, pending_write_[b]);
+    }
+    if (latest >= 0 || before) wait(latest);
+  }
+
+  void wait(int copy) {
+    Step step{Op::wait};
+    step.copy = copy;
+    program_.steps.push_back(step);
+    before_done_ = true;  // FIFO: whatever this waits for, every copy queued before the program is done
+    done_ = std::max(done_, copy);
+  }
+
+  Program& program_;
+  std::array<int, kBufCount> pending_fetch_;  // copy number of a fetch into the buffer not yet waited for
+  std::array<int, kBufCount> pending_write_;  // copy number of the last write out of the buffer
+  int done_ = -1;                             // every copy ≤ this has finished
+  bool before_done_ = false;                  // the copies queued before the program have finished
+};
+
+struct Stage {
+  Buf k, v, q, d_o, lse, delta, d_q;
+};
+constexpr Stage kStages[2] = {
+    {Buf::k_stage0, Buf::v_stage0, Buf::q_stage0, Buf::do_stage0, Buf::lse_stage0, Buf::delta_stage0, Buf::dq_stage0},
+    {Buf::k_stage1, Buf::v_stage1, Buf::q_stage1, Buf::do_stage1, Buf::lse_stage1, Buf::delta_stage1, Buf::dq_stage1}};
+
+// What a layer's forward writes to the store.
+struct ForwardWrites {
+  bool activations;  // q, o, LSE, o (token-sharded), x_mid: what the backward reads
+  bool kv_for_backward;
+  bool output;       // x of the next layer
+};
+
+void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& writes) {
+  const int u = mask.chunks();
+  const LayerRef l = LayerRef::this_layer;
+  for (int i = 0; i < u; ++i) {
+    std::vector<int> kv;  // live kv chunks before the diagonal
+    for (int j = 0; j < i; ++j)
+      if (mask.live(i, j)) kv.push_back(j);
+    bool kv_needed = writes.kv_for_backward;  // by a later q chunk of this layer, or by the backward
+    for (int later = i + 1; later < u; ++later) kv_needed = kv_needed || mask.live(later, i);
+
+    b.compute(Op::inputs, i, {});
+    if (i == 0) b.fetch(Array::x, l, i, Buf::x);  // later chunks' inputs are prefetched below
+    b.compute(Op::attention_input, i, {Buf::x, Buf::q_local, Buf::k_local, Buf::v_local});
+    b.compute(Op::q_to_heads, i, {Buf::q_local, Buf::q_head});
+    b.compute(Op::kv_to_heads, i, {Buf::k_local, Buf::k_head});
+    b.compute(Op::kv_to_heads, i, {Buf::v_local, Buf::v_head});
+    if (kv_needed) {
+      b.write(Buf::k_head, Array::k, l, i);
+      b.write(Buf::v_head, Array::v, l, i);
+    }
+    if (mask.documents()) b.compute(Op::docs, i, {Buf::q_docs});
+    if (!kv.empty()) {
+      b.fetch(Array::k, l, kv[0], kStages[0].k);
+      b.fetch(Array::v, l, kv[0], kStages[0].v);
+    }
+    for (size_t n = 0; n < kv.size(); ++n) {
+      const Stage& stage = kStages[n % 2];
+      if (n + 1 < kv.size()) {
+        b.fetch(Array::k, l, kv[n + 1], kStages[(n + 1) % 2].k);
+        b.fetch(Array::v, l, kv[n + 1], kStages[(n + 1) % 2].v);
+      }
+      if (mask.documents()) b.compute(Op::docs, kv[n], {Buf::kv_docs});
+      b.compute(Op::attention_block, i, {Buf::q_head, stage.k, stage.v, Buf::o_head, Buf::lse}, n > 0, kv[n]);
+    }
+    if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
+    b.compute(Op::attention_block, i, {Buf::q_head, Buf::k_head, Buf::v_head, Buf::o_head, Buf::lse}, !kv.empty(), i);
+    if (writes.activations) {
+      b.write(Buf::q_head, Array::q, l, i);
+      b.write(Buf::o_head, Array::o, l, i);
+      b.write(Buf::lse, Array::lse, l, i);
+    }
+    b.compute(Op::q_to_sequence, i, {Buf::o_head, Buf::o_local});
+    if (writes.activations) b.write(Buf::o_local, Array::o_local, l, i);
+    b.compute(Op::attention_output, i, {Buf::o_local, Buf::x, Buf::x_mid});
+    if (i + 1 < u) b.fetch(Array::x, l, i + 1, Buf::x);  // x is free: the next input loads while the MLP runs
+    if (writes.activations) b.write(Buf::x_mid, Array::x_mid, l, i);
+    if (!writes.output) continue;  // recomputed for the backward, which re-runs the MLP from x_mid itself
+    b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out});
+    b.write(Buf::x_out, Array::x, LayerRef::next_layer, i);
+  }
+}
+
+// On entry the store's d_res holds dL/dx_out of the layer for every chunk; on exit dL/dx_in.
+void layer_backward(Builder& b, const BlockMask& mask) {
+  const int u = mask.chunks();
+  const LayerRef l = LayerRef::this_layer;
+  // Phase A, per chunk: MLP and output projection backward; dO to head-sharded; Δ; dQ zeroed. Each
+  // input of chunk i + 1 is fetched as soon as chunk i is done with its buffer.
+  b.fetch(Array::d_res, l, 0, Buf::d_res);
+  b.fetch(Array::x_mid, l, 0, Buf::x_mid);
+  b.fetch(Array::o_local, l, 0, Buf::o_local);
+  b.fetch(Array::o, l, 0, Buf::o_head);
+  for (int i = 0; i < u; ++i) {
+    const bool next = i + 1 < u;
+    b.compute(Op::mlp_backward, i, {Buf::x_mid, Buf::d_res, Buf::x_out});
+    if (next) b.fetch(Array::x_mid, l, i + 1, Buf::x_mid);
+    b.compute(Op::attention_output_backward, i, {Buf::o_local, Buf::d_res, Buf::d_attn});
+    if (next) b.fetch(Array::o_local, l, i + 1, Buf::o_local);
+    b.write(Buf::d_res, Array::d_res, l, i);
+    if (next) b.fetch(Array::d_res, l, i + 1, Buf::d_res);
+    b.compute(Op::q_to_heads, i, {Buf::d_attn, Buf::d_o_head});
+    b.write(Buf::d_o_head, Array::d_o, l, i);
+    b.compute(Op::attention_delta, i, {Buf::d_o_head, Buf::o_head, Buf::delta});
+    if (next) b.fetch(Array::o, l, i + 1, Buf::o_head);
+    b.write(Buf::delta, Array::delta, l, i);
+    b.compute(Op::zero, i, {Buf::dq_first});
+    b.write(Buf::dq_first, Array::d_q, l, i);
+  }
+  // Phase B: outer kv chunk i, inner live q chunks j ≥ i (the diagonal first: its dq is final last).
+  for (int i = 0; i < u; ++i) {
+    std::vector<int> qs;
+    for (int j = i; j < u; ++j)
+      if (mask.live(j, i)) qs.push_back(j);
+    FPDT_ASSERT(!qs.empty() && qs[0] == i);
+    auto fetch_q_set = [&](size_t n) {
+      const Stage& stage = kStages[n % 2];
+      b.fetch(Array::q, l, qs[n], stage.q);
+      b.fetch(Array::d_o, l, qs[n], stage.d_o);
+      b.fetch(Array::lse, l, qs[n], stage.lse);
+      b.fetch(Array::delta, l, qs[n], stage.delta);
+      b.fetch(Array::d_q, l, qs[n], n == 0 ? Buf::dq_first : stage.d_q);
+    };
+    b.fetch(Array::k, l, i, kStages[0].k);
+    b.fetch(Array::v, l, i, kStages[0].v);
+    fetch_q_set(0);
+    b.compute(Op::zero, i, {Buf::d_k});
+    b.compute(Op::zero, i, {Buf::d_v});
+    if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
+    for (size_t n = 0; n < qs.size(); ++n) {
+      const Stage& stage = kStages[n % 2];
+      const Buf d_q = n == 0 ? Buf::dq_first : stage.d_q;
+      if (n + 1 < qs.size()) fetch_q_set(n + 1);
+      if (n == 0) {  // chunk i's input and gradient, for its QKV backward after the loop (behind the next q set)
+        b.fetch(Array::x, l, i, Buf::x);
+        b.fetch(Array::d_res, l, i, Buf::d_res);
+      }
+      if (mask.documents()) b.compute(Op::docs, qs[n], {Buf::q_docs});
+      b.compute(Op::attention_block_backward, qs[n],
+                {stage.q, kStages[0].k, kStages[0].v, stage.d_o, stage.lse, stage.delta, d_q, Buf::d_k, Buf::d_v},
+                false, i);
+      if (n > 0) b.write(d_q, Array::d_q, l, qs[n]);
+    }
+    // dq_i, dk_i, dv_i are final: back to sequence-sharded, then chunk i's QKV projection backward.
+    b.compute(Op::q_to_sequence, i, {Buf::dq_first, Buf::dq_local});
+    b.compute(Op::kv_grad_to_sequence, i, {Buf::d_k, Buf::dk_local});
+    b.compute(Op::kv_grad_to_sequence, i, {Buf::d_v, Buf::dv_local});
+    b.compute(Op::inputs, i, {});
+    b.compute(Op::attention_norm, i, {Buf::x});
+    b.compute(Op::attention_input_backward, i, {Buf::x, Buf::dq_local, Buf::dk_local, Buf::dv_local, Buf::d_res});
+    b.write(Buf::d_res, Array::d_res, l, i);
+  }
+}
+
+}  // namespace
+
+Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                       const std::vector<BlockMask>& layer_masks) {
+  FPDT_ASSERT(!layer_masks.empty());
+  Schedule schedule;
+  schedule.plan = plan;
+  schedule.layers = static_cast<int>(layer_masks.size());
+  schedule.pass = pass;
+  schedule.recompute = recompute;
+  const bool backward = pass == Pass::forward_backward;
+  const int u = plan.chunks;
+  const LayerRef l = LayerRef::this_layer;
+  auto add = [&](const std::string& name, int mask, auto&& build) {
+    Program program;
+    program.name = name;
+    program.mask = mask;
+    Builder builder(program);
+    build(builder);
+    schedule.programs.push_back(std::move(program));
+    return static_cast<int>(schedule.programs.size()) - 1;
+  };
+
+  // Layers with equal masks share their programs.
+  std::vector<int> mask_of_layer;
+  for (const BlockMask& mask : layer_masks) {
+    FPDT_ASSERT(mask.chunks() == u);
+    const auto found = std::find(schedule.masks.begin(), schedule.masks.end(), mask);
+    mask_of_layer.push_back(static_cast<int>(found - schedule.masks.begin()));
+    if (found == schedule.masks.end()) schedule.masks.push_back(mask);
+  }
+  const int masks = static_cast<int>(schedule.masks.size());
+  auto suffix = [&](int mask) { return masks > 1 ? " (mask " + std::to_string(mask) + ")" : std::string(); };
+
+  const int embed = add("embed", -1, [&](Builder& b) {
+    for (int i = 0; i < u; ++i) {
+      b.compute(Op::inputs, i, {});
+      b.compute(Op::embed, i, {Buf::x_out});
+      b.write(Buf::x_out, Array::x, l, i);
+    }
+  });
+  // Under recompute = layer the forward keeps layer inputs (and k, v while its own chunks need them);
+  // the backward re-runs the layer and keeps the rest.
+  const bool keep = backward && recompute == Recompute::none;
+  std::vector<int> forward;
+  for (int m = 0; m < masks; ++m)
+    forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
+      layer_forward(b, schedule.masks[m], {keep, keep, true});
+    }));
+  const int head = add("head", -1, [&](Builder& b) {
+    for (int i = 0; i < u; ++i) {
+      b.compute(Op::inputs, i, {}, true);
+      b.fetch(Array::x, l, i, Buf::x);
+      if (backward) b.compute(Op::zero, i, {Buf::d_res});
+      b.compute(Op::head, i, {Buf::x, backward ? Buf::d_res : Buf::none}, backward);
+      if (backward) b.write(Buf::d_res, Array::d_res, l, i);
+    }
+  });
+  const int layers = schedule.layers;
+  schedule.calls.push_back({embed, 0});
+  for (int layer = 0; layer < layers; ++layer) schedule.calls.push_back({forward[mask_of_layer[layer]], layer});
+  schedule.calls.push_back({head, layers});
+  if (!backward) return schedule;
+
+  std::vector<int> backward_layer;
+  for (int m = 0; m < masks; ++m)
+    backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
+      if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false});
+      layer_backward(b, schedule.masks[m]);
+    }));
+  const int embed_backward = add("embed backward", -1, [&](Builder& b) {
+    for (int i = 0; i < u; ++i) {
+      b.compute(Op::inputs, i, {});
+      b.fetch(Array::d_res, l, i, Buf::d_res);
+      b.compute(Op::embed_backward, i, {Buf::d_res});
+    }
+  });
+  for (int layer = layers - 1; layer >= 0; --layer)
+    schedule.calls.push_back({backward_layer[mask_of_layer[layer]], layer});
+  schedule.calls.push_back({embed_backward, 0});
+  return schedule;
+}
+
+std::string Schedule::describe() const {
+  std::string text = "FPDT schedule: S " + std::to_string(plan.seq_tokens) + " tokens (padded to " +
+                     std::to_string(plan.padded_tokens) + "), " + std::to_string(plan.chunks) + " chunks of C " +
+                     std::to_string(plan.chunk_tokens) + " = " + std::to_string(plan.ranks) + " ranks x c " +
+                     std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
+                     (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
+                     recompute_name(recompute) + "\n";
+  for (size_t m = 0; m < masks.size(); ++m)
+    text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
+            "\n" + masks[m].describe_blocks();
+  text += "calls:";
+  for (size_t n = 0; n < calls.size(); ++n)
+    text += (n == 0 ? " " : "; ") + programs[calls[n].program].name + " l=" + std::to_string(calls[n].layer);
+  text += "\n";
+  for (const Program& program : programs) {
+    text += "program " + program.name + " (" + std::to_string(program.steps.size()) + " steps, " +
+            std::to_string(program.copies) + " copies):\n";
+    for (size_t n = 0; n < program.steps.size(); ++n)
+      text += "  " + std::to_string(n) + " " + describe_step(program.steps[n]) + "\n";
+  }
+  return text;
+}
+
+}  // namespace fpdt::pipeline

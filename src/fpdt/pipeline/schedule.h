@@ -1,0 +1,148 @@
+// The FPDT schedule as data: a pure function of the chunk plan, the pass, the recompute mode and the
+// block mask → the ordered steps of one training (or evaluation) step — fetch a store slot into a
+// staging buffer, write a buffer out, wait for a copy, all-to-all, compute a block — which the
+// pipeline executes one by one with no index arithmetic of its own. It can be printed
+// (`fpdt train --dry-run --schedule`) and is golden-tested (tests/pipeline/schedule_test.cpp).
+//
+// Order (the paper's, DESIGN.md §1). Forward, per layer, per chunk i: x_i → q, k, v → all-to-all →
+// attention over the live kv chunks j < i in order (kv j + 1 prefetched into the other stage while j
+// computes), then the diagonal block → all-to-all back → output projection, MLP. Backward, per layer
+// in reverse: phase A per chunk (MLP and output projection backward, dO, Δ, dQ zeroed); phase B outer
+// over kv chunk i, inner over the live q chunks j ≥ i (the q set of the next one prefetched): dK_i and
+// dV_i accumulate in the compute tier, dQ_j round-trips through the store, and after the inner loop
+// chunk i's q, k, v gradients go back to sequence-sharded and its QKV projection backward runs.
+// Blocks that the mask makes empty are absent: not computed, not fetched. Waits are derived, not
+// written: a step that reads a buffer waits for the fetch into it; a step that overwrites a buffer
+// waits for the write out of it (the copy queue is FIFO, so a fetch never overtakes a write).
+//
+// A layer's program is the same for every layer with the same block mask (a sliding window may differ
+// by layer); it names store slots relative to its layer (this layer, or the next one's input), so the
+// schedule is O(u²) steps however many layers there are, and per-layer steps to come (ZeRO-3's
+// parameter gather, prefetch and release) have their place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/memory_layout.h"
+
+namespace fpdt::pipeline {
+
+enum class Pass { forward, forward_backward };
+enum class Recompute { none, layer };
+Recompute parse_recompute(const std::string& text);
+std::string recompute_name(Recompute recompute);
+
+// Which (q chunk, kv chunk) blocks of attention hold at least one visible (query, key) pair.
+class BlockMask {
+ public:
+  BlockMask() : BlockMask(1) {}
+  // Every causal block (i, j), j ≤ i, of `chunks` chunks.
+  explicit BlockMask(int chunks);
+  int chunks() const { return chunks_; }
+  bool live(int q_chunk, int kv_chunk) const { return live_[static_cast<size_t>(q_chunk) * chunks_ + kv_chunk] != 0; }
+  int live_count() const;
+  bool documents() const { return documents_; }  // blocks need document ids (uploaded per block)
+  int64_t window_tokens() const { return window_tokens_; }
+  // "causal", "causal, window 16 tokens", "causal, documents"; then "(5 of 6 blocks)".
+  std::string describe() const;
+  // One line per q chunk: "q 2: kv 1 2".
+  std::string describe_blocks() const;
+  bool operator==(const BlockMask& other) const = default;
+
+ private:
+  friend BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const int32_t* doc_ids, int B);
+  int chunks_;
+  int64_t window_tokens_ = 0;
+  bool documents_ = false;
+  std::vector<uint8_t> live_;  // (u, u)
+};
+
+// Causal attention over the plan's global chunks, within a sliding window of `window_tokens` (a query
+// at q sees keys k with q − W < k ≤ q; 0: no window) and within documents (doc_ids (B, S): a query
+// sees only keys with its own id; null: no documents). Block (i, j) is live iff some query of chunk
+// i sees some key of chunk j in some sequence of the batch. The diagonal is always live.
+BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const int32_t* doc_ids, int B);
+
+enum class Op : uint8_t {
+  // the copy queue
+  fetch,    // store slot → buffers[0]
+  write,    // buffers[0] → store slot
+  wait,     // compute waits for copy `copy` and every copy before it (−1: those queued before the program)
+  // compute-tier bookkeeping
+  zero,     // buffers[0] = 0
+  inputs,   // the chunk's token ids and positions (flag: and targets, loss mask) from the batch
+  docs,     // buffers[0] (q_docs or kv_docs) = document ids of global chunk `chunk`
+  // the Ulysses all-to-all: buffers[0] → buffers[1]
+  q_to_heads, kv_to_heads, q_to_sequence, kv_grad_to_sequence,
+  // the maths, forward
+  embed,                // → [0] x
+  attention_input,      // [0] x → [1] q, [2] k, [3] v (token-sharded)
+  attention_block,      // [0] q, [1] k, [2] v → [3] o, [4] lse; flag: merge into them (else overwrite)
+  attention_output,     // [0] o (token-sharded), [1] x → [2] x_mid
+  mlp,                  // [0] x_mid → [1] x_out
+  head,                 // [0] x → loss; flag (backward): [1] d_res += dL/dx
+  // the maths, backward
+  mlp_backward,               // [0] x_mid, [1] d_res (dL/dx_out → dL/dx_mid); [2] the recomputed x_out
+  attention_output_backward,  // [0] o, [1] d_res → [2] d_attn
+  attention_delta,            // [0] dO, [1] o → [2] Δ
+  attention_block_backward,   // [0] q, [1] k, [2] v, [3] dO, [4] lse, [5] Δ → [6] dq +=, [7] dk +=, [8] dv +=
+  attention_norm,             // [0] x → the attention norm (recomputed for the QKV backward)
+  attention_input_backward,   // [0] x, [1] dq, [2] dk, [3] dv → [4] d_res += dL/dx
+  embed_backward,             // [0] d_res → embedding gradients
+};
+const char* op_name(Op op);
+
+// How a step uses each of its buffers (the executor and the wait derivation read the same table).
+enum class Role : uint8_t { none, in, out, inout };
+constexpr int kMaxOperands = 9;
+Role operand_role(Op op, int operand, bool flag);
+
+// Which layer a fetch or write names: the program's layer l, or l + 1 (a layer's output is the next
+// layer's input). Arrays that keep one layer (gradients; everything under recompute = layer) ignore it.
+enum class LayerRef : uint8_t { this_layer, next_layer };
+
+struct Step {
+  Op op;
+  bool flag = false;
+  Array array = Array::count;          // fetch, write
+  LayerRef layer = LayerRef::this_layer;
+  int32_t chunk = -1;                  // token-local steps: the chunk; attention: the q chunk
+  int32_t kv_chunk = -1;               // attention blocks
+  int32_t copy = -1;                   // fetch, write: its number among the program's copies; wait: see Op
+  Buf buffers[kMaxOperands] = {Buf::none, Buf::none, Buf::none, Buf::none, Buf::none,
+                               Buf::none, Buf::none, Buf::none, Buf::none};
+};
+std::string describe_step(const Step& step);
+
+struct Program {
+  std::string name;       // "embed", "layer forward", "head", "layer backward", "embed backward"
+  int mask = -1;          // layer programs: the index of their block mask in Schedule::masks
+  std::vector<Step> steps;
+  int copies = 0;         // fetches and writes it queues
+};
+
+struct Schedule {
+  ChunkPlan plan;
+  int layers = 0;
+  Pass pass = Pass::forward_backward;
+  Recompute recompute = Recompute::none;
+  std::vector<BlockMask> masks;  // the distinct masks of the layers (layers with equal masks share programs)
+  std::vector<Program> programs;
+  struct Call {
+    int program;  // index into programs
+    int layer;    // the layer its slots are relative to
+  };
+  std::vector<Call> calls;  // in order
+  // The header, the masks, the calls, and every program once, one step per line.
+  std::string describe() const;
+};
+
+// layer_masks: the block mask of each layer (their count is the number of layers); layers whose masks
+// are equal (e.g. all but the sliding-window ones) run the same layer programs.
+Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                       const std::vector<BlockMask>& layer_masks);
+
+}  // namespace fpdt::pipeline
