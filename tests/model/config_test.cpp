@@ -162,6 +162,10 @@ TEST(ModelConfig, RopeConflictsAndBadParametersAreRefused) {
   expect_config_error(with(base("llama"), "rope_scaling", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}),
                       {"partial_rotary_factor", "rotates the whole head"});
   expect_config_error(with(base("llama"), "rope_theta", -1.0), {"field 'rope_theta'", "must be positive"});
+  expect_config_error(with(base("llama"), "rope_theta", 0.0), {"field 'rope_theta'", "must be positive"});
+  expect_config_error(with(base("llama"), "max_position_embeddings", -5),
+                      {"field 'max_position_embeddings'", "outside [1, 2147483647]"});
+  expect_config_error(with(base("gpt2"), "n_positions", -5), {"field 'n_positions'", "outside [1, 2147483647]"});
   expect_config_error(with(base("llama"), "rope_scaling", "yarn"), {"rope_scaling", "wrong type"});
 }
 
