@@ -20,9 +20,11 @@ int64_t last_logged_step(const std::string& run) {
   return last;
 }
 
-// Whether a save was cut short: a step folder still being written or a temp file of `latest`.
+// Whether a save was cut short: a step folder still being written or a temp file of `latest` (none
+// when an early kill came before the run folder was made).
 bool save_in_progress(const std::string& run) {
-  for (const auto& entry : std::filesystem::directory_iterator(run)) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(run, error)) {
     const std::string name = entry.path().filename().string();
     if (name.ends_with(".partial") || name.find(".tmp.") != std::string::npos) return true;
   }

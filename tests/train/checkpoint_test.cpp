@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
@@ -209,6 +210,21 @@ TEST(Checkpoint, CarriesItsTokenizer) {
                              std::filesystem::copy_options::overwrite_existing);
   testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, 300); }),
                            {"ids up to", "beyond the model's vocabulary of 300"});
+  // A fingerprint that is not one (was "is corrupt: stoull", or a partial read of "12xyz").
+  const std::string state_path = step + "/trainer_state.json";
+  nlohmann::json state = nlohmann::json::parse(read_text_file(state_path, "test", ""));
+  for (const nlohmann::json& bad : {nlohmann::json("xyz"), nlohmann::json("0x12xyz"), nlohmann::json("-1"),
+                                    nlohmann::json(""), nlohmann::json(12), nlohmann::json("0x" + std::string(17, 'f'))}) {
+    SCOPED_TRACE(bad.dump());
+    nlohmann::json corrupt = state;
+    corrupt["tokenizer_fingerprint"] = bad;
+    testing::write_text_file(state_path, corrupt.dump());
+    testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, fixture.config.vocab_size); }),
+                             {"[checkpoint]", state_path + " is corrupt", "\"tokenizer_fingerprint\"",
+                              "not a hexadecimal fingerprint"});
+  }
+  testing::write_text_file(state_path, state.dump());
+  EXPECT_EQ(checkpoint_tokenizer(step, fixture.config.vocab_size).fingerprint(), tokenizer.fingerprint());
   // No tokenizer: the byte tokenizer when the model's vocabulary is its 257, else an error.
   std::filesystem::remove(step + "/tokenizer.json");
   EXPECT_TRUE(checkpoint_tokenizer(step, 257).is_byte_tokenizer());

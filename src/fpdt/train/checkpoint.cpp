@@ -242,11 +242,17 @@ Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_
     uint64_t recorded = 0;
     const nlohmann::json state =
         json::parse(read_text(state_path.string()), state_path.string(), kModule, "use another checkpoint");
-    try {
-      if (state.contains("tokenizer_fingerprint"))
-        recorded = std::stoull(state.at("tokenizer_fingerprint").get<std::string>(), nullptr, 16);
-    } catch (const std::exception& error) {
-      throw Error(kModule, state_path.string() + " is corrupt: " + error.what(), "use another checkpoint");
+    if (state.is_object() && state.contains("tokenizer_fingerprint")) {
+      // fingerprint_string's form, "0x" and hexadecimal digits, read whole.
+      const nlohmann::json& value = state["tokenizer_fingerprint"];
+      const std::string text = value.is_string() ? value.get<std::string>() : "";
+      const char* digits = text.data() + (text.starts_with("0x") ? 2 : 0);
+      const auto [end, error] = std::from_chars(digits, text.data() + text.size(), recorded, 16);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size())
+        throw Error(kModule,
+                    state_path.string() + " is corrupt: its \"tokenizer_fingerprint\" " + json::excerpt(value) +
+                        " is not a hexadecimal fingerprint",
+                    "use another checkpoint");
     }
     if (recorded != 0 && recorded != tokenizer.fingerprint())
       throw Error(kModule,
