@@ -1,7 +1,8 @@
 # The two commands of the README's quick start, plus the pieces they are made of.
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
 #   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv),
-#               train the demo Llama on it, print the start/end loss and a generated sample
+#               train the demo Llama on it, print the start/end loss and a generated sample (OpenMP
+#               threads wait passively: see README, Speed)
 # And the checks that need clang (Debian's clang-14, libclang-rt-14-dev, libomp-14-dev):
 #   make check-asan   ASan + UBSan build (build-asan): the whole suite but cuda, the fpdt processes
 #                     the CLI tests start included; the fuzz targets run on libFuzzer there
@@ -52,7 +53,7 @@ test: build
 run: configure
 	cmake --build $(BUILD) -j $(JOBS) --target fpdt
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
-	$(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(BUILD)/fpdt train --model llama-demo --data data/kjv --out $(RUN_DIR) --steps $(RUN_STEPS) \
 	  --batch 8 --seq 256 --lr 3e-3 --min-lr 3e-4 --warmup 20 --eval-every 30 --eval-batches 8 \
 	  --save-every 50 --sample-tokens 300 --prompt "And God said" --overwrite
 

@@ -1,12 +1,12 @@
 // Benchmark of the cpu flash attention (kernels/cpu/flash_attention.cpp): the cpu Backend's
-// full-sequence causal forward and backward (optionally with a sliding window), against an OpenBLAS
-// 4096³ sgemm run in the same process with the same threads. Counts only unmasked FLOPs: forward
-// 4·pairs·D·H·B (QKᵀ and PV over the visible (query, key) pairs: S²/2 causal, about S·W with a
-// window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
-// of each reported, so a busy neighbour on a shared machine skews the ratios less. The LAST line
-// printed is one JSON object.
+// full-sequence causal forward and backward (optionally with a sliding window), against the machine's
+// rates measured in the same process with the same threads (train/metrics.h: the OpenBLAS sgemm on
+// the backend's GEMM path, and the FMA peak of the widest vectors). Counts only unmasked FLOPs:
+// forward 4·pairs·D·H·B (QKᵀ and PV over the visible (query, key) pairs: S²/2 causal, about S·W with
+// a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
+// of each reported, so a busy neighbour on a shared machine skews the ratios less; the load average
+// is printed with them. The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096]
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/train/metrics.h"
 
 namespace {
 
@@ -85,34 +86,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// OpenBLAS sgemm C = A·B with n = 4096: seconds of one call.
-class Sgemm {
- public:
-  Sgemm() : a_(static_cast<size_t>(kN) * kN), b_(a_.size()), c_(a_.size()) {
-    fpdt::Rng rng(7);
-    for (auto& x : a_) x = static_cast<float>(rng.uniform(-1, 1));
-    for (auto& x : b_) x = static_cast<float>(rng.uniform(-1, 1));
-  }
-  double seconds() {
-    const auto start = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.0f, a_.data(), kN, b_.data(), kN, 0.0f,
-                c_.data(), kN);
-    return seconds_since(start);
-  }
-  static constexpr int kN = 4096;
-  static double flops() { return 2.0 * kN * kN * static_cast<double>(kN); }
-
- private:
-  std::vector<float> a_, b_, c_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     omp_set_num_threads(o.threads);
-    openblas_set_num_threads(o.threads);
     const int64_t S = o.seq;
     const int B = o.batch, H = o.heads, Hkv = o.kv_heads, D = o.head_dim;
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -136,12 +115,13 @@ int main(int argc, char** argv) {
     // Rounds of sgemm, forward, backward, interleaved so that all three see the same background load
     // (the machine is shared); the best of each over the rounds is reported. One warm-up of each first.
     fpdt::kernels::cpu::CpuBackend backend;
-    Sgemm sgemm;
-    sgemm.seconds();
+    const double load = fpdt::train::load_average();
+    int vector_bits = 0;
+    const double fma_gflops = fpdt::train::measure_fma_peak_gflops(o.threads, &vector_bits);
     backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale, W);
-    double sgemm_best = 1e30, fwd_best = 1e30, bwd_best = 1e30;
+    double sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
     for (int rep = 0; rep < o.reps; ++rep) {
-      const double sgemm_s = std::min(sgemm.seconds(), sgemm.seconds());
+      const double sgemm_rate = fpdt::train::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
       backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
                                 W);
@@ -150,9 +130,9 @@ int main(int argc, char** argv) {
       backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                                  lse.data(), doc_ids, B, S, H, Hkv, D, scale, W);
       const double bwd = seconds_since(start);
-      std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s\n", rep,
-                  Sgemm::flops() / sgemm_s / 1e9, fwd, bwd);
-      sgemm_best = std::min(sgemm_best, sgemm_s);
+      std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s (load %.2f)\n", rep, sgemm_rate,
+                  fwd, bwd, fpdt::train::load_average());
+      sgemm_gflops = std::max(sgemm_gflops, sgemm_rate);
       fwd_best = std::min(fwd_best, fwd);
       bwd_best = std::min(bwd_best, bwd);
     }
@@ -162,16 +142,17 @@ int main(int argc, char** argv) {
     const double fwd_flops = 4.0 * pairs * D * H * B;
     const double bwd_flops = 2.5 * fwd_flops;
     const double fwd_gflops = fwd_flops / fwd_best / 1e9, bwd_gflops = bwd_flops / bwd_best / 1e9;
-    const double sgemm_gflops = Sgemm::flops() / sgemm_best / 1e9;
     double checksum = 0.0;
     for (size_t i = 0; i < q_size; i += 997) checksum += out[i] + dq[i];
     std::printf("checksum %.6g\n", checksum);
     std::printf(
         "{\"bench\": \"attention\", \"batch\": %d, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
         "\"threads\": %d, \"docs\": %s, \"window\": %lld, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"fwd_gflops\": %.2f, "
-        "\"bwd_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f}\n",
+        "\"bwd_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f, "
+        "\"fma_peak_gflops\": %.2f, \"vector_bits\": %d, \"fwd_mfu\": %.3f, \"bwd_mfu\": %.3f, \"load_average\": %.2f}\n",
         B, static_cast<long long>(S), H, Hkv, D, o.threads, o.docs ? "true" : "false", static_cast<long long>(W),
-        fwd_best, bwd_best, fwd_gflops, bwd_gflops, sgemm_gflops, fwd_gflops / sgemm_gflops, bwd_gflops / sgemm_gflops);
+        fwd_best, bwd_best, fwd_gflops, bwd_gflops, sgemm_gflops, fwd_gflops / sgemm_gflops, bwd_gflops / sgemm_gflops,
+        fma_gflops, vector_bits, fwd_gflops / fma_gflops, bwd_gflops / fma_gflops, load);
     return 0;
   } catch (const fpdt::Error& error) {
     std::fprintf(stderr, "%s\n", error.what());

@@ -5,7 +5,8 @@
 #               run, the share of copy time that ran while compute ran (copies hidden behind compute).
 #   batch:      `make run`'s shape (llama-demo, 8 sequences of 256 tokens), tokens/s: the median step
 #               of steps 2-6, best of 2 runs.
-#   throughput: MFU of one step at S = 64K, --recompute none, the FMA peak measured in the same run.
+#   throughput: MFU of one step at S = 64K, --recompute none, against the FMA peak (and the ratio to
+#               the sgemm rate) measured in the same run, with the load average.
 # With BASELINE (the fpdt binary of another build, e.g. main before a change), every overlap and batch
 # run is made with both binaries back to back, so both see the same load, and the ratios this
 # build / baseline are reported.
@@ -106,7 +107,8 @@ result = {
     "copy_time_overlapped_by_compute": float(overlap),
     "batch_8x256_tokens_per_second": best["new-batch"],
     "throughput_seq": 65536, "throughput_step_seconds": mfu["step_seconds"],
-    "throughput_gflops": mfu["gflops"], "mfu": mfu["mfu"],
+    "throughput_gflops": mfu["gflops"], "mfu": mfu["mfu"], "sgemm_ratio": mfu.get("sgemm_ratio"),
+    "throughput_load_average": mfu.get("load_average"),
 }
 if "baseline-none" in best:
     result["baseline"] = {

@@ -274,15 +274,18 @@ inline void check_norm(OpCheck& t) {
 
 // linear_forward, linear_backward
 inline void check_linear(OpCheck& t) {
-  // fp32 GEMMs accumulate over K ≤ 512 terms (I, O or N): typically ~√K · 6e-8 ≈ 1.4e-6 norm-wise (the
+  // fp32 GEMMs accumulate over K ≤ 1100 terms (I, O or N): typically ~√K · 6e-8 ≈ 2e-6 norm-wise (the
   // linear worst case K · 6e-8 is never approached on random data); 1e-5 leaves margin.
   constexpr double kTolerance = 1e-5;
   struct Shape {
     int64_t N;
     int I, O;
   };
-  // One row; sizes off every multiple of 8 and 16; 300 × 512 × 257 runs the parallel paths.
-  for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}}) {
+  // One row; sizes off every multiple of 8 and 16; the cpu backend's team GEMM cuts 300 × 512 × 257 by
+  // rows, 1100 × 40 × 33's weight gradient (and 64 × 600 × 40's forward) along K, and 64 × 600 × 40's
+  // weight gradient by columns.
+  for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}, Shape{1100, 40, 33},
+                        Shape{64, 600, 40}}) {
     const std::string tag = " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";
     const auto x = random_normal<float>(t.rng, s.N * s.I);
     const auto w = random_normal<float>(t.rng, int64_t{s.O} * s.I, 0.05);

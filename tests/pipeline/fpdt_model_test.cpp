@@ -100,6 +100,33 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_p1_u4", model::Family::gpt, 4, 4, 1, 4, 1, 30}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Issue 16: with the store resident and the attention kept (offload none, recompute none), the forward
+// keeps the MLP's gate, up and act for the backward (3·f more per token and layer in the store) instead
+// of the backward recomputing them; the invariance test above holds it bitwise equal to the offloaded
+// and recomputed runs, which recompute them.
+TEST(Pipeline, KeepsTheMlpActivationsOnlyWhenResidentAndNotRecomputing) {
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  auto shape = [&](const char* offload, Recompute recompute) {
+    PipelineConfig pipeline;
+    pipeline.chunks = 2;
+    pipeline.offload = parse_offload(offload);
+    pipeline.recompute = recompute;
+    const FpdtModel model(config, *backend, *local, pipeline);
+    EXPECT_EQ(model.layout_shape(64, 4).mlp_kept, model.mlp_kept());
+    return model.layout_shape(64, 4);
+  };
+  const LayoutShape kept = shape("none", Recompute::none);
+  EXPECT_TRUE(kept.mlp_kept);
+  EXPECT_FALSE(shape("ram", Recompute::none).mlp_kept);
+  EXPECT_FALSE(shape("none", Recompute::layer).mlp_kept);
+  LayoutShape recomputed = kept;
+  recomputed.mlp_kept = false;
+  // 2 chunks of 4 sequences × 32 tokens, 2 layers, gate, up and act of f = 48 floats: whole 4 KiB blocks.
+  EXPECT_EQ(store_bytes(kept) - store_bytes(recomputed), size_t{3} * 2 * 2 * (4 * 32) * 48 * sizeof(float));
+}
+
 // Issue 16: the B sequences of a micro-batch go through each chunk together (B·c rows per GEMM, the
 // batch dimension in the attention blocks). The loss and gradients must equal those of the sequences
 // run one at a time, summed, with the same gradient scale.

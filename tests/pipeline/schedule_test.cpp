@@ -1,8 +1,9 @@
 // The FPDT schedule as data: golden text for small plans (u ∈ {1, 2, 3}, P ∈ {1, 2}, recompute none
 // and layer, a sliding window), the block mask against a brute-force search over (query, key) pairs,
 // and a simulator that runs every program with a FIFO copy queue and checks what each step finds in
-// its buffers: the right chunk's q, k, v, every live block merged exactly once and no dead one, every
-// read after its fetch completed and no buffer overwritten while a write still reads it.
+// its buffers: the right chunk's q, k, v (and kept MLP activations), every live block merged exactly
+// once and no dead one, every read after its fetch completed and no buffer overwritten while a write
+// still reads it.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -348,6 +349,10 @@ class Simulator {
         Value next = make("x", i);
         next.layer = layer_ + 1;
         overwrite(b[1]) = next;
+        for (int k = 2; k < 5; ++k) {  // gate, up, act, when kept for the backward
+          EXPECT_EQ(b[k] != Buf::none, s_.mlp_kept);
+          if (b[k] != Buf::none) overwrite(b[k]) = make(std::string("mlp ") + buffer_name(b[k]), i);
+        }
         return;
       }
       case Op::head:
@@ -362,7 +367,12 @@ class Simulator {
         const Value& g = read(b[1]);
         EXPECT_EQ(g, (Value{"g", layer_ + 1, i, {}})) << "d_res holds " << show(g);
         overwrite(b[1]) = make("g_mid", i);
-        overwrite(b[2]) = Value{"scratch", -1, -1, {}};
+        EXPECT_EQ(step.flag, s_.mlp_kept);
+        if (step.flag) {  // gate, up, act of this chunk and layer, as the forward wrote them
+          for (int k = 3; k < 6; ++k) expect(b[k], std::string("mlp ") + buffer_name(b[k]), i);
+        } else {
+          overwrite(b[2]) = Value{"scratch", -1, -1, {}};
+        }
         return;
       }
       case Op::attention_output_backward:
@@ -438,29 +448,30 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
   for (int u = 1; u <= 6; ++u)
     for (const int P : {1, 2})
       for (const Recompute recompute : {Recompute::none, Recompute::layer})
-        for (const Pass pass : {Pass::forward, Pass::forward_backward})
-          for (int masking = 0; masking < 4; ++masking) {  // causal, window, documents, both
-            const int64_t S = u * P * 4 - static_cast<int64_t>(rng.below(4));
-            const ChunkPlan plan = make_chunk_plan(S, P, 0, 0, u);
-            const int64_t window = masking & 1 ? 1 + static_cast<int64_t>(rng.below(3 * plan.chunk_tokens)) : 0;
-            std::vector<int32_t> docs;
-            for (int64_t t = 0, id = 0; t < 2 * S && (masking & 2); ++t) {
-              if (t % S == 0 || rng.uniform() < 0.2) ++id;
-              docs.push_back(static_cast<int32_t>(id));
+        for (const bool mlp_kept : {false, true})
+          for (const Pass pass : {Pass::forward, Pass::forward_backward})
+            for (int masking = 0; masking < 4 && !(mlp_kept && recompute == Recompute::layer); ++masking) {
+              const int64_t S = u * P * 4 - static_cast<int64_t>(rng.below(4));
+              const ChunkPlan plan = make_chunk_plan(S, P, 0, 0, u);
+              const int64_t window = masking & 1 ? 1 + static_cast<int64_t>(rng.below(3 * plan.chunk_tokens)) : 0;
+              std::vector<int32_t> docs;
+              for (int64_t t = 0, id = 0; t < 2 * S && (masking & 2); ++t) {
+                if (t % S == 0 || rng.uniform() < 0.2) ++id;
+                docs.push_back(static_cast<int32_t>(id));
+              }
+              // The window applies to the middle layer only (as in models that mix sliding and full layers).
+              const int32_t* doc_ids = docs.empty() ? nullptr : docs.data();
+              const BlockMask full = make_block_mask(plan, 0, doc_ids, 2);
+              const BlockMask mask = make_block_mask(plan, window, doc_ids, 2);
+              const Schedule schedule = make_schedule(plan, pass, recompute, {full, mask, full}, mlp_kept);
+              SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
+                           recompute_name(recompute) + (mlp_kept ? " MLP kept" : "") +
+                           (pass == Pass::forward ? " forward" : " forward + backward") + " mask " + mask.describe());
+              Simulator(schedule).run();
+              ++checked;
+              if (::testing::Test::HasFailure()) return;
             }
-            // The window applies to the middle layer only (as in models that mix sliding and full layers).
-            const int32_t* doc_ids = docs.empty() ? nullptr : docs.data();
-            const BlockMask full = make_block_mask(plan, 0, doc_ids, 2);
-            const BlockMask mask = make_block_mask(plan, window, doc_ids, 2);
-            const Schedule schedule = make_schedule(plan, pass, recompute, {full, mask, full});
-            SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
-                         recompute_name(recompute) + (pass == Pass::forward ? " forward" : " forward + backward") +
-                         " mask " + mask.describe());
-            Simulator(schedule).run();
-            ++checked;
-            if (::testing::Test::HasFailure()) return;
-          }
-  EXPECT_EQ(checked, 192);
+  EXPECT_EQ(checked, 288);
 }
 
 }  // namespace

@@ -55,12 +55,17 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   std::vector<BlockMask> masks;
   for (int layer = 0; layer < config_.layers; ++layer)
     masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
-  return make_schedule(plan, pass, pipeline_.recompute, masks);
+  return make_schedule(plan, pass, pipeline_.recompute, masks, mlp_kept());
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
   return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float));
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float),
+                                mlp_kept());
+}
+
+bool FpdtModel::mlp_kept() const {
+  return keep_mlp_activations(pipeline_.offload.kind == OffloadKind::none, pipeline_.recompute == Recompute::layer);
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
@@ -133,19 +138,97 @@ void FpdtModel::execute(const Program& program, int layer) {
     weights_ = model::layer_tensors(layout_, params_, layer);
     gradients_ = model::layer_tensors(layout_, grads_, layer);
   }
-  for (const Step& step : program.steps) execute(step, layer, before_program);
+  place_outputs(program, layer);
+  for (size_t n = 0; n < program.steps.size(); ++n) execute(program.steps[n], placements_[n], layer, before_program);
 }
 
-float* FpdtModel::out(Buf buffer) {
+namespace {
+bool is_exchange(Op op) {
+  return op == Op::q_to_heads || op == Op::kv_to_heads || op == Op::q_to_sequence || op == Op::kv_grad_to_sequence;
+}
+}  // namespace
+
+void FpdtModel::place_outputs(const Program& program, int layer) {
+  const std::vector<Step>& steps = program.steps;
+  placements_.assign(steps.size(), StepPlacements{});
+  if (!store_->resident()) return;
+  auto role_of = [](const Step& step, Buf buffer) {  // how the step uses the buffer (none: not at all)
+    Role role = Role::none;
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (step.buffers[k] == buffer && operand_role(step.op, k, step.flag) != Role::none)
+        role = role == Role::none ? operand_role(step.op, k, step.flag) : Role::inout;
+    return role;
+  };
+  struct Producer {
+    int step = -1, operand = -1;
+  };
+  std::array<Producer, kBufCount> producer{};  // the output of each buffer not yet written out
+  std::vector<Producer> alias_source(steps.size());  // an aliasing all-to-all's: its input's producer
+  for (size_t n = 0; n < steps.size(); ++n) {
+    const Step& step = steps[n];
+    const Buf* b = step.buffers;
+    const size_t first = static_cast<size_t>(b[0]);
+    if (step.op == Op::write) {
+      Producer p = producer[first];
+      // Through all-to-alls that are aliases, back to the step that computed the data.
+      while (p.step >= 0 && placements_[p.step][p.operand].alias)
+        p = alias_source[static_cast<size_t>(p.step)];
+      const int slot_layer = step.layer == LayerRef::next_layer ? layer + 1 : layer;
+      if (p.step >= 0 && placements_[p.step][p.operand].array == Array::count &&
+          store_->slot_bytes(step.array) == bytes_[first] && store_->resident(step.array, slot_layer, step.chunk))
+        placements_[p.step][p.operand] = Placement{step.array, step.layer, step.chunk};
+      producer[first] = Producer{};  // a second write of the same output copies from the first's slot
+      continue;
+    }
+    if (step.op == Op::fetch) {
+      producer[first] = Producer{};  // bound to the fetched slot
+      continue;
+    }
+    if (is_exchange(step.op) && sharding_.ranks == 1 && bytes_[first] == bytes_[static_cast<size_t>(b[1])]) {
+      // Alias unless the input changes while the output is live (until its last read before it is
+      // produced again), or the output is updated in place.
+      bool safe = true;
+      size_t last_read = n;
+      for (size_t m = n + 1; m < steps.size() && safe; ++m) {
+        const Role role = role_of(steps[m], b[1]);
+        if (role == Role::out) break;
+        if (role == Role::inout) safe = false;
+        if (role == Role::in) last_read = m;
+      }
+      for (size_t m = n + 1; m <= last_read && safe; ++m) {
+        const Role role = role_of(steps[m], b[0]);
+        if (role == Role::out || role == Role::inout) safe = false;
+      }
+      if (safe) {
+        placements_[n][1].alias = true;
+        alias_source[n] = producer[first];
+      }
+    }
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (b[k] != Buf::none && operand_role(step.op, k, step.flag) == Role::out)
+        producer[static_cast<size_t>(b[k])] = Producer{static_cast<int>(n), k};
+  }
+}
+
+float* FpdtModel::out(Buf buffer, const Placement& placement, int layer) {
   const size_t index = static_cast<size_t>(buffer);
-  bound_[index] = own_[index];
-  return static_cast<float*>(own_[index]);
+  FPDT_ASSERT(!placement.alias);
+  if (placement.array == Array::count) {
+    bound_[index] = own_[index];
+  } else {
+    bound_[index] = store_->resident(placement.array,
+                                     placement.layer == LayerRef::next_layer ? layer + 1 : layer, placement.chunk);
+  }
+  return static_cast<float*>(bound_[index]);
 }
 
-void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_program) {
+void FpdtModel::execute(const Step& step, const StepPlacements& placements, int layer,
+                        kernels::CopyEvent before_program) {
   const Buf* b = step.buffers;
-  // Operand k as the step uses it: overwritten operands are the buffer's own slice.
-  auto at = [&](int k) { return operand_role(step.op, k, step.flag) == Role::out ? out(b[k]) : in(b[k]); };
+  // Operand k as the step uses it: an overwritten operand is bound to its placement or its own slice.
+  auto at = [&](int k) {
+    return operand_role(step.op, k, step.flag) == Role::out ? out(b[k], placements[k], layer) : in(b[k]);
+  };
   const int B = batch_->B;
   const int64_t n = plan_.local_chunk_tokens * B;  // token rows of a chunk
   switch (step.op) {
@@ -172,20 +255,38 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       return;
     }
     case Op::wait: copies_->wait(step.copy < 0 ? before_program : events_[step.copy]); return;
-    case Op::zero: memory_.fill_zero(out(b[0]), bytes_[static_cast<size_t>(b[0])]); return;
+    case Op::zero: memory_.fill_zero(at(0), bytes_[static_cast<size_t>(b[0])]); return;
     case Op::inputs: upload_inputs(step.chunk, step.flag); return;
     case Op::docs: upload_documents(step.chunk, b[0]); return;
-    case Op::q_to_heads: exchange_->q_to_heads(at(0), at(1), B); return;
-    case Op::kv_to_heads: exchange_->kv_to_heads(at(0), at(1), B); return;
-    case Op::q_to_sequence: exchange_->q_to_sequence(at(0), at(1), B); return;
-    case Op::kv_grad_to_sequence: exchange_->kv_grad_to_sequence(at(0), at(1), B); return;
+    case Op::q_to_heads:
+    case Op::kv_to_heads:
+    case Op::q_to_sequence:
+    case Op::kv_grad_to_sequence:
+      if (placements[1].alias) {  // P = 1: the same layout, so the same memory
+        bound_[static_cast<size_t>(b[1])] = bound_[static_cast<size_t>(b[0])];
+      } else if (step.op == Op::q_to_heads) {
+        exchange_->q_to_heads(at(0), at(1), B);
+      } else if (step.op == Op::kv_to_heads) {
+        exchange_->kv_to_heads(at(0), at(1), B);
+      } else if (step.op == Op::q_to_sequence) {
+        exchange_->q_to_sequence(at(0), at(1), B);
+      } else {
+        exchange_->kv_grad_to_sequence(at(0), at(1), B);
+      }
+      return;
     default: break;
   }
 
   const trace::Span span(op_name(step.op), "compute");
   const model::AttentionInput norm{own<float>(Buf::norm), own<float>(Buf::norm_mean), own<float>(Buf::norm_rstd)};
-  const model::MlpActivations mlp{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
-                                  own<float>(Buf::gate),     own<float>(Buf::up),       own<float>(Buf::act)};
+  // The MLP's activations: gate, up and act are its steps' operands from `first` on when they go
+  // through the store, else the chunk buffers (recomputed in the backward).
+  auto mlp = [&](int first) {
+    const bool stored = b[first] != Buf::none;
+    return model::MlpActivations{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
+                                 stored ? at(first) : own<float>(Buf::gate), stored ? at(first + 1) : own<float>(Buf::up),
+                                 stored ? at(first + 2) : own<float>(Buf::act)};
+  };
   const model::LayerScratch scratch{own<float>(Buf::d_norm), own<float>(Buf::d_act), own<float>(Buf::d_gate),
                                     own<float>(Buf::d_up)};
   const int32_t* tokens = own<int32_t>(Buf::tokens);
@@ -204,7 +305,7 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       return;
     }
     case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
-    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp); return;
+    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp(2)); return;
     case Op::head: {
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
                                     own<float>(Buf::logits_lse)};
@@ -216,10 +317,17 @@ void FpdtModel::execute(const Step& step, int layer, kernels::CopyEvent before_p
       loss_.count += stats.count;
       return;
     }
-    case Op::mlp_backward:
-      math_.mlp_forward(weights_, at(0), at(2), n, mlp);  // the MLP's activations, recomputed
-      math_.mlp_backward(weights_, gradients_, at(0), n, mlp, at(1), scratch);
+    case Op::mlp_backward: {
+      const model::MlpActivations saved = mlp(3);
+      if (step.flag) {  // gate, up and act were kept; the norm in front of them is recomputed
+        math_.norm_forward(saved.norm, saved.mean, saved.rstd, at(0), weights_.mlp_norm_weight,
+                           weights_.mlp_norm_bias, n);
+      } else {
+        math_.mlp_forward(weights_, at(0), at(2), n, saved);  // the MLP's activations, recomputed
+      }
+      math_.mlp_backward(weights_, gradients_, at(0), n, saved, at(1), scratch);
       return;
+    }
     case Op::attention_output_backward:
       math_.attention_output_backward(weights_, gradients_, at(0), at(1), at(2), n);
       return;

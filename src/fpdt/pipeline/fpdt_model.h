@@ -60,6 +60,8 @@ class FpdtModel {
   Schedule schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids = nullptr, int batch = 1) const;
   // The memory table of micro-batches of B sequences of S tokens.
   LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
+  // Whether the store keeps the MLP's activations for the backward (keep_mlp_activations).
+  bool mlp_kept() const;
 
   // Lays out the offload store and the compute-tier chunk buffers for micro-batches of B sequences of
   // S tokens (the only allocations of a step). Called implicitly when S or B changes.
@@ -85,12 +87,27 @@ class FpdtModel {
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry);
   model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale);
+  // Where a step's output goes: straight into a store slot, or (an all-to-all at P = 1, which only
+  // copies) onto its input's memory.
+  struct Placement {
+    Array array = Array::count;  // count: no slot (the buffer's own arena slice)
+    LayerRef layer = LayerRef::this_layer;
+    int32_t chunk = -1;
+    bool alias = false;          // the output is the input: nothing is copied
+  };
+  using StepPlacements = std::array<Placement, kMaxOperands>;
   void execute(const Program& program, int layer);
-  void execute(const Step& step, int layer, kernels::CopyEvent before_program);
-  // A buffer's handle as a step reads it (a resident fetch binds it to its store slot), or as a step
-  // overwrites it (its own arena slice).
+  void execute(const Step& step, const StepPlacements& placements, int layer, kernels::CopyEvent before_program);
+  // With a resident store, each output that a later write of the program stores (the first one before
+  // the buffer is produced again) is produced in its slot: the write then copies nothing; and at P = 1
+  // an all-to-all's output is its input (the layouts are the same) unless the input changes while the
+  // output is live, so an output stored after an all-to-all is produced in its slot before it. Writes
+  // through the copy queue (ram, disk) read the buffer later, so there every output stays in its slice.
+  void place_outputs(const Program& program, int layer);
+  // A buffer's handle as a step reads it (a resident fetch or a placed output binds it to its store
+  // slot), or as a step overwrites it (its placement, else its own arena slice).
   float* in(Buf buffer) const { return static_cast<float*>(bound_[static_cast<size_t>(buffer)]); }
-  float* out(Buf buffer);
+  float* out(Buf buffer, const Placement& placement, int layer);
   template <typename T> T* own(Buf buffer) const { return static_cast<T*>(own_[static_cast<size_t>(buffer)]); }
   // Host → compute tier: the chunk's token ids and positions (and targets, mask); a global chunk's
   // document ids.
@@ -133,6 +150,7 @@ class FpdtModel {
   OffloadTraffic traffic_;
   model::LayerTensors weights_{}, gradients_{};  // of the program's layer
   std::vector<kernels::CopyEvent> events_;       // of the program's copies
+  std::vector<StepPlacements> placements_;       // of the program's steps (place_outputs)
   kernels::CopyEvent last_event_ = 0;
   // Host staging of the chunk inputs (B·c rows; docs B·C).
   std::vector<int32_t> host_tokens_, host_targets_, host_position_ids_, host_docs_;

@@ -32,7 +32,7 @@ int64_t ArraySpec::slot_bytes(const LayoutShape& shape) const {
 }
 
 LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
-                         int64_t batch, int64_t stored_layers, int64_t activation_bytes) {
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool mlp_kept) {
   LayoutShape shape;
   shape.B = batch;
   shape.c = plan.local_chunk_tokens;
@@ -50,8 +50,11 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
   shape.P = sharding.ranks;
   shape.kv_replicated = sharding.kv_replicated;
   shape.activation_bytes = activation_bytes;
+  shape.mlp_kept = mlp_kept;
   return shape;
 }
+
+bool keep_mlp_activations(bool store_resident, bool recompute_layer) { return store_resident && !recompute_layer; }
 
 int64_t head_rows(const LayoutShape& s) {
   const int64_t by_budget = s.V > 0 ? kHeadLogitsBytes / (4 * s.V) : 1;
@@ -139,7 +142,7 @@ const char* buffer_name(Buf buffer) {
 
 std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   const int64_t n = s.rows(), qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
-  const int64_t stored = s.stored_layers;
+  const int64_t stored = s.stored_layers, mlp = s.mlp_kept ? stored : 0;
   using E = Element;
   const StoreGroup inputs = StoreGroup::inputs, kept = StoreGroup::activations, grads = StoreGroup::gradients;
   std::vector<ArraySpec> table = {
@@ -151,6 +154,9 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::o, "o", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
       {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * s.q},
       {Array::lse, "lse", "(B, Hq/P, C)", kept, E::fp32, stored, lse},
+      {Array::gate, "gate", "(B·c, f)", kept, E::activation, mlp, n * s.f},
+      {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
+      {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, 1, n * s.h},
       {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, 1, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, 1, lse},

@@ -34,6 +34,7 @@ struct LayoutShape {
   int64_t local_kv_heads = 0;  // Hkv/P, or 1 when replicated
   int64_t P = 1;
   bool kv_replicated = false;    // P > Hkv: each rank gets one kv head, gradients summed back
+  bool mlp_kept = false;         // the store keeps the MLP's activations for the backward (keep_mlp_activations)
   int64_t activation_bytes = 4;  // a: one stored activation element (4 fp32; the plan also models 2, bf16)
 
   bool operator==(const LayoutShape&) const = default;
@@ -77,8 +78,9 @@ struct BufferSpec {
 std::vector<BufferSpec> chunk_buffers(const LayoutShape& shape);
 const char* buffer_name(Buf buffer);
 
-// The offload store's arrays: `layers` × u slots (layer-major), each one chunk of `elements`.
-enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, d_res, d_o, delta, d_q, count };
+// The offload store's arrays: `layers` × u slots (layer-major), each one chunk of `elements`. The MLP's
+// activations (gate, up, act) have slots only when the shape keeps them (mlp_kept).
+enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, gate, up, act, d_res, d_o, delta, d_q, count };
 constexpr int kArrayCount = static_cast<int>(Array::count);
 // What an array keeps: layer inputs (L + 1: the last is the final hidden state), a stored layer's
 // activations, or the gradients of the layer in backward.
@@ -98,9 +100,17 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
 
 // The table's sizes for `config` on the plan's ranks and chunks with B sequences per chunk, keeping
-// `stored_layers` layers' activations, each activation element `activation_bytes` bytes.
+// `stored_layers` layers' activations (and the MLP's too when mlp_kept), each activation element
+// `activation_bytes` bytes.
 LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& sharding, const ChunkPlan& plan,
-                         int64_t batch, int64_t stored_layers, int64_t activation_bytes);
+                         int64_t batch, int64_t stored_layers, int64_t activation_bytes, bool mlp_kept = false);
+
+// Whether the forward keeps the MLP's activations (gate, up, act) for the backward instead of the
+// backward recomputing them from x_mid (two of the layer's GEMMs, ~15 % of its linear FLOPs; the norm
+// in front of them is recomputed either way, one cheap pass): when the store is resident (offload
+// none) and the attention's activations are kept (recompute none), i.e. when memory is not being
+// traded for time anyway. Costs 3f·a bytes per token and layer.
+bool keep_mlp_activations(bool store_resident, bool recompute_layer);
 
 // Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
 int64_t head_rows(const LayoutShape& shape);

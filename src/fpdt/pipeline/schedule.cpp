@@ -156,9 +156,10 @@ Role operand_role(Op op, int operand, bool flag) {
     case Op::attention_input: return pick({R::in, R::out, R::out, R::out});
     case Op::attention_block: return pick({R::in, R::in, R::in, flag ? R::inout : R::out, flag ? R::inout : R::out});
     case Op::attention_output: return pick({R::in, R::in, R::out});
-    case Op::mlp: return pick({R::in, R::out});
+    case Op::mlp: return pick({R::in, R::out, R::out, R::out, R::out});
     case Op::head: return pick({R::in, flag ? R::inout : R::none});
-    case Op::mlp_backward: return pick({R::in, R::inout, R::out});
+    case Op::mlp_backward:
+      return flag ? pick({R::in, R::inout, R::none, R::in, R::in, R::in}) : pick({R::in, R::inout, R::out});
     case Op::attention_output_backward: return pick({R::in, R::in, R::out});
     case Op::attention_delta: return pick({R::in, R::in, R::out});
     case Op::attention_block_backward:
@@ -196,6 +197,7 @@ std::string describe_step(const Step& step) {
   if (!writes.empty()) text += " ->" + writes;
   if (step.flag && step.op == Op::inputs) text += " (with targets)";
   if (step.flag && step.op == Op::head) text += " (with backward)";
+  if (step.flag && step.op == Op::mlp_backward) text += " (kept activations)";
   return text;
 }
 
@@ -291,11 +293,16 @@ constexpr Stage kStages[2] = {
     {Buf::k_stage0, Buf::v_stage0, Buf::q_stage0, Buf::do_stage0, Buf::lse_stage0, Buf::delta_stage0, Buf::dq_stage0},
     {Buf::k_stage1, Buf::v_stage1, Buf::q_stage1, Buf::do_stage1, Buf::lse_stage1, Buf::delta_stage1, Buf::dq_stage1}};
 
+// The MLP's activations the backward reads, in buffer and store array order (Op::mlp operands [2..4]).
+constexpr Buf kMlpBuffers[3] = {Buf::gate, Buf::up, Buf::act};
+constexpr Array kMlpArrays[3] = {Array::gate, Array::up, Array::act};
+
 // What a layer's forward writes to the store.
 struct ForwardWrites {
   bool activations;  // q, o, LSE, o (token-sharded), x_mid: what the backward reads
   bool kv_for_backward;
   bool output;       // x of the next layer
+  bool mlp;          // the MLP's activations
 };
 
 void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& writes) {
@@ -345,13 +352,19 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
     if (i + 1 < u) b.fetch(Array::x, l, i + 1, Buf::x);  // x is free: the next input loads while the MLP runs
     if (writes.activations) b.write(Buf::x_mid, Array::x_mid, l, i);
     if (!writes.output) continue;  // recomputed for the backward, which re-runs the MLP from x_mid itself
-    b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out});
+    if (writes.mlp) {
+      b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out, kMlpBuffers[0], kMlpBuffers[1], kMlpBuffers[2]});
+      for (int k = 0; k < 3; ++k) b.write(kMlpBuffers[k], kMlpArrays[k], l, i);
+    } else {
+      b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out});
+    }
     b.write(Buf::x_out, Array::x, LayerRef::next_layer, i);
   }
 }
 
 // On entry the store's d_res holds dL/dx_out of the layer for every chunk; on exit dL/dx_in.
-void layer_backward(Builder& b, const BlockMask& mask) {
+// mlp_kept: the MLP's activations are fetched (chunk i + 1's while chunk i computes), not recomputed.
+void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
   const int u = mask.chunks();
   const LayerRef l = LayerRef::this_layer;
   // Phase A, per chunk: MLP and output projection backward; dO to head-sharded; Δ; dQ zeroed. Each
@@ -360,9 +373,19 @@ void layer_backward(Builder& b, const BlockMask& mask) {
   b.fetch(Array::x_mid, l, 0, Buf::x_mid);
   b.fetch(Array::o_local, l, 0, Buf::o_local);
   b.fetch(Array::o, l, 0, Buf::o_head);
+  auto fetch_mlp = [&](int chunk) {
+    for (int k = 0; k < 3 && mlp_kept; ++k) b.fetch(kMlpArrays[k], l, chunk, kMlpBuffers[k]);
+  };
+  fetch_mlp(0);
   for (int i = 0; i < u; ++i) {
     const bool next = i + 1 < u;
-    b.compute(Op::mlp_backward, i, {Buf::x_mid, Buf::d_res, Buf::x_out});
+    if (mlp_kept) {
+      b.compute(Op::mlp_backward, i,
+                {Buf::x_mid, Buf::d_res, Buf::none, kMlpBuffers[0], kMlpBuffers[1], kMlpBuffers[2]}, true);
+      if (next) fetch_mlp(i + 1);
+    } else {
+      b.compute(Op::mlp_backward, i, {Buf::x_mid, Buf::d_res, Buf::x_out});
+    }
     if (next) b.fetch(Array::x_mid, l, i + 1, Buf::x_mid);
     b.compute(Op::attention_output_backward, i, {Buf::o_local, Buf::d_res, Buf::d_attn});
     if (next) b.fetch(Array::o_local, l, i + 1, Buf::o_local);
@@ -424,14 +447,16 @@ void layer_backward(Builder& b, const BlockMask& mask) {
 }  // namespace
 
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks) {
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept) {
   FPDT_ASSERT(!layer_masks.empty());
+  FPDT_ASSERT(!(mlp_kept && recompute == Recompute::layer));
   Schedule schedule;
   schedule.plan = plan;
   schedule.layers = static_cast<int>(layer_masks.size());
   schedule.pass = pass;
   schedule.recompute = recompute;
   const bool backward = pass == Pass::forward_backward;
+  schedule.mlp_kept = mlp_kept && backward;
   const int u = plan.chunks;
   const LayerRef l = LayerRef::this_layer;
   auto add = [&](const std::string& name, int mask, auto&& build) {
@@ -468,7 +493,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   std::vector<int> forward;
   for (int m = 0; m < masks; ++m)
     forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
-      layer_forward(b, schedule.masks[m], {keep, keep, true});
+      layer_forward(b, schedule.masks[m], {keep, keep, true, schedule.mlp_kept});
     }));
   const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
@@ -488,8 +513,8 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   std::vector<int> backward_layer;
   for (int m = 0; m < masks; ++m)
     backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
-      if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false});
-      layer_backward(b, schedule.masks[m]);
+      if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false, false});
+      layer_backward(b, schedule.masks[m], schedule.mlp_kept);
     }));
   const int embed_backward = add("embed backward", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
@@ -510,7 +535,7 @@ std::string Schedule::describe() const {
                      std::to_string(plan.chunk_tokens) + " = " + std::to_string(plan.ranks) + " ranks x c " +
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
-                     recompute_name(recompute) + "\n";
+                     recompute_name(recompute) + (mlp_kept ? "; MLP activations kept" : "") + "\n";
   for (size_t m = 0; m < masks.size(); ++m)
     text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
             "\n" + masks[m].describe_blocks();

@@ -82,10 +82,11 @@ enum class Op : uint8_t {
   attention_input,      // [0] x → [1] q, [2] k, [3] v (token-sharded)
   attention_block,      // [0] q, [1] k, [2] v → [3] o, [4] lse; flag: merge into them (else overwrite)
   attention_output,     // [0] o (token-sharded), [1] x → [2] x_mid
-  mlp,                  // [0] x_mid → [1] x_out
+  mlp,                  // [0] x_mid → [1] x_out (, [2] gate, [3] up, [4] act, when kept for the backward)
   head,                 // [0] x → loss; flag (backward): [1] d_res += dL/dx
   // the maths, backward
-  mlp_backward,               // [0] x_mid, [1] d_res (dL/dx_out → dL/dx_mid); [2] the recomputed x_out
+  mlp_backward,               // [0] x_mid, [1] d_res (dL/dx_out → dL/dx_mid); [2] the recomputed x_out;
+                              //   flag: [3] gate, [4] up, [5] act as kept, only the norm recomputed
   attention_output_backward,  // [0] o, [1] d_res → [2] d_attn
   attention_delta,            // [0] dO, [1] o → [2] Δ
   attention_block_backward,   // [0] q, [1] k, [2] v, [3] dO, [4] lse, [5] Δ → [6] dq +=, [7] dk +=, [8] dv +=
@@ -129,6 +130,7 @@ struct Schedule {
   int layers = 0;
   Pass pass = Pass::forward_backward;
   Recompute recompute = Recompute::none;
+  bool mlp_kept = false;  // the forward writes the MLP's activations to the store; the backward reads them
   std::vector<BlockMask> masks;  // the distinct masks of the layers (layers with equal masks share programs)
   std::vector<Program> programs;
   struct Call {
@@ -141,8 +143,10 @@ struct Schedule {
 };
 
 // layer_masks: the block mask of each layer (their count is the number of layers); layers whose masks
-// are equal (e.g. all but the sliding-window ones) run the same layer programs.
+// are equal (e.g. all but the sliding-window ones) run the same layer programs. mlp_kept (recompute
+// none only; keep_mlp_activations): the MLP's activations go through the store instead of being
+// recomputed in the backward.
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks);
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept = false);
 
 }  // namespace fpdt::pipeline

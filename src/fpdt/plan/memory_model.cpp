@@ -183,7 +183,9 @@ pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) 
   const int P = static_cast<int>(s.P);
   const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
   return pipeline::layout_shape(config.model, sharding, pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
-                                config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a));
+                                config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
+                                pipeline::keep_mlp_activations(config.offload == OffloadTier::none,
+                                                               config.recompute == Recompute::layer));
 }
 
 // ---- assembly -------------------------------------------------------------------------------------------
@@ -283,9 +285,15 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
   const bool one_layer = layout.stored_layers == 1;
   out.add("layer inputs x (L + 1 layers)", "offload chunks", chunk_tier, Phase::always,
           store(pipeline::StoreGroup::inputs), "(L + 1)·a·h·T");
-  out.add(one_layer ? "x_mid, q k v o, o (tokens), LSE of the layer" : "x_mid, q k v o, o (tokens), LSE, all layers",
-          "offload chunks", chunk_tier, Phase::always, store(pipeline::StoreGroup::activations),
-          one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
+  if (layout.mlp_kept) {  // offload none, recompute none: the MLP's activations are kept too
+    out.add("x_mid, q k v o, o (tokens), LSE, MLP activations, all layers", "offload chunks", chunk_tier,
+            Phase::always, store(pipeline::StoreGroup::activations),
+            "L·(a·(h + 3q + 2kv_heads + 3f) + 4·Hq)·T");
+  } else {
+    out.add(one_layer ? "x_mid, q k v o, o (tokens), LSE of the layer" : "x_mid, q k v o, o (tokens), LSE, all layers",
+            "offload chunks", chunk_tier, Phase::always, store(pipeline::StoreGroup::activations),
+            one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
+  }
   out.add("d_res, dO, delta, dq of the layer", "offload chunks", chunk_tier, Phase::always,
           store(pipeline::StoreGroup::gradients), "(a·(h + q) + 4·(Hq + q))·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,

@@ -1,5 +1,6 @@
-// Training metrics: model FLOPs and MFU, the machine's peak measured by an FMA micro-benchmark, a
-// JSON-lines log (one object per step), and the terminal progress line with an ETA.
+// Training metrics: model FLOPs and MFU, the machine's rates measured in the same run (the FMA peak of
+// its widest vectors and the OpenBLAS sgemm rate), the load average, a JSON-lines log (one object per
+// step), and the terminal progress line with an ETA.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,12 @@ struct StepMetrics {
   double grad_norm = 0.0;      // before clipping
   bool skipped = false;        // the loss or gradient norm was not finite: the update was not applied
   double step_seconds = 0.0;
+  double cpu_seconds = 0.0;    // the process's CPU time over the step (all threads): its work, whatever else runs
   double tokens_per_second = 0.0;
   double gflops = 0.0;         // model GFLOP/s (see model_flops)
-  double mfu = 0.0;            // gflops / peak
+  double mfu = 0.0;            // gflops / FMA peak (MachineRates)
+  double sgemm_ratio = 0.0;    // gflops / sgemm rate (MachineRates); 0 when not measured
+  double load_average = -1.0;  // 1-minute load average at the end of the step (< 0: unknown)
   size_t compute_peak_bytes = 0;
   size_t offload_peak_bytes = 0;
   uint64_t alltoall_bytes = 0;  // sent by this rank to the others of its sequence-parallel group
@@ -34,9 +38,28 @@ struct StepMetrics {
 // is added explicitly, since it is not in the non-embedding count.
 double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens);
 
-// Peak fp32 GFLOP/s of `threads` cores, measured: each thread runs independent FMA chains on 8-lane
-// AVX2 vectors for ~0.1 s (2 FMA × 8 lanes × 2 flops per cycle per core at the clock it reaches).
-double measure_peak_gflops(int threads);
+// The fp32 rates of `threads` cores, measured here and now (the machine may be shared: the load average
+// is taken with them):
+//   fma_peak_gflops: each thread runs independent FMA chains on the widest vectors the CPU has, whatever
+//     the build targets (AVX-512: 16 lanes; else AVX2: 8), ~50 ms, best of 5 — lanes × 2 flops × FMA
+//     ports per cycle at the clock the cores reach. MFU is measured against it.
+//   sgemm_gflops: OpenBLAS sgemm C (1024 × 1024) = A · B on the cpu backend's GEMM path (every thread of
+//     the OpenMP team), best of 5 — what the model's GEMMs can reach, the practical ceiling.
+struct MachineRates {
+  double fma_peak_gflops = 0.0;
+  int vector_bits = 0;          // of the FMA peak: 512 or 256
+  double sgemm_gflops = 0.0;
+  double load_average = -1.0;   // 1-minute, when measured
+};
+MachineRates measure_machine_rates(int threads);
+double measure_fma_peak_gflops(int threads, int* vector_bits = nullptr);
+double measure_sgemm_gflops(int threads);
+
+// The 1-minute load average (/proc/loadavg); -1 when it cannot be read.
+double load_average();
+
+// CPU time the process has used so far, all threads (user + system).
+double process_cpu_seconds();
 
 // Appends one JSON object per line ({"step": N, ...}); flushes each line so a killed run keeps what it
 // logged. Non-finite numbers are written as null.
@@ -58,7 +81,7 @@ class MetricsLog {
 };
 
 // "step  120/600 [=====>      ] loss 1.934 val 1.981 | lr 2.9e-03 | gnorm 0.81 | 5.1k tok/s | 61.2 GFLOP/s |
-//  MFU 31% | mem 181.25 MiB | ETA 3m12s", and "| SKIPPED: ..." after a skipped step
+//  MFU 31% (sgemm 40%) | load 1.2 | mem 181.25 MiB | ETA 3m12s", and "| SKIPPED: ..." after a skipped step
 std::string progress_line(const StepMetrics& metrics, int64_t total_steps, double eta_seconds);
 
 }  // namespace fpdt::train

@@ -1,11 +1,11 @@
 // The training loop: set-up, step, evaluate, finish (see trainer.h).
 #include "fpdt/train/trainer.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -73,7 +73,7 @@ std::string number(double value) {
 }
 
 // The model's facts, then every option's value (from the option declarations), two to a row; rank 0.
-void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, double peak_gflops,
+void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, const MachineRates& rates,
                  const comm::Communicator& world) {
   auto row = [](const std::string& key, const std::string& value) {
     char line[160];
@@ -95,7 +95,12 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
                     " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
-  row("peak GFLOP/s", number(peak_gflops) + (s.peak_gflops > 0 ? "" : " (measured)"));
+  if (s.peak_gflops > 0) {
+    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " (given)");
+  } else {
+    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
+    row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
+  }
   log::info(option_rule);
   std::vector<std::string> cells;
   for (const auto& [name, value] : settings_rows(s)) {
@@ -154,8 +159,7 @@ size_t peak_rss_bytes() {
 
 int set_threads(int threads) {
   if (threads <= 0) threads = omp_get_num_procs();
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);  // every kernel's team, GEMMs included (OpenBLAS itself runs single-threaded)
   return threads;
 }
 
@@ -247,8 +251,15 @@ void Trainer::build_model() {
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
   dp_index_ = world_.rank() / s.sp;
   sp_group_ = world_.split(dp_index_, world_.rank());
-  peak_gflops_ = s.peak_gflops > 0 ? s.peak_gflops : measure_peak_gflops(threads_);
-  print_table(config_, s, threads_, peak_gflops_, world_);
+  if (s.peak_gflops > 0) {
+    rates_.fma_peak_gflops = s.peak_gflops;
+  } else {
+    rates_ = measure_machine_rates(threads_);
+  }
+  print_table(config_, s, threads_, rates_, world_);
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
+    log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
+              " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
   backend_ = kernels::make_backend(s.backend);
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), s.seed);
   optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);
@@ -295,6 +306,7 @@ StepMetrics Trainer::step() {
   const TrainSettings& s = settings_;
   ++step_;
   Timer step_timer;
+  const double cpu_start = process_cpu_seconds();
   MemoryTiers::instance().reset_peak(Tier::compute);
   MemoryTiers::instance().reset_peak(Tier::offload);
   sp_group_->reset_bytes_sent();
@@ -342,10 +354,13 @@ StepMetrics Trainer::step() {
                       " holds finite weights; lower --lr (or check the optimizer state) and --resume");
   }
   metrics.step_seconds = step_timer.seconds();
+  metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
   metrics.tokens_per_second =
       static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
-  metrics.mfu = metrics.gflops / (peak_gflops_ * world_.size());
+  metrics.mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
+  if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
+  metrics.load_average = load_average();
   metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   metrics.alltoall_bytes = result_.alltoall_bytes_per_step;

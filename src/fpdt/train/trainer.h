@@ -84,7 +84,7 @@ class Trainer {
   int threads_ = 0;
   int dp_index_ = 0;  // this rank's data-parallel replica
   std::unique_ptr<comm::Communicator> sp_group_;
-  double peak_gflops_ = 0.0;
+  MachineRates rates_;  // measured at set-up (--peak-gflops: the FMA peak given, nothing measured)
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<pipeline::FpdtModel> model_;
   std::unique_ptr<AdamW> optimizer_;
@@ -116,7 +116,7 @@ pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
 // The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.
 size_t peak_rss_bytes();
 
-// Sets OpenMP's and OpenBLAS's thread counts (0: all cores) and returns the count in use.
+// Sets the OpenMP team's thread count (0: all cores; the GEMMs run on it too) and returns it.
 int set_threads(int threads);
 
 }  // namespace fpdt::train

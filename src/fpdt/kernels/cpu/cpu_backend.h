@@ -5,12 +5,12 @@
 //
 // Attention (flash_attention.cpp) is FlashAttention-2-style: exact (q block, kv block) kernels that
 // FPDT feeds one chunk pair at a time and merges by log-sum-exp, and the full-sequence attention as
-// one block. It never materialises a (Cq, Ck) matrix: scratch is a few 96-token tiles per thread plus
-// a capped packed copy of K/V or Q/dO (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32
+// one block. It never materialises a (Cq, Ck) matrix: scratch is a few tiles of 96–192 tokens per
+// thread plus a capped packed copy of K/V or Q/dO (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32
 // storage and compute, LSE in fp32. Masking (one rule for every block, ops.h): key j of the kv block
 // is visible from query i iff position_visible(q_begin + i, kv_begin + j, window) and, with document
 // ids, q_doc_ids[b, i] == kv_doc_ids[b, j]. A block wholly above the causal diagonal or before the
-// window is skipped outright, and inside a block so are the 96-token tiles outside the mask; a block
+// window is skipped outright, and inside a block so are the tiles outside the mask; a block
 // (or row) with no visible key gives the empty softmax (out 0, lse −inf), or with accumulate leaves
 // out and lse untouched, bit for bit. The backward is deterministic: the result does not depend on
 // the thread count or timing (dq sums its kv tiles in order).
@@ -24,6 +24,9 @@ namespace fpdt::kernels::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  // Holds OpenBLAS at one thread for the whole process: every GEMM runs on the OpenMP team instead
+  // (cpu/linear.cpp), one thread pool for every kernel.
+  CpuBackend();
   std::string name() const override { return "cpu"; }
   DeviceMemory& memory() override { return host_memory(); }
 

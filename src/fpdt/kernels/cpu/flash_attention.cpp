@@ -1,14 +1,17 @@
 // Flash attention on the CPU (API and masking rule: cpu_backend.h). FlashAttention-2 tiling with
-// AVX2/FMA micro-kernels of our own (no BLAS), parallel across tiles with OpenMP.
+// micro-kernels of our own (no BLAS), AVX-512 where the build targets it, else AVX2/FMA, parallel
+// across tiles with OpenMP.
 //
-// Every product is a "panel GEMM": C (M × 16) = / += A (M × K) · B (K × 16), with the 16 columns one
-// contiguous panel of two ymm and A broadcast a row at a time by a 6 × 16 register tile (6 rows,
-// 12 accumulators). Operands are laid out so that vectors always run along tokens (queries or
-// keys), never along the head dim D — hence any D works, and the softmax reductions are vertical:
+// Every product is a "panel GEMM": C (M × P) = / += A (M × K) · B (K × P), with the P columns one
+// contiguous panel of two vectors (P = 32 on AVX-512, 16 on AVX2) and A broadcast a row at a time by
+// a kRows × P register tile (8 × 32: 16 zmm accumulators; 6 × 16: 12 ymm). Both widths run the same
+// arithmetic in the same order, so they give the same results. Operands are laid out so that vectors
+// always run along tokens (queries or keys), never along the head dim D — hence any D works, and the
+// softmax reductions are vertical:
 //   forward, task (b, q head, 192 queries), over 96-key tiles: Sᵀ (keys × queries) = K · Qᵀ,
 //     online softmax down the key rows, Oᵀ (D × queries) = α ∘ Oᵀ + Vᵀ · Pᵀ; scores are in log2
 //     units (scale·log2 e folded into the packed Qᵀ) so p = 2^(s − m) by a polynomial exp2.
-//   backward, task (b, kv head, 96 keys), over the 96-query tiles that see it and the q heads of the
+//   backward, task (b, kv head, 192 keys), over the 96-query tiles that see it and the q heads of the
 //     group: S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
 //     dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS (accumulated per task, written once), dQ_tile = dS K.
 //     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
@@ -39,49 +42,126 @@
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 
+// GCC 12's AVX-512 intrinsics initialise their "undefined" pass-through operands from themselves, which
+// its own -Wmaybe-uninitialized then reports at every inlined use (GCC bug 105593, fixed in GCC 13).
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace fpdt::kernels::cpu {
 
 namespace {
 
-constexpr int kRows = 6;    // rows of a register tile (the broadcast operand)
-constexpr int kPanel = 16;  // columns of a register tile and width of every panel: two ymm
-// Tile sizes (tokens); 96 = 16 row groups of 6 = 6 panels of 16. A forward task's working set at
-// D = 128: Qᵀ and Oᵀ 96 KiB each, Sᵀ 72 KiB, a K and a V tile 48 KiB each — in L2 (512 KiB), and
-// 192 queries per K/V tile halve the K/V traffic of 96 (measured +10 % at D = 128, one thread).
+// ---------------------------------------------------------------------------------------------
+// The vector width, chosen here once: Vec holds kLanes floats, a panel is two of them (kPanel tokens),
+// and a register tile has kRows rows (2·kRows accumulators: 16 of the 32 zmm, 12 of the 16 ymm).
+// Mask is a lane mask from integer comparisons (visibility of (query, key) pairs).
+#if defined(__AVX512F__)
+using Vec = __m512;
+using VecI = __m512i;
+using Mask = __mmask16;
+constexpr int kLanes = 16;
+constexpr int kRows = 8;
+inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline Vec vround(Vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec vpow2i(Vec n) {  // 2^n for integral n in [−127, 127] (n = −127: 0)
+  const VecI biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
+}
+inline VecI iload(const int32_t* p) { return _mm512_loadu_si512(p); }
+inline VecI iset(int32_t x) { return _mm512_set1_epi32(x); }
+inline VecI ilanes(int32_t first) {  // first, first + 1, …
+  return _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), iset(first));
+}
+inline Mask greater(VecI a, VecI b) { return _mm512_cmpgt_epi32_mask(a, b); }
+inline Mask equal(VecI a, VecI b) { return _mm512_cmpeq_epi32_mask(a, b); }
+inline Mask both(Mask a, Mask b) { return a & b; }
+inline Mask equal(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline Vec select(Mask m, Vec yes, Vec no) { return _mm512_mask_blend_ps(m, no, yes); }
+inline Vec zero_unless(Mask m, Vec v) { return _mm512_maskz_mov_ps(m, v); }
+#else
+using Vec = __m256;
+using VecI = __m256i;
+using Mask = __m256i;  // all ones / all zeros per lane
+constexpr int kLanes = 8;
+constexpr int kRows = 6;
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline Vec vround(Vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec vpow2i(Vec n) {  // 2^n for integral n in [−127, 127] (n = −127: 0)
+  const VecI biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+}
+inline VecI iload(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline VecI iset(int32_t x) { return _mm256_set1_epi32(x); }
+inline VecI ilanes(int32_t first) {  // first, first + 1, …
+  return _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), iset(first));
+}
+inline Mask greater(VecI a, VecI b) { return _mm256_cmpgt_epi32(a, b); }
+inline Mask equal(VecI a, VecI b) { return _mm256_cmpeq_epi32(a, b); }
+inline Mask both(Mask a, Mask b) { return _mm256_and_si256(a, b); }
+inline Mask equal(Vec a, Vec b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)); }
+inline Vec select(Mask m, Vec yes, Vec no) { return _mm256_blendv_ps(no, yes, _mm256_castsi256_ps(m)); }
+inline Vec zero_unless(Mask m, Vec v) { return _mm256_and_ps(v, _mm256_castsi256_ps(m)); }
+#endif
+constexpr int kPanel = 2 * kLanes;  // columns of a register tile and width of every panel: two vectors
+
+// Tile sizes (tokens); 96 = 12 row groups of 8 (16 of 6) = 3 panels of 32 (6 of 16). A forward
+// task's working set at D = 128: Qᵀ and Oᵀ 96 KiB each, Sᵀ 72 KiB, a K and a V tile 48 KiB each —
+// in L2, and 192 queries per K/V tile halve the K/V traffic of 96 (measured +10 % at D = 128, one
+// thread, AVX2). A backward task of 192 keys adds into each dq tile half as often as one of 96 and
+// packs its K, V once for twice the work (+5–15 % at S = 4K, D = 32–128, AVX-512; 288 was no better
+// at D = 128 and worse on short blocks); its working set at D = 128 is ~700 KiB, in a 2 MiB L2.
 constexpr int kFwdQueries = 192;  // queries per forward task (multiple of kPanel)
 constexpr int kFwdKeys = 96;      // keys per forward step
 constexpr int kBwdQueries = 96;   // queries per backward step
-constexpr int kBwdKeys = 96;      // keys per backward task (multiple of kPanel)
+constexpr int kBwdKeys = 192;     // keys per backward task (multiple of kPanel)
 // Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
 std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
+static_assert(kFwdKeys % kRows == 0 && kBwdQueries % kRows == 0, "token-row tiles must be whole row groups");
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.6931471805599453;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // ---------------------------------------------------------------------------------------------
-// exp2 on 8 lanes: 2^x = 2^n · 2^f, n = round(x), f ∈ [−½, ½], 2^f by the Cephes exp2f polynomial
+// exp2 on a vector: 2^x = 2^n · 2^f, n = round(x), f ∈ [−½, ½], 2^f by the Cephes exp2f polynomial
 // (relative error ≤ 2e-7). x ≤ −127 (including −inf) gives exactly 0, so masked scores vanish.
 // Inputs here are never above ~0 (scores minus a running max or minus the final lse).
-inline __m256 exp2_ps(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
+inline Vec exp2_ps(Vec x) {
+  x = vmax(x, vset(-127.0f));
+  const Vec n = vround(x);
+  const Vec f = vsub(x, n);
+  Vec p = vset(1.535336188319500e-4f);
+  p = vfma(p, f, vset(1.339887440266574e-3f));
+  p = vfma(p, f, vset(9.618437357674640e-3f));
+  p = vfma(p, f, vset(5.550332471162809e-2f));
+  p = vfma(p, f, vset(2.402264791363012e-1f));
+  p = vfma(p, f, vset(6.931472028550421e-1f));
+  p = vfma(p, f, vset(1.0f));
+  return vmul(p, vpow2i(n));
 }
 
 // ---------------------------------------------------------------------------------------------
-// Register tile: C (R × 16) op= A (R × K) · B (K × 16). C rows are 16 floats apart (a panel) and
-// B(k, :) = b[16k .. 16k + 16). A is read in one of three layouts:
+// Register tile: C (R × kPanel) op= A (R × K) · B (K × kPanel). C rows are kPanel floats apart (a
+// panel) and B(k, :) = b[kPanel·k .. kPanel·(k + 1)). A is read in one of three layouts:
 enum class Layout {
   rows,     // row-major:           A(r, k) = a[r·a_stride + k]
   packed,   // [k][kRows]:          A(r, k) = a[kRows·k + r]            (a_stride unused)
@@ -93,34 +173,34 @@ enum class Store { overwrite, accumulate, rescale };  // C = AB;  C += AB;  C = 
 
 // The 2·R accumulators are named variables (not arrays, which GCC keeps on the stack), one macro
 // expansion per row; rows r >= R compile away.
-#define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-#define FPDT_FMA(r)                                      \
-  if constexpr (R > r) {                                 \
-    const __m256 ar = _mm256_broadcast_ss(FPDT_A_AT(r)); \
-    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);          \
-    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);          \
+#define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define FPDT_FMA(r)                             \
+  if constexpr (R > r) {                        \
+    const Vec ar = vbroadcast(FPDT_A_AT(r));    \
+    c##r##0 = vfma(ar, b0, c##r##0);            \
+    c##r##1 = vfma(ar, b1, c##r##1);            \
   }
 template <int R, Layout kA, Store kStore>
 inline void register_tile(int K, const float* __restrict a, int64_t a_stride, const float* __restrict b,
                           float* __restrict c, const float* __restrict col_scale) {
-  static_assert(R >= 1 && R <= kRows, "a register tile has 1 to kRows rows");
-#define FPDT_DECLARE(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+  static_assert(R >= 1 && R <= kRows && kRows <= 8, "a register tile has 1 to kRows (at most 8) rows");
+#define FPDT_DECLARE(r) Vec c##r##0 = vset(0.0f), c##r##1 = vset(0.0f);
   FPDT_FOR_ROWS(FPDT_DECLARE)
 #undef FPDT_DECLARE
   if constexpr (kStore != Store::overwrite) {
-    __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
+    Vec s0 = vset(1.0f), s1 = s0;
     if constexpr (kStore == Store::rescale) {
-      s0 = _mm256_loadu_ps(col_scale);
-      s1 = _mm256_loadu_ps(col_scale + 8);
+      s0 = vload(col_scale);
+      s1 = vload(col_scale + kLanes);
     }
-#define FPDT_LOAD(r)                               \
-  if constexpr (R > r) {                           \
-    c##r##0 = _mm256_loadu_ps(c + r * kPanel);     \
-    c##r##1 = _mm256_loadu_ps(c + r * kPanel + 8); \
-    if constexpr (kStore == Store::rescale) {      \
-      c##r##0 = _mm256_mul_ps(c##r##0, s0);        \
-      c##r##1 = _mm256_mul_ps(c##r##1, s1);        \
-    }                                              \
+#define FPDT_LOAD(r)                                 \
+  if constexpr (R > r) {                             \
+    c##r##0 = vload(c + r * kPanel);                 \
+    c##r##1 = vload(c + r * kPanel + kLanes);        \
+    if constexpr (kStore == Store::rescale) {        \
+      c##r##0 = vmul(c##r##0, s0);                   \
+      c##r##1 = vmul(c##r##1, s1);                   \
+    }                                                \
   }
     FPDT_FOR_ROWS(FPDT_LOAD)
 #undef FPDT_LOAD
@@ -130,16 +210,16 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
       const float* ag = a + (k0 / kRows) * a_stride;
       const float* bg = b + kPanel * k0;
       if (K - k0 >= kRows) {
-#pragma GCC unroll 6
+#pragma GCC unroll 8
         for (int kk = 0; kk < kRows; ++kk) {
-          const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
+          const Vec b0 = vload(bg + kPanel * kk), b1 = vload(bg + kPanel * kk + kLanes);
 #define FPDT_A_AT(r) (ag + kRows * r + kk)
           FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
         }
       } else {
         for (int kk = 0; kk < K - k0; ++kk) {
-          const __m256 b0 = _mm256_loadu_ps(bg + kPanel * kk), b1 = _mm256_loadu_ps(bg + kPanel * kk + 8);
+          const Vec b0 = vload(bg + kPanel * kk), b1 = vload(bg + kPanel * kk + kLanes);
 #define FPDT_A_AT(r) (ag + kRows * r + kk)
           FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
@@ -148,16 +228,16 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
     }
   } else {
     for (int k = 0; k < K; ++k) {
-      const __m256 b0 = _mm256_loadu_ps(b + kPanel * k), b1 = _mm256_loadu_ps(b + kPanel * k + 8);
+      const Vec b0 = vload(b + kPanel * k), b1 = vload(b + kPanel * k + kLanes);
 #define FPDT_A_AT(r) (kA == Layout::packed ? a + kRows * k + r : a + r * a_stride + k)
       FPDT_FOR_ROWS(FPDT_FMA)
 #undef FPDT_A_AT
     }
   }
-#define FPDT_STORE(r)                              \
-  if constexpr (R > r) {                           \
-    _mm256_storeu_ps(c + r * kPanel, c##r##0);     \
-    _mm256_storeu_ps(c + r * kPanel + 8, c##r##1); \
+#define FPDT_STORE(r)                          \
+  if constexpr (R > r) {                       \
+    vstore(c + r * kPanel, c##r##0);           \
+    vstore(c + r * kPanel + kLanes, c##r##1);  \
   }
   FPDT_FOR_ROWS(FPDT_STORE)
 #undef FPDT_STORE
@@ -165,24 +245,25 @@ inline void register_tile(int K, const float* __restrict a, int64_t a_stride, co
 #undef FPDT_FMA
 #undef FPDT_FOR_ROWS
 
-// Panel GEMM: C (M × 16) op= A (M × K) · B (K × 16), M cut into groups of kRows rows; group g of A
-// starts at a + g·a_group_stride (rows: kRows·a_stride; packed: its [k][kRows] block; grouped:
+// The register tile of `rows` rows (1..R), chosen at run time among the compiled ones.
+template <int R, Layout kA, Store kStore>
+inline void register_tile_of(int rows, int K, const float* a, int64_t a_stride, const float* b, float* c,
+                             const float* col_scale) {
+  if constexpr (R > 1) {
+    if (rows < R) return register_tile_of<R - 1, kA, kStore>(rows, K, a, a_stride, b, c, col_scale);
+  }
+  register_tile<R, kA, kStore>(K, a, a_stride, b, c, col_scale);
+}
+
+// Panel GEMM: C (M × kPanel) op= A (M × K) · B (K × kPanel), M cut into groups of kRows rows; group g
+// of A starts at a + g·a_group_stride (rows: kRows·a_stride; packed: its [k][kRows] block; grouped:
 // kRows·kRows).
 template <Layout kA, Store kStore>
 void panel_gemm(int M, int K, const float* a, int64_t a_stride, int64_t a_group_stride, const float* b, float* c,
                 const float* col_scale = nullptr) {
-  for (int m0 = 0, g = 0; m0 < M; m0 += kRows, ++g) {
-    const float* a_group = a + g * a_group_stride;
-    float* c_group = c + m0 * kPanel;
-    switch (std::min(kRows, M - m0)) {
-      case 6: register_tile<6, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-      case 5: register_tile<5, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-      case 4: register_tile<4, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-      case 3: register_tile<3, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-      case 2: register_tile<2, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-      default: register_tile<1, kA, kStore>(K, a_group, a_stride, b, c_group, col_scale); break;
-    }
-  }
+  for (int m0 = 0, g = 0; m0 < M; m0 += kRows, ++g)
+    register_tile_of<kRows, kA, kStore>(std::min(kRows, M - m0), K, a + g * a_group_stride, a_stride, b,
+                                        c + m0 * kPanel, col_scale);
 }
 
 // Scatter one row of D floats into kRows-wide groups: dst[g·group_stride + r] = row[g·kRows + r],
@@ -294,19 +375,19 @@ TileMask classify(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_la
 
 int32_t clamp_to_int(int64_t value, int64_t lo, int64_t hi) { return static_cast<int32_t>(std::clamp(value, lo, hi)); }
 
-// A 16-lane visibility mask (two halves) narrowed by another condition: vis &= cond.
-inline void keep(__m256i& vis0, __m256i& vis1, __m256i cond0, __m256i cond1) {
-  vis0 = _mm256_and_si256(vis0, cond0);
-  vis1 = _mm256_and_si256(vis1, cond1);
+// A panel's visibility mask (two vectors) narrowed by another condition: vis &= cond.
+inline void keep(Mask& vis0, Mask& vis1, Mask cond0, Mask cond1) {
+  vis0 = both(vis0, cond0);
+  vis1 = both(vis1, cond1);
 }
 
 // =============================================================================================
 // Forward
 
 struct ForwardScratch {
-  float* qt;        // [panel][D][16] Qᵀ of the task's queries, times scale·log2 e; zero past mq
-  float* st;        // [panel][kFwdKeys][16] Sᵀ, then Pᵀ, of one kv tile
-  float* ot;        // [panel][D][16] Oᵀ accumulator (unnormalised)
+  float* qt;        // [panel][D][kPanel] Qᵀ of the task's queries, times scale·log2 e; zero past mq
+  float* st;        // [panel][kFwdKeys][kPanel] Sᵀ, then Pᵀ, of one kv tile
+  float* ot;        // [panel][D][kPanel] Oᵀ accumulator (unnormalised)
   float* m;         // (kFwdQueries) running max, log2 units
   float* l;         // (kFwdQueries) running sum
   float* alpha;     // (kFwdQueries) rescale of this step
@@ -337,74 +418,72 @@ struct ForwardScratch {
       : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
 };
 
-// Online softmax of one kv tile over one panel of 16 queries. sp: the panel's Sᵀ rows (nk × 16),
-// replaced by Pᵀ. Updates m, l and writes alpha for the 16 queries at offset i0 of the task.
+// Online softmax of one kv tile over one panel of kPanel queries. sp: the panel's Sᵀ rows
+// (nk × kPanel), replaced by Pᵀ. Updates m, l and writes alpha for the queries at offset i0 of the task.
 template <bool kMasked>
 void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, int64_t window,
                    bool has_docs) {
-  __m256 mx0 = _mm256_loadu_ps(s.m + i0), mx1 = _mm256_loadu_ps(s.m + i0 + 8);
-  const __m256 m_old0 = mx0, m_old1 = mx1;
-  const __m256 neg_inf = _mm256_set1_ps(-kInf);
+  Vec mx0 = vload(s.m + i0), mx1 = vload(s.m + i0 + kLanes);
+  const Vec m_old0 = mx0, m_old1 = mx1;
+  const Vec neg_inf = vset(-kInf);
   if constexpr (kMasked) {
     // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), i < k_first_rel + j + window
     // (with a window), and docs match.
-    const __m256i i_lane0 = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(i0));
-    const __m256i i_lane1 = _mm256_add_epi32(i_lane0, _mm256_set1_epi32(8));
-    __m256i q_doc0 = _mm256_setzero_si256(), q_doc1 = _mm256_setzero_si256();
+    const VecI i_lane0 = ilanes(i0), i_lane1 = ilanes(i0 + kLanes);
+    VecI q_doc0 = iset(0), q_doc1 = iset(0);
     if (has_docs) {
-      q_doc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q_docs + i0));
-      q_doc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q_docs + i0 + 8));
+      q_doc0 = iload(s.q_docs + i0);
+      q_doc1 = iload(s.q_docs + i0 + kLanes);
     }
     for (int j = 0; j < nk; ++j) {
       // visible iff i > first_visible − 1, with the threshold clamped into int32 range
-      const __m256i threshold = _mm256_set1_epi32(clamp_to_int(k_first_rel + j - 1, -1, kFwdQueries));
-      __m256i vis0 = _mm256_cmpgt_epi32(i_lane0, threshold);
-      __m256i vis1 = _mm256_cmpgt_epi32(i_lane1, threshold);
+      const VecI threshold = iset(clamp_to_int(k_first_rel + j - 1, -1, kFwdQueries));
+      Mask vis0 = greater(i_lane0, threshold), vis1 = greater(i_lane1, threshold);
       if (window > 0) {  // visible iff i < end, the end clamped into int32 range
-        const __m256i end = _mm256_set1_epi32(clamp_to_int(k_first_rel + j + window, -1, kFwdQueries + 1));
-        keep(vis0, vis1, _mm256_cmpgt_epi32(end, i_lane0), _mm256_cmpgt_epi32(end, i_lane1));
+        const VecI end = iset(clamp_to_int(k_first_rel + j + window, -1, kFwdQueries + 1));
+        keep(vis0, vis1, greater(end, i_lane0), greater(end, i_lane1));
       }
       if (has_docs) {
-        const __m256i k_doc = _mm256_set1_epi32(s.k_docs[j]);
-        keep(vis0, vis1, _mm256_cmpeq_epi32(q_doc0, k_doc), _mm256_cmpeq_epi32(q_doc1, k_doc));
+        const VecI k_doc = iset(s.k_docs[j]);
+        keep(vis0, vis1, equal(q_doc0, k_doc), equal(q_doc1, k_doc));
       }
-      const __m256 s0 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel), _mm256_castsi256_ps(vis0));
-      const __m256 s1 = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp + j * kPanel + 8), _mm256_castsi256_ps(vis1));
-      _mm256_storeu_ps(sp + j * kPanel, s0);
-      _mm256_storeu_ps(sp + j * kPanel + 8, s1);
-      mx0 = _mm256_max_ps(mx0, s0);
-      mx1 = _mm256_max_ps(mx1, s1);
+      const Vec s0 = select(vis0, vload(sp + j * kPanel), neg_inf);
+      const Vec s1 = select(vis1, vload(sp + j * kPanel + kLanes), neg_inf);
+      vstore(sp + j * kPanel, s0);
+      vstore(sp + j * kPanel + kLanes, s1);
+      mx0 = vmax(mx0, s0);
+      mx1 = vmax(mx1, s1);
     }
   } else {
     for (int j = 0; j < nk; ++j) {
-      mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(sp + j * kPanel));
-      mx1 = _mm256_max_ps(mx1, _mm256_loadu_ps(sp + j * kPanel + 8));
+      mx0 = vmax(mx0, vload(sp + j * kPanel));
+      mx1 = vmax(mx1, vload(sp + j * kPanel + kLanes));
     }
   }
   // A query that has seen nothing yet keeps m = −inf; subtract 0 instead so that 2^(−inf) = 0.
-  const __m256 use0 = _mm256_andnot_ps(_mm256_cmp_ps(mx0, neg_inf, _CMP_EQ_OQ), mx0);
-  const __m256 use1 = _mm256_andnot_ps(_mm256_cmp_ps(mx1, neg_inf, _CMP_EQ_OQ), mx1);
-  const __m256 alpha0 = exp2_ps(_mm256_sub_ps(m_old0, use0));
-  const __m256 alpha1 = exp2_ps(_mm256_sub_ps(m_old1, use1));
-  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+  const Vec use0 = select(equal(mx0, neg_inf), vset(0.0f), mx0);
+  const Vec use1 = select(equal(mx1, neg_inf), vset(0.0f), mx1);
+  const Vec alpha0 = exp2_ps(vsub(m_old0, use0));
+  const Vec alpha1 = exp2_ps(vsub(m_old1, use1));
+  Vec sum0 = vset(0.0f), sum1 = vset(0.0f);
   for (int j = 0; j < nk; ++j) {
-    const __m256 p0 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + j * kPanel), use0));
-    const __m256 p1 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + j * kPanel + 8), use1));
-    _mm256_storeu_ps(sp + j * kPanel, p0);
-    _mm256_storeu_ps(sp + j * kPanel + 8, p1);
-    sum0 = _mm256_add_ps(sum0, p0);
-    sum1 = _mm256_add_ps(sum1, p1);
+    const Vec p0 = exp2_ps(vsub(vload(sp + j * kPanel), use0));
+    const Vec p1 = exp2_ps(vsub(vload(sp + j * kPanel + kLanes), use1));
+    vstore(sp + j * kPanel, p0);
+    vstore(sp + j * kPanel + kLanes, p1);
+    sum0 = vadd(sum0, p0);
+    sum1 = vadd(sum1, p1);
   }
-  _mm256_storeu_ps(s.m + i0, mx0);
-  _mm256_storeu_ps(s.m + i0 + 8, mx1);
-  _mm256_storeu_ps(s.alpha + i0, alpha0);
-  _mm256_storeu_ps(s.alpha + i0 + 8, alpha1);
-  _mm256_storeu_ps(s.l + i0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l + i0), alpha0, sum0));
-  _mm256_storeu_ps(s.l + i0 + 8, _mm256_fmadd_ps(_mm256_loadu_ps(s.l + i0 + 8), alpha1, sum1));
+  vstore(s.m + i0, mx0);
+  vstore(s.m + i0 + kLanes, mx1);
+  vstore(s.alpha + i0, alpha0);
+  vstore(s.alpha + i0 + kLanes, alpha1);
+  vstore(s.l + i0, vfma(vload(s.l + i0), alpha0, sum0));
+  vstore(s.l + i0 + kLanes, vfma(vload(s.l + i0 + kLanes), alpha1, sum1));
 }
 
 // One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
-// k_head: (Ck, D) the kv head's K rows, contiguous; v_head: [kv tile][D group][kFwdKeys][kRows] its V
+// k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
 // (both packed once per call by attention_chunk_forward).
 void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
                   const float* k_head, const float* v_head, ForwardScratch& s) {
@@ -418,7 +497,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
   const bool has_docs = p.q_doc_ids != nullptr;
 
-  // Running state over panels_q·16 columns; columns past mq are padding that is never written out.
+  // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
   // Qᵀ is zero there, so those columns stay finite.
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   for (int i = 0; i < panels_q * kPanel; ++i) {
@@ -465,14 +544,14 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     const TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
     if (mask == TileMask::skip) continue;
 
-    // Sᵀ (nk × 16 per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's 6 K
+    // Sᵀ (nk × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
     // rows stay in L1 while the Qᵀ panels stream past.
-    const float* k_rows = k_head + kv_lo * D;
+    const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
     for (int j0 = 0; j0 < nk; j0 += kRows) {
       const int rows = std::min(kRows, nk - j0);
       for (int panel = 0; panel < panels_q; ++panel)
-        panel_gemm<Layout::rows, Store::overwrite>(rows, D, k_rows + j0 * D, D, 0, s.qt + panel * D * kPanel,
-                                                   s.st + (panel * kFwdKeys + j0) * kPanel);
+        panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel,
+                                                     s.st + (panel * kFwdKeys + j0) * kPanel);
     }
     for (int panel = 0; panel < panels_q; ++panel) {
       float* sp = s.st + panel * kFwdKeys * kPanel;
@@ -482,7 +561,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
         softmax_panel<false>(sp, nk, panel * kPanel, s, 0, 0, false);
       }
     }
-    // Oᵀ_panel (D × 16) = α ∘ Oᵀ_panel + Vᵀ (D × nk) · Pᵀ_panel (nk × 16)
+    // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × nk) · Pᵀ_panel (nk × kPanel)
     const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
     for (int panel = 0; panel < panels_q; ++panel)
       panel_gemm<Layout::packed, Store::rescale>(D, nk, v_tile, 0, kFwdKeys * kRows, s.st + panel * kFwdKeys * kPanel,
@@ -511,15 +590,15 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
 // Backward
 
 struct BackwardScratch {
-  float* kt;        // [key panel][D][16] Kᵀ of the task's keys × scale·log2 e (0 past nk)
-  float* vt;        // [key panel][D][16] Vᵀ (0 past nk)
-  float* kp;        // [D panel][kBwdKeys][16] K × scale, by panels of 16 head dims (0 past D)
-  float* dkt;       // [key panel][D][16] dKᵀ accumulator (unscaled)
-  float* dvt;       // [key panel][D][16] dVᵀ accumulator
-  float* sp;        // [key panel][kBwdQueries][16] S, then P
-  float* dpp;       // [key panel][kBwdQueries][16] dP, then dS
+  float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (0 past nk)
+  float* vt;        // [key panel][D][kPanel] Vᵀ (0 past nk)
+  float* kp;        // [D panel][kBwdKeys][kPanel] K × scale, by panels of kPanel head dims (0 past D)
+  float* dkt;       // [key panel][D][kPanel] dKᵀ accumulator (unscaled)
+  float* dvt;       // [key panel][D][kPanel] dVᵀ accumulator
+  float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
+  float* dpp;       // [key panel][kBwdQueries][kPanel] dP, then dS
   float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
-  float* dq;        // [D panel][kBwdQueries][16] this pair's dQ tile
+  float* dq;        // [D panel][kBwdQueries][kPanel] this pair's dQ tile
   float* lse2;      // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
   float* delta;     // (kBwdQueries)
   int32_t* q_docs;  // (kBwdQueries)
@@ -573,48 +652,44 @@ struct BackwardScratch {
 template <bool kMasked>
 void probabilities_and_ds(BackwardScratch& s, int mq, int panels_k, int64_t q_rel, int nk, int64_t window,
                           bool has_docs) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int panel = 0; panel < panels_k; ++panel) {
     float* sp = s.sp + panel * kBwdQueries * kPanel;
     float* dpp = s.dpp + panel * kBwdQueries * kPanel;
     float* ds = s.ds + panel * kPanel;
-    const __m256i j0 = _mm256_add_epi32(lane, _mm256_set1_epi32(panel * kPanel));
-    const __m256i j1 = _mm256_add_epi32(j0, _mm256_set1_epi32(8));
-    __m256i k_doc0 = _mm256_setzero_si256(), k_doc1 = _mm256_setzero_si256();
+    const VecI j0 = ilanes(panel * kPanel), j1 = ilanes(panel * kPanel + kLanes);
+    VecI k_doc0 = iset(0), k_doc1 = iset(0);
     if (kMasked && has_docs) {
-      k_doc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k_docs + panel * kPanel));
-      k_doc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k_docs + panel * kPanel + 8));
+      k_doc0 = iload(s.k_docs + panel * kPanel);
+      k_doc1 = iload(s.k_docs + panel * kPanel + kLanes);
     }
     for (int i = 0; i < mq; ++i) {
-      const __m256 lse2 = _mm256_broadcast_ss(s.lse2 + i);
-      const __m256 delta = _mm256_broadcast_ss(s.delta + i);
-      __m256 p0 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + i * kPanel), lse2));
-      __m256 p1 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(sp + i * kPanel + 8), lse2));
+      const Vec lse2 = vbroadcast(s.lse2 + i);
+      const Vec delta = vbroadcast(s.delta + i);
+      Vec p0 = exp2_ps(vsub(vload(sp + i * kPanel), lse2));
+      Vec p1 = exp2_ps(vsub(vload(sp + i * kPanel + kLanes), lse2));
       if constexpr (kMasked) {
         // visible iff j < limit, limit = min(q_rel + i, nk − 1) + 1
-        const int32_t limit = clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys);
-        const __m256i limit_v = _mm256_set1_epi32(limit);
-        __m256i vis0 = _mm256_cmpgt_epi32(limit_v, j0);
-        __m256i vis1 = _mm256_cmpgt_epi32(limit_v, j1);
+        const VecI limit = iset(clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys));
+        Mask vis0 = greater(limit, j0), vis1 = greater(limit, j1);
         if (window > 0) {  // visible iff j > before, before = q_rel + i − window (clamped)
-          const __m256i before = _mm256_set1_epi32(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
-          keep(vis0, vis1, _mm256_cmpgt_epi32(j0, before), _mm256_cmpgt_epi32(j1, before));
+          const VecI before = iset(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
+          keep(vis0, vis1, greater(j0, before), greater(j1, before));
         }
         if (has_docs) {
-          const __m256i q_doc = _mm256_set1_epi32(s.q_docs[i]);
-          keep(vis0, vis1, _mm256_cmpeq_epi32(k_doc0, q_doc), _mm256_cmpeq_epi32(k_doc1, q_doc));
+          const VecI q_doc = iset(s.q_docs[i]);
+          keep(vis0, vis1, equal(k_doc0, q_doc), equal(k_doc1, q_doc));
         }
-        p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(vis0));
-        p1 = _mm256_and_ps(p1, _mm256_castsi256_ps(vis1));
+        p0 = zero_unless(vis0, p0);
+        p1 = zero_unless(vis1, p1);
       }
-      const __m256 ds0 = _mm256_mul_ps(p0, _mm256_sub_ps(_mm256_loadu_ps(dpp + i * kPanel), delta));
-      const __m256 ds1 = _mm256_mul_ps(p1, _mm256_sub_ps(_mm256_loadu_ps(dpp + i * kPanel + 8), delta));
-      _mm256_storeu_ps(sp + i * kPanel, p0);
-      _mm256_storeu_ps(sp + i * kPanel + 8, p1);
-      _mm256_storeu_ps(dpp + i * kPanel, ds0);
-      _mm256_storeu_ps(dpp + i * kPanel + 8, ds1);
-      _mm256_storeu_ps(ds + i * kBwdKeys, ds0);
-      _mm256_storeu_ps(ds + i * kBwdKeys + 8, ds1);
+      const Vec ds0 = vmul(p0, vsub(vload(dpp + i * kPanel), delta));
+      const Vec ds1 = vmul(p1, vsub(vload(dpp + i * kPanel + kLanes), delta));
+      vstore(sp + i * kPanel, p0);
+      vstore(sp + i * kPanel + kLanes, p1);
+      vstore(dpp + i * kPanel, ds0);
+      vstore(dpp + i * kPanel + kLanes, ds1);
+      vstore(ds + i * kBwdKeys, ds0);
+      vstore(ds + i * kBwdKeys + kLanes, ds1);
     }
   }
 }
@@ -765,7 +840,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
           s.delta[i] = delta[i];
         }
-        // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (mq × 16) per key panel
+        // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (mq × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           panel_gemm<Layout::grouped, Store::overwrite>(mq, D, q_tile_packed, kBwdQueries * kRows, kRows * kRows,
                                                         s.kt + panel * D * kPanel, s.sp + panel * kBwdQueries * kPanel);
@@ -778,7 +853,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         } else {
           probabilities_and_ds<false>(s, mq, panels_k, 0, nk, 0, false);
         }
-        // dVᵀ (D × 16) += dOᵀ (D × mq) · P_panel (mq × 16);  dKᵀ += Qᵀ · dS_panel
+        // dVᵀ (D × kPanel) += dOᵀ (D × mq) · P_panel (mq × kPanel);  dKᵀ += Qᵀ · dS_panel
         for (int panel = 0; panel < panels_k; ++panel) {
           panel_gemm<Layout::packed, Store::accumulate>(D, mq, do_tile_packed, 0, kBwdQueries * kRows,
                                                         s.sp + panel * kBwdQueries * kPanel,
@@ -787,7 +862,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
                                                         s.dpp + panel * kBwdQueries * kPanel,
                                                         s.dkt + panel * D * kPanel);
         }
-        // dQ tile (mq × 16 per D panel) = dS (mq × nk) · (scale K) (nk × 16)
+        // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel)
         for (int dp = 0; dp < d_panels; ++dp)
           panel_gemm<Layout::rows, Store::overwrite>(mq, nk, s.ds, kBwdKeys, kRows * kBwdKeys,
                                                      s.kp + dp * kBwdKeys * kPanel, s.dq + dp * kBwdQueries * kPanel);
@@ -801,8 +876,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           for (int dp = 0; dp < full_panels; ++dp) {
             const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
             float* dst = dq_row + dp * kPanel;
-            _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), _mm256_loadu_ps(src)));
-            _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(dst + 8), _mm256_loadu_ps(src + 8)));
+            vstore(dst, vadd(vload(dst), vload(src)));
+            vstore(dst + kLanes, vadd(vload(dst + kLanes), vload(src + kLanes)));
           }
           for (int d = full_panels * kPanel; d < D; ++d)
             dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel];
@@ -895,14 +970,14 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
-  const int64_t k_floats = p.Ck * D;                                     // per group
+  const int64_t k_floats = kv_tiles * kFwdKeys * D;                      // per group
   const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;  // per group
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;
   const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / (k_floats + v_floats), 1, groups);
   const size_t per_thread = round_up16(ForwardScratch::floats(D));
   const int threads = omp_get_max_threads();
   float* scratch = kernel_workspace().floats(per_thread * threads + batch * (k_floats + v_floats));
-  float* packed_k = scratch + per_thread * threads;  // [group in batch][Ck][D]
+  float* packed_k = scratch + per_thread * threads;  // [group in batch][kv tile][key group][D][kRows]
   float* packed_v = packed_k + batch * k_floats;     // [group in batch][kv tile][D group][kFwdKeys][kRows]
   for (int64_t first = 0; first < groups; first += batch) {
     const int64_t count = std::min(batch, groups - first);
@@ -917,7 +992,9 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
       float* k_dst = packed_k + (g - first) * k_floats + kv_lo * D;
       float* v_dst = packed_v + (g - first) * v_floats + tile * row_groups(D) * kFwdKeys * kRows;
       for (int j = 0; j < nk; ++j) {
-        std::memcpy(k_dst + j * D, k_rows + j * k_row_stride, sizeof(float) * D);
+        const float* k_row = k_rows + j * k_row_stride;
+        float* k_column = k_dst + (j / kRows) * D * kRows + j % kRows;
+        for (int d = 0; d < D; ++d) k_column[d * kRows] = k_row[d];
         pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D);
       }
     });
