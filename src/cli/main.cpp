@@ -41,10 +41,23 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
 
   const train::TrainResult result = train::train(s, world);
   if (s.dry_run) {
-    // One JSON line per rank 0 for scripts (bench/fpdt_memory.sh), after the human-readable one.
+    // The layout by component, the peaks, then one JSON line per rank 0 for scripts
+    // (bench/fpdt_memory.sh).
+    log::info("memory of one step, rank 0 of " + std::to_string(s.sp * s.dp) + " (ZeRO stage " + std::to_string(s.zero) +
+              "):");
+    nlohmann::json components = nlohmann::json::array();
+    for (const train::MemoryComponent& component : result.memory) {
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-44s %-28s %-8s %12s", component.name.c_str(), component.kind.c_str(),
+                    tier_name(component.tier), format_bytes(static_cast<double>(component.bytes)).c_str());
+      log::info(line);
+      components.push_back(
+          {{"name", component.name}, {"kind", component.kind}, {"tier", tier_name(component.tier)}, {"bytes", component.bytes}});
+    }
     log::info("dry run: S = " + std::to_string(s.seq_tokens) + ": compute peak " +
               format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
-              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank");
+              format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; peak RSS " +
+              format_bytes(static_cast<double>(result.peak_rss_bytes)));
     const pipeline::OffloadTraffic& traffic = result.offload_per_step;
     const double tokens = static_cast<double>(s.seq_tokens * s.batch_size * s.grad_accum);
     log::info("dry run: offload traffic per step " + format_bytes(static_cast<double>(traffic.read_bytes)) +
@@ -56,7 +69,11 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                              {"compute_peak_bytes", result.compute_peak_bytes},
                              {"offload_peak_bytes", result.offload_peak_bytes},
                              {"offload_read_bytes", traffic.read_bytes},
-                             {"offload_written_bytes", traffic.written_bytes}}
+                             {"offload_written_bytes", traffic.written_bytes},
+                             {"state_compute_bytes", result.state_compute_bytes},
+                             {"state_offload_bytes", result.state_offload_bytes},
+                             {"peak_rss_bytes", result.peak_rss_bytes},
+                             {"components", components}}
                   .dump());
     return 0;
   }
@@ -74,6 +91,8 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   }
   log::info(nlohmann::json{{"compute_peak_bytes", result.compute_peak_bytes},
                            {"offload_peak_bytes", result.offload_peak_bytes},
+                           {"state_compute_bytes", result.state_compute_bytes},
+                           {"state_offload_bytes", result.state_offload_bytes},
                            {"peak_rss_bytes", result.peak_rss_bytes},
                            {"last_step", result.last_step},
                            {"last_loss", result.last_loss},
@@ -201,7 +220,7 @@ int command_inspect(int argc, char** argv) {
     std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
                 model::describe_window(config).c_str());
     for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
-    if (fs::exists(folder + "/optimizer.safetensors")) print_safetensors(folder + "/optimizer.safetensors");
+    for (const std::string& file : train::optimizer_files(folder)) print_safetensors(file);
     return 0;
   }
   if (path.ends_with(".safetensors")) {

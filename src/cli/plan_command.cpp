@@ -29,6 +29,7 @@ struct PlanOptions {
   std::string recompute = "layer";
   std::string offload = "ram";
   int zero = 3;
+  std::string offload_optimizer = "none";
   std::string dtype = "auto";
   std::string hardware = "A100-80GB";
   std::optional<int64_t> compute_mem, reserved_mem, host_mem, disk_mem;
@@ -52,6 +53,7 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::recompute(set, o.recompute);
   run::offload(set, o.offload);
   run::zero(set, o.zero);
+  run::offload_optimizer(set, o.offload_optimizer);
   std::vector<std::string> precisions = plan::precision_words();
   precisions.push_back("auto");
   set.add("dtype", "bf16|fp32|auto", "storage precision (auto: the hardware's: bf16 on GPUs, fp32 on cpu)", o.dtype)
@@ -116,6 +118,7 @@ int command_plan(int argc, char** argv) {
   config.recompute = plan::parse_recompute(o.recompute);
   config.offload = plan::parse_offload(o.offload);
   config.zero_stage = o.zero;
+  config.offload_optimizer = o.offload_optimizer == "ram";
   config.precision = o.dtype == "auto" ? plan::hardware_preset(o.hardware).default_precision
                                        : plan::parse_precision(o.dtype);
   const plan::Hardware hardware = hardware_from(o, config.precision);

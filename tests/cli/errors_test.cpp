@@ -46,9 +46,9 @@ TEST_F(TrainErrors, MissingCheckpointFile) {
 }
 
 TEST_F(TrainErrors, TruncatedCheckpointFile) {
-  std::filesystem::resize_file(checkpoint_file("optimizer.safetensors"),
-                               std::filesystem::file_size(checkpoint_file("optimizer.safetensors")) / 2);
-  expect_one_clear_error(resume(), {"optimizer.safetensors", "truncated"});
+  std::filesystem::resize_file(checkpoint_file("optimizer-0-of-1.safetensors"),
+                               std::filesystem::file_size(checkpoint_file("optimizer-0-of-1.safetensors")) / 2);
+  expect_one_clear_error(resume(), {"optimizer-0-of-1.safetensors", "truncated"});
 }
 
 TEST_F(TrainErrors, CorruptCheckpointFile) {
@@ -62,9 +62,9 @@ TEST_F(TrainErrors, CorruptCheckpointFile) {
 TEST_F(TrainErrors, TrainerStateOfAnotherVersion) {
   std::ifstream in(checkpoint_file("trainer_state.json"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  text.replace(text.find("\"version\": 1"), 12, "\"version\": 99");
+  text.replace(text.find("\"version\": 2"), 12, "\"version\": 99");
   write_text_file(checkpoint_file("trainer_state.json"), text);
-  expect_one_clear_error(resume(), {"trainer_state.json", "version 99", "reads version 1"});
+  expect_one_clear_error(resume(), {"trainer_state.json", "version 99", "reads versions 1 and 2"});
 }
 
 TEST_F(TrainErrors, CorruptTrainerState) {
@@ -72,7 +72,7 @@ TEST_F(TrainErrors, CorruptTrainerState) {
   expect_one_clear_error(resume(), {"trainer_state.json is not valid JSON"});
 }
 
-// optimizer.safetensors with its "step" metadata replaced (the header is rewritten whole, so its
+// optimizer-0-of-1.safetensors with its "step" metadata replaced (the header is rewritten whole, so its
 // length may change; tensor offsets are relative to the end of the header).
 void set_optimizer_step(const std::string& path, const std::string& step) {
   std::ifstream in(path, std::ios::binary);
@@ -89,11 +89,11 @@ void set_optimizer_step(const std::string& path, const std::string& step) {
 }
 
 TEST_F(TrainErrors, CorruptAdamWStepCount) {
-  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "-5");  // would turn the run into NaN
-  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer.safetensors is corrupt", "AdamW step '-5'"});
-  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "five");  // was "[internal] stoll"
-  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer.safetensors is corrupt", "AdamW step 'five'"});
-  set_optimizer_step(checkpoint_file("optimizer.safetensors"), "6");  // more updates than steps
+  set_optimizer_step(checkpoint_file("optimizer-0-of-1.safetensors"), "-5");  // would turn the run into NaN
+  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer-0-of-1.safetensors is corrupt", "AdamW step '-5'"});
+  set_optimizer_step(checkpoint_file("optimizer-0-of-1.safetensors"), "five");  // was "[internal] stoll"
+  expect_one_clear_error(resume(), {"[checkpoint]", "optimizer-0-of-1.safetensors is corrupt", "AdamW step 'five'"});
+  set_optimizer_step(checkpoint_file("optimizer-0-of-1.safetensors"), "6");  // more updates than steps
   expect_one_clear_error(resume(), {"[checkpoint]", "counts 6 AdamW updates, more than the 5 steps"});
 }
 

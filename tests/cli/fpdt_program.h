@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fpdt/tensor/safetensors.h"
+#include "fpdt/train/settings.h"
 #include "testing.h"
 
 namespace fpdt::testing {
@@ -83,6 +84,30 @@ struct TinySetup {
     data_dir = dir.file("data");
     const ProgramResult tokenized = run_fpdt("tokenize --out " + data_dir + " --val-fraction 0.1 " + dir.file("corpus.txt"));
     EXPECT_EQ(tokenized.exit_status, 0) << tokenized.output;
+  }
+  // The settings of thread-rank runs over the setup (train::train in this process): `steps` steps of
+  // one sequence of 30 tokens (not a multiple of the ranks or the chunk: padded) per replica, in 2
+  // chunks offloaded to RAM, on sp × dp ranks; evaluation and checkpoints only at the end.
+  train::TrainSettings settings(const std::string& out_dir, int64_t steps, int sp, int dp) const {
+    train::TrainSettings s;
+    s.model = config_path;
+    s.data_dir = data_dir;
+    s.out_dir = out_dir;
+    s.steps = steps;
+    s.batch_size = 1;
+    s.seq_tokens = 30;
+    s.eval_every = 0;
+    s.eval_batches = 1;
+    s.save_every = 0;
+    s.threads = 1;
+    s.peak_gflops = 100;
+    s.optimizer.warmup_steps = 2;
+    s.optimizer.lr = 1e-3;  // as train_args, for the reason given there
+    s.sp = sp;
+    s.dp = dp;
+    s.chunks = 2;
+    s.offload = "ram";
+    return s;
   }
   // Training options shared by the runs a test compares. lr 1e-3: AdamW's update m/√v has the size
   // lr whatever the gradient's size, so a gradient entry near fp32 noise can move by ±lr in runs that

@@ -28,7 +28,7 @@ ProgramResult train_with_fault(const std::vector<std::string>& args, const std::
 
 // Every value in the checkpoint's model and optimizer files is finite (and the second moments ≥ 0).
 void expect_finite_checkpoint(const std::string& folder) {
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+  for (const char* file : {"model.safetensors", "optimizer-0-of-1.safetensors"}) {
     SafetensorsReader reader(folder + "/" + file);
     for (const std::string& name : reader.names()) {
       const std::vector<float> values = reader.read_floats(name);

@@ -23,24 +23,9 @@ struct ParallelRun {
 
 train::TrainSettings five_steps(const TinySetup& setup, const std::string& out, int sp, int dp, int64_t batch,
                                int64_t seq, const std::string& recompute) {
-  train::TrainSettings s;
-  s.model = setup.config_path;
-  s.data_dir = setup.data_dir;
-  s.out_dir = out;
-  s.steps = 5;
+  train::TrainSettings s = setup.settings(out, 5, sp, dp);
   s.batch_size = batch;
   s.seq_tokens = seq;
-  s.eval_every = 0;
-  s.eval_batches = 1;
-  s.save_every = 0;
-  s.threads = 1;
-  s.peak_gflops = 100;
-  s.optimizer.warmup_steps = 2;
-  s.optimizer.lr = 1e-3;  // as TinySetup::train_args, for the reason given there
-  s.sp = sp;
-  s.dp = dp;
-  s.chunks = 2;
-  s.offload = "ram";
   s.recompute = recompute;
   return s;
 }

@@ -67,8 +67,8 @@ TEST(Resume, KilledAndResumedRunIsBitwiseTheUninterruptedRun) {
     EXPECT_EQ(got[i], want[i]) << "step " << i + 1;  // bitwise
   }
   EXPECT_EQ(file_bytes(killed + "/step_20/model.safetensors"), file_bytes(straight + "/step_20/model.safetensors"));
-  EXPECT_EQ(file_bytes(killed + "/step_20/optimizer.safetensors"),
-            file_bytes(straight + "/step_20/optimizer.safetensors"));
+  EXPECT_EQ(file_bytes(killed + "/step_20/optimizer-0-of-1.safetensors"),
+            file_bytes(straight + "/step_20/optimizer-0-of-1.safetensors"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -176,6 +177,80 @@ inline void check_all_gather(Communicator& comm, uint64_t seed) {
   }
 }
 
+// Block sizes for the variable-block collectives: some zero, one longer than the others (so some
+// ranks have no piece in the last rounds), the same on every rank.
+inline std::vector<size_t> v_blocks(uint64_t seed, int ranks, size_t longest) {
+  std::vector<size_t> counts;
+  for (int j = 0; j < ranks; ++j) counts.push_back(j == ranks / 2 ? longest : static_cast<size_t>(v_count(seed, j, 99)));
+  return counts;
+}
+
+// reduce_scatter_sum: recv is bitwise the serial sum over ranks 0..P−1 of their block `rank` (what
+// all_reduce_sum gives for those elements), also in place; Σ_{j≠rank} counts[j]·4 bytes sent.
+inline void check_reduce_scatter_sum(Communicator& comm, uint64_t seed) {
+  SCOPED_TRACE(where(comm));
+  const int ranks = comm.size(), me = comm.rank();
+  for (size_t longest : {size_t{0}, size_t{5}, size_t{1003}, size_t{40000}}) {
+    const std::vector<size_t> counts = v_blocks(seed + longest, ranks, longest);
+    size_t total = 0, my_begin = 0;
+    uint64_t want_bytes = 0;
+    for (int j = 0; j < ranks; ++j) {
+      if (j == me) my_begin = total;
+      total += counts[j];
+      if (j != me) want_bytes += counts[j] * sizeof(float);
+    }
+    const uint64_t salt = 700 + longest;
+    std::vector<float> want = rank_values<float>(seed, 0, salt, total);
+    for (int q = 1; q < ranks; ++q) {
+      const std::vector<float> x = rank_values<float>(seed, q, salt, total);
+      for (size_t i = 0; i < total; ++i) want[i] += x[i];
+    }
+    const std::vector<float> send = rank_values<float>(seed, me, salt, total);
+    std::vector<float> recv(counts[me], -1.0f);
+    comm.reset_bytes_sent();
+    comm.reduce_scatter_sum(send.data(), recv.data(), counts.data());
+    EXPECT_EQ(comm.bytes_sent(), want_bytes) << "longest " << longest;
+    expect_bitwise_equal(recv.data(), want.data() + my_begin, counts[me] * sizeof(float),
+                         "reduce_scatter_sum vs the serial sum, longest " + std::to_string(longest));
+    std::vector<float> in_place = send;
+    comm.reduce_scatter_sum(in_place.data(), in_place.data() + my_begin, counts.data());
+    expect_bitwise_equal(in_place.data() + my_begin, want.data() + my_begin, counts[me] * sizeof(float),
+                         "in-place reduce_scatter_sum, longest " + std::to_string(longest));
+    // add: recv + the sum, the sum formed first (as the accumulation of micro-batches does).
+    std::vector<float> added = rank_values<float>(seed, me, salt + 1, counts[me]), want_added = added;
+    for (size_t i = 0; i < counts[me]; ++i) want_added[i] += want[my_begin + i];
+    comm.reduce_scatter_sum(send.data(), added.data(), counts.data(), true);
+    expect_bitwise_equal(added, want_added, "reduce_scatter_sum with add, longest " + std::to_string(longest));
+  }
+}
+
+// all_gather_v: block j of recv is bitwise rank j's send, also in place; (P−1)·counts[rank] bytes sent.
+inline void check_all_gather_v(Communicator& comm, uint64_t seed) {
+  SCOPED_TRACE(where(comm));
+  const int ranks = comm.size(), me = comm.rank();
+  for (size_t longest : {size_t{0}, size_t{7}, size_t{40000}}) {
+    const std::vector<size_t> counts = v_blocks(seed + longest, ranks, longest);
+    std::vector<float> want;
+    size_t my_begin = 0;
+    for (int j = 0; j < ranks; ++j) {
+      if (j == me) my_begin = want.size();
+      const std::vector<float> theirs = rank_values<float>(seed, j, 800 + longest, counts[j]);
+      want.insert(want.end(), theirs.begin(), theirs.end());
+    }
+    const std::vector<float> mine = rank_values<float>(seed, me, 800 + longest, counts[me]);
+    std::vector<float> recv(want.size(), -1.0f), in_place(want.size(), -2.0f);
+    std::vector<size_t> bytes;
+    for (size_t count : counts) bytes.push_back(count * sizeof(float));
+    comm.reset_bytes_sent();
+    comm.all_gather_v(mine.data(), recv.data(), bytes.data());
+    EXPECT_EQ(comm.bytes_sent(), static_cast<uint64_t>(ranks - 1) * bytes[me]);
+    expect_bitwise_equal(recv, want, "all_gather_v, longest " + std::to_string(longest));
+    std::copy(mine.begin(), mine.end(), in_place.begin() + static_cast<std::ptrdiff_t>(my_begin));
+    comm.all_gather_v(in_place.data() + my_begin, in_place.data(), bytes.data());
+    expect_bitwise_equal(in_place, want, "in-place all_gather_v, longest " + std::to_string(longest));
+  }
+}
+
 // broadcast from every root: every rank ends with the root's bytes; the root counts (P−1)·bytes.
 inline void check_broadcast(Communicator& comm, uint64_t seed) {
   SCOPED_TRACE(where(comm));
@@ -251,6 +326,8 @@ inline void check_all_collectives(Communicator& comm, uint64_t seed) {
   check_all_reduce_sum<float>(comm, seed);
   check_all_reduce_sum<double>(comm, seed);
   check_all_gather(comm, seed);
+  check_reduce_scatter_sum(comm, seed);
+  check_all_gather_v(comm, seed);
   check_broadcast(comm, seed);
   comm.reset_bytes_sent();
   check_split(comm, seed);

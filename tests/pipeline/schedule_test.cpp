@@ -288,6 +288,7 @@ class Simulator {
         return;
       case Op::wait: complete_until(step.copy < 0 ? program_start_ : program_start_ + step.copy + 1); return;
       case Op::zero: overwrite(b[0]) = zero_value(); return;
+      case Op::segment: return;  // the model states' steps: no chunk data
       case Op::inputs:
         inputs_chunk_ = i;
         inputs_targets_ = step.flag;

@@ -105,9 +105,15 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
             EXPECT_TRUE(model.layout_shape(config.seq_tokens, B) == layout);
           });
           EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
-          // Compute tier: fp32 parameters, gradients, Adam m and v (16 B per parameter) + the arena.
-          EXPECT_DOUBLE_EQ(plan.compute_peak.bytes, 16.0 * static_cast<double>(config.model.parameter_count()) +
-                                                        static_cast<double>(pipeline::chunk_arena_bytes(layout)));
+          // Compute tier: the model states' table (ZeRO 0: fp32 weights, gradients, Adam m and v: 16 B a
+          // parameter, with the layout's alignment) + the arena.
+          double states = 0;
+          for (const pipeline::StateSpec& spec :
+               pipeline::model_state_buffers(model::ParameterLayout(config.model), pipeline::StateShape{}))
+            states += static_cast<double>(spec.bytes());
+          EXPECT_NEAR(states, 16.0 * static_cast<double>(config.model.parameter_count()), 0.01 * states);
+          EXPECT_DOUBLE_EQ(plan.compute_peak.bytes,
+                           states + static_cast<double>(pipeline::chunk_arena_bytes(layout)));
         }
       }
     }

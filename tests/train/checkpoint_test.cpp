@@ -2,50 +2,30 @@
 // Face tools can load (config.json + model.safetensors with HF names); a save that fails part way
 // (the disk fills up) leaves the previous checkpoint and `latest` untouched; weights or moments that
 // are not finite are never saved (so rotation never deletes the last finite checkpoint) nor loaded. Checkpoints carry the
-// tokenizer they were trained with; another one in their place, or none, is one clear error.
+// tokenizer they were trained with; another one in their place, or none, is one clear error. Optimizer
+// shards saved by one ZeRO partition load into any other (world size, stage), bitwise.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/hf_checkpoint.h"
-#include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/checkpoint.h"
 #include "testing.h"
 
 namespace fpdt::train {
 namespace {
-
-struct Fixture {
-  model::ModelConfig config;
-  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
-  model::Transformer model;
-  AdamW optimizer;
-  Tokenizer tokenizer = Tokenizer::bytes();
-  explicit Fixture(uint64_t seed, model::ModelConfig model_config = model::preset("llama-tiny"))
-      : config(model_config), model(config, *backend, seed), optimizer(model.layout(), *backend, {}) {
-    Rng rng(seed);
-    for (float* block : {optimizer.m().data(), optimizer.v().data()})
-      for (int64_t i = 0; i < optimizer.m().numel(); ++i) block[i] = static_cast<float>(rng.uniform());
-    optimizer.set_step(1);  // not the default, and no more updates than any saved step
-  }
-  bool same_as(Fixture& other) {
-    const size_t bytes = sizeof(float) * static_cast<size_t>(model.params().numel());
-    return std::memcmp(model.params().data(), other.model.params().data(), bytes) == 0 &&
-           std::memcmp(optimizer.m().data(), other.optimizer.m().data(), bytes) == 0 &&
-           std::memcmp(optimizer.v().data(), other.optimizer.v().data(), bytes) == 0 &&
-           optimizer.step() == other.optimizer.step();
-  }
-};
 
 TrainerState state_at(int64_t step) {
   TrainerState state;
@@ -62,16 +42,93 @@ TrainerState state_at(int64_t step) {
   return state;
 }
 
+// Everything a checkpoint holds of the states of `world`'s ranks, in one order whatever the partition:
+// the whole weights, then each unit's m and v (every rank's share, gathered in rank order).
+std::vector<float> snapshot(pipeline::ModelStates& states, comm::Communicator& world) {
+  model::ParameterBlock weights(states.layout(), "snapshot", Tier::offload);
+  states.gather_weights(weights);
+  std::vector<float> all(weights.data(), weights.data() + weights.numel());
+  for (size_t u = 0; u < states.layout().units().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const int64_t n = states.layout().units()[u].numel();
+    std::vector<float> m(static_cast<size_t>(states.own(unit).size())), v(m.size());
+    states.read_moments(unit, m.data(), v.data());
+    std::vector<float> unit_m = m, unit_v = v;
+    if (states.partition_ranks() > 1) {
+      std::vector<size_t> bytes;
+      for (int r = 0; r < states.partition_ranks(); ++r)
+        bytes.push_back(static_cast<size_t>(pipeline::shard_range(n, states.partition_ranks(), r).size()) *
+                        sizeof(float));
+      unit_m.resize(static_cast<size_t>(n));
+      unit_v.resize(static_cast<size_t>(n));
+      world.all_gather_v(m.data(), unit_m.data(), bytes.data());
+      world.all_gather_v(v.data(), unit_v.data(), bytes.data());
+    }
+    all.insert(all.end(), unit_m.begin(), unit_m.end());
+    all.insert(all.end(), unit_v.begin(), unit_v.end());
+  }
+  return all;
+}
+
+// Random moments (m any sign, v ≥ 0) for every rank's share: a pure function of the seed, so every
+// partition of the same seed holds the same values.
+void random_moments(pipeline::ModelStates& states, uint64_t seed) {
+  for (size_t u = 0; u < states.layout().units().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    Rng rng(seed + u);
+    std::vector<float> m(static_cast<size_t>(states.layout().units()[u].numel())), v(m.size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      m[i] = static_cast<float>(rng.normal());
+      v[i] = static_cast<float>(rng.uniform());
+    }
+    const pipeline::ShardRange own = states.own(unit);
+    states.write_moments(unit, m.data() + own.begin, v.data() + own.begin);
+  }
+}
+
+// One rank's model states (ZeRO stage 0) with random moments, and an optimizer one update in.
+struct Fixture {
+  model::ModelConfig config;
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
+  std::unique_ptr<comm::Communicator> world = comm::make_local();
+  pipeline::ModelStates states;
+  AdamW optimizer{OptimizerConfig{}};
+  Tokenizer tokenizer = Tokenizer::bytes();
+  explicit Fixture(uint64_t seed, model::ModelConfig model_config = model::preset("llama-tiny"))
+      : config(model_config), states(config, *backend, *world, pipeline::ZeroConfig{}, seed) {
+    random_moments(states, seed);
+    optimizer.set_step(1);  // not the default, and no more updates than any saved step
+  }
+  bool same_as(Fixture& other) {
+    const std::vector<float> mine = snapshot(states, *world), theirs = snapshot(other.states, *other.world);
+    return mine.size() == theirs.size() &&
+           std::memcmp(mine.data(), theirs.data(), mine.size() * sizeof(float)) == 0 &&
+           optimizer.step() == other.optimizer.step();
+  }
+  void save(const testing::TempDir& dir, int64_t step, int keep = 2) {
+    save_checkpoint(dir.path(), config, states, optimizer, state_at(step), tokenizer, *world, keep);
+  }
+  TrainerState load(const std::string& folder) { return load_checkpoint(folder, config, states, optimizer); }
+  // Sets element `index` of unit 0's first moment or second moment (which: 0 m, 1 v); returns the old.
+  float set_moment(int which, size_t index, float value) {
+    std::vector<float> m(static_cast<size_t>(states.own(0).size())), v(m.size());
+    states.read_moments(0, m.data(), v.data());
+    float& slot = (which == 0 ? m : v)[index];
+    const float old = slot;
+    slot = value;
+    states.write_moments(0, m.data(), v.data());
+    return old;
+  }
+};
+
 TEST(Checkpoint, RoundTripsBitwiseAndIsAHuggingFaceFolder) {
   testing::TempDir dir;
   const uint64_t seed = testing::fresh_seed();
   Fixture saved(seed), loaded(seed + 1);
-  save_checkpoint(dir.path(), saved.config, saved.model.layout(), saved.model.params(), saved.optimizer, state_at(3),
-                  saved.tokenizer);
+  saved.save(dir, 3);
   const std::string folder = latest_checkpoint(dir.path());
   EXPECT_EQ(folder, dir.file("step_3"));
-  const TrainerState state =
-      load_checkpoint(folder, loaded.config, loaded.model.layout(), loaded.model.params(), loaded.optimizer);
+  const TrainerState state = loaded.load(folder);
   EXPECT_TRUE(saved.same_as(loaded));
   EXPECT_EQ(state.step, 3);
   EXPECT_EQ(state.data.rng_state[3], 0xffffffffffffffffull);
@@ -82,14 +139,13 @@ TEST(Checkpoint, RoundTripsBitwiseAndIsAHuggingFaceFolder) {
   EXPECT_TRUE(weights.contains("model.layers.1.self_attn.k_proj.weight"));
   EXPECT_TRUE(weights.contains("lm_head.weight"));
   EXPECT_EQ(weights.names().size(), model::hf_tensor_map(saved.config).size());
+  EXPECT_EQ(optimizer_files(folder), std::vector<std::string>{folder + "/optimizer-0-of-1.safetensors"});
 }
 
 TEST(Checkpoint, KeepsOnlyTheNewestFolders) {
   testing::TempDir dir;
   Fixture fixture(testing::fresh_seed());
-  for (int64_t step : {1, 2, 3})
-    save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                    state_at(step), fixture.tokenizer, /*keep=*/2);
+  for (int64_t step : {1, 2, 3}) fixture.save(dir, step, /*keep=*/2);
   EXPECT_FALSE(std::filesystem::exists(dir.file("step_1")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("step_2")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("step_3")));
@@ -99,8 +155,7 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   testing::TempDir dir;
   const uint64_t seed = testing::fresh_seed();
   Fixture fixture(seed), loaded(seed + 1);
-  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(10), fixture.tokenizer);
+  fixture.save(dir, 10);
   // Simulate a disk that fills up: no file of this process may grow past 64 KiB (writes then fail with
   // EFBIG instead of SIGXFSZ killing us), so the model file of the next save cannot be written.
   struct rlimit old_limit;
@@ -109,18 +164,14 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointIntact) {
   struct rlimit small = old_limit;
   small.rlim_cur = 64 << 10;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const std::string message = testing::error_message([&] {
-    save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                    state_at(20), fixture.tokenizer);
-  });
+  const std::string message = testing::error_message([&] { fixture.save(dir, 20); });
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   ::signal(SIGXFSZ, old_handler);
-  testing::expect_contains(message, {"cannot write", "step_20.partial/model.safetensors"});
+  testing::expect_contains(message, {"cannot write", "step_20.partial/"});
 
   EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("step_10"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("step_20")));
-  load_checkpoint(latest_checkpoint(dir.path()), loaded.config, loaded.model.layout(), loaded.model.params(),
-                  loaded.optimizer);
+  loaded.load(latest_checkpoint(dir.path()));
   EXPECT_TRUE(fixture.same_as(loaded));
 }
 
@@ -128,31 +179,33 @@ TEST(Checkpoint, NonFiniteStateIsNeverSavedNorLoaded) {
   testing::TempDir dir;
   const uint64_t seed = testing::fresh_seed();
   Fixture fixture(seed), loaded(seed + 1);
-  for (int64_t step : {1, 2})
-    save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                    state_at(step), fixture.tokenizer, /*keep=*/2);
-  const float good = fixture.model.params().data()[5];
+  for (int64_t step : {1, 2}) fixture.save(dir, step, /*keep=*/2);
+  float* weight = fixture.states.weights().data() + 5;
+  const float good = *weight;
   // A weight, then a first moment, then a negative second moment: each save is refused, and neither
   // a step folder nor a rotation happens (step_1 and step_2 stay, latest stays at step_2).
-  float* const poisoned[] = {fixture.model.params().data() + 5, fixture.optimizer.m().data() + 5,
-                             fixture.optimizer.v().data() + 5};
   const float poisons[] = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -1.0f};
   for (int i = 0; i < 3; ++i) {
-    const float kept = *poisoned[i];
-    *poisoned[i] = poisons[i];
-    testing::expect_contains(testing::error_message([&] {
-                               save_checkpoint(dir.path(), fixture.config, fixture.model.layout(),
-                                               fixture.model.params(), fixture.optimizer, state_at(3), fixture.tokenizer, 2);
-                             }),
+    float kept = 0.0f;
+    if (i == 0) {
+      kept = *weight;
+      *weight = poisons[i];
+    } else {
+      kept = fixture.set_moment(i - 1, 5, poisons[i]);
+    }
+    testing::expect_contains(testing::error_message([&] { fixture.save(dir, 3, 2); }),
                              {"[checkpoint]", "refusing to save step_3", "finite"});
-    *poisoned[i] = kept;
+    if (i == 0)
+      *weight = kept;
+    else
+      fixture.set_moment(i - 1, 5, kept);
     EXPECT_FALSE(std::filesystem::exists(dir.file("step_3")));
     EXPECT_FALSE(std::filesystem::exists(dir.file("step_3.partial")));
     EXPECT_TRUE(std::filesystem::exists(dir.file("step_1")));
     EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("step_2"));
   }
-  EXPECT_EQ(fixture.model.params().data()[5], good);
-  load_checkpoint(dir.file("step_2"), loaded.config, loaded.model.layout(), loaded.model.params(), loaded.optimizer);
+  EXPECT_EQ(*weight, good);
+  loaded.load(dir.file("step_2"));
   EXPECT_TRUE(fixture.same_as(loaded));
 }
 
@@ -160,29 +213,67 @@ TEST(Checkpoint, RefusesAnAdamWStepCountThatIsNotOne) {
   testing::TempDir dir;
   Fixture fixture(testing::fresh_seed());
   fixture.optimizer.set_step(-5);  // bias correction 1 − β^−5 < 0: every update would be NaN
-  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(4), fixture.tokenizer);
-  testing::expect_contains(testing::error_message([&] {
-                             load_checkpoint(dir.file("step_4"), fixture.config, fixture.model.layout(),
-                                             fixture.model.params(), fixture.optimizer);
-                           }),
-                           {"[checkpoint]", "step_4/optimizer.safetensors is corrupt", "AdamW step '-5'"});
+  fixture.save(dir, 4);
+  testing::expect_contains(testing::error_message([&] { fixture.load(dir.file("step_4")); }),
+                           {"[checkpoint]", "step_4/optimizer-0-of-1.safetensors is corrupt", "AdamW step '-5'"});
 }
 
 TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {
   testing::TempDir dir;
   Fixture fixture(testing::fresh_seed());
-  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(1), fixture.tokenizer);
+  fixture.save(dir, 1);
   model::ModelConfig other = fixture.config;
   other.layers = 3;
-  auto backend = kernels::make_backend("cpu");
-  model::Transformer model(other, *backend);
-  AdamW optimizer(model.layout(), *backend, {});
-  testing::expect_contains(testing::error_message([&] {
-                             load_checkpoint(dir.file("step_1"), other, model.layout(), model.params(), optimizer);
-                           }),
+  Fixture loaded(1, other);
+  testing::expect_contains(testing::error_message([&] { loaded.load(dir.file("step_1")); }),
                            {"another configuration", "step_1"});
+}
+
+// The states of a run saved by one ZeRO partition — any W, any stage — load into another bitwise: each
+// rank reads its share of the moments from the shards that hold it. The same seed gives every
+// partition the same weights and moments, so every snapshot must equal the one-rank stage-0 one.
+TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
+  testing::TempDir dir;
+  const uint64_t seed = testing::fresh_seed();
+  const model::ModelConfig config = model::preset("gpt-tiny");  // a learned position table and biases
+  auto backend = kernels::make_backend("cpu");
+  std::vector<float> want;
+  {
+    auto world = comm::make_local();
+    pipeline::ModelStates states(config, *backend, *world, pipeline::ZeroConfig{}, seed);
+    random_moments(states, seed);
+    want = snapshot(states, *world);
+  }
+  struct Layout {
+    int ranks, stage;
+  };
+  const Layout layouts[] = {{2, 1}, {3, 3}, {1, 0}, {4, 2}, {2, 3}};
+  for (const Layout& from : layouts)
+    for (const Layout& to : layouts) {
+      SCOPED_TRACE("saved by " + std::to_string(from.ranks) + " ranks at stage " + std::to_string(from.stage) +
+                   ", loaded by " + std::to_string(to.ranks) + " at stage " + std::to_string(to.stage));
+      const std::string run = dir.file("from" + std::to_string(from.ranks) + "x" + std::to_string(from.stage));
+      if (!std::filesystem::exists(run))
+        comm::run_ranks(from.ranks, [&](comm::Communicator& world) {
+          pipeline::ModelStates states(config, *backend, world, pipeline::ZeroConfig{from.stage, false}, seed);
+          random_moments(states, seed);
+          AdamW optimizer{OptimizerConfig{}};
+          optimizer.set_step(2);
+          save_checkpoint(run, config, states, optimizer, state_at(2), Tokenizer::bytes(), world);
+        });
+      EXPECT_EQ(optimizer_files(run + "/step_2").size(), static_cast<size_t>(from.stage >= 1 ? from.ranks : 1));
+      std::mutex mutex;
+      comm::run_ranks(to.ranks, [&](comm::Communicator& world) {
+        pipeline::ModelStates states(config, *backend, world, pipeline::ZeroConfig{to.stage, false}, seed + 1);
+        AdamW optimizer{OptimizerConfig{}};
+        load_checkpoint(run + "/step_2", config, states, optimizer);
+        const std::vector<float> got = snapshot(states, world);
+        std::lock_guard<std::mutex> lock(mutex);
+        EXPECT_EQ(optimizer.step(), 2);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << "rank " << world.rank();
+      });
+    }
 }
 
 TEST(Checkpoint, CarriesItsTokenizer) {
@@ -193,8 +284,8 @@ TEST(Checkpoint, CarriesItsTokenizer) {
   const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers";
   const Tokenizer tokenizer = Tokenizer::load(fixtures + "/llama3");  // 500 ids, the model has more
   ASSERT_LE(tokenizer.vocab_size(), fixture.config.vocab_size);
-  save_checkpoint(dir.path(), fixture.config, fixture.model.layout(), fixture.model.params(), fixture.optimizer,
-                  state_at(1), tokenizer);
+  fixture.tokenizer = Tokenizer::load(fixtures + "/llama3");
+  fixture.save(dir, 1);
   const std::string step = dir.file("step_1");
   EXPECT_EQ(checkpoint_tokenizer(step, fixture.config.vocab_size).fingerprint(), tokenizer.fingerprint());
   EXPECT_EQ(Tokenizer::load(step).end_of_document_token(), "<|end_of_text|>");  // tokenizer_config.json came along

@@ -1,11 +1,13 @@
-// The optimizer over training: 5 AdamW steps on the golden models match PyTorch's losses, the
-// learning-rate schedule has its documented shape, and clipping follows torch's clip_grad_norm_.
+// The optimizer over training: 5 AdamW steps of the pipeline (one chunk) on the golden models match
+// PyTorch's losses, the learning-rate schedule has its documented shape, and clipping follows torch's
+// clip_grad_norm_.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
-#include "fpdt/model/transformer.h"
+#include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/optimizer.h"
 #include "model/hf_golden.h"
 #include "testing.h"
@@ -21,7 +23,8 @@ class AdamWParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
   const testing::GoldenSet golden(GetParam());
   auto backend = kernels::make_backend("cpu");
-  model::Transformer model(golden.config, *backend);
+  auto local = comm::make_local();
+  pipeline::FpdtModel model(golden.config, *backend, *local, pipeline::PipelineConfig{});  // one chunk
   golden.load(model.layout(), model.params());
   const std::vector<float> want = golden.golden.read_floats("golden.adamw_losses");
   const model::Batch& batch = golden.batch;
@@ -33,16 +36,17 @@ TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
   settings.eps = 1e-8;
   settings.weight_decay = 0.1;
   settings.grad_clip = 0.0;
-  AdamW optimizer(model.layout(), *backend, settings);
+  AdamW optimizer(settings);
   for (size_t step = 0; step < want.size(); ++step) {
     model.grads().zero();
-    const double loss = model.forward_backward(batch).mean();
+    const double counted = model::counted_targets(batch.targets, batch.loss_mask, int64_t{batch.B} * batch.T);
+    const double loss = model.forward_backward(batch, 1.0 / counted).mean();  // of the batch's mean loss
     // 1e-5 relative (the bar). Adam's update m/√v is insensitive to the fp32 rounding of
     // the gradients except in sign, so fp32 and float64 trajectories stay this close for 5 steps.
     EXPECT_NEAR(loss, want[step], 1e-5 * want[step]) << GetParam() << " before step " << step + 1;
     std::printf("[ error    ] %s before step %zu: loss %.6f vs %.6f (relative %.1e)\n", GetParam().c_str(), step + 1,
                 loss, want[step], std::abs(loss - want[step]) / want[step]);
-    optimizer.update(model.params(), model.grads(), learning_rate(settings, static_cast<int64_t>(step) + 1));
+    optimizer.update(model.states(), learning_rate(settings, static_cast<int64_t>(step) + 1));
   }
   EXPECT_EQ(optimizer.step(), 5);
 }
@@ -68,11 +72,12 @@ TEST(LearningRate, WarmsUpLinearlyThenFollowsTheCosineToTheFloor) {
 TEST(ClipGradNorm, ScalesLikeTorchOnlyAboveTheThreshold) {
   Rng rng(testing::fresh_seed());
   model::ModelConfig config = model::preset("llama-tiny");
-  const model::ParameterLayout layout(config);
   auto backend = kernels::make_backend("cpu");
-  model::ParameterBlock grads(layout, "test gradients");
+  auto local = comm::make_local();
+  pipeline::ModelStates states(config, *backend, *local, pipeline::ZeroConfig{}, 1);
+  model::ParameterBlock& grads = states.gradients();
   double sum = 0.0;
-  for (const auto& info : layout.tensors())
+  for (const auto& info : states.layout().tensors())
     for (int64_t i = 0; i < info.numel(); ++i) {
       const float value = static_cast<float>(rng.normal());
       grads.get(info.name)[i] = value;
@@ -80,11 +85,11 @@ TEST(ClipGradNorm, ScalesLikeTorchOnlyAboveTheThreshold) {
     }
   const double norm = std::sqrt(sum);
   // The norm is accumulated in float64: agreement to 1e-12 relative.
-  EXPECT_NEAR(clip_grad_norm(*backend, grads, 2 * norm), norm, 1e-12 * norm);
-  EXPECT_NEAR(global_grad_norm(*backend, grads), norm, 1e-12 * norm);  // untouched below the threshold
-  EXPECT_NEAR(clip_grad_norm(*backend, grads, 1.0), norm, 1e-12 * norm);
+  EXPECT_NEAR(clip_grad_norm(states, 2 * norm), norm, 1e-12 * norm);
+  EXPECT_NEAR(states.gradient_norm(), norm, 1e-12 * norm);  // untouched below the threshold
+  EXPECT_NEAR(clip_grad_norm(states, 1.0), norm, 1e-12 * norm);
   // After clipping: norm · 1/(norm + 1e-6) ≈ 1, up to fp32 rounding of the scaled values.
-  EXPECT_NEAR(global_grad_norm(*backend, grads), 1.0, 1e-6);
+  EXPECT_NEAR(states.gradient_norm(), 1.0, 1e-6);
 }
 
 }  // namespace

@@ -20,6 +20,21 @@ std::atomic<size_t> g_message_bytes{static_cast<size_t>(INT_MAX)};
 std::atomic<size_t> g_reduce_piece_bytes{size_t{64} << 20};
 std::atomic<double> g_deadline_seconds{kDefaultDeadlineSeconds};
 
+// The four per-rank arrays of an exchange_bytes call, in one allocation.
+struct Exchange {
+  explicit Exchange(size_t ranks)
+      : arrays(4 * ranks),
+        send_counts(arrays.data()),
+        send_displs(send_counts + ranks),
+        recv_counts(send_displs + ranks),
+        recv_displs(recv_counts + ranks) {}
+  std::vector<size_t> arrays;
+  size_t* send_counts;
+  size_t* send_displs;
+  size_t* recv_counts;
+  size_t* recv_displs;
+};
+
 void check_root(int root, int size) {
   if (root >= 0 && root < size) return;
   std::string message = "broadcast root ";
@@ -78,11 +93,11 @@ void Communicator::all_to_all_v(const float* send, const size_t* send_counts, co
   FPDT_CHECK(send_counts && send_displs && recv_counts && recv_displs, "comm",
              "all_to_all_v: null count or displacement array", "");
   check_exchange_counts(send_counts, recv_counts);
-  std::vector<size_t> bytes(4 * ranks);
-  size_t* send_count_bytes = bytes.data();
-  size_t* send_displ_bytes = send_count_bytes + ranks;
-  size_t* recv_count_bytes = send_displ_bytes + ranks;
-  size_t* recv_displ_bytes = recv_count_bytes + ranks;
+  Exchange bytes(ranks);
+  size_t* send_count_bytes = bytes.send_counts;
+  size_t* send_displ_bytes = bytes.send_displs;
+  size_t* recv_count_bytes = bytes.recv_counts;
+  size_t* recv_displ_bytes = bytes.recv_displs;
   uint64_t sent = 0;
   for (size_t j = 0; j < ranks; ++j) {
     send_count_bytes[j] = send_counts[j] * sizeof(float);
@@ -111,11 +126,11 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
   const size_t segment_max = (std::min(count, piece_max) + ranks - 1) / ranks;
   std::vector<T> received(ranks * segment_max);  // (P, segment)
   std::vector<T> summed(segment_max);            // (segment)
-  std::vector<size_t> arrays(4 * ranks);
-  size_t* send_counts = arrays.data();
-  size_t* send_displs = send_counts + ranks;
-  size_t* recv_counts = send_displs + ranks;
-  size_t* recv_displs = recv_counts + ranks;
+  Exchange exchange(ranks);
+  size_t* send_counts = exchange.send_counts;
+  size_t* send_displs = exchange.send_displs;
+  size_t* recv_counts = exchange.recv_counts;
+  size_t* recv_displs = exchange.recv_displs;
 
   for (size_t begin = 0; begin < count; begin += piece_max) {
     const size_t n = std::min(piece_max, count - begin);
@@ -150,6 +165,75 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
     exchange_bytes(summed.data(), send_counts, send_displs, piece, recv_counts, recv_displs);
     add_bytes_sent((ranks - 1) * my_len * sizeof(T));
   }
+}
+
+// In rounds of q = piece / P elements of every block (the same number of rounds on every rank: the
+// longest block's), so the scratch is P·q elements whatever the blocks' sizes. Round k sends elements
+// [k·q, (k+1)·q) of block j to rank j; this rank sums the P pieces it receives in rank order. Round k
+// writes recv only where the rounds after it no longer read (in place is safe).
+void Communicator::reduce_scatter_sum(const float* send, float* recv, const size_t* counts, bool add) {
+  const size_t ranks = static_cast<size_t>(size());
+  const size_t me = static_cast<size_t>(rank());
+  FPDT_CHECK(counts != nullptr, "comm", "reduce_scatter_sum: null counts", "");
+  std::vector<size_t> begin(ranks + 1, 0);  // block j at [begin[j], begin[j + 1])
+  for (size_t j = 0; j < ranks; ++j) begin[j + 1] = begin[j] + counts[j];
+  FPDT_CHECK(begin[ranks] == 0 || (send != nullptr && (counts[me] == 0 || recv != nullptr)), "comm",
+             "reduce_scatter_sum: null buffer", "");
+  const uintptr_t recv_at = reinterpret_cast<uintptr_t>(recv), own_at = reinterpret_cast<uintptr_t>(send + begin[me]);
+  FPDT_CHECK(!add || counts[me] == 0 || recv_at + counts[me] * sizeof(float) <= own_at ||
+                 recv_at >= own_at + counts[me] * sizeof(float),
+             "comm", "reduce_scatter_sum: adding into this rank's own block of send", "reduce into another buffer");
+  const size_t longest = *std::max_element(counts, counts + ranks);
+  const size_t piece = std::max<size_t>(1, limits().reduce_piece_bytes / sizeof(float) / ranks);
+  std::vector<float> received(ranks * std::min(piece, counts[me]));  // (P, piece)
+  Exchange x(ranks);
+  uint64_t sent = 0;
+  for (size_t done = 0; done < longest; done += piece) {
+    const size_t mine = counts[me] > done ? std::min(piece, counts[me] - done) : 0;
+    for (size_t j = 0; j < ranks; ++j) {
+      x.send_counts[j] = (counts[j] > done ? std::min(piece, counts[j] - done) : 0) * sizeof(float);
+      x.send_displs[j] = (begin[j] + std::min(done, counts[j])) * sizeof(float);
+      x.recv_counts[j] = mine * sizeof(float);
+      x.recv_displs[j] = j * mine * sizeof(float);
+      if (j != me) sent += x.send_counts[j];
+    }
+    exchange_bytes(send, x.send_counts, x.send_displs, received.data(), x.recv_counts, x.recv_displs);
+    if (mine == 0) continue;
+    float* sum = received.data();  // rank 0's piece, then + rank 1's, ...
+    for (size_t j = 1; j < ranks; ++j) {
+      const float* from_j = received.data() + j * mine;
+      for (size_t i = 0; i < mine; ++i) sum[i] += from_j[i];
+    }
+    float* out = recv + done;
+    if (add) {
+      for (size_t i = 0; i < mine; ++i) out[i] += sum[i];
+    } else {
+      std::memcpy(out, sum, mine * sizeof(float));
+    }
+  }
+  add_bytes_sent(sent);
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, const size_t* counts) {
+  const size_t ranks = static_cast<size_t>(size());
+  const size_t me = static_cast<size_t>(rank());
+  FPDT_CHECK(counts != nullptr, "comm", "all_gather_v: null counts", "");
+  Exchange x(ranks);
+  size_t total = 0;
+  for (size_t j = 0; j < ranks; ++j) {
+    // The own block is copied here, not exchanged: in place it is already where it belongs.
+    x.send_counts[j] = j == me ? 0 : counts[me];
+    x.send_displs[j] = 0;
+    x.recv_counts[j] = j == me ? 0 : counts[j];
+    x.recv_displs[j] = total;
+    total += counts[j];
+  }
+  FPDT_CHECK(total == 0 || (recv != nullptr && (counts[me] == 0 || send != nullptr)), "comm",
+             "all_gather_v: null buffer", "");
+  exchange_bytes(send, x.send_counts, x.send_displs, recv, x.recv_counts, x.recv_displs);
+  char* own = static_cast<char*>(recv) + x.recv_displs[me];
+  if (counts[me] > 0 && own != send) std::memcpy(own, send, counts[me]);
+  add_bytes_sent(static_cast<uint64_t>(ranks - 1) * counts[me]);
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t bytes_per_rank) {

@@ -38,6 +38,16 @@ class Communicator {
   void all_reduce_sum(double* data, size_t count);
   // send: bytes_per_rank; recv: (P, bytes_per_rank) — block j came from rank j.
   void all_gather(const void* send, void* recv, size_t bytes_per_rank);
+  // ZeRO's collectives over blocks of different sizes, counts[j] elements for rank j (the same array
+  // on every rank), laid out in rank order: block j at Σ_{i<j} counts[i].
+  // reduce_scatter_sum: send (Σ counts) holds every rank's block; recv (counts[rank]) = the sum over
+  // ranks of their block `rank`, in all_reduce_sum's fixed order (((x_0 + x_1) + x_2) + …), so it is
+  // bitwise what all_reduce_sum gives for those elements; with add, recv += that sum. recv may be this
+  // rank's block of send (in place, without add).
+  void reduce_scatter_sum(const float* send, float* recv, const size_t* counts, bool add = false);
+  // all_gather_v: send (counts[rank] bytes); recv (Σ counts bytes) = every rank's block. send may be
+  // this rank's block of recv (in place).
+  void all_gather_v(const void* send, void* recv, const size_t* counts);
   // data (bytes): the root's bytes on every rank.
   void broadcast(void* data, size_t bytes, int root);
   virtual void barrier() = 0;
@@ -58,6 +68,8 @@ class Communicator {
   //   all_to_all_v      Σ_{j≠rank} send_counts[j]·4
   //   all_reduce_sum    Σ_{j≠rank} |seg_j| + (P−1)·|seg_rank| elements ≈ 2·(P−1)/P·count
   //   all_gather        (P−1)·bytes_per_rank
+  //   reduce_scatter_sum Σ_{j≠rank} counts[j]·4
+  //   all_gather_v      (P−1)·counts[rank]
   //   broadcast         (P−1)·bytes on the root, 0 elsewhere
   // Control traffic (barrier, split, count checks) is not counted.
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
@@ -118,6 +130,11 @@ double heartbeat_seconds();
 
 // A communicator of one rank (copies its own blocks).
 std::unique_ptr<Communicator> make_local();
+
+// Rank `rank` of a group of `size` ranks that exist only on paper: --dry-run lays out one rank of a
+// world it never starts (the sizes of its shards and chunks depend on the rank and the group's size).
+// rank() and size() answer; every collective, split and barrier throws: a dry run never communicates.
+std::unique_ptr<Communicator> make_dry(int size, int rank);
 
 // The world: the MPI communicator when this process was started by mpirun/mpiexec (any size;
 // MPI_Init_thread here, MPI_Finalize at exit), else local — a plain run never initialises MPI.

@@ -106,6 +106,8 @@ class DeviceMemory {
                        size_t rows) = 0;
   // Host bytes into the compute tier; `host` may be reused when this returns.
   virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+  // Compute-tier bytes to the host, after the compute queued before it; the bytes are there on return.
+  virtual void download(void* host, const void* src, size_t bytes) = 0;
 };
 
 // The host implementation (host_memory.cpp): compute tier = RAM under its budget; the copy queue is a

@@ -6,17 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <mutex>
-#include <thread>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/trace.h"
+#include "fpdt/base/work_queue.h"
 #include "fpdt/kernels/device_memory.h"
 #include "fpdt/tensor/memory.h"
 
@@ -128,23 +123,12 @@ class HostStorage final : public OffloadStorage {
   size_t accounted_bytes_ = 0;  // bytes counted without a Buffer (disk, or a dry run)
 };
 
-// One copy thread with a FIFO queue; events count the copies submitted.
+// One copy thread with a FIFO queue (base/work_queue.h); events count the copies submitted.
 class HostCopyQueue final : public CopyQueue {
  public:
-  HostCopyQueue() : worker_([this] { run(); }) {}
-
-  ~HostCopyQueue() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    work_ready_.notify_all();
-    worker_.join();  // runs what is queued first: no copy is left reading freed memory
-  }
-
   CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) override {
     auto& host = static_cast<HostStorage&>(storage);
-    return submit([&host, offset, src, bytes] {
+    return queue_.submit([&host, offset, src, bytes] {
       const trace::Span span("offload chunk", "copy");
       host.write(offset, src, bytes);
     });
@@ -152,65 +136,17 @@ class HostCopyQueue final : public CopyQueue {
 
   CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) override {
     const auto& host = static_cast<const HostStorage&>(storage);
-    return submit([&host, offset, dst, bytes] {
+    return queue_.submit([&host, offset, dst, bytes] {
       const trace::Span span("fetch chunk", "copy");
       host.read(offset, dst, bytes);
     });
   }
 
-  void wait(CopyEvent event) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait(lock, [&] { return completed_ >= event || error_ != nullptr; });
-    if (error_ != nullptr) std::rethrow_exception(error_);
-  }
-
-  void wait_all() override {
-    CopyEvent last;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      last = submitted_;
-    }
-    wait(last);
-  }
+  void wait(CopyEvent event) override { queue_.wait(event); }
+  void wait_all() override { queue_.wait_all(); }
 
  private:
-  CopyEvent submit(std::function<void()> copy) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(copy));
-    work_ready_.notify_one();
-    return ++submitted_;
-  }
-
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping with nothing left
-      std::function<void()> copy = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      std::exception_ptr failure;
-      try {
-        copy();
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      lock.lock();
-      if (failure != nullptr && error_ == nullptr) error_ = failure;
-      ++completed_;
-      work_done_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
-  std::deque<std::function<void()>> queue_;
-  CopyEvent submitted_ = 0;
-  CopyEvent completed_ = 0;
-  std::exception_ptr error_;
-  bool stopping_ = false;
-  std::thread worker_;  // last: started after everything it reads is constructed
+  WorkQueue queue_;
 };
 
 class HostMemory final : public DeviceMemory {
@@ -233,6 +169,7 @@ class HostMemory final : public DeviceMemory {
                   row_bytes);
   }
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
 };
 
 }  // namespace

@@ -6,15 +6,43 @@
 
 namespace fpdt::model {
 
+namespace {
+
+// Tensor `name` inside the copy of its unit that starts at `unit`; null when the model has no such
+// tensor or the unit was not given.
+float* in_unit(const ParameterLayout& layout, const std::string& name, float* unit) {
+  if (unit == nullptr || !layout.contains(name)) return nullptr;
+  const int64_t offset = layout.at(name).offset;
+  return unit + (offset - layout.units()[static_cast<size_t>(layout.unit_of(offset))].begin);
+}
+
+}  // namespace
+
 LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer) {
+  const auto& units = layout.units();
+  return layer_tensors(layout, layer, block.data() + units[static_cast<size_t>(ParameterLayout::qkv_unit(layer))].begin,
+                       block.data() + units[static_cast<size_t>(ParameterLayout::mlp_unit(layer))].begin);
+}
+
+LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit) {
   const std::string prefix = "layers." + std::to_string(layer) + ".";
-  auto get = [&](const char* name) -> float* {
-    const std::string full = prefix + name;
-    return layout.contains(full) ? block.get(full) : nullptr;
-  };
-  return LayerTensors{get("attn_norm.weight"), get("attn_norm.bias"), get("attn.qkv.weight"), get("attn.qkv.bias"),
-                      get("attn.out.weight"),  get("attn.out.bias"),  get("mlp_norm.weight"), get("mlp_norm.bias"),
-                      get("mlp.up.weight"),    get("mlp.up.bias"),    get("mlp.down.weight"), get("mlp.down.bias")};
+  auto qkv = [&](const char* name) { return in_unit(layout, prefix + name, qkv_unit); };
+  auto mlp = [&](const char* name) { return in_unit(layout, prefix + name, mlp_unit); };
+  return LayerTensors{qkv("attn_norm.weight"), qkv("attn_norm.bias"), qkv("attn.qkv.weight"), qkv("attn.qkv.bias"),
+                      mlp("attn.out.weight"),  mlp("attn.out.bias"),  mlp("mlp_norm.weight"), mlp("mlp_norm.bias"),
+                      mlp("mlp.up.weight"),    mlp("mlp.up.bias"),    mlp("mlp.down.weight"), mlp("mlp.down.bias")};
+}
+
+GlobalTensors global_tensors(const ParameterLayout& layout, const ParameterBlock& block) {
+  const auto& units = layout.units();
+  return global_tensors(layout, block.data() + units.front().begin, block.data() + units.back().begin);
+}
+
+GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head) {
+  const bool tied = !layout.contains("lm_head.weight");
+  return GlobalTensors{in_unit(layout, "embed.weight", embeddings), in_unit(layout, "pos_embed.weight", embeddings),
+                       in_unit(layout, "final_norm.weight", head), in_unit(layout, "final_norm.bias", head),
+                       tied ? in_unit(layout, "embed.weight", embeddings) : in_unit(layout, "lm_head.weight", head)};
 }
 
 double counted_targets(const int32_t* targets, const float* mask, int64_t n) {
@@ -42,18 +70,16 @@ void LayerMath::norm_backward(float* dx, float* dweight, float* dbias, const flo
 
 // ---- embeddings -------------------------------------------------------------------------------
 
-void LayerMath::embedding_forward(const ParameterBlock& params, const int32_t* tokens,
-                                  const int32_t* position_ids, float* x, int64_t n) {
-  backend_.embedding_forward(x, tokens, params.get("embed.weight"), n, config_.hidden, false);
-  if (config_.learned_positions())
-    backend_.embedding_forward(x, position_ids, params.get("pos_embed.weight"), n, config_.hidden, true);
+void LayerMath::embedding_forward(const GlobalTensors& w, const int32_t* tokens, const int32_t* position_ids,
+                                  float* x, int64_t n) {
+  backend_.embedding_forward(x, tokens, w.embed, n, config_.hidden, false);
+  if (config_.learned_positions()) backend_.embedding_forward(x, position_ids, w.pos_embed, n, config_.hidden, true);
 }
 
-void LayerMath::embedding_backward(ParameterBlock& grads, const int32_t* tokens,
-                                   const int32_t* position_ids, const float* dx, int64_t n) {
-  backend_.embedding_backward(grads.get("embed.weight"), dx, tokens, n, config_.hidden);
-  if (config_.learned_positions())
-    backend_.embedding_backward(grads.get("pos_embed.weight"), dx, position_ids, n, config_.hidden);
+void LayerMath::embedding_backward(const GlobalTensors& g, const int32_t* tokens, const int32_t* position_ids,
+                                   const float* dx, int64_t n) {
+  backend_.embedding_backward(g.embed, dx, tokens, n, config_.hidden);
+  if (config_.learned_positions()) backend_.embedding_backward(g.pos_embed, dx, position_ids, n, config_.hidden);
 }
 
 // ---- attention input: norm → q, k, v → RoPE ------------------------------------------------------
@@ -145,22 +171,18 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
 
 // ---- final norm, LM head, loss -------------------------------------------------------------------
 
-LossStats LayerMath::head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
-                                  const float* x, const int32_t* targets, const float* mask, int64_t n,
-                                  double grad_scale, const AttentionInput& saved, const HeadScratch& scratch,
-                                  float* logits, float* dx, float* d_norm) {
+LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g, const float* x,
+                                  const int32_t* targets, const float* mask, int64_t n, double grad_scale,
+                                  const AttentionInput& saved, const HeadScratch& scratch, float* logits, float* dx,
+                                  float* d_norm) {
   const int h = config_.hidden, V = config_.vocab_size;
-  const float* norm_weight = params.get("final_norm.weight");
-  const float* norm_bias = layout.contains("final_norm.bias") ? params.get("final_norm.bias") : nullptr;
-  norm_forward(saved.norm, saved.mean, saved.rstd, x, norm_weight, norm_bias, n);
-  const std::string head_name = config_.tie_embeddings ? "embed.weight" : "lm_head.weight";
-  const float* w_head = params.get(head_name);
+  norm_forward(saved.norm, saved.mean, saved.rstd, x, w.final_norm_weight, w.final_norm_bias, n);
 
   LossStats stats;
   for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = logits ? logits + begin * V : scratch.logits;
-    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w_head, nullptr, count, h, V, false);
+    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w.head, nullptr, count, h, V, false);
     if (targets == nullptr) continue;
     const int32_t* chunk_targets = targets + begin;
     const float* chunk_mask = mask ? mask + begin : nullptr;
@@ -171,13 +193,12 @@ LossStats LayerMath::head_forward(const ParameterLayout& layout, const Parameter
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
     backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
                                     count, V);
-    backend_.linear_backward(d_norm + begin * h, grads->get(head_name), nullptr, chunk_logits, saved.norm + begin * h,
-                             w_head, count, h, V, false);
+    backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h, w.head, count,
+                             h, V, false);
   }
   if (dx != nullptr)
-    norm_backward(dx, grads->get("final_norm.weight"),
-                  layout.contains("final_norm.bias") ? grads->get("final_norm.bias") : nullptr, d_norm, x, norm_weight,
-                  saved.mean, saved.rstd, n);
+    norm_backward(dx, g->final_norm_weight, g->final_norm_bias, d_norm, x, w.final_norm_weight, saved.mean,
+                  saved.rstd, n);
   return stats;
 }
 

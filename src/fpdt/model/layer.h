@@ -29,7 +29,23 @@ struct LayerTensors {
   float* down_weight; // (h, f)
   float* down_bias;
 };
+// In a whole block, or in copies of the layer's two units (their first floats: ZeRO-3's gathered
+// copies; a null unit leaves its tensors null).
 LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer);
+LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit);
+
+// Pointers to the tensors outside the layers (weights or gradients); null where the model has none or
+// where their unit was not given.
+struct GlobalTensors {
+  float* embed;              // (V, h)
+  float* pos_embed;          // (max_positions, h) GPT
+  float* final_norm_weight;  // (h)
+  float* final_norm_bias;    // (h) GPT
+  float* head;               // (V, h): lm_head, or embed when the embeddings are tied
+};
+GlobalTensors global_tensors(const ParameterLayout& layout, const ParameterBlock& block);
+// embeddings, head: the first floats of the embedding and head units (either may be null).
+GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head);
 
 // What the attention-input step saves for its backward.
 struct AttentionInput {
@@ -101,19 +117,18 @@ class LayerMath {
                     const MlpActivations& saved, float* d_res, const LayerScratch& scratch);
 
   // x (n, h) = token embedding (+ learned position embedding at position_ids, GPT).
-  void embedding_forward(const ParameterBlock& params, const int32_t* tokens,
-                         const int32_t* position_ids, float* x, int64_t n);
-  void embedding_backward(ParameterBlock& grads, const int32_t* tokens,
-                          const int32_t* position_ids, const float* dx, int64_t n);
+  void embedding_forward(const GlobalTensors& w, const int32_t* tokens, const int32_t* position_ids, float* x,
+                         int64_t n);
+  void embedding_backward(const GlobalTensors& g, const int32_t* tokens, const int32_t* position_ids, const float* dx,
+                          int64_t n);
 
   // Final norm, LM head and cross-entropy over n tokens of the last residual stream x (n, h), in token
   // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. logits (n, V) are
   // written when non-null. With dx non-null (training) also the backward: dx (n, h) += dL/dx with
-  // L = grad_scale · Σ losses, and the final norm's and LM head's weight gradients +=.
-  LossStats head_forward(const ParameterLayout& layout, const ParameterBlock& params, ParameterBlock* grads,
-                         const float* x, const int32_t* targets, const float* mask, int64_t n, double grad_scale,
-                         const AttentionInput& saved, const HeadScratch& scratch, float* logits, float* dx,
-                         float* d_norm);
+  // L = grad_scale · Σ losses, and g's final norm and LM head gradients +=.
+  LossStats head_forward(const GlobalTensors& w, const GlobalTensors* g, const float* x, const int32_t* targets,
+                         const float* mask, int64_t n, double grad_scale, const AttentionInput& saved,
+                         const HeadScratch& scratch, float* logits, float* dx, float* d_norm);
 
   // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT). dx accumulates.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,

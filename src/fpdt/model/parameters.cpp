@@ -18,12 +18,14 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) {
   const bool bias = config.has_bias();
   add("embed.weight", {config.vocab_size, h});
   if (config.learned_positions()) add("pos_embed.weight", {config.max_positions, h});
+  close_unit("embeddings");
   for (int layer = 0; layer < config.layers; ++layer) {
     const std::string p = layer_prefix(layer);
     add(p + "attn_norm.weight", {h});
     if (bias) add(p + "attn_norm.bias", {h});
     add(p + "attn.qkv.weight", {config.qkv_dim(), h});
     if (config.has_qkv_bias()) add(p + "attn.qkv.bias", {config.qkv_dim()});
+    close_unit("layer " + std::to_string(layer) + " norm + qkv");
     add(p + "attn.out.weight", {h, config.q_dim()});
     if (bias) add(p + "attn.out.bias", {h});
     add(p + "mlp_norm.weight", {h});
@@ -32,10 +34,23 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) {
     if (bias) add(p + "mlp.up.bias", {f});
     add(p + "mlp.down.weight", {h, f});
     if (bias) add(p + "mlp.down.bias", {h});
+    close_unit("layer " + std::to_string(layer) + " out + mlp");
   }
   add("final_norm.weight", {h});
   if (bias) add("final_norm.bias", {h});
   if (!config.tie_embeddings) add("lm_head.weight", {config.vocab_size, h});
+  close_unit("head");
+}
+
+void ParameterLayout::close_unit(const std::string& name) {
+  const int64_t begin = units_.empty() ? 0 : units_.back().end;
+  units_.push_back(ParameterUnit{name, begin, total_numel_});
+}
+
+int ParameterLayout::unit_of(int64_t offset) const {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (offset < units_[u].end) return static_cast<int>(u);
+  throw Error("model", "offset " + std::to_string(offset) + " is past the parameters");
 }
 
 void ParameterLayout::add(const std::string& name, Shape shape) {
@@ -52,10 +67,12 @@ const ParameterInfo& ParameterLayout::at(const std::string& name) const {
   return tensors_[found->second];
 }
 
-ParameterBlock::ParameterBlock(const ParameterLayout& layout, const std::string& what)
+ParameterBlock::ParameterBlock(const ParameterLayout& layout, const std::string& what, Tier tier)
     : layout_(&layout),
-      buffer_(Tier::compute, static_cast<size_t>(layout.total_numel()) * sizeof(float), what,
-              "the model does not fit the compute tier; raise --compute-mem or choose a smaller model") {
+      buffer_(tier, static_cast<size_t>(layout.total_numel()) * sizeof(float), what,
+              "the model does not fit the compute tier; raise --compute-mem, choose a smaller model or shard "
+              "its states over more ranks (--zero)"),
+      data_(buffer_.as<float>()) {
   zero();
 }
 
@@ -64,14 +81,20 @@ Tensor ParameterBlock::view(const std::string& name) const {
   return Tensor(data() + info.offset, DType::f32, info.shape);
 }
 
-void ParameterBlock::zero() { std::memset(buffer_.data(), 0, buffer_.bytes()); }
+void ParameterBlock::zero() { std::memset(data_, 0, sizeof(float) * static_cast<size_t>(numel())); }
 
 void init_parameters(const ModelConfig& config, const ParameterLayout& layout, ParameterBlock& params,
                      uint64_t seed) {
   Rng rng(seed);
+  init_parameters(config, layout, 0, layout.total_numel(), params.data(), rng);
+}
+
+void init_parameters(const ModelConfig& config, const ParameterLayout& layout, int64_t begin, int64_t end,
+                     float* data, Rng& rng) {
   const double residual_std = 0.02 / std::sqrt(2.0 * config.layers);
   for (const ParameterInfo& info : layout.tensors()) {
-    float* values = params.get(info.name);
+    if (info.offset < begin || info.offset >= end) continue;
+    float* values = data + (info.offset - begin);
     const bool is_bias = info.name.ends_with(".bias");
     const bool is_norm = info.name.find("norm.") != std::string::npos;
     const bool is_residual_out = info.name.ends_with("attn.out.weight") || info.name.ends_with("mlp.down.weight");

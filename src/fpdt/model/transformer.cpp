@@ -151,18 +151,19 @@ LossStats Transformer::run(const Batch& batch, float* logits, bool backward, std
     positions_[n] = position;
     position_ids_[n] = position;
   }
-  math_.embedding_forward(params_, batch.tokens, position_ids_.data(), residual_[0], N);
+  const GlobalTensors weights = global_tensors(layout_, params_), gradients = global_tensors(layout_, grads_);
+  math_.embedding_forward(weights, batch.tokens, position_ids_.data(), residual_[0], N);
   for (int layer = 0; layer < config_.layers; ++layer) layer_forward(layer);
   if (backward) std::memset(d_resid_, 0, sizeof(float) * static_cast<size_t>(N) * config_.hidden);
   const double count = batch.targets ? counted_targets(batch.targets, batch.loss_mask, N) : 0.0;
   const double scale = grad_scale ? *grad_scale : (count > 0 ? 1.0 / count : 0.0);
   const LossStats stats =
-      math_.head_forward(layout_, params_, backward ? &grads_ : nullptr, residual_[config_.layers], batch.targets,
+      math_.head_forward(weights, backward ? &gradients : nullptr, residual_[config_.layers], batch.targets,
                          batch.loss_mask, N, scale, final_norm_, head_, logits, backward ? d_resid_ : nullptr,
                          scratch_.d_norm);
   if (!backward) return stats;
   for (int layer = config_.layers - 1; layer >= 0; --layer) layer_backward(layer);
-  math_.embedding_backward(grads_, batch.tokens, position_ids_.data(), d_resid_, N);
+  math_.embedding_backward(gradients, batch.tokens, position_ids_.data(), d_resid_, N);
   return stats;
 }
 

@@ -28,12 +28,25 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       memory_(backend.memory()),
       sp_(sp),
       pipeline_(pipeline),
-      layout_((config.validate(), config)),
-      params_(layout_, "model parameters"),
-      grads_(layout_, "parameter gradients"),
+      own_world_(comm::make_local()),
+      own_states_(std::make_unique<ModelStates>(config, backend, *own_world_,
+                                                ZeroConfig{0, false, pipeline.recompute == Recompute::layer}, seed)),
+      states_(*own_states_),
+      math_(config_, backend_),
+      sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}
+
+FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
+                     const PipelineConfig& pipeline, ModelStates& states)
+    : config_(config),
+      backend_(backend),
+      memory_(backend.memory()),
+      sp_(sp),
+      pipeline_(pipeline),
+      states_(states),
       math_(config_, backend_),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {
-  model::init_parameters(config_, layout_, params_, seed);
+  FPDT_CHECK(states.zero().recompute_layer == (pipeline.recompute == Recompute::layer), "pipeline",
+             "the model states were planned for another --recompute than the pipeline's", "");
 }
 
 FpdtModel::~FpdtModel() {
@@ -73,6 +86,7 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   copies_.reset();  // waits for (and forgets) the copies of the old layout
   exchange_.reset();
   arena_.reset();
+  dry_arena_ = CountedBytes();
   store_.reset();
   schedule_ = Schedule{};
   const LayoutShape shape = layout_shape(seq_tokens, batch);
@@ -81,20 +95,24 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   dry_ = dry;
 
   store_ = std::make_unique<OffloadStore>(memory_, pipeline_.offload, shape, dry);
-  arena_ = memory_.allocate(chunk_arena_bytes(shape),
-                            "FPDT chunk buffers (" + std::to_string(shape.rows()) + " token rows per chunk)",
-                            "lower --chunk-tokens or --batch, or raise --compute-mem");
-  char* slice = static_cast<char*>(arena_->data());  // a handle: only offsets are taken from it
+  const std::string what = "FPDT chunk buffers (" + std::to_string(shape.rows()) + " token rows per chunk)";
+  const std::string hint = "lower --chunk-tokens or --batch, or raise --compute-mem";
+  if (dry)
+    dry_arena_ = CountedBytes(Tier::compute, kernels::transfer_bytes(chunk_arena_bytes(shape)), what, hint);
+  else
+    arena_ = memory_.allocate(chunk_arena_bytes(shape), what, hint);
+  char* slice = dry ? nullptr : static_cast<char*>(arena_->data());  // a handle: only offsets are taken from it
   for (const BufferSpec& buffer : chunk_buffers(shape)) {
     const size_t id = static_cast<size_t>(buffer.id);
     own_[id] = slice;
     bytes_[id] = static_cast<size_t>(buffer.elements * element_bytes(buffer.element, shape));
-    slice += buffer.bytes(shape);
+    if (slice != nullptr) slice += buffer.bytes(shape);
   }
   bound_ = own_;
   head_rows_ = head_rows(shape);
-  exchange_ = std::make_unique<UlyssesExchange>(sp_, backend_, sharding_, config_.head_dim, shape.c,
-                                                own<float>(Buf::pack), own<int32_t>(Buf::exchange_rows));
+  if (!dry)  // a dry run never exchanges
+    exchange_ = std::make_unique<UlyssesExchange>(sp_, backend_, sharding_, config_.head_dim, shape.c,
+                                                  own<float>(Buf::pack), own<int32_t>(Buf::exchange_rows));
   copies_ = memory_.make_copy_queue();
   last_event_ = 0;
   const size_t rows = static_cast<size_t>(shape.rows());
@@ -125,19 +143,54 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   grad_scale_ = grad_scale;
   loss_ = model::LossStats{};
   traffic_ = OffloadTraffic{};
-  for (const Schedule::Call& call : schedule->calls) execute(schedule->programs[call.program], call.layer);
+  const bool backward = pass == Pass::forward_backward;
+  states_.begin_pass(backward);
+  segment_ = 0;
+  for (const Schedule::Call& call : schedule->calls) {
+    call_ = &call;
+    states_.before_segment(segment_);
+    bind_tensors();
+    execute(schedule->programs[call.program], call.layer);
+    states_.after_segment(segment_++);
+  }
+  FPDT_ASSERT(static_cast<size_t>(segment_) == states_.plan().pass(backward).size());
   copies_->wait_all();
+  states_.end_pass();
   batch_ = nullptr;
   return loss_;
+}
+
+void FpdtModel::bind_tensors() {
+  const Schedule::Call& call = *call_;
+  const model::ParameterLayout& layout = states_.layout();
+  const int embeddings = model::ParameterLayout::kEmbeddingUnit, head = layout.head_unit();
+  const bool tied = config_.tie_embeddings;
+  switch (call.kind) {
+    case CallKind::embed:
+      global_weights_ = model::global_tensors(layout, states_.unit_weights(embeddings), nullptr);
+      return;
+    case CallKind::layer_forward:
+    case CallKind::layer_backward: {
+      const int qkv = model::ParameterLayout::qkv_unit(call.layer), mlp = model::ParameterLayout::mlp_unit(call.layer);
+      weights_ = model::layer_tensors(layout, call.layer, states_.unit_weights(qkv), states_.unit_weights(mlp));
+      gradients_ = model::layer_tensors(layout, call.layer, states_.unit_gradients(qkv), states_.unit_gradients(mlp));
+      return;
+    }
+    case CallKind::head:
+      global_weights_ =
+          model::global_tensors(layout, tied ? states_.unit_weights(embeddings) : nullptr, states_.unit_weights(head));
+      global_gradients_ = model::global_tensors(layout, tied ? states_.unit_gradients(embeddings) : nullptr,
+                                                states_.unit_gradients(head));
+      return;
+    case CallKind::embed_backward:
+      global_gradients_ = model::global_tensors(layout, states_.unit_gradients(embeddings), nullptr);
+      return;
+  }
 }
 
 void FpdtModel::execute(const Program& program, int layer) {
   const kernels::CopyEvent before_program = last_event_;
   events_.assign(static_cast<size_t>(program.copies), 0);
-  if (layer < config_.layers) {
-    weights_ = model::layer_tensors(layout_, params_, layer);
-    gradients_ = model::layer_tensors(layout_, grads_, layer);
-  }
   place_outputs(program, layer);
   for (size_t n = 0; n < program.steps.size(); ++n) execute(program.steps[n], placements_[n], layer, before_program);
 }
@@ -255,6 +308,11 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       return;
     }
     case Op::wait: copies_->wait(step.copy < 0 ? before_program : events_[step.copy]); return;
+    case Op::segment:
+      states_.after_segment(segment_++);
+      states_.before_segment(segment_);
+      bind_tensors();
+      return;
     case Op::zero: memory_.fill_zero(at(0), bytes_[static_cast<size_t>(b[0])]); return;
     case Op::inputs: upload_inputs(step.chunk, step.flag); return;
     case Op::docs: upload_documents(step.chunk, b[0]); return;
@@ -293,7 +351,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
   const int32_t* position_ids = own<int32_t>(Buf::position_ids);
   const int64_t* positions = own<int64_t>(Buf::positions);
   switch (step.op) {
-    case Op::embed: math_.embedding_forward(params_, tokens, position_ids, at(0), n); return;
+    case Op::embed: math_.embedding_forward(global_weights_, tokens, position_ids, at(0), n); return;
     case Op::attention_input:
       math_.attention_input_forward(weights_, at(0), positions, n, norm, at(1), at(2), at(3));
       return;
@@ -310,7 +368,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
                                     own<float>(Buf::logits_lse)};
       const model::LossStats stats =
-          math_.head_forward(layout_, params_, step.flag ? &grads_ : nullptr, at(0), own<int32_t>(Buf::targets),
+          math_.head_forward(global_weights_, step.flag ? &global_gradients_ : nullptr, at(0), own<int32_t>(Buf::targets),
                              batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
                              nullptr, step.flag ? at(1) : nullptr, scratch.d_norm);
       loss_.loss_sum += stats.loss_sum;
@@ -346,7 +404,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       math_.attention_input_backward(weights_, gradients_, at(0), positions, n, norm, at(1), at(2), at(3), at(4),
                                      scratch);
       return;
-    case Op::embed_backward: math_.embedding_backward(grads_, tokens, position_ids, at(0), n); return;
+    case Op::embed_backward: math_.embedding_backward(global_gradients_, tokens, position_ids, at(0), n); return;
     default: FPDT_ASSERT(false);
   }
 }

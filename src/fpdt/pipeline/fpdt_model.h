@@ -8,7 +8,9 @@
 // B sequences. With recompute = layer only layer inputs are kept; each layer's forward is re-run
 // before its backward (the paper's activation checkpointing). Memory is the backend's (one arena and
 // one store laid out by memory_layout.h); the pipeline holds handles and never touches the bytes; the
-// arithmetic is the model's (layer.h) and the kernels'.
+// arithmetic is the model's (layer.h) and the kernels'. The weights and gradients are the model
+// states' (model_states.h): around each call the executor runs the ZeRO plan's steps and asks the
+// states for the call's units, so every ZeRO stage runs this one executor.
 #pragma once
 
 #include <array>
@@ -22,6 +24,7 @@
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/chunk_plan.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/model_states.h"
 #include "fpdt/pipeline/offload.h"
 #include "fpdt/pipeline/schedule.h"
 #include "fpdt/pipeline/ulysses.h"
@@ -40,15 +43,21 @@ ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ra
 
 class FpdtModel {
  public:
-  // `sp` is the sequence-parallel group; parameters are initialised from `seed` (the same on every rank).
+  // `sp` is the sequence-parallel group. With model states of its own (ZeRO stage 0, reduced by no one:
+  // the caller sums gradients over ranks) initialised from `seed` (the same on every rank), or the
+  // trainer's, shared with its optimizer.
   FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
             const PipelineConfig& pipeline, uint64_t seed = 1234);
+  FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
+            const PipelineConfig& pipeline, ModelStates& states);
   ~FpdtModel();
 
   const model::ModelConfig& config() const { return config_; }
-  const model::ParameterLayout& layout() const { return layout_; }
-  model::ParameterBlock& params() { return params_; }
-  model::ParameterBlock& grads() { return grads_; }
+  const model::ParameterLayout& layout() const { return states_.layout(); }
+  ModelStates& states() { return states_; }
+  // The whole weights and gradients, where the ZeRO stage keeps them (model_states.h).
+  model::ParameterBlock& params() { return states_.weights(); }
+  model::ParameterBlock& grads() { return states_.gradients(); }
   const PipelineConfig& pipeline() const { return pipeline_; }
   // The plan of the last reserved sequence length (see reserve).
   const ChunkPlan& plan() const { return plan_; }
@@ -67,10 +76,10 @@ class FpdtModel {
   // S tokens (the only allocations of a step). Called implicitly when S or B changes.
   void reserve(int64_t seq_tokens, int batch) { reserve(seq_tokens, batch, false); }
 
-  // --dry-run: lays out everything a step uses — the same compute-tier allocations as reserve(), and
-  // the offload store counted in its tier without memory or files — so the memory of sequences too
-  // long to compute here can be measured. A step allocates nothing beyond reserve(), so this is the
-  // step's peak to the byte. The model must be reserved again before computing.
+  // --dry-run: lays out everything a step uses — the arena and the store of reserve() counted in their
+  // tiers, without memory or files — so the memory of sequences too long to compute here can be
+  // measured. A step allocates nothing beyond reserve() and the model states, so this is the step's
+  // peak to the byte. The model must be reserved again before computing.
   void dry_run(int64_t seq_tokens, int batch) { reserve(seq_tokens, batch, true); }
 
   // batch holds the FULL sequences (B, S) on every rank of the group; this rank computes its own
@@ -87,6 +96,8 @@ class FpdtModel {
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry);
   model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale);
+  // The tensors of the current call's units, from the model states (again at a segment boundary).
+  void bind_tensors();
   // Where a step's output goes: straight into a store slot, or (an all-to-all at P = 1, which only
   // copies) onto its input's memory.
   struct Placement {
@@ -122,9 +133,9 @@ class FpdtModel {
   kernels::DeviceMemory& memory_;
   comm::Communicator& sp_;
   PipelineConfig pipeline_;
-  model::ParameterLayout layout_;
-  model::ParameterBlock params_;
-  model::ParameterBlock grads_;
+  std::unique_ptr<comm::Communicator> own_world_;  // a model with states of its own: one rank
+  std::unique_ptr<ModelStates> own_states_;
+  ModelStates& states_;
   model::LayerMath math_;
   HeadSharding sharding_;
 
@@ -135,6 +146,7 @@ class FpdtModel {
   std::unique_ptr<kernels::CopyQueue> copies_;
   std::unique_ptr<OffloadStore> store_;
   std::unique_ptr<kernels::DeviceBuffer> arena_;
+  CountedBytes dry_arena_;  // a dry run's arena: counted, not allocated
   std::array<void*, kBufCount> own_{};    // each buffer's slice of the arena
   std::array<size_t, kBufCount> bytes_{}; // and the bytes it holds
   int64_t head_rows_ = 0;                 // token rows of one LM-head pass
@@ -148,7 +160,10 @@ class FpdtModel {
   double grad_scale_ = 0.0;
   model::LossStats loss_;
   OffloadTraffic traffic_;
-  model::LayerTensors weights_{}, gradients_{};  // of the program's layer
+  const Schedule::Call* call_ = nullptr;         // the call being executed
+  int segment_ = 0;                              // and its ZeRO segment (zero_plan.h)
+  model::LayerTensors weights_{}, gradients_{};  // of the call's layer
+  model::GlobalTensors global_weights_{}, global_gradients_{};  // of the embedding and head calls
   std::vector<kernels::CopyEvent> events_;       // of the program's copies
   std::vector<StepPlacements> placements_;       // of the program's steps (place_outputs)
   kernels::CopyEvent last_event_ = 0;

@@ -186,4 +186,54 @@ size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group) {
   return total;
 }
 
+// ---- model states ---------------------------------------------------------------------------------
+
+int64_t shard_floats(int64_t unit_floats, int64_t ranks) {
+  const int64_t block = kShardBlockFloats * ranks;
+  return (unit_floats + block - 1) / block * kShardBlockFloats;
+}
+
+ShardRange shard_range(int64_t unit_floats, int64_t ranks, int64_t rank) {
+  const int64_t s = shard_floats(unit_floats, ranks);
+  return ShardRange{std::min(rank * s, unit_floats), std::min((rank + 1) * s, unit_floats)};
+}
+
+int64_t StateSpec::bytes() const {
+  return static_cast<int64_t>(kernels::transfer_bytes(static_cast<size_t>(elements * element_bytes)));
+}
+
+ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape) {
+  std::vector<int64_t> units;
+  for (const model::ParameterUnit& unit : layout.units()) units.push_back(unit.numel());
+  return make_zero_plan(units, !layout.contains("lm_head.weight"), shape.stage, shape.recompute_layer,
+                        shape.weight_bytes);
+}
+
+std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& s) {
+  int64_t shards = 0;
+  for (const model::ParameterUnit& unit : layout.units()) shards += shard_floats(unit.numel(), s.W);
+  const int64_t whole = layout.total_numel();
+  const bool master = s.weight_bytes != 4 || s.offload_optimizer;
+  const Tier optimizer_tier = s.offload_optimizer ? Tier::offload : Tier::compute;
+  auto part = [&](bool sharded, const char* what) {
+    return std::string(what) + (sharded ? " (shards)" : "");
+  };
+  std::vector<StateSpec> table = {
+      {StateBuf::weights, 0, part(s.stage >= 3, "weights"), Tier::compute, s.stage >= 3 ? shards : whole,
+       s.weight_bytes},
+      {StateBuf::gradients, 0, part(s.stage >= 2, "gradients"), s.stage >= 2 ? optimizer_tier : Tier::compute,
+       s.stage >= 2 ? shards : whole, 4},
+  };
+  if (master)
+    table.push_back({StateBuf::master, 0, part(s.stage >= 1, "master weights"), optimizer_tier,
+                     s.stage >= 1 ? shards : whole, 4});
+  table.push_back({StateBuf::m, 0, part(s.stage >= 1, "AdamW m"), optimizer_tier, s.stage >= 1 ? shards : whole, 4});
+  table.push_back({StateBuf::v, 0, part(s.stage >= 1, "AdamW v"), optimizer_tier, s.stage >= 1 ? shards : whole, 4});
+  const ZeroPlan plan = zero_plan(layout, s);
+  for (size_t k = 0; k < plan.slots.size(); ++k)
+    table.push_back({StateBuf::slot, static_cast<int>(k), "ZeRO slot " + std::to_string(k), Tier::compute,
+                     plan.slots[k].bytes, 1});
+  return table;
+}
+
 }  // namespace fpdt::pipeline

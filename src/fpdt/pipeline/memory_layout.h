@@ -1,7 +1,9 @@
 // One table of the FPDT pipeline's memory: every compute-tier chunk buffer and every offload-store
-// array, named, with its shape and element type, as a pure function of the sizes. The pipeline's
-// reserve() allocates exactly these (one arena, one store), the dry run counts them, `fpdt plan`
-// (plan/memory_model.cpp) adds them up with its own element size, and the memory tests read them.
+// array, named, with its shape and element type, and the model states (weights, gradients, AdamW's
+// moments and master weights, whole or sharded by the ZeRO stage, and ZeRO's slots) — pure functions
+// of the sizes. The pipeline's reserve() and ModelStates allocate exactly these, the dry run counts
+// them, `fpdt plan` (plan/memory_model.cpp) adds them up with its own element size, and the memory
+// tests read them.
 //
 // Vocabulary (DESIGN.md §5): a chunk holds B sequences × c local tokens — rows = B·c token rows in
 // (b, t) order; a head-sharded tensor (B, C, H/P, D) with C = P·c holds as many elements as the
@@ -12,11 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "fpdt/model/config.h"
+#include "fpdt/model/parameters.h"
 #include "fpdt/pipeline/chunk_plan.h"
 #include "fpdt/pipeline/ulysses.h"
+#include "fpdt/pipeline/zero_plan.h"
+#include "fpdt/tensor/memory.h"
 
 namespace fpdt::pipeline {
 
@@ -119,5 +125,49 @@ int64_t head_rows(const LayoutShape& shape);
 // none), or one group of its arrays.
 size_t chunk_arena_bytes(const LayoutShape& shape);
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group = std::nullopt);
+
+// ---- model states (pipeline/model_states.h) ---------------------------------------------------------
+// ZeRO over W ranks: stage ≥ 1 shards AdamW's moments (and master weights), ≥ 2 the gradients, 3 the
+// weights. Each unit of the parameter layout (model/parameters.h) is sharded on its own: rank r holds
+// floats [r·s, (r + 1)·s) of it, s = shard_floats(unit, W), whole 4 KiB blocks — so shards are
+// transfer blocks, and the gradient norm's blocks (kShardBlockFloats) never straddle two ranks.
+constexpr int64_t kShardBlockFloats = 1024;
+int64_t shard_floats(int64_t unit_floats, int64_t ranks);
+struct ShardRange {
+  int64_t begin = 0, end = 0;  // floats from the unit's start
+  int64_t size() const { return end - begin; }
+};
+// Rank r's part of a unit of n floats on W ranks: [r·s, (r + 1)·s) ∩ [0, n). The last ranks may hold
+// less than s, or nothing.
+ShardRange shard_range(int64_t unit_floats, int64_t ranks, int64_t rank);
+
+struct StateShape {
+  int stage = 0;
+  int64_t W = 1;                   // ranks the states are sharded over: dp · sp
+  bool offload_optimizer = false;  // gradient shards, moments and master weights in the offload tier
+  bool recompute_layer = false;    // the ZeRO plan's segments read both of a layer's units in backward
+  int64_t weight_bytes = 4;        // one stored weight: 4 (fp32), or 2 (bf16: the plan) with an fp32 master
+};
+
+enum class StateBuf : uint8_t {
+  weights,        // whole (N), or this rank's shards (stage 3)
+  gradients,      // whole, or shards (stage ≥ 2; offloaded with the optimizer)
+  master,         // fp32 master weights, where the weights are not them (bf16, or an offloaded optimizer)
+  m, v,           // AdamW's moments: whole, or shards (stage ≥ 1)
+  slot,           // stage ≥ 2: a ZeRO slot (zero_plan.h) for gathered weights or a unit's full gradient
+};
+struct StateSpec {
+  StateBuf id;
+  int slot;            // slot: which; else 0
+  std::string name;    // "weights (shards)", "ZeRO slot 0", ...
+  Tier tier;
+  int64_t elements;    // of element_bytes each (a slot: its bytes, element_bytes 1)
+  int64_t element_bytes;
+  int64_t bytes() const;  // transfer_bytes(elements · element_bytes)
+};
+// Every model-state buffer of one rank, in allocation order: weights, gradients, [master], m, v, slots.
+std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& shape);
+// The ZeRO plan of the layout's model (its slots are the table's).
+ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape);
 
 }  // namespace fpdt::pipeline

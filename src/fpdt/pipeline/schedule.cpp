@@ -115,6 +115,7 @@ const char* op_name(Op op) {
     case Op::zero: return "zero";
     case Op::inputs: return "inputs";
     case Op::docs: return "docs";
+    case Op::segment: return "segment (model states)";
     case Op::q_to_heads: return "all-to-all q to heads";
     case Op::kv_to_heads: return "all-to-all kv to heads";
     case Op::q_to_sequence: return "all-to-all q to sequence";
@@ -145,7 +146,8 @@ Role operand_role(Op op, int operand, bool flag) {
     case Op::fetch: return pick({R::out});
     case Op::write: return pick({R::in});
     case Op::wait:
-    case Op::inputs: return R::none;
+    case Op::inputs:
+    case Op::segment: return R::none;
     case Op::zero:
     case Op::docs:
     case Op::embed: return pick({R::out});
@@ -399,6 +401,8 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
     b.compute(Op::zero, i, {Buf::dq_first});
     b.write(Buf::dq_first, Array::d_q, l, i);
   }
+  // The output projection's and MLP's gradients are final; phase B reads the layer's other weights.
+  b.compute(Op::segment, -1, {});
   // Phase B: outer kv chunk i, inner live q chunks j ≥ i (the diagonal first: its dq is final last).
   for (int i = 0; i < u; ++i) {
     std::vector<int> qs;
@@ -504,28 +508,36 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
       if (backward) b.write(Buf::d_res, Array::d_res, l, i);
     }
   });
-  const int layers = schedule.layers;
-  schedule.calls.push_back({embed, 0});
-  for (int layer = 0; layer < layers; ++layer) schedule.calls.push_back({forward[mask_of_layer[layer]], layer});
-  schedule.calls.push_back({head, layers});
-  if (!backward) return schedule;
-
   std::vector<int> backward_layer;
-  for (int m = 0; m < masks; ++m)
-    backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
-      if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false, false});
-      layer_backward(b, schedule.masks[m], schedule.mlp_kept);
-    }));
-  const int embed_backward = add("embed backward", -1, [&](Builder& b) {
-    for (int i = 0; i < u; ++i) {
-      b.compute(Op::inputs, i, {});
-      b.fetch(Array::d_res, l, i, Buf::d_res);
-      b.compute(Op::embed_backward, i, {Buf::d_res});
+  int embed_backward = -1;
+  if (backward) {
+    for (int m = 0; m < masks; ++m)
+      backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
+        if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false, false});
+        layer_backward(b, schedule.masks[m], schedule.mlp_kept);
+      }));
+    embed_backward = add("embed backward", -1, [&](Builder& b) {
+      for (int i = 0; i < u; ++i) {
+        b.compute(Op::inputs, i, {});
+        b.fetch(Array::d_res, l, i, Buf::d_res);
+        b.compute(Op::embed_backward, i, {Buf::d_res});
+      }
+    });
+  }
+  for (const CallRef& call : call_order(schedule.layers, backward)) {
+    const size_t mask = call.kind == CallKind::layer_forward || call.kind == CallKind::layer_backward
+                            ? static_cast<size_t>(mask_of_layer[static_cast<size_t>(call.layer)])
+                            : 0;
+    int program = 0;
+    switch (call.kind) {
+      case CallKind::embed: program = embed; break;
+      case CallKind::layer_forward: program = forward[mask]; break;
+      case CallKind::head: program = head; break;
+      case CallKind::layer_backward: program = backward_layer[mask]; break;
+      case CallKind::embed_backward: program = embed_backward; break;
     }
-  });
-  for (int layer = layers - 1; layer >= 0; --layer)
-    schedule.calls.push_back({backward_layer[mask_of_layer[layer]], layer});
-  schedule.calls.push_back({embed_backward, 0});
+    schedule.calls.push_back({program, call.layer, call.kind});
+  }
   return schedule;
 }
 

@@ -17,8 +17,8 @@
 //
 // A layer's program is the same for every layer with the same block mask (a sliding window may differ
 // by layer); it names store slots relative to its layer (this layer, or the next one's input), so the
-// schedule is O(u²) steps however many layers there are, and per-layer steps to come (ZeRO-3's
-// parameter gather, prefetch and release) have their place.
+// schedule is O(u²) steps however many layers there are. The calls are zero_plan.h's call order, so
+// ZeRO's steps around each call (gather, prefetch, reduce) are the ZeRO plan's, call for call.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@
 
 #include "fpdt/pipeline/chunk_plan.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/zero_plan.h"
 
 namespace fpdt::pipeline {
 
@@ -75,6 +76,7 @@ enum class Op : uint8_t {
   zero,     // buffers[0] = 0
   inputs,   // the chunk's token ids and positions (flag: and targets, loss mask) from the batch
   docs,     // buffers[0] (q_docs or kv_docs) = document ids of global chunk `chunk`
+  segment,  // a layer backward's halves meet: the model states' steps between them (zero_plan.h)
   // the Ulysses all-to-all: buffers[0] → buffers[1]
   q_to_heads, kv_to_heads, q_to_sequence, kv_grad_to_sequence,
   // the maths, forward
@@ -136,8 +138,9 @@ struct Schedule {
   struct Call {
     int program;  // index into programs
     int layer;    // the layer its slots are relative to
+    CallKind kind;
   };
-  std::vector<Call> calls;  // in order
+  std::vector<Call> calls;  // in order: call_order(layers, pass)
   // The header, the masks, the calls, and every program once, one step per line.
   std::string describe() const;
 };

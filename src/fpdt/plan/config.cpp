@@ -161,6 +161,9 @@ PlanShape derive_shape(const PlanConfig& config) {
                 "give global tokens per chunk, e.g. 64K, or auto");
   if (config.zero_stage < 0 || config.zero_stage > 3)
     throw Error(kModule, join({"ZeRO stage must be 0, 1, 2 or 3, got ", str(config.zero_stage)}));
+  if (config.offload_optimizer && (config.mode != Mode::fpdt || config.zero_stage < 2))
+    throw Error(kModule, "an offloaded optimizer is planned for --mode fpdt with --zero 2 or 3",
+                "add --zero 2 (or 3), or drop --offload-optimizer");
   if (config.precision != DType::bf16 && config.precision != DType::f32)
     throw Error(kModule, "precision must be bf16 or fp32");
 

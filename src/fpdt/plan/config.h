@@ -66,6 +66,7 @@ struct PlanConfig {
   Recompute recompute = Recompute::layer;
   OffloadTier offload = OffloadTier::ram;
   int zero_stage = 3;
+  bool offload_optimizer = false;  // fpdt: gradient shards, moments and master weights in the offload tier
   DType precision = DType::bf16;  // storage of weights and activations: bf16 or f32
 };
 

@@ -219,11 +219,39 @@ void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s
           zero3_gather_bytes(config, s), "2·a·largest weight");
 }
 
+// fpdt, ours: the model states of the pipeline's table (memory_layout.h's model_state_buffers, which
+// pipeline::ModelStates allocates), with the plan's weight size a.
+void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanShape& s) {
+  model::ModelConfig planned = config.model;
+  if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
+  const model::ParameterLayout layout(planned);
+  pipeline::StateShape shape;
+  shape.stage = config.zero_stage;
+  shape.W = config.zero_stage >= 1 ? s.W : 1;
+  shape.offload_optimizer = config.offload_optimizer;
+  shape.recompute_layer = config.recompute == Recompute::layer;
+  shape.weight_bytes = static_cast<int64_t>(s.a);
+  const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
+  for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
+    const bool whole = spec.elements == layout.total_numel();
+    std::string formula;
+    switch (spec.id) {
+      case pipeline::StateBuf::weights: formula = whole ? "a·N" : "a·" + shards; break;
+      case pipeline::StateBuf::slot: formula = "largest unit in it: a or 4 bytes a value (ZeRO plan)"; break;
+      default: formula = whole ? "4·N" : "4·" + shards; break;
+    }
+    out.add("model states: " + spec.name, "model states", spec.tier, Phase::always, d(spec.bytes()), formula);
+  }
+}
+
 }  // namespace
 
 std::vector<Component> memory_components(const PlanConfig& config, const PlanShape& s) {
   Builder out;
-  add_model_states(out, config, s);
+  if (config.mode == Mode::fpdt)
+    add_fpdt_model_states(out, config, s);
+  else
+    add_model_states(out, config, s);
   const Tier chunk_tier = config.offload == OffloadTier::none ? Tier::compute : Tier::offload;
   const std::string rope = "2·S·rotary_dim·4";
 

@@ -35,7 +35,8 @@ struct Component {
   std::string formula;  // the formula in the plan's vocabulary, e.g. "L·a·h·T"
 };
 
-// ---- model states (docs/memory.md §3) --------------------------------------------------------------
+// ---- model states (docs/memory.md §3): of DeepSpeed (ulysses, fpdt-reference); our fpdt mode reads
+// the pipeline's own table (pipeline/memory_layout.h's model_state_buffers, §7) ------------------------
 // Weights in the training precision, sharded over W ranks from ZeRO-3: N·a / W.
 double weight_bytes(const PlanConfig& config, const PlanShape& shape);
 // fp32 gradients (the accumulators DESIGN.md §4 and DeepSpeed's bf16 path keep), sharded from ZeRO-2: 4N / W.

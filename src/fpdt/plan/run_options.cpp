@@ -80,7 +80,21 @@ Option& threads(OptionSet& set, int& field) {
 }
 
 Option& zero(OptionSet& set, int& field) {
-  return set.add("zero", "0..3", "ZeRO stage over dp x sp ranks", field).at_least(0).at_most(3);
+  return set
+      .add("zero", "0..3",
+           "ZeRO stage over the dp x sp ranks: 1 shards AdamW's moments, 2 also the gradients, 3 also the weights",
+           field)
+      .at_least(0)
+      .at_most(3);
+}
+
+Option& offload_optimizer(OptionSet& set, std::string& field) {
+  return set
+      .add("offload-optimizer", "none|ram",
+           "ram: gradient shards, AdamW's moments and fp32 master weights in the offload tier, updated there "
+           "(ZeRO-Offload; --zero 2 or 3)",
+           field)
+      .choices({"none", "ram"});
 }
 
 }  // namespace fpdt::plan::options

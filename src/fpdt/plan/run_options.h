@@ -27,5 +27,6 @@ Option& compute_mem(OptionSet& set, int64_t& field);
 Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);
 Option& threads(OptionSet& set, int& field);           // --threads N (0: all cores)
 Option& zero(OptionSet& set, int& field);              // --zero 0..3
+Option& offload_optimizer(OptionSet& set, std::string& field);  // --offload-optimizer none|ram
 
 }  // namespace fpdt::plan::options

@@ -96,6 +96,30 @@ void Buffer::reset() noexcept {
   bytes_ = 0;
 }
 
+CountedBytes::CountedBytes(Tier tier, size_t bytes, const std::string& what, const std::string& hint)
+    : tier_(tier) {
+  MemoryTiers::instance().reserve(tier, bytes, what, hint);
+  bytes_ = bytes;
+}
+
+CountedBytes::~CountedBytes() {
+  if (bytes_ > 0) MemoryTiers::instance().release(tier_, bytes_);
+}
+
+CountedBytes::CountedBytes(CountedBytes&& other) noexcept : bytes_(other.bytes_), tier_(other.tier_) {
+  other.bytes_ = 0;
+}
+
+CountedBytes& CountedBytes::operator=(CountedBytes&& other) noexcept {
+  if (this != &other) {
+    if (bytes_ > 0) MemoryTiers::instance().release(tier_, bytes_);
+    bytes_ = other.bytes_;
+    tier_ = other.tier_;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
 Arena::Arena(Tier tier, size_t capacity_bytes, const std::string& what)
     : buffer_(tier, capacity_bytes, what), what_(what) {}
 

@@ -71,6 +71,24 @@ class Buffer {
   Tier tier_ = Tier::compute;
 };
 
+// Bytes counted in a tier with no memory behind them: what --dry-run lays out but never allocates
+// (it counts against the tier's limit, and its peak, like a Buffer of the same size).
+class CountedBytes {
+ public:
+  CountedBytes() = default;
+  CountedBytes(Tier tier, size_t bytes, const std::string& what, const std::string& hint);
+  ~CountedBytes();
+  CountedBytes(CountedBytes&& other) noexcept;
+  CountedBytes& operator=(CountedBytes&& other) noexcept;
+  CountedBytes(const CountedBytes&) = delete;
+  CountedBytes& operator=(const CountedBytes&) = delete;
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_ = 0;
+  Tier tier_ = Tier::compute;
+};
+
 // Bump allocator over one Buffer: take() hands out aligned slices, reset() frees all at once.
 // Its capacity is fixed at construction, so the tier sees one allocation.
 class Arena {

@@ -205,6 +205,19 @@ void SafetensorsReader::read(const std::string& name, const Tensor& dst) const {
                            dtype_name(dst.dtype()));
 }
 
+void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* dst) const {
+  const SafetensorsEntry& stored = entry(name);
+  const int64_t numel = shape_numel(stored.shape);
+  if (stored.dtype != DType::f32)
+    throw Error(kModule, path_ + ": tensor '" + name + "' is " + dtype_name(stored.dtype) + ", expected F32");
+  if (begin < 0 || count < 0 || begin + count > numel)
+    throw Error(kModule, path_ + ": tensor '" + name + "' has " + std::to_string(numel) + " elements, not [" +
+                             std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
+                "the file belongs to another model or partition");
+  read_fully_at(fd_, dst, static_cast<size_t>(count) * sizeof(float),
+                data_begin_bytes_ + stored.begin_bytes + static_cast<size_t>(begin) * sizeof(float), path_, kModule);
+}
+
 std::vector<float> SafetensorsReader::read_floats(const std::string& name) const {
   const SafetensorsEntry& stored = entry(name);
   std::vector<float> values(static_cast<size_t>(shape_numel(stored.shape)));

@@ -51,6 +51,9 @@ class SafetensorsReader {
   // Copies tensor `name` into dst after checking its dtype and shape; F32 destinations also accept
   // BF16 and F16 tensors (converted exactly). Throws fpdt::Error naming the tensor, file and mismatch.
   void read(const std::string& name, const Tensor& dst) const;
+  // Elements [begin, begin + count) of F32 tensor `name` (flattened) into dst: a piece of a large
+  // tensor without reading the rest (a rank's share of a saved optimizer shard).
+  void read_range(const std::string& name, int64_t begin, int64_t count, float* dst) const;
   // Convenience for tests and small tensors: the tensor converted to float.
   std::vector<float> read_floats(const std::string& name) const;
   std::vector<int32_t> read_ints(const std::string& name) const;

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -24,7 +27,13 @@ namespace {
 
 constexpr const char* kModule = "checkpoint";
 constexpr const char* kStateFormat = "fpdt-trainer-state";
-constexpr int kStateVersion = 1;
+constexpr int kStateVersion = 2;           // 2: optimizer shards and their partition; 1: optimizer.safetensors
+constexpr const char* kShardFormat = "fpdt-adamw-shards";
+constexpr const char* kWholeMoments = "optimizer.safetensors";  // version 1
+
+std::string shard_file(int rank, int ranks) {
+  return "optimizer-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + ".safetensors";
+}
 
 void write_text_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, [&](int fd) { write_fully(fd, text.data(), text.size(), path, kModule); }, kModule);
@@ -78,11 +87,10 @@ TrainerState read_state(const std::string& path) {
 }
 
 // What an update would turn into NaN: a weight or moment that is not finite, or a negative second
-// moment (its square root). `what` names the checkpoint or step for the message.
-void check_finite_state(const model::ParameterBlock& params, AdamW& optimizer, const std::string& what,
-                        const std::string& hint) {
-  if (!all_finite(params)) throw Error(kModule, what + " holds non-finite weights (NaN or Inf)", hint);
-  if (!all_finite(optimizer.m()) || !all_finite(optimizer.v()) || !all_at_least_zero(optimizer.v()))
+// moment (its square root). `what` names the checkpoint or step for the message. Collective.
+void check_finite_state(pipeline::ModelStates& states, const std::string& what, const std::string& hint) {
+  if (!states.weights_finite()) throw Error(kModule, what + " holds non-finite weights (NaN or Inf)", hint);
+  if (!states.moments_valid())
     throw Error(kModule, what + " holds AdamW moments that are not finite (or negative second moments)", hint);
 }
 
@@ -99,65 +107,117 @@ int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path
 
 }  // namespace
 
-void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
-                     const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
-                     const TrainerState& state, const Tokenizer& tokenizer, int keep) {
+void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
+                     AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
+                     comm::Communicator& world, int keep, const std::function<void()>& shard_written) {
   const std::string name = "step_" + std::to_string(state.step);
   // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
-  check_finite_state(params, optimizer, "refusing to save " + name + ": the model",
+  check_finite_state(states, "refusing to save " + name + ": the model",
                      "a step made the weights non-finite; the checkpoints already in " + run_dir + " are intact");
   const fs::path final_dir = fs::path(run_dir) / name;
   const fs::path temp_dir = fs::path(run_dir) / (name + ".partial");
-  std::error_code error;
-  fs::create_directories(run_dir, error);
-  if (error)
-    throw Error(kModule, "cannot create the run directory " + run_dir + ": " + error.message(),
-                "choose another --out directory or check its permissions");
-  fs::remove_all(temp_dir, error);  // debris of an earlier killed save
-  if (!fs::create_directory(temp_dir, error) || error)
-    throw Error(kModule, "cannot create " + temp_dir.string() + ": " + (error ? error.message() : "it exists"),
-                "check the run directory's permissions and free space");
-
-  save_hf_safetensors(config, layout, params, (temp_dir / "model.safetensors").string());
-  write_text_atomic((temp_dir / "config.json").string(), model::to_hf_config_json(config));
-  SafetensorsWriter moments;
-  for (const model::ParameterInfo& info : layout.tensors()) {
-    moments.add("m." + info.name, optimizer.m().view(info.name));
-    moments.add("v." + info.name, optimizer.v().view(info.name));
+  const model::ParameterLayout& layout = states.layout();
+  // The consolidated weights: every rank takes part in assembling them when they are sharded.
+  std::optional<model::ParameterBlock> gathered;
+  if (states.zero().stage >= 3) {
+    gathered.emplace(layout, "checkpoint weights (gathered from the shards)", Tier::offload);
+    states.gather_weights(*gathered);
   }
-  moments.set_metadata("format", "fpdt-adamw");
-  moments.set_metadata("version", "1");
-  moments.set_metadata("step", std::to_string(optimizer.step()));
-  moments.write((temp_dir / "optimizer.safetensors").string());
-  const nlohmann::ordered_json trainer_state = {
-      {"format", kStateFormat},
-      {"version", kStateVersion},
-      {"step", state.step},
-      {"seed", state.seed},
-      {"data_cursor", cursor_to_json(state.data)},
-      {"tokenizer_fingerprint", fingerprint_string(tokenizer.fingerprint())},
-      {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
-  write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
-  tokenizer.save(temp_dir.string());
+  if (world.rank() == 0) {
+    std::error_code error;
+    fs::create_directories(run_dir, error);
+    if (error)
+      throw Error(kModule, "cannot create the run directory " + run_dir + ": " + error.message(),
+                  "choose another --out directory or check its permissions");
+    fs::remove_all(temp_dir, error);  // debris of an earlier killed save
+    if (!fs::create_directory(temp_dir, error) || error)
+      throw Error(kModule, "cannot create " + temp_dir.string() + ": " + (error ? error.message() : "it exists"),
+                  "check the run directory's permissions and free space");
+  }
+  world.barrier();
 
-  fs::remove_all(final_dir, error);
-  fs::rename(temp_dir, final_dir, error);
-  if (error) throw Error(kModule, "cannot rename " + temp_dir.string() + " to " + final_dir.string() + ": " + error.message());
-  write_text_atomic((fs::path(run_dir) / "latest").string(), name + "\n");
-
-  // Keep the newest `keep` step folders.
-  std::vector<std::pair<int64_t, fs::path>> steps;
-  for (const auto& entry : fs::directory_iterator(run_dir, error)) {
-    const std::string folder = entry.path().filename().string();
-    if (!entry.is_directory() || !folder.starts_with("step_") || folder.ends_with(".partial")) continue;
-    try {
-      steps.emplace_back(std::stoll(folder.substr(5)), entry.path());
-    } catch (const std::exception&) {
+  // Each rank of the partition: its share of the moments, unit by unit.
+  if (world.rank() < states.partition_ranks()) {
+    const size_t units = layout.units().size();
+    std::vector<std::vector<float>> moments(2 * units);
+    SafetensorsWriter shards;
+    for (size_t u = 0; u < units; ++u) {
+      const int64_t count = states.own(static_cast<int>(u)).size();
+      std::vector<float>& m = moments[2 * u];
+      std::vector<float>& v = moments[2 * u + 1];
+      m.resize(static_cast<size_t>(count));
+      v.resize(static_cast<size_t>(count));
+      states.read_moments(static_cast<int>(u), m.data(), v.data());
+      shards.add("m." + std::to_string(u), Tensor(m.data(), DType::f32, {count}));
+      shards.add("v." + std::to_string(u), Tensor(v.data(), DType::f32, {count}));
     }
+    shards.set_metadata("format", kShardFormat);
+    shards.set_metadata("version", "1");
+    shards.set_metadata("step", std::to_string(optimizer.step()));
+    shards.set_metadata("ranks", std::to_string(states.partition_ranks()));
+    shards.set_metadata("rank", std::to_string(states.partition_rank()));
+    shards.write((temp_dir / shard_file(states.partition_rank(), states.partition_ranks())).string());
   }
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
-    if (steps[i].first != state.step) fs::remove_all(steps[i].second, error);
+  if (shard_written) shard_written();
+  world.barrier();
+
+  if (world.rank() == 0) {
+    save_hf_safetensors(config, layout, gathered ? *gathered : states.weights(),
+                        (temp_dir / "model.safetensors").string());
+    write_text_atomic((temp_dir / "config.json").string(), model::to_hf_config_json(config));
+    const nlohmann::ordered_json trainer_state = {
+        {"format", kStateFormat},
+        {"version", kStateVersion},
+        {"step", state.step},
+        {"seed", state.seed},
+        {"data_cursor", cursor_to_json(state.data)},
+        {"tokenizer_fingerprint", fingerprint_string(tokenizer.fingerprint())},
+        {"optimizer", {{"zero_stage", states.zero().stage}, {"ranks", states.partition_ranks()}}},
+        {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
+    write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+    tokenizer.save(temp_dir.string());
+
+    std::error_code error;
+    fs::remove_all(final_dir, error);
+    fs::rename(temp_dir, final_dir, error);
+    if (error)
+      throw Error(kModule, "cannot rename " + temp_dir.string() + " to " + final_dir.string() + ": " + error.message());
+    write_text_atomic((fs::path(run_dir) / "latest").string(), name + "\n");
+
+    // Keep the newest `keep` step folders.
+    std::vector<std::pair<int64_t, fs::path>> steps;
+    for (const auto& entry : fs::directory_iterator(run_dir, error)) {
+      const std::string folder = entry.path().filename().string();
+      if (!entry.is_directory() || !folder.starts_with("step_") || folder.ends_with(".partial")) continue;
+      try {
+        steps.emplace_back(std::stoll(folder.substr(5)), entry.path());
+      } catch (const std::exception&) {
+      }
+    }
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+      if (steps[i].first != state.step) fs::remove_all(steps[i].second, error);
+  }
+  world.barrier();
+}
+
+std::vector<std::string> optimizer_files(const std::string& checkpoint_dir) {
+  const fs::path dir(checkpoint_dir);
+  if (fs::exists(dir / kWholeMoments)) return {(dir / kWholeMoments).string()};
+  std::vector<std::pair<int, std::string>> files;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    int rank = -1, ranks = -1;
+    char tail = 0;
+    const std::string file = entry.path().filename().string();
+    if (std::sscanf(file.c_str(), "optimizer-%d-of-%d.safetensor%c", &rank, &ranks, &tail) == 3 && tail == 's' &&
+        file == shard_file(rank, ranks))
+      files.emplace_back(rank, entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> paths;
+  for (const auto& [rank, path] : files) paths.push_back(path);
+  return paths;
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
@@ -180,14 +240,18 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sta
     if (!json.is_object() || !json.contains("format") || json.at("format") != kStateFormat)
       throw Error(kModule, state_path + " is not an fpdt trainer state (no \"format\": \"" + kStateFormat + "\")");
     const int version = whole_number<int>(json.at("version"), state_path, "version");
-    if (version != kStateVersion)
-      throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads version " +
+    if (version != kStateVersion && version != 1)
+      throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads versions 1 and " +
                                std::to_string(kStateVersion));
     state.step = whole_number<int64_t>(json.at("step"), state_path, "step");
     if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
     state.seed = whole_number<uint64_t>(json.at("seed"), state_path, "seed");
     state.data = cursor_from_json(json.at("data_cursor"), state_path);
     state.settings = json.at("settings");
+    if (version >= 2) {
+      state.optimizer_ranks = whole_number<int>(json.at("optimizer").at("ranks"), state_path, "ranks");
+      if (state.optimizer_ranks < 1) throw std::invalid_argument("\"ranks\" of the optimizer is not a count of ranks");
+    }
   } catch (const Error&) {
     throw;  // names the file already
   } catch (const std::exception& error) {
@@ -197,8 +261,68 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sta
   return state;
 }
 
+namespace {
+
+// Fills this rank's share of the moments of every unit from the shards of a partition of `ranks`
+// ranks (or, ranks = 0, from a version 1 optimizer.safetensors of whole moments); returns the
+// optimizer's step count the files record.
+int64_t load_moments(const fs::path& dir, int ranks, pipeline::ModelStates& states) {
+  const model::ParameterLayout& layout = states.layout();
+  std::vector<std::unique_ptr<SafetensorsReader>> readers(static_cast<size_t>(std::max(ranks, 1)));
+  auto reader = [&](int rank) -> SafetensorsReader& {
+    std::unique_ptr<SafetensorsReader>& open = readers[static_cast<size_t>(rank)];
+    if (open) return *open;
+    const std::string path = (dir / (ranks == 0 ? std::string(kWholeMoments) : shard_file(rank, ranks))).string();
+    open = std::make_unique<SafetensorsReader>(path);
+    if (ranks > 0 && (open->metadata("format") != kShardFormat || open->metadata("ranks") != std::to_string(ranks) ||
+                      open->metadata("rank") != std::to_string(rank)))
+      throw Error(kModule, path + " is not rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                               "'s optimizer shard",
+                  "the step folder was assembled from different checkpoints; resume from another one");
+    return *open;
+  };
+  std::vector<float> m, v;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const model::ParameterUnit& unit = layout.units()[u];
+    const pipeline::ShardRange own = states.own(static_cast<int>(u));
+    m.assign(static_cast<size_t>(own.size()), 0.0f);
+    v.assign(static_cast<size_t>(own.size()), 0.0f);
+    if (ranks == 0) {  // whole moments by tensor name: the pieces of the tensors in this rank's share
+      for (const model::ParameterInfo& info : layout.tensors()) {
+        const int64_t begin = std::max(info.offset, unit.begin + own.begin);
+        const int64_t end = std::min(info.offset + info.numel(), unit.begin + own.end);
+        if (begin >= end) continue;
+        const size_t at = static_cast<size_t>(begin - unit.begin - own.begin);
+        reader(0).read_range("m." + info.name, begin - info.offset, end - begin, m.data() + at);
+        reader(0).read_range("v." + info.name, begin - info.offset, end - begin, v.data() + at);
+      }
+    } else {  // the saved shares that overlap this rank's
+      for (int rank = 0; rank < ranks; ++rank) {
+        const pipeline::ShardRange saved = pipeline::shard_range(unit.numel(), ranks, rank);
+        const int64_t begin = std::max(own.begin, saved.begin), end = std::min(own.end, saved.end);
+        if (begin >= end) continue;
+        SafetensorsReader& shard = reader(rank);
+        for (const char* moment : {"m.", "v."}) {
+          const std::string tensor = moment + std::to_string(u);
+          if (shape_numel(shard.entry(tensor).shape) != saved.size())
+            throw Error(kModule, shard.path() + ": tensor '" + tensor + "' holds " +
+                                     std::to_string(shape_numel(shard.entry(tensor).shape)) + " values, not the " +
+                                     std::to_string(saved.size()) + " of rank " + std::to_string(rank) + "'s share",
+                        "the checkpoint belongs to a model with another configuration");
+          shard.read_range(tensor, begin - saved.begin, end - begin,
+                           (moment[0] == 'm' ? m.data() : v.data()) + (begin - own.begin));
+        }
+      }
+    }
+    states.write_moments(static_cast<int>(u), m.data(), v.data());
+  }
+  return optimizer_step(reader(0), reader(0).path());
+}
+
+}  // namespace
+
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
-                             const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer) {
+                             pipeline::ModelStates& states, AdamW& optimizer) {
   const fs::path dir(checkpoint_dir);
   if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
   const model::ModelConfig saved = model::load_hf_config((dir / "config.json").string());
@@ -208,21 +332,21 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
 
   const std::string state_path = (dir / "trainer_state.json").string();
   const TrainerState state = read_state(state_path);
+  const int shard_ranks = state.optimizer_ranks;
 
-  load_hf_safetensors(config, layout, params, (dir / "model.safetensors").string());
-  const std::string moments_path = (dir / "optimizer.safetensors").string();
-  SafetensorsReader moments(moments_path);
-  for (const model::ParameterInfo& info : layout.tensors()) {
-    moments.read("m." + info.name, optimizer.m().view(info.name));
-    moments.read("v." + info.name, optimizer.v().view(info.name));
+  {
+    model::ParameterBlock whole(states.layout(), "checkpoint weights (read before sharding)", Tier::offload);
+    load_hf_safetensors(config, states.layout(), whole, (dir / "model.safetensors").string());
+    states.load_weights(whole);
   }
-  const int64_t updates = optimizer_step(moments, moments_path);
+  const int64_t updates = load_moments(dir, shard_ranks, states);
   if (updates > state.step)
-    throw Error(kModule, moments_path + " counts " + std::to_string(updates) + " AdamW updates, more than the " +
+    throw Error(kModule, (dir / (shard_ranks == 0 ? std::string(kWholeMoments) : shard_file(0, shard_ranks))).string() +
+                             " counts " + std::to_string(updates) + " AdamW updates, more than the " +
                              std::to_string(state.step) + " steps of " + state_path,
                 "the files come from different checkpoints; resume from another one");
   optimizer.set_step(updates);
-  check_finite_state(params, optimizer, checkpoint_dir,
+  check_finite_state(states, checkpoint_dir,
                      "resume from an earlier checkpoint (write its folder name into " +
                          (dir.parent_path() / "latest").string() + ")");
   return state;

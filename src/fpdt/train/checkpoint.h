@@ -1,23 +1,33 @@
 // Checkpoints: a folder per saved step that Hugging Face tools load as it is (model.safetensors with
 // HF tensor names + config.json), with the optimizer's moments and the trainer's state beside it:
-//   <run>/step_<N>/model.safetensors      weights, HF names
+//   <run>/step_<N>/model.safetensors      weights, HF names, consolidated (written by rank 0)
 //   <run>/step_<N>/config.json            HF config
-//   <run>/step_<N>/optimizer.safetensors  AdamW m and v (internal names "m.<name>", "v.<name>")
+//   <run>/step_<N>/optimizer-<r>-of-<P>.safetensors
+//                                         AdamW m and v: partition rank r's share of each parameter unit
+//                                         (tensors "m.<unit>", "v.<unit>"; pipeline/memory_layout.h's
+//                                         shard_range), written by that rank; P = W from ZeRO stage 1, 1
+//                                         below. (Version 1 checkpoints hold optimizer.safetensors: whole
+//                                         moments under internal names "m.<name>", "v.<name>".)
 //   <run>/step_<N>/trainer_state.json     format/version, step, data cursor, seed, run settings,
-//                                         the tokenizer's fingerprint
+//                                         the tokenizer's fingerprint, the optimizer's partition
 //   <run>/step_<N>/tokenizer.json         the tokenizer the shards were made with (byte runs too),
 //   <run>/step_<N>/tokenizer_config.json  so transformers' AutoTokenizer.from_pretrained(step) works
 //   <run>/latest                          "step_<N>", replaced atomically after a complete save
-// A step folder is written under a temporary name and renamed when complete; `latest` moves only
-// then, so a failed or killed save never damages the checkpoint before it.
+// A step folder is written under a temporary name, by every rank of the partition, and renamed by
+// rank 0 when complete; `latest` moves only then, so a failed or killed save (of any rank) never
+// damages the checkpoint before it. A checkpoint resumes at any world size and ZeRO stage: each rank
+// reads its share of the moments from the shards that hold it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "fpdt/comm/communicator.h"
 #include "fpdt/model/config.h"
-#include "fpdt/model/parameters.h"
+#include "fpdt/pipeline/model_states.h"
 #include "fpdt/train/data_loader.h"
 #include "fpdt/train/optimizer.h"
 #include "fpdt/train/tokenizer.h"
@@ -29,16 +39,20 @@ struct TrainerState {
   DataLoaderState data{};      // the training loader's cursor
   uint64_t seed = 0;
   nlohmann::ordered_json settings;  // the run's effective settings ({"option": value}), for `fpdt inspect`
+  int optimizer_ranks = 0;     // the partition the optimizer's shards were saved in (0: version 1, whole moments)
 };
 
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
-// step folders and removes older ones. Refuses (fpdt::Error, nothing written or removed) weights or
-// moments that are not finite, so every checkpoint in a run folder is one a run can continue from and
-// the rotation never deletes the last finite one. Throws fpdt::Error naming the path on any failure.
-// The tokenizer's files are written beside the weights, its fingerprint into trainer_state.json.
-void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config,
-                     const model::ParameterLayout& layout, const model::ParameterBlock& params, AdamW& optimizer,
-                     const TrainerState& state, const Tokenizer& tokenizer, int keep = 2);
+// step folders and removes older ones. Collective over `world` (the states' ranks). Refuses (fpdt::Error
+// on every rank, nothing written or removed) weights or moments that are not finite, so every
+// checkpoint in a run folder is one a run can continue from and the rotation never deletes the last
+// finite one. Throws fpdt::Error naming the path on any failure. The tokenizer's files are written
+// beside the weights, its fingerprint into trainer_state.json.
+// shard_written: a test hook each rank runs once its optimizer shard is written (before the checkpoint
+// is complete).
+void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
+                     AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
+                     comm::Communicator& world, int keep = 2, const std::function<void()>& shard_written = {});
 
 // The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
 std::string latest_checkpoint(const std::string& run_dir);
@@ -46,12 +60,17 @@ std::string latest_checkpoint(const std::string& run_dir);
 // Parses and checks trainer_state.json text (read from state_path, named in errors).
 TrainerState parse_trainer_state(const std::string& text, const std::string& state_path);
 
-// Restores params, optimizer moments and step from a step folder; returns the trainer state. Checks
-// that the checkpoint's config.json describes `config`; throws fpdt::Error for a missing, truncated
-// or corrupt file, naming it (a trainer state that is not a small shallow JSON object of whole numbers,
-// an AdamW step count that is not one, non-finite weights or moments).
+// Restores the weights, this rank's share of the moments (from the shards of whatever partition saved
+// them) and the step count into `states` and `optimizer`; returns the trainer state. Collective over
+// the states' ranks (they agree on the finite checks). Checks that the checkpoint's config.json
+// describes `config`; throws fpdt::Error for a missing, truncated or corrupt file, naming it (a trainer
+// state that is not a small shallow JSON object of whole numbers, an AdamW step count that is not one,
+// shards of another model, non-finite weights or moments).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
-                             const model::ParameterLayout& layout, model::ParameterBlock& params, AdamW& optimizer);
+                             pipeline::ModelStates& states, AdamW& optimizer);
+
+// The optimizer files of a step folder, in partition-rank order (one for a version 1 checkpoint).
+std::vector<std::string> optimizer_files(const std::string& checkpoint_dir);
 
 // The tokenizer a step folder was trained with: its tokenizer.json (which must be the one its
 // trainer_state.json records), or the byte tokenizer for checkpoints from before tokenizer files when

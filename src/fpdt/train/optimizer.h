@@ -1,13 +1,12 @@
-// AdamW over a model's parameter block (PyTorch semantics, decoupled weight decay on matrices and
-// embeddings only — norm weights and biases are not decayed), global gradient-norm clipping, and the
-// warmup + cosine learning-rate schedule. The moments m and v share the parameters' layout, so a
-// checkpoint stores them under the same internal names.
+// AdamW (PyTorch semantics, decoupled weight decay on matrices and embeddings only — norm weights and
+// biases are not decayed), global gradient-norm clipping, and the warmup + cosine learning-rate
+// schedule. The moments live in the model states (pipeline/model_states.h), whole or sharded by the
+// ZeRO stage; this class holds the hyper-parameters and the update count and runs the update there.
 #pragma once
 
 #include <cstdint>
 
-#include "fpdt/kernels/backend.h"
-#include "fpdt/model/parameters.h"
+#include "fpdt/pipeline/model_states.h"
 
 namespace fpdt::train {
 
@@ -29,34 +28,23 @@ double learning_rate(const OptimizerConfig& config, int64_t step);
 
 class AdamW {
  public:
-  AdamW(const model::ParameterLayout& layout, kernels::Backend& backend, const OptimizerConfig& config);
+  explicit AdamW(const OptimizerConfig& config) : config_(config) {}
 
-  // One update of `params` from `grads` with learning rate `lr`; advances step().
-  void update(model::ParameterBlock& params, const model::ParameterBlock& grads, double lr);
+  // One update of the states' weights (this rank's part) from their gradients with learning rate
+  // `lr`; advances step().
+  void update(pipeline::ModelStates& states, double lr);
 
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
-  model::ParameterBlock& m() { return m_; }
-  model::ParameterBlock& v() { return v_; }
   const OptimizerConfig& config() const { return config_; }
 
  private:
-  const model::ParameterLayout& layout_;
-  kernels::Backend& backend_;
   OptimizerConfig config_;
-  model::ParameterBlock m_;
-  model::ParameterBlock v_;
   int64_t step_ = 0;  // updates done so far
 };
 
-// Whether every value of the block is finite / at least zero (the padding between tensors is zero).
-bool all_finite(const model::ParameterBlock& block);
-bool all_at_least_zero(const model::ParameterBlock& block);
-
-// ‖grads‖₂ over the whole block (float64 accumulation).
-double global_grad_norm(kernels::Backend& backend, const model::ParameterBlock& grads);
-// Scales grads so their global norm is at most max_norm (as torch.nn.utils.clip_grad_norm_:
+// Scales the gradients so their global norm is at most max_norm (as torch.nn.utils.clip_grad_norm_:
 // coefficient max_norm / (norm + 1e-6), applied only when below 1). Returns the norm before clipping.
-double clip_grad_norm(kernels::Backend& backend, model::ParameterBlock& grads, double max_norm);
+double clip_grad_norm(pipeline::ModelStates& states, double max_norm);
 
 }  // namespace fpdt::train

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "fpdt/base/error.h"
+#include "fpdt/pipeline/model_states.h"
 #include "fpdt/plan/run_options.h"
 
 namespace fpdt::train {
@@ -78,6 +79,8 @@ FaultInjection parse_fault_injection(const std::string& text) {
   char tail = 0;
   if (std::sscanf(text.c_str(), "lr-inf@%lld%c", &step, &tail) == 1 && step > 0) {
     fault.lr_inf_from_step = step;
+  } else if (std::sscanf(text.c_str(), "kill-in-save@%lld%c", &step, &tail) == 1 && step > 0) {
+    fault.kill_in_save_step = step;
   } else if ((std::sscanf(text.c_str(), "nan-grad@%lldx%lld%c", &step, &count, &tail) == 2 ||
               (std::sscanf(text.c_str(), "nan-grad@%lld%c", &step, &tail) == 1 && (count = 1))) &&
              step > 0 && count > 0) {
@@ -85,7 +88,7 @@ FaultInjection parse_fault_injection(const std::string& text) {
     fault.nan_grad_steps = count;
   } else {
     throw Error(kModule, "FPDT_TEST_FAULT='" + text + "' is not a fault this build injects",
-                "lr-inf@STEP, nan-grad@STEP or nan-grad@STEPxCOUNT (a test hook; unset it for real runs)");
+                "lr-inf@STEP, nan-grad@STEP, nan-grad@STEPxCOUNT or kill-in-save@STEP (a test hook; unset it for real runs)");
   }
   return fault;
 }
@@ -154,6 +157,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
       .unit(Unit::bytes)
       .at_least(0)
       .zero_means("unlimited");
+  run::zero(set, s.zero);
+  run::offload_optimizer(set, s.offload_optimizer);
   set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
           s.dry_run);
   set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
@@ -190,6 +195,7 @@ void check_settings(const TrainSettings& s) {
   if (s.doc_positions == "restart" && !s.doc_mask)
     throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
                 "add --doc-mask (attention inside each document), or drop --doc-positions");
+  pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer == "ram", false});
   check_chunks(s);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }

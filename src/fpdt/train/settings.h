@@ -15,14 +15,17 @@
 
 namespace fpdt::train {
 
-// Test hook, never an option: makes steps non-finite on purpose so tests can watch the guard work.
-// The `fpdt` program reads it from the environment: FPDT_TEST_FAULT="lr-inf@K" (every update from
-// step K on uses lr = inf) or "nan-grad@K" / "nan-grad@KxN" (a NaN in rank 0's gradient, before the
-// all-reduce, in steps K .. K+N−1; N = 1 without "xN").
+// Test hook, never an option: makes steps non-finite on purpose so tests can watch the guard work, or
+// kills a rank in the middle of a checkpoint. The `fpdt` program reads it from the environment:
+// FPDT_TEST_FAULT="lr-inf@K" (every update from step K on uses lr = inf), "nan-grad@K" /
+// "nan-grad@KxN" (a NaN in rank 0's gradient, before the all-reduce, in steps K .. K+N−1; N = 1 without
+// "xN"), or "kill-in-save@K" (the last rank kills itself with SIGKILL once it has written its optimizer
+// shard of step K's checkpoint, before the checkpoint is complete).
 struct FaultInjection {
   int64_t lr_inf_from_step = 0;    // 0: never
   int64_t nan_grad_from_step = 0;  // 0: never
   int64_t nan_grad_steps = 0;
+  int64_t kill_in_save_step = 0;   // 0: never
 };
 // Parses FPDT_TEST_FAULT's value ("" → no fault); throws fpdt::Error for anything else.
 FaultInjection parse_fault_injection(const std::string& text);
@@ -64,6 +67,8 @@ struct TrainSettings {
   std::string offload = "none";       // none | ram | disk (in out_dir) | disk:DIR
   std::string recompute = "none";     // none | layer
   int64_t offload_mem_bytes = 0;      // 0: unlimited
+  int zero = 0;                       // ZeRO stage over the dp × sp ranks (pipeline/model_states.h)
+  std::string offload_optimizer = "none";  // none | ram: ZeRO-Offload of the optimizer (stage ≥ 2)
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
   bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -133,15 +134,31 @@ void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s)
                 "lower --seq (a dry run measures any length that can be laid out)");
 }
 
-// This data-parallel replica's rows of a global batch (dp · B rows), with their documents and positions
-// when the batch has them.
-model::Batch replica_rows(const Batch& batch, int dp_index, int64_t rows) {
-  const int64_t offset = dp_index * rows * batch.seq_tokens;
-  model::Batch replica{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
-                       batch.targets.data() + offset, nullptr};
-  if (!batch.doc_ids.empty()) replica.doc_ids = batch.doc_ids.data() + offset;
-  if (!batch.positions.empty()) replica.positions = batch.positions.data() + offset;
-  return replica;
+// Rows [first, first + rows) of a global batch (a replica's micro-batch), with their documents and
+// positions when the batch has them.
+model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
+  const int64_t offset = first * batch.seq_tokens;
+  model::Batch part{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
+                    batch.targets.data() + offset, nullptr};
+  if (!batch.doc_ids.empty()) part.doc_ids = batch.doc_ids.data() + offset;
+  if (!batch.positions.empty()) part.positions = batch.positions.data() + offset;
+  return part;
+}
+
+// A dry run started without mpirun lays out rank 0 of the world the settings ask for.
+std::unique_ptr<comm::Communicator> dry_world(const TrainSettings& s, const comm::Communicator& world) {
+  if (!s.dry_run || world.size() != 1 || s.sp * s.dp == 1) return nullptr;
+  return comm::make_dry(s.sp * s.dp, 0);
+}
+
+// What a state buffer is, for the dry run's table.
+const char* state_kind(pipeline::StateBuf buffer) {
+  switch (buffer) {
+    case pipeline::StateBuf::weights: return "params";
+    case pipeline::StateBuf::gradients: return "grads";
+    case pipeline::StateBuf::slot: return "params + grads (ZeRO slots)";
+    default: return "optimizer";
+  }
 }
 
 }  // namespace
@@ -177,16 +194,23 @@ pipeline::PipelineConfig pipeline_config(const TrainSettings& settings) {
   return config;
 }
 
+pipeline::ZeroConfig zero_config(const TrainSettings& settings) {
+  return pipeline::ZeroConfig{settings.zero, settings.offload_optimizer == "ram",
+                              pipeline_config(settings).recompute == pipeline::Recompute::layer};
+}
+
 // ---- set-up ---------------------------------------------------------------------------------------
 
-Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : settings_(settings), world_(world) {
-  check_settings(settings_);
+Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
+    : settings_((check_settings(settings), settings)),
+      dry_world_(dry_world(settings, world)),
+      world_(dry_world_ ? *dry_world_ : world) {
   if (settings_.optimizer.decay_steps == 0) settings_.optimizer.decay_steps = settings_.steps;
   const TrainSettings& s = settings_;
-  if (s.sp * s.dp != world.size())
+  if (s.sp * s.dp != world_.size())
     throw Error(kModule,
                 "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
-                    str(world.size()),
+                    str(world_.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   // A preset or config.json, or the --init-from folder's config.json; with the RoPE overrides of a
   // context extension.
@@ -197,21 +221,22 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world) : set
   if (!s.dry_run) {
     open_data();
     // The folder is taken only once the run can start: a refused run leaves it as it was.
-    if (world.rank() == 0)
+    if (world_.rank() == 0)
       run_folder_ = std::make_unique<RunFolder>(s.out_dir, s.resume      ? RunStart::resume
                                                            : s.overwrite ? RunStart::overwrite
                                                                          : RunStart::fresh);
-    world.barrier();
+    world_.barrier();
   }
   build_model();
   if (s.dry_run) return;
   if (!s.init_from.empty()) {
-    model::HfCheckpoint(s.init_from).load(config_, model_->layout(), model_->params());
+    model::ParameterBlock whole(states_->layout(), "weights from --init-from", Tier::offload);
+    model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
+    states_->load_weights(whole);
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
-  if (world.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
-  micro_.resize(static_cast<size_t>(s.grad_accum));
+  if (world_.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
   flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);
   first_step_ = step_ + 1;
 }
@@ -229,7 +254,7 @@ void Trainer::open_data() {
                     "), more than the model's " + str(config_.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
   DataLoaderConfig train_config;
-  train_config.batch_size = s.batch_size * s.dp;
+  train_config.batch_size = s.batch_size * s.dp * s.grad_accum;
   train_config.seq_tokens = s.seq_tokens;
   train_config.sampling = Sampling::random;
   train_config.seed = s.seed;
@@ -238,6 +263,7 @@ void Trainer::open_data() {
   train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   DataLoaderConfig val_config = train_config;
+  val_config.batch_size = s.batch_size * s.dp;
   val_config.sampling = Sampling::sequential;
   val_loader_ = std::make_unique<DataLoader>(std::move(val_shard), val_config);
   val_start_ = val_loader_->state();
@@ -250,10 +276,10 @@ void Trainer::build_model() {
   if (s.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.offload_mem_bytes));
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
   dp_index_ = world_.rank() / s.sp;
-  sp_group_ = world_.split(dp_index_, world_.rank());
+  sp_group_ = dry_world_ ? comm::make_dry(s.sp, world_.rank() % s.sp) : world_.split(dp_index_, world_.rank());
   if (s.peak_gflops > 0) {
     rates_.fma_peak_gflops = s.peak_gflops;
-  } else {
+  } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
   }
   print_table(config_, s, threads_, rates_, world_);
@@ -261,8 +287,14 @@ void Trainer::build_model() {
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
               " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
   backend_ = kernels::make_backend(s.backend);
-  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), s.seed);
-  optimizer_ = std::make_unique<AdamW>(model_->layout(), *backend_, s.optimizer);
+  // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
+  const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+  const size_t offload_before = MemoryTiers::instance().usage(Tier::offload).active_bytes;
+  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, zero_config(s), s.seed, s.dry_run);
+  result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
+  result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
+  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), *states_);
+  optimizer_ = std::make_unique<AdamW>(s.optimizer);
   if (!s.trace_path.empty()) trace::enable(world_.rank());
 }
 
@@ -279,7 +311,7 @@ void Trainer::resume() {
                     fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings_.data_dir +
                     " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
                 "resume with the --data the run was trained on, or start a new --out directory");
-  const TrainerState state = load_checkpoint(latest, config_, model_->layout(), model_->params(), *optimizer_);
+  const TrainerState state = load_checkpoint(latest, config_, *states_, *optimizer_);
   step_ = state.step;
   train_loader_->restore(state.data);
   resumed_ = true;
@@ -289,10 +321,26 @@ void Trainer::resume() {
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::dry_run() {
-  model_->dry_run(settings_.seq_tokens, static_cast<int>(settings_.batch_size));
-  if (settings_.print_schedule && world_.rank() == 0)
-    std::fputs(model_->schedule_for(settings_.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
-  TrainResult result;
+  const TrainSettings& s = settings_;
+  model_->dry_run(s.seq_tokens, static_cast<int>(s.batch_size));
+  if (s.print_schedule && world_.rank() == 0) {
+    std::fputs(model_->schedule_for(s.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
+    std::fputs(states_->plan().describe(true).c_str(), stdout);
+  }
+  TrainResult result = result_;
+  for (const pipeline::StateSpec& spec : states_->table())
+    result.memory.push_back({"model states: " + spec.name, state_kind(spec.id), spec.tier,
+                             static_cast<size_t>(spec.bytes())});
+  const pipeline::LayoutShape shape = model_->layout_shape(s.seq_tokens, static_cast<int>(s.batch_size));
+  result.memory.push_back({"chunk buffers (one arena)", "chunk buffers", Tier::compute,
+                           kernels::transfer_bytes(pipeline::chunk_arena_bytes(shape))});
+  const Tier store_tier = model_->pipeline().offload.kind == pipeline::OffloadKind::none ? Tier::compute : Tier::offload;
+  const std::pair<pipeline::StoreGroup, const char*> groups[] = {
+      {pipeline::StoreGroup::inputs, "store: layer inputs"},
+      {pipeline::StoreGroup::activations, "store: layer activations"},
+      {pipeline::StoreGroup::gradients, "store: gradients of the layer in backward"}};
+  for (const auto& [group, name] : groups)
+    result.memory.push_back({name, "store", store_tier, pipeline::store_bytes(shape, group)});
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
@@ -310,48 +358,40 @@ StepMetrics Trainer::step() {
   MemoryTiers::instance().reset_peak(Tier::compute);
   MemoryTiers::instance().reset_peak(Tier::offload);
   sp_group_->reset_bytes_sent();
-  model_->grads().zero();
-  double counted = 0.0;
-  for (Batch& batch : micro_) {
-    train_loader_->next(batch);
-    counted += static_cast<double>(batch.target_tokens);
-  }
+  states_->zero_gradients();
+  train_loader_->next(step_batch_);
+  const double counted = static_cast<double>(step_batch_.target_tokens);
   double loss_sum = 0.0;
   pipeline::OffloadTraffic traffic;
-  for (const Batch& batch : micro_) {
-    loss_sum +=
-        model_->forward_backward(replica_rows(batch, dp_index_, s.batch_size), counted > 0 ? 1.0 / counted : 0.0)
-            .loss_sum;
+  for (int64_t micro = 0; micro < s.grad_accum; ++micro) {
+    loss_sum += model_->forward_backward(batch_rows(step_batch_, (micro * s.dp + dp_index_) * s.batch_size,
+                                                    s.batch_size),
+                                         counted > 0 ? 1.0 / counted : 0.0)
+                    .loss_sum;
     traffic += model_->traffic();
   }
   result_.alltoall_bytes_per_step = sp_group_->bytes_sent();
   result_.offload_per_step = traffic;
+  check_update();  // the previous step's, when it overlapped this one
   const FaultInjection& fault = s.fault;
   if (fault.nan_grad_from_step > 0 && step_ >= fault.nan_grad_from_step &&
       step_ < fault.nan_grad_from_step + fault.nan_grad_steps && world_.rank() == 0)
-    model_->grads().data()[0] = std::numeric_limits<float>::quiet_NaN();  // one rank's gradient only
-  if (world_.size() > 1) {
-    world_.all_reduce_sum(model_->grads().data(), static_cast<size_t>(model_->grads().numel()));
-    world_.all_reduce_sum(&loss_sum, 1);
-  }
+    states_->poison_gradient();  // one rank's gradient only
+  states_->reduce_gradients();
+  if (world_.size() > 1) world_.all_reduce_sum(&loss_sum, 1);
 
   StepMetrics metrics;
   metrics.step = step_;
   metrics.loss = counted > 0 ? loss_sum / counted : 0.0;
-  metrics.grad_norm = clip_grad_norm(*backend_, model_->grads(), s.optimizer.grad_clip);
+  metrics.grad_norm = clip_grad_norm(*states_, s.optimizer.grad_clip);
   metrics.lr = learning_rate(s.optimizer, step_);
   // The loss and the norm are the all-reduced ones: every rank takes the same branch.
   metrics.skipped = !std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm);
   if (!metrics.skipped) {
     const bool poisoned = fault.lr_inf_from_step > 0 && step_ >= fault.lr_inf_from_step;
-    optimizer_->update(model_->params(), model_->grads(),
-                       poisoned ? std::numeric_limits<double>::infinity() : metrics.lr);
-    if (!all_finite(model_->params()))
-      throw Error(kModule,
-                  "step " + str(step_) + "'s update made the weights non-finite (lr " + number(metrics.lr) +
-                      ", gradient norm " + number(metrics.grad_norm) + "); they are not saved",
-                  "every checkpoint in " + s.out_dir +
-                      " holds finite weights; lower --lr (or check the optimizer state) and --resume");
+    optimizer_->update(*states_, poisoned ? std::numeric_limits<double>::infinity() : metrics.lr);
+    unchecked_update_ = Update{step_, metrics.lr, metrics.grad_norm};
+    if (!states_->zero().offload_optimizer) check_update();
   }
   metrics.step_seconds = step_timer.seconds();
   metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
@@ -367,6 +407,18 @@ StepMetrics Trainer::step() {
   metrics.offload_read_bytes = traffic.read_bytes;
   metrics.offload_written_bytes = traffic.written_bytes;
   return metrics;
+}
+
+void Trainer::check_update() {
+  const Update update = unchecked_update_;
+  if (update.step == 0) return;
+  unchecked_update_ = Update{};
+  if (!states_->weights_finite())
+    throw Error(kModule,
+                "step " + str(update.step) + "'s update made the weights non-finite (lr " + number(update.lr) +
+                    ", gradient norm " + number(update.grad_norm) + "); they are not saved",
+                "every checkpoint in " + settings_.out_dir +
+                    " holds finite weights; lower --lr (or check the optimizer state) and --resume");
 }
 
 void Trainer::record(const StepMetrics& metrics) {
@@ -398,11 +450,13 @@ double Trainer::evaluate() {
   // The validation loader restarts from the same cursor each time, so every evaluation sees the same
   // tokens; the sums are over every rank.
   if (settings_.eval_batches == 0) return -1.0;  // validation off
+  check_update();
   val_loader_->restore(val_start_);
   double sums[2] = {0.0, 0.0};
   for (int64_t i = 0; i < settings_.eval_batches; ++i) {
     val_loader_->next(val_scratch_);
-    const model::LossStats stats = model_->forward(replica_rows(val_scratch_, dp_index_, settings_.batch_size));
+    const model::LossStats stats =
+        model_->forward(batch_rows(val_scratch_, dp_index_ * settings_.batch_size, settings_.batch_size));
     sums[0] += stats.loss_sum;
     sums[1] += stats.count;
   }
@@ -411,15 +465,16 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save() {
-  if (world_.rank() == 0) {
-    TrainerState state;
-    state.step = step_;
-    state.data = train_loader_->state();
-    state.seed = settings_.seed;
-    state.settings = settings_json(settings_);
-    save_checkpoint(settings_.out_dir, config_, model_->layout(), model_->params(), *optimizer_, state, *tokenizer_);
-  }
-  world_.barrier();
+  check_update();
+  TrainerState state;
+  state.step = step_;
+  state.data = train_loader_->state();
+  state.seed = settings_.seed;
+  state.settings = settings_json(settings_);
+  const bool killed = settings_.fault.kill_in_save_step == step_ && world_.rank() == world_.size() - 1;
+  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, world_, 2, [killed] {
+    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
+  });
 }
 
 // ---- the run and its end --------------------------------------------------------------------------
@@ -450,6 +505,7 @@ TrainResult Trainer::run() {
 
 TrainResult Trainer::finish() {
   const TrainSettings& s = settings_;
+  check_update();
   result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result_.peak_rss_bytes = peak_rss_bytes();
@@ -458,17 +514,21 @@ TrainResult Trainer::finish() {
     trace::write(path);
     log::info("trace written to " + path);
   }
-  if (s.sample_tokens > 0 && world_.rank() == 0) {
-    // Generation runs the whole-sequence model on this rank with the trained weights.
-    model::Transformer sampler(config_, *backend_, s.seed);
-    std::memcpy(sampler.params().data(), model_->params().data(),
-                sizeof(float) * static_cast<size_t>(model_->params().numel()));
-    SampleSettings sample;
-    sample.new_tokens = s.sample_tokens;
-    sample.context_tokens = s.seq_tokens;
-    Rng rng(s.seed + 7);
-    const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
-    result_.sample = tokenizer_->render(tokens);
+  if (s.sample_tokens > 0) {
+    // Generation runs the whole-sequence model on rank 0 with the trained weights, gathered from every
+    // rank's shards (collective).
+    model::ParameterBlock weights(states_->layout(), "weights for the sample", Tier::offload);
+    states_->gather_weights(weights);
+    if (world_.rank() == 0) {
+      model::Transformer sampler(config_, *backend_, s.seed);
+      std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
+      SampleSettings sample;
+      sample.new_tokens = s.sample_tokens;
+      sample.context_tokens = s.seq_tokens;
+      Rng rng(s.seed + 7);
+      const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
+      result_.sample = tokenizer_->render(tokens);
+    }
   }
   return result_;
 }

@@ -1,8 +1,10 @@
-// The training loop, in four parts: set-up (settings checked, data opened, run folder taken, model and
-// optimizer built, resume), step (data → forward/backward with gradient accumulation → all-reduce →
-// non-finite guard → clipping → AdamW), evaluate (validation loss), finish (peaks, trace, sample);
-// run() strings them together with metrics, periodic validation and checkpoints. `fpdt train` is a
-// thin shell over train(); tests call either.
+// The training loop, in four parts: set-up (settings checked, data opened, run folder taken, model
+// states, model and optimizer built, resume), step (data → forward/backward with gradient
+// accumulation → gradients reduced by the ZeRO stage → non-finite guard → clipping → AdamW), evaluate
+// (validation loss), finish (peaks, trace, sample); run() strings them together with metrics, periodic
+// validation and checkpoints. `fpdt train` is a thin shell over train(); tests call either. A dry run
+// builds everything counted, nothing allocated; in one process it lays out rank 0 of the --sp × --dp
+// world it is given.
 //
 // Non-finite guard: a step whose loss or gradient norm (both all-reduced, so every rank decides alike)
 // is not finite is skipped — its data is consumed, no update is applied — and after
@@ -27,11 +29,24 @@
 
 namespace fpdt::train {
 
+// A dry run's memory, component by component (one rank): the model states' buffers, the chunk arena,
+// the store's groups.
+struct MemoryComponent {
+  std::string name;
+  std::string kind;  // "params", "grads", "optimizer", "chunk buffers", "store"
+  Tier tier;
+  size_t bytes;
+};
+
 struct TrainResult {
   size_t compute_peak_bytes = 0;   // this rank, over the run (a dry run: its layout)
   size_t offload_peak_bytes = 0;
   size_t peak_rss_bytes = 0;       // the process's peak resident set (VmHWM)
   uint64_t alltoall_bytes_per_step = 0;  // sent by this rank in its sequence-parallel group (last step)
+  // What building the model states added to each tier (memory_layout.h's model-state table; a dry run
+  // counts it). Exact with one process per rank; thread ranks share the tiers' counters.
+  size_t state_compute_bytes = 0;
+  size_t state_offload_bytes = 0;
   pipeline::OffloadTraffic offload_per_step;  // this rank's offload-tier traffic (last step; a dry run: its
                                               // schedule's, without document ids)
   int64_t first_step = 0;     // first step this process ran
@@ -42,6 +57,7 @@ struct TrainResult {
   double last_val_loss = -1.0;
   int64_t skipped_steps = 0;  // steps of this process whose update was skipped (non-finite)
   std::string sample;         // generated text, when sample_tokens > 0
+  std::vector<MemoryComponent> memory;  // a dry run's layout
 };
 
 class Trainer {
@@ -62,7 +78,7 @@ class Trainer {
   StepMetrics step();
   // Mean validation loss over eval_batches batches (the same ones each time); < 0 when switched off.
   double evaluate();
-  // Checkpoint of the current step (rank 0 writes; every rank waits for it).
+  // Checkpoint of the current step (collective: rank 0 writes the weights, each rank its optimizer shard).
   void save();
   // Peaks, the trace file and the sample of a finished run.
   TrainResult finish();
@@ -79,6 +95,7 @@ class Trainer {
   void record(const StepMetrics& metrics);
 
   TrainSettings settings_;  // optimizer.decay_steps resolved (0 → steps)
+  std::unique_ptr<comm::Communicator> dry_world_;  // a dry run's world in one process (comm::make_dry)
   comm::Communicator& world_;
   model::ModelConfig config_;
   int threads_ = 0;
@@ -86,13 +103,15 @@ class Trainer {
   std::unique_ptr<comm::Communicator> sp_group_;
   MachineRates rates_;  // measured at set-up (--peak-gflops: the FMA peak given, nothing measured)
   std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<pipeline::ModelStates> states_;
   std::unique_ptr<pipeline::FpdtModel> model_;
   std::unique_ptr<AdamW> optimizer_;
-  // Data (not for a dry run). Every rank reads the same global batches of dp · B rows.
+  // Data (not for a dry run). Every rank reads the same global batches: dp · B · grad_accum rows a step
+  // (micro-batch m of replica d: rows [(m·dp + d)·B, +B)), dp · B a validation batch.
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
   DataLoaderState val_start_{};
-  std::vector<Batch> micro_;  // grad_accum micro-batches of one step
+  Batch step_batch_;
   Batch val_scratch_;
   // Rank 0: the run folder and the metrics log.
   std::unique_ptr<RunFolder> run_folder_;
@@ -101,6 +120,14 @@ class Trainer {
   int64_t step_ = 0;        // steps completed (the last one may have been skipped)
   int64_t first_step_ = 1;  // the first step this process runs
   int64_t nonfinite_in_a_row_ = 0;
+  // The last update, until its weights are known to be finite (at once, or — the optimizer offloaded,
+  // its update overlapping the next step — once that step's passes are done, or before the weights are
+  // evaluated, saved or sampled).
+  struct Update {
+    int64_t step = 0;  // 0: none unchecked
+    double lr = 0.0, grad_norm = 0.0;
+  } unchecked_update_;
+  void check_update();
   double flops_per_step_ = 0.0;
   Timer run_timer_;
   TrainResult result_;
@@ -112,6 +139,8 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 // The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded;
 // offload "disk": a file in the run directory).
 pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
+// The ZeRO stage and optimizer offload the settings ask for.
+pipeline::ZeroConfig zero_config(const TrainSettings& settings);
 
 // The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.
 size_t peak_rss_bytes();

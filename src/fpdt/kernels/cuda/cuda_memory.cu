@@ -151,6 +151,10 @@ class CudaMemory final : public DeviceMemory {
   void upload(void* dst, const void* host, size_t bytes) override {
     FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_));
   }
+  void download(void* host, const void* src, size_t bytes) override {
+    FPDT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, compute_));
+    FPDT_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  }
 
  private:
   cudaStream_t compute_;

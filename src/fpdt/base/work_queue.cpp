@@ -1,0 +1,60 @@
+// The in-order worker thread (see work_queue.h).
+#include "fpdt/base/work_queue.h"
+
+namespace fpdt {
+
+WorkQueue::WorkQueue() : worker_([this] { run(); }) {}
+
+WorkQueue::~WorkQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  worker_.join();
+}
+
+WorkQueue::Event WorkQueue::submit(std::function<void()> task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.push_back(std::move(task));
+  work_ready_.notify_one();
+  return ++submitted_;
+}
+
+void WorkQueue::wait(Event event) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_done_.wait(lock, [&] { return completed_ >= event || error_ != nullptr; });
+  if (error_ != nullptr) std::rethrow_exception(error_);
+}
+
+void WorkQueue::wait_all() {
+  Event last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last = submitted_;
+  }
+  wait(last);
+}
+
+void WorkQueue::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping with nothing left
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      task();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    if (failure != nullptr && error_ == nullptr) error_ = failure;
+    ++completed_;
+    work_done_.notify_all();
+  }
+}
+
+}  // namespace fpdt

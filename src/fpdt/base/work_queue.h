@@ -1,0 +1,47 @@
+// One worker thread that runs submitted tasks in submission order, and events to wait for them (never
+// sleeps or polls): the CPU backend's copy queue (kernels/host_memory.cpp) and ZeRO's queue of
+// collectives (pipeline/model_states.h) are one each. A task that throws fails the queue: its
+// exception is rethrown by every later wait.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace fpdt {
+
+class WorkQueue {
+ public:
+  // Task n (from 1) is event n; event 0 has always happened.
+  using Event = uint64_t;
+
+  WorkQueue();
+  // Runs what is queued first, so no task is left reading freed memory; never throws.
+  ~WorkQueue();
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  Event submit(std::function<void()> task);
+  // Until `event` and every task before it have run; rethrows the first failure.
+  void wait(Event event);
+  void wait_all();
+
+ private:
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  std::deque<std::function<void()>> queue_;
+  Event submitted_ = 0;
+  Event completed_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: started after everything it reads is constructed
+};
+
+}  // namespace fpdt

@@ -1,0 +1,175 @@
+// Model states in one place (DESIGN.md §2): a model's weights, gradients and AdamW state on one rank,
+// whole or sharded over the W = dp × sp ranks of the world by the ZeRO stage — the buffers of
+// memory_layout.h's model-state table, allocated (or, for a dry run, only counted) exactly:
+//   0  every rank holds everything; the gradients are all-reduced
+//   1  + AdamW's moments sharded: each rank updates its shards, then the weights are all-gathered
+//   2  + gradients reduce-scattered into shards, each unit right after the last call that adds to it,
+//        so only one layer's full gradient exists at a time
+//   3  + weights sharded: each unit is all-gathered into a slot before the call that uses it — one call
+//        ahead, on a queue of its own that overlaps the compute — and its slot reused after
+// Units are the parameter layout's (model/parameters.h): the embeddings, each layer, the head; a rank
+// holds the same share of each (shard_range). The pipeline asks for a unit's weights and gradients
+// around each call of a step and runs the ZeRO plan's steps there (zero_plan.h), so every stage runs the
+// same executor; the trainer asks for the optimizer step and for checkpoints.
+//
+// Determinism: every rank issues the same collectives in the same order, and sums run in rank order,
+// so no result depends on timing. Stages 1–3 give stage 0's bits when the order of the sums is the
+// same — one micro-batch per step: with gradient accumulation stage 2 and 3 sum each micro-batch over
+// the ranks before adding the micro-batches. The gradient norm is a sum of float64 block sums
+// (kShardBlockFloats) in one order whatever the stage or W.
+//
+// --offload-optimizer (stages 2, 3; as DeepSpeed's ZeRO-Offload): the gradient shards, AdamW's moments
+// and fp32 master weights live in the offload tier and the update runs there, on the host's kernels
+// and a thread of its own, unit by unit in the order the next pass uses them; the updated shards are
+// copied back into the compute-tier weights (and, stage 2, all-gathered). adamw_update returns at once:
+// the next step starts while the update runs, and a unit's gather (or, stage 2, its first use) waits
+// for that unit's update only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "fpdt/base/work_queue.h"
+#include "fpdt/comm/communicator.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/model/parameters.h"
+#include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/zero_plan.h"
+
+namespace fpdt::pipeline {
+
+struct ZeroConfig {
+  int stage = 0;                   // 0..3
+  bool offload_optimizer = false;  // stage ≥ 2: gradient shards, moments and master weights offloaded
+  bool recompute_layer = false;    // the pipeline's --recompute layer (shapes the ZeRO plan's segments)
+};
+// Throws fpdt::Error for a stage outside 0..3 or an offloaded optimizer below stage 2.
+void check_zero(const ZeroConfig& zero);
+
+class ModelStates {
+ public:
+  // Collective over `world` (every rank constructs its states together). The weights are initialised
+  // from `seed` as model::init_parameters does, gradients and moments are zero. dry: every buffer is
+  // counted in its tier, none is allocated or initialised, and nothing is communicated (`world` may
+  // be comm::make_dry's).
+  ModelStates(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& world,
+              const ZeroConfig& zero, uint64_t seed, bool dry = false);
+  ~ModelStates();
+  ModelStates(const ModelStates&) = delete;
+  ModelStates& operator=(const ModelStates&) = delete;
+
+  const model::ModelConfig& config() const { return config_; }
+  const model::ParameterLayout& layout() const { return layout_; }
+  const ZeroConfig& zero() const { return zero_; }
+  // The ranks the states are partitioned over: W from stage 1; 1 at stage 0 (every rank holds all).
+  int partition_ranks() const { return partition_ranks_; }
+  int partition_rank() const { return partition_rank_; }
+  // This rank's part of unit `unit` (floats from the unit's start): its share from stage 1, all of it
+  // at stage 0. The optimizer updates it; checkpoints save its moments.
+  const ShardRange& own(int unit) const { return own_[static_cast<size_t>(unit)]; }
+  // What this rank holds (memory_layout.h's model-state table) and its bytes in a tier.
+  const std::vector<StateSpec>& table() const { return table_; }
+  size_t bytes(Tier tier) const;
+
+  // The whole weights (below stage 3) and gradients (below stage 2); throw fpdt::Error at stages that
+  // shard them.
+  model::ParameterBlock& weights();
+  model::ParameterBlock& gradients();
+
+  // ---- a pass of the pipeline: the ZeRO plan's steps around each segment of the schedule ----------
+  const ZeroPlan& plan() const { return plan_; }
+  void begin_pass(bool backward);
+  void before_segment(int segment);
+  void after_segment(int segment);
+  // Waits for every queued collective (a pass that throws midway leaves them to the destructor).
+  void end_pass();
+  // A unit's weights / gradients (its first float, laid out as in the whole block) as the current call
+  // sees them; null where the stage keeps them in a slot the unit is not in.
+  float* unit_weights(int unit) const;
+  float* unit_gradients(int unit) const;
+
+  // ---- the optimizer step -------------------------------------------------------------------------
+  // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate; from stage 2 the
+  // step's first reduce-scatter of a unit writes its shard, so nothing is cleared).
+  void zero_gradients();
+  // After the last micro-batch: stage 0 all-reduces the whole gradient, stage 1 reduce-scatters it
+  // unit by unit; from stage 2 the passes have done it.
+  void reduce_gradients();
+  // Test hook (FPDT_TEST_FAULT nan-grad): this rank's first gradient element becomes NaN, before
+  // reduce_gradients (stage 0 and 1 reduce it to every rank; from stage 2 the norm carries it).
+  void poison_gradient();
+  // ‖g‖₂ over every rank's gradients: the same bits on every rank, whatever the stage or W.
+  double gradient_norm();
+  void scale_gradients(float coefficient);
+  // AdamW on this rank's part (hyper.weight_decay on matrices and embeddings only, as train::AdamW),
+  // then (stages 1, 2) the weights all-gathered. Offloaded: queued (see the top of the file).
+  void adamw_update(kernels::AdamWParams hyper);
+  // Over every rank: all weights finite (after the update in flight, if any); moments finite and
+  // second moments ≥ 0. Call them between passes.
+  bool weights_finite();
+  bool moments_valid();
+
+  // ---- checkpoints (collective) -------------------------------------------------------------------
+  // Every rank's `whole` (a block of the layout) = all the weights.
+  void gather_weights(model::ParameterBlock& whole);
+  // Each rank takes its part of `whole` (and its master weights, when offloaded).
+  void load_weights(const model::ParameterBlock& whole);
+  // This rank's moments of `unit` (own(unit).size() floats each) to / from host memory.
+  void read_moments(int unit, float* m, float* v);
+  void write_moments(int unit, const float* m, const float* v);
+
+ private:
+  // Unit `unit`'s part of a state array: the whole array's (from its own start) or the shard's.
+  float* part(StateBuf buffer, int unit) const;
+  bool sharded(StateBuf buffer) const;
+  kernels::Backend& gradient_backend() { return host_ ? *host_ : backend_; }
+  void gather(int unit, int slot);
+  void reduce(int unit, int slot);
+  float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }
+  std::vector<size_t> counts_bytes(int unit) const;
+
+  model::ModelConfig config_;
+  model::ParameterLayout layout_;
+  kernels::Backend& backend_;
+  kernels::DeviceMemory& memory_;
+  ZeroConfig zero_;
+  bool dry_;
+  int partition_ranks_ = 1, partition_rank_ = 0;
+  std::vector<StateSpec> table_;
+  std::vector<ShardRange> own_;               // per unit
+  std::vector<std::vector<size_t>> counts_;   // per unit: every partition rank's floats of it
+  std::vector<int64_t> shard_offset_;         // per unit: where its shards start in a sharded array
+  std::unique_ptr<comm::Communicator> group_; // ZeRO's own group of the world (more than one rank)
+  comm::Communicator* comm_ = nullptr;        // group_, or the one-rank world
+  std::unique_ptr<kernels::Backend> host_;    // the offloaded optimizer's kernels
+
+  // The buffers of the table (one of the three per row), and where each array starts.
+  struct Held {
+    std::unique_ptr<kernels::DeviceBuffer> device;  // compute tier
+    Buffer host;                                    // offload tier
+    CountedBytes counted;                           // dry run
+  };
+  std::vector<Held> held_;
+  float* arrays_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // weights .. v, by StateBuf
+  std::vector<float*> slots_;
+  std::optional<model::ParameterBlock> whole_weights_, whole_gradients_;
+
+  ZeroPlan plan_;
+  const std::vector<ZeroSegment>* pass_ = nullptr;
+  std::unique_ptr<WorkQueue> queue_;          // stage ≥ 2: gathers and reduce-scatters, in plan order
+  // The offloaded optimizer's update in flight: its thread, and per unit the event of its update, of
+  // its weights' all-gather (stage 2, on queue_) and whether its updated weights are finite.
+  std::unique_ptr<WorkQueue> optimizer_queue_;
+  std::vector<WorkQueue::Event> updated_, weights_ready_;
+  std::vector<char> update_finite_;
+  // Waits for the update in flight; whether its weights are finite on this rank.
+  bool finish_update();
+  std::vector<int> gathered_in_;              // per unit: the slot holding its weights, or −1
+  std::vector<int> gradient_in_;              // per unit: the slot holding its gradient, or −1
+  std::vector<WorkQueue::Event> gather_done_; // per unit
+  std::vector<char> reduced_;                 // per unit: its shard holds this step's sum already
+};
+
+}  // namespace fpdt::pipeline
