@@ -52,8 +52,9 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
       << file_bytes(dir.file("straight.log"));
 
   // Each attempt resumes and is killed: one in four at a random moment of its first 1.5 s (loading,
-  // resuming, the first steps), the others once 1–2 steps past the furthest step logged so far (so
-  // the run moves on), then 0–150 ms more — anywhere in a step, a save or the `latest` update.
+  // resuming, the first step), the others once 1–2 steps past the furthest step logged so far (so
+  // the run moves on), then 0–150 ms more within the next step — anywhere in a step, a save or the
+  // `latest` update.
   Rng rng(seed);
   int kills = 0, mid_saves = 0;
   for (int attempt = 0; kills < kKills; ++attempt) {
@@ -71,8 +72,14 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
     pid_t pid = 0;
     while (!ended && !(due && pid > 0) && std::chrono::steady_clock::now() - start < std::chrono::minutes(2)) {
       ended = ::waitpid(job, &status, WNOHANG) == job;
-      if (!due && (early ? std::chrono::steady_clock::now() >= early_at : last_logged_step(killed) >= until)) {
-        std::this_thread::sleep_for(extra);
+      // Progress is bounded by logged steps, never by time alone (a quiet machine runs many steps in
+      // 1.5 s): an early kill comes at the latest once a step past `furthest` is logged, the wait of
+      // `extra` ends once a step past `until` is.
+      if (!due && (early ? std::chrono::steady_clock::now() >= early_at || last_logged_step(killed) > furthest
+                         : last_logged_step(killed) >= until)) {
+        const auto wait_end = std::chrono::steady_clock::now() + extra;
+        while (!early && std::chrono::steady_clock::now() < wait_end && last_logged_step(killed) <= until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
         due = true;
       }
       if (due) pid = find_rank_process(victim, killed);
