@@ -36,6 +36,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   OptionSet options("train", "Train a model on token shards (from `fpdt tokenize`), with checkpoints and metrics.");
   train::declare_train_options(options, s);
   if (!options.parse(argc, argv)) return 0;
+  comm::set_deadline_seconds(s.comm_timeout_seconds);
   // A test hook, not an option (see train::FaultInjection).
   if (const char* fault = std::getenv("FPDT_TEST_FAULT")) s.fault = train::parse_fault_injection(fault);
 

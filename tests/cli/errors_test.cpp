@@ -56,7 +56,7 @@ TEST_F(TrainErrors, CorruptCheckpointFile) {
   file.seekp(8);
   file.write("#garbage#", 9);  // inside the JSON header
   file.close();
-  expect_one_clear_error(resume(), {"model.safetensors", "malformed JSON header"});
+  expect_one_clear_error(resume(), {"model.safetensors's header is not valid JSON"});
 }
 
 TEST_F(TrainErrors, TrainerStateOfAnotherVersion) {
@@ -69,7 +69,7 @@ TEST_F(TrainErrors, TrainerStateOfAnotherVersion) {
 
 TEST_F(TrainErrors, CorruptTrainerState) {
   write_text_file(checkpoint_file("trainer_state.json"), "{\"format\": \"fpdt-trainer-state\", \"vers");
-  expect_one_clear_error(resume(), {"trainer_state.json", "corrupt"});
+  expect_one_clear_error(resume(), {"trainer_state.json is not valid JSON"});
 }
 
 // optimizer-0-of-1.safetensors with its "step" metadata replaced (the header is rewritten whole, so its
@@ -101,7 +101,7 @@ TEST_F(TrainErrors, TrainerStateNestedTooDeep) {
   std::string nested = "{\"format\": \"fpdt-trainer-state\", \"settings\": ";
   nested += std::string(100000, '[') + std::string(100000, ']') + "}";
   write_text_file(checkpoint_file("trainer_state.json"), nested);
-  expect_one_clear_error(resume(), {"trainer_state.json is corrupt", "nested deeper"});
+  expect_one_clear_error(resume(), {"trainer_state.json nests JSON deeper than 64 levels"});
   write_text_file(checkpoint_file("trainer_state.json"),
                   "{\"format\": \"fpdt-trainer-state\", \"version\": 1, \"step\": -3}");
   expect_one_clear_error(resume(), {"trainer_state.json is corrupt", "\"step\""});

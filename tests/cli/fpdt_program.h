@@ -174,6 +174,17 @@ inline std::vector<nlohmann::json> metrics_lines(const std::string& path) {
   return lines;
 }
 
+// The logged steps in file order, each with its deterministic fields.
+inline std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::string& path) {
+  std::vector<std::pair<int64_t, nlohmann::json>> steps;
+  for (const nlohmann::json& json : metrics_lines(path)) {
+    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
+    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
+    steps.emplace_back(json["step"].get<int64_t>(), kept);
+  }
+  return steps;
+}
+
 inline std::string join_args(const std::vector<std::string>& args) {
   std::string joined;
   for (const std::string& arg : args) joined += "'" + arg + "' ";

@@ -31,8 +31,9 @@ TEST(HfPrograms, ARefusedFieldOfEachTypeIsOneLineAndExitStatusOne) {
       {"llama", "attention_bias"}, {"mistral", "layer_types"}, {"qwen2", "use_mrope"}, {"gpt2", "add_cross_attention"}};
   for (const auto& [set, field] : refused) {
     SCOPED_TRACE(set);
+    const char* key = field;  // clang 14 cannot capture a structured binding
     const std::string folder = edited_config(dir, set, [&](nlohmann::json& config) {
-      config[field] = std::string(field) == "layer_types" ? nlohmann::json::array({"full_attention"}) : nlohmann::json(true);
+      config[key] = std::string(key) == "layer_types" ? nlohmann::json::array({"full_attention"}) : nlohmann::json(true);
     });
     expect_one_clear_error(run_fpdt("inspect " + folder), {"[model]", "field '" + std::string(field) + "'", "refused"});
     expect_one_clear_error(run_fpdt("train --init-from " + folder + " --dry-run --steps 1 --seq 64 --batch 1"),

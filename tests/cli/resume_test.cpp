@@ -14,17 +14,6 @@
 namespace fpdt::testing {
 namespace {
 
-// The logged steps in file order, each with its deterministic fields.
-std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::string& path) {
-  std::vector<std::pair<int64_t, nlohmann::json>> steps;
-  for (const nlohmann::json& json : metrics_lines(path)) {
-    nlohmann::json kept = {{"loss", json["loss"]}, {"lr", json["lr"]}, {"grad_norm", json["grad_norm"]}};
-    if (json.contains("val_loss")) kept["val_loss"] = json["val_loss"];
-    steps.emplace_back(json["step"].get<int64_t>(), kept);
-  }
-  return steps;
-}
-
 bool logged(const std::string& path, int64_t step) {
   for (const auto& [logged_step, fields] : logged_steps(path))
     if (logged_step == step) return true;

@@ -196,21 +196,6 @@ TEST(TrainMpirun, KillDuringAShardedSaveLeavesThePreviousCheckpoint) {
   }
 }
 
-// The pid of the process of MPI rank `rank` whose command line mentions `marker`, or 0.
-pid_t find_rank_process(int rank, const std::string& marker) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
-    const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    const std::string environment((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
-    if (command.find(marker) == std::string::npos || command.find("fpdt") == std::string::npos) continue;
-    if (environment.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
-      return static_cast<pid_t>(std::stol(name));
-  }
-  return 0;
-}
-
 TEST(TrainMpirun, KilledRankEndsTheJobWithinSecondsNamingTheRank) {
   TempDir dir;
   const TinySetup setup(dir, fresh_seed());

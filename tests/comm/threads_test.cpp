@@ -1,13 +1,16 @@
 // The local and threads communicators: every collective moves every byte to the right place and
 // sums in rank order (bitwise), DP × SP splits, bytes_sent's closed form, and failure: a rank that
-// throws, aborts, returns early or disagrees on counts never hangs the others.
+// throws, aborts, returns early, misses the deadline or disagrees on counts never hangs the others.
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "comm/collective_checks.h"
@@ -164,6 +167,56 @@ TEST(ThreadsFailure, MismatchedCountsAreAnError) {
   });
   EXPECT_LT(seconds, 1.0);
   expect_contains(message, {"rank 0 failed", "rank 1 sends 8 bytes to rank 0 but rank 0 expects 12"});
+}
+
+// Sets the collective deadline for one test, and puts the default back.
+struct ScopedDeadline {
+  explicit ScopedDeadline(double seconds) { set_deadline_seconds(seconds); }
+  ~ScopedDeadline() { set_deadline_seconds(kDefaultDeadlineSeconds); }
+};
+
+TEST(ThreadsFailure, RankThatMissesTheDeadlineIsNamed) {
+  ScopedDeadline deadline(0.2);
+  auto [message, seconds] = failing_run(3, [&](Communicator& comm) {
+    comm.barrier();
+    if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(1));  // hung, as far as the others see
+    comm.barrier();
+  });
+  // Rank 0 or rank 1, whichever gives up first, names rank 2.
+  expect_contains(message, {"[comm] rank 2 failed: did not reach a collective within the 0.2 s deadline (rank ",
+                            " waited; ranks missing: 2)"});
+}
+
+TEST(ThreadsFailure, DeadlineHoldsInSubGroups) {
+  ScopedDeadline deadline(0.2);
+  auto [message, seconds] = failing_run(4, [&](Communicator& comm) {
+    std::unique_ptr<Communicator> pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1}, {2, 3}
+    if (comm.rank() >= 2) {
+      pair->barrier();
+      if (comm.rank() == 3) std::this_thread::sleep_for(std::chrono::seconds(1));
+      pair->barrier();
+    }
+  });
+  expect_contains(message, {"[comm] rank 3 failed: did not reach a collective within the 0.2 s deadline",
+                            "(rank 2 waited; ranks missing: 3)"});
+}
+
+TEST(ThreadsFailure, ASlowRankWithinTheDeadlineIsWaitedFor) {
+  ScopedDeadline deadline(30);
+  run_ranks(3, [&](Communicator& comm) {
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    double value = comm.rank();
+    comm.all_reduce_sum(&value, 1);
+    EXPECT_EQ(value, 3.0);
+  });
+}
+
+TEST(ThreadsFailure, DeadlineMustBePositive) {
+  for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()})
+    expect_contains(fpdt::testing::error_message([&] { set_deadline_seconds(bad); }),
+                    {"[comm] the collective deadline must be a positive number of seconds"});
+  EXPECT_EQ(deadline_seconds(), kDefaultDeadlineSeconds);
+  EXPECT_EQ(heartbeat_seconds(), 1.0);
 }
 
 TEST(ThreadsFailure, BadArgumentsAreErrors) {

@@ -162,6 +162,10 @@ TEST(ModelConfig, RopeConflictsAndBadParametersAreRefused) {
   expect_config_error(with(base("llama"), "rope_scaling", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}),
                       {"partial_rotary_factor", "rotates the whole head"});
   expect_config_error(with(base("llama"), "rope_theta", -1.0), {"field 'rope_theta'", "must be positive"});
+  expect_config_error(with(base("llama"), "rope_theta", 0.0), {"field 'rope_theta'", "must be positive"});
+  expect_config_error(with(base("llama"), "max_position_embeddings", -5),
+                      {"field 'max_position_embeddings'", "outside [1, 2147483647]"});
+  expect_config_error(with(base("gpt2"), "n_positions", -5), {"field 'n_positions'", "outside [1, 2147483647]"});
   expect_config_error(with(base("llama"), "rope_scaling", "yarn"), {"rope_scaling", "wrong type"});
 }
 
@@ -398,6 +402,34 @@ TEST(ModelConfig, DocsHoldTheFieldTable) {
   EXPECT_NE(text.str().find(hf_field_table_markdown()), std::string::npos)
       << "docs/hf_config.md does not hold the current table; paste fpdt::model::hf_field_table_markdown() into it:\n"
       << hf_field_table_markdown();
+}
+
+// Messages quote input as bounded excerpts, and nesting is limited at parse (base/json.h): 100k
+// levels used to overflow the stack when a message dumped the value.
+TEST(ModelConfig, DeeplyNestedOrHugeValuesGiveABoundedError) {
+  auto message_of = [](const std::string& text) {
+    try {
+      parse_hf_config(text, "test/config.json");
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(message_of(R"({"model_type": "llama", "vocab_size": )" + deep + "}").find("nests JSON deeper than 64 levels"),
+            std::string::npos);
+  const std::string huge(1 << 20, 'x');
+  Json long_key = base("llama");
+  long_key[huge] = 1;
+  for (const std::string& text : {R"({"model_type": ")" + huge + R"("})", with(base("llama"), "vocab_size", Json::array({huge})).dump(),
+                                  with(with(base("llama"), "_name_or_path", huge), "vocab_size", 0).dump(), long_key.dump(),
+                                  with(base("llama"), "rope_parameters", {{"rope_type", huge}}).dump(),
+                                  with(base("llama"), "rope_parameters", {{"rope_type", "linear"}, {huge, 1}}).dump(),
+                                  "{\"model_type\": \"" + huge}) {
+    const std::string message = message_of(text);
+    EXPECT_NE(message, "no error");
+    EXPECT_LT(message.size(), 1000u) << "the message repeats the input: " << message.substr(0, 300);
+  }
 }
 
 }  // namespace

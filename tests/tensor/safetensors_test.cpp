@@ -110,13 +110,76 @@ TEST_F(SafetensorsTest, EachBadFileGetsOneClearError) {
   const uint64_t bad_json_length = bad_json.size();
   std::memcpy(bad_length.data(), &bad_json_length, 8);
   write_bytes(path("bad_json"), bad_length + bad_json);
-  expect_error(path("bad_json"), {"malformed JSON", "bad_json"});
+  expect_error(path("bad_json"), {"is not valid JSON", "bad_json"});
   const std::string bad_dtype = R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})";
   std::string dtype_length(8, '\0');
   const uint64_t bad_dtype_length = bad_dtype.size();
   std::memcpy(dtype_length.data(), &bad_dtype_length, 8);
   write_bytes(path("bad_dtype"), dtype_length + bad_dtype + "x");
   expect_error(path("bad_dtype"), {"unknown dtype 'Q7'"});
+}
+
+// A file made of `header` and `data_bytes` zero bytes of data.
+std::string file_with_header(const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  const uint64_t length = header.size();
+  std::memcpy(bytes.data(), &length, 8);
+  return bytes + header + std::string(data_bytes, '\0');
+}
+
+TEST_F(SafetensorsTest, ShapesAndOffsetsFromTheFileAreCheckedArithmetic) {
+  struct Case {
+    const char* name;
+    std::string header;
+    std::vector<const char*> parts;  // each must be in the message
+  };
+  const std::vector<Case> cases = {
+      {"negative_extent", R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", {"'w'", "its shape holds -2, a negative number"}},
+      {"fractional_extent", R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", {"'w'", "its shape is 1.5, not a whole number"}},
+      // 2^32 · 2^32 wraps to 0 in int64: it must not pass as an empty tensor.
+      {"overflowing_shape", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+       {"'w'", "2^63 elements"}},
+      {"overflowing_bytes", R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})",
+       {"'w'", "2^64 bytes"}},
+      {"negative_offset", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", {"'w'", "its data_offsets holds -4, a negative number"}},
+      {"reversed_offsets", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", {"'w'", "[8, 4]"}},
+      {"three_offsets", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", {"'w'", "two offsets"}},
+      {"overlap", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       {"'a' and 'b' overlap", "bytes 8 to 16"}},
+      {"not_an_object", R"({"w":[1,2]})", {"'w'", "not an object"}},
+      {"metadata_not_an_object", R"({"__metadata__":"x"})", {"__metadata__", "not an object"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    write_bytes(path(c.name), file_with_header(c.header, 16));
+    const std::string message = testing::error_message([&] { SafetensorsReader reader(path(c.name)); });
+    for (const char* part : c.parts) testing::expect_contains(message, {part});
+  }
+  // Empty tensors may share an offset, and tensors may touch.
+  write_bytes(path("touching"),
+              file_with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16));
+  EXPECT_EQ(SafetensorsReader(path("touching")).names().size(), 3u);
+}
+
+TEST_F(SafetensorsTest, DeepOrHugeHeadersGiveABoundedError) {
+  // 100k levels of nesting in the metadata used to overflow the stack when the message dumped it.
+  const std::string deep = R"({"__metadata__":{"x":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  write_bytes(path("deep"), file_with_header(deep, 0));
+  const std::string deep_message = testing::error_message([&] { SafetensorsReader reader(path("deep")); });
+  testing::expect_contains(deep_message, {"deep's header", "nests JSON deeper than 64 levels"});
+  EXPECT_LT(deep_message.size(), 1000u);
+  // A 1 MB tensor name and a 1 MB dtype are quoted as excerpts, not in full.
+  const std::string long_name(1 << 20, 'n');
+  write_bytes(path("long"), file_with_header(R"({")" + long_name + R"(":{"dtype":")" + long_name +
+                                                 R"(","shape":[1],"data_offsets":[0,4]}})", 4));
+  const std::string long_message = testing::error_message([&] { SafetensorsReader reader(path("long")); });
+  testing::expect_contains(long_message, {"tensor 'nnnn", "...' is invalid", "unknown dtype 'nnnn"});
+  EXPECT_LT(long_message.size(), 1000u);
+  // An unterminated 1 MB string: nlohmann's message quotes the token it read; ours cuts it.
+  write_bytes(path("unterminated"), file_with_header(R"({")" + long_name, 0));
+  const std::string open_message = testing::error_message([&] { SafetensorsReader reader(path("unterminated")); });
+  testing::expect_contains(open_message, {"is not valid JSON"});
+  EXPECT_LT(open_message.size(), 1000u);
 }
 
 TEST_F(SafetensorsTest, FailedWriteKeepsThePreviousFile) {

@@ -12,8 +12,11 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -298,11 +301,61 @@ TEST(Checkpoint, CarriesItsTokenizer) {
                              std::filesystem::copy_options::overwrite_existing);
   testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, 300); }),
                            {"ids up to", "beyond the model's vocabulary of 300"});
+  // A fingerprint that is not one (was "is corrupt: stoull", or a partial read of "12xyz").
+  const std::string state_path = step + "/trainer_state.json";
+  nlohmann::json state = nlohmann::json::parse(read_text_file(state_path, "test", ""));
+  for (const nlohmann::json& bad : {nlohmann::json("xyz"), nlohmann::json("0x12xyz"), nlohmann::json("-1"),
+                                    nlohmann::json(""), nlohmann::json(12), nlohmann::json("0x" + std::string(17, 'f'))}) {
+    SCOPED_TRACE(bad.dump());
+    nlohmann::json corrupt = state;
+    corrupt["tokenizer_fingerprint"] = bad;
+    testing::write_text_file(state_path, corrupt.dump());
+    testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, fixture.config.vocab_size); }),
+                             {"[checkpoint]", state_path + " is corrupt", "\"tokenizer_fingerprint\"",
+                              "not a hexadecimal fingerprint"});
+  }
+  testing::write_text_file(state_path, state.dump());
+  EXPECT_EQ(checkpoint_tokenizer(step, fixture.config.vocab_size).fingerprint(), tokenizer.fingerprint());
   // No tokenizer: the byte tokenizer when the model's vocabulary is its 257, else an error.
   std::filesystem::remove(step + "/tokenizer.json");
   EXPECT_TRUE(checkpoint_tokenizer(step, 257).is_byte_tokenizer());
   testing::expect_contains(testing::error_message([&] { checkpoint_tokenizer(step, fixture.config.vocab_size); }),
                            {"carries no tokenizer.json", "hint:"});
+}
+
+TEST(Checkpoint, CorruptTrainerStateGivesOneBoundedError) {
+  const std::string huge(1 << 20, 'x');
+  for (const std::string& text : {R"({"format": "fpdt-trainer-state", "settings": )" + std::string(100000, '[') +
+                                      std::string(100000, ']') + "}",
+                                  R"({"format": ")" + huge + R"("})", R"({"format": [")" + huge + R"("]})",
+                                  std::string("{\"format\": \"") + huge}) {
+    const std::string message =
+        testing::error_message([&] { parse_trainer_state(text, "run/step_5/trainer_state.json"); });
+    testing::expect_contains(message, {"[checkpoint] run/step_5/trainer_state.json"});
+    EXPECT_LT(message.size(), 1000u) << message;
+  }
+  // Numbers out of their field's range: a float beyond uint64 made nlohmann's conversion undefined.
+  const std::string state = R"({"format": "fpdt-trainer-state", "version": 1, "step": STEP, "seed": 3,
+    "data_cursor": {"rng_state": [1, 2, 3, RNG], "batches_served": 0, "next_window": 0, "epoch": 0,
+    "shard_tokens": 9, "batch_size": 1, "seq_tokens": 8, "sampling": 0}, "settings": {}})";
+  auto with = [&](const std::string& step, const std::string& rng) {
+    std::string text = state;
+    text.replace(text.find("STEP"), 4, step);
+    text.replace(text.find("RNG"), 3, rng);
+    return text;
+  };
+  EXPECT_EQ(parse_trainer_state(with("5", "4"), "t.json").step, 5);
+  struct Case {
+    std::string step, rng, part;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"1e30", "4", "t.json is corrupt: \"step\" is 1e+30, not a whole number"},
+           {"2.5", "4", "t.json is corrupt: \"step\" is 2.5"},
+           {"\"5\"", "4", "t.json is corrupt: \"step\" is \"5\""},
+           {"5", "7.3e22", "t.json is corrupt: \"rng_state\" is 7.3e+22"},
+           {"5", "-1", "t.json is corrupt: \"rng_state\" is -1, not a whole number in [0, 18446744073709551615]"}})
+    testing::expect_contains(testing::error_message([&] { parse_trainer_state(with(c.step, c.rng), "t.json"); }),
+                             {"[checkpoint] " + c.part});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "fpdt/train/shard.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -250,6 +251,22 @@ TEST_F(ShardErrors, TruncatedSaysExpectedAndActualBytes) {
   // A version-2 header cut inside its last 16 bytes.
   expect_contains(open_error("head.bin", std::vector<unsigned char>(bytes_.begin(), bytes_.begin() + 40)),
                   {dir_.file("head.bin"), "40 bytes", "shorter than the 48-byte shard header"});
+}
+
+TEST_F(ShardErrors, TokenCountWhoseSizeOverflowsIsTruncationNotWraparound) {
+  // 2^63 tokens of 2 bytes is 2^64 bytes: in 64-bit arithmetic 48 + 2^64 would wrap to 48.
+  for (const uint64_t count : {uint64_t{1} << 63, UINT64_MAX, (UINT64_MAX - kShardHeaderBytes) / 2 + 1}) {
+    std::vector<unsigned char> bytes(bytes_.begin(), bytes_.begin() + kShardHeaderBytes);
+    for (int i = 0; i < 8; ++i) bytes[16 + static_cast<size_t>(i)] = static_cast<unsigned char>(count >> (8 * i));
+    expect_contains(open_error("huge_count.bin", bytes),
+                    {dir_.file("huge_count.bin"), "truncated", std::to_string(count) + " tokens", "more than 2^64"});
+  }
+}
+
+TEST_F(ShardErrors, FifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = dir_.file("pipe.bin");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  expect_contains(error_message([&] { ShardReader reader(path); }), {path, "is not a regular file"});
 }
 
 TEST_F(ShardErrors, TokenOutsideTheVocabularyNamesItsOffset) {

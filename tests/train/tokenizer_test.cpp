@@ -213,6 +213,13 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   expect_contains(refused([](auto& j) { j["model"]["merges"][0] = "Ġ"; }), {"merges[0]", "two tokens"});
   expect_contains(refused([](auto& j) { j["model"]["merges"][1] = {"no-such", "token"}; }), {"merges[1]", "not in the vocabulary"});
   expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = -5; }), {"not a valid id"});
+  // A float id beyond int64 made nlohmann's conversion undefined (UBSan, fuzz/tokenizer_fuzz.cpp).
+  expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = 6e37; }), {"model.vocab['x'] is 6e+37, not a whole number"});
+  expect_contains(refused([](auto& j) { j["added_tokens"][0]["id"] = 2.5; }), {"added_tokens[].id is 2.5"});
+  // Values a message quotes are bounded excerpts, however long they are.
+  const std::string message = refused([](auto& j) { j["decoder"] = {{"type", std::string(100000, 'W')}}; });
+  expect_contains(message, {"decoder 'WWWW", "...' is not supported"});
+  EXPECT_LT(message.size(), 1000u);
   expect_contains(refused([](auto& j) { j.erase("model"); }), {"has no \"model\""});
   expect_contains(refused([](auto& j) { j["model"]["vocab"] = "oops"; }), {"edited.json", "not a valid tokenizer.json"});
   expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<=a)b"; }),

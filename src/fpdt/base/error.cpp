@@ -14,7 +14,10 @@ std::string compose(const std::string& module, const std::string& what, const st
 }  // namespace
 
 Error::Error(std::string module, std::string what, std::string hint)
-    : std::runtime_error(compose(module, what, hint)), module_(std::move(module)), hint_(std::move(hint)) {}
+    : std::runtime_error(compose(module, what, hint)),
+      module_(std::move(module)),
+      message_(std::move(what)),
+      hint_(std::move(hint)) {}
 
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

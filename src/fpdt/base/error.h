@@ -12,10 +12,12 @@ class Error : public std::runtime_error {
  public:
   Error(std::string module, std::string what, std::string hint = "");
   const std::string& module() const { return module_; }
+  const std::string& message() const { return message_; }  // what went wrong, without module and hint
   const std::string& hint() const { return hint_; }
 
  private:
   std::string module_;
+  std::string message_;
   std::string hint_;
 };
 

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/comm/text.h"
 
 namespace fpdt::comm {
 
@@ -15,6 +18,7 @@ namespace {
 
 std::atomic<size_t> g_message_bytes{static_cast<size_t>(INT_MAX)};
 std::atomic<size_t> g_reduce_piece_bytes{size_t{64} << 20};
+std::atomic<double> g_deadline_seconds{kDefaultDeadlineSeconds};
 
 // The four per-rank arrays of an exchange_bytes call, in one allocation.
 struct Exchange {
@@ -51,6 +55,19 @@ void set_limits(const Limits& limits) {
   g_message_bytes.store(limits.message_bytes);
   g_reduce_piece_bytes.store(limits.reduce_piece_bytes);
 }
+
+double deadline_seconds() { return g_deadline_seconds.load(); }
+
+void set_deadline_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  FPDT_CHECK(std::isfinite(seconds) && seconds > 0, "comm",
+             detail::cat("the collective deadline must be a positive number of seconds, got ", text),
+             "e.g. 600 (ten minutes)");
+  g_deadline_seconds.store(seconds);
+}
+
+double heartbeat_seconds() { return std::min(1.0, deadline_seconds() / 10); }
 
 void Communicator::exchange_equal_bytes(const void* send, void* recv, size_t block_bytes) {
   const size_t ranks = static_cast<size_t>(size());

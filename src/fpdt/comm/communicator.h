@@ -111,6 +111,23 @@ Limits limits();
 void set_limits(const Limits& limits);
 Limits default_limits();
 
+// Liveness: how long, in seconds, a rank waits for a peer that shows no sign of life (default 600;
+// > 0; process-wide, the same on every rank). A slow step is never taken for a hang:
+//   MPI      each process has a thread of its own that sends a heartbeat every heartbeat_seconds()
+//            to the rank before it in a ring and watches the one after it; a rank silent for the
+//            deadline (stopped by SIGSTOP, frozen, cut off) makes its watcher end the job with
+//            "rank W: [comm] rank R sent no heartbeat for D s ...". Ranks busy computing, saving or
+//            waiting in a collective keep beating, so any wait for a live peer is allowed.
+//   threads  the ranks are threads of one process, alive by construction: a collective whose peers
+//            have not all arrived within the deadline fails the run, naming the ranks missing.
+//   local    nothing to wait for.
+inline constexpr double kDefaultDeadlineSeconds = 600.0;
+double deadline_seconds();
+// Throws fpdt::Error unless 0 < seconds (finite). Takes effect at once, also for a running watchdog.
+void set_deadline_seconds(double seconds);
+// The heartbeat period: min(1 s, deadline / 10), so a deadline spans at least ten beats.
+double heartbeat_seconds();
+
 // A communicator of one rank (copies its own blocks).
 std::unique_ptr<Communicator> make_local();
 

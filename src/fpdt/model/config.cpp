@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/model/rope.h"
 
@@ -251,11 +252,7 @@ std::string either(const std::string& values, const std::string& quote) {
   return text;
 }
 
-std::string excerpt(const Json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
+std::string excerpt(const Json& value) { return json::excerpt(value, 57); }
 
 // Reads a config.json object by the field table, for one model type.
 class HfReader {
@@ -274,8 +271,8 @@ class HfReader {
       if (generation) continue;
       const Field* field = find(key.c_str());
       if (field == nullptr)
-        throw Error(kModule, where_ + ": unknown field '" + key + "' for model_type " + type_name(),
-                    "fpdt reads every field it accepts exactly (docs/hf_config.md lists them); delete '" + key +
+        throw Error(kModule, where_ + ": unknown field '" + json::excerpt_text(key) + "' for model_type " + type_name(),
+                    "fpdt reads every field it accepts exactly (docs/hf_config.md lists them); delete '" + json::excerpt_text(key) +
                         "' if it changes nothing");
       if (field->use != Use::refused || accepted(*field, value)) continue;
       throw Error(kModule,
@@ -325,18 +322,18 @@ class HfReader {
   }
 
   [[noreturn]] void wrong_type(const std::string& name, const Json& value, const char* want) const {
-    throw Error(kModule, where_ + ": field '" + name + "' has the wrong type (" + excerpt(value) + ", expected " + want + ")");
+    throw Error(kModule, where_ + ": field '" + json::excerpt_text(name) + "' has the wrong type (" + excerpt(value) + ", expected " + want + ")");
   }
   [[noreturn]] void out_of_range(const std::string& name, const Json& value, int64_t min) const {
     const bool too_small = !value.is_number_unsigned() && value.get<int64_t>() < min;
     throw Error(kModule,
-                where_ + ": field '" + name + "' = " + excerpt(value) + " is outside [" + std::to_string(min) + ", " +
+                where_ + ": field '" + json::excerpt_text(name) + "' = " + excerpt(value) + " is outside [" + std::to_string(min) + ", " +
                     std::to_string(std::numeric_limits<int32_t>::max()) + "]",
                 too_small ? "" : "sizes beyond 2^31 - 1 are refused (the kernels index with 32-bit sizes)");
   }
   [[noreturn]] void bad_value(const std::string& name, const Json& value, const std::string& why,
                               const std::string& hint = "") const {
-    throw Error(kModule, where_ + ": field '" + name + "' = " + excerpt(value) + " " + why, hint);
+    throw Error(kModule, where_ + ": field '" + json::excerpt_text(name) + "' = " + excerpt(value) + " " + why, hint);
   }
 
  private:
@@ -366,7 +363,7 @@ RopeType rope_type_from_name(const std::string& name, const std::string& where) 
   if (name == "dynamic") return RopeType::dynamic;
   if (name == "llama3") return RopeType::llama3;
   if (name == "yarn") return RopeType::yarn;
-  throw Error(kModule, where + ": rope_type '" + name + "' is not supported",
+  throw Error(kModule, where + ": rope_type '" + json::excerpt_text(name) + "' is not supported",
               "use default, linear, llama3 or yarn (dynamic is read but not trained)");
 }
 
@@ -403,7 +400,7 @@ void read_rope_object(const HfReader& r, const Json& rope, const std::string& ob
     bool known = false;
     for (const std::string& allowed : *keys) known = known || key == allowed;
     if (!known)
-      throw Error(kModule, r.where() + ": " + object_name + " key '" + key + "' is not a parameter of rope_type " + type_name,
+      throw Error(kModule, r.where() + ": " + object_name + " key '" + json::excerpt_text(key) + "' is not a parameter of rope_type " + type_name,
                   "rope_type " + type_name + " reads " + (keys->empty() ? std::string("only rope_theta") : join(*keys)));
   }
   auto number = [&](const char* key) -> std::optional<double> {
@@ -613,7 +610,7 @@ struct Counts {
   int64_t non_embedding = 0;
 };
 Counts count_parameters(const ModelConfig& c) {
-  const std::string what = "the parameter count of model '" + c.name + "'";
+  const std::string what = "the parameter count of model '" + json::excerpt_text(c.name) + "'";
   const int64_t h = c.hidden, f = c.ffn_hidden;
   const int64_t norm = c.has_bias() ? 2 * h : h;
   int64_t per_layer = checked_add(2 * norm, checked_mul(h, c.qkv_dim(), what), what);
@@ -696,7 +693,7 @@ double ModelConfig::attention_scale(int layer) const {
 void ModelConfig::validate() const {
   auto positive = [&](int64_t value, const char* what) {
     if (value <= 0)
-      throw Error(kModule, "model '" + name + "': " + what + " must be positive, got " + std::to_string(value));
+      throw Error(kModule, "model '" + json::excerpt_text(name) + "': " + what + " must be positive, got " + std::to_string(value));
   };
   positive(vocab_size, "vocab_size");
   positive(hidden, "hidden size");
@@ -706,36 +703,36 @@ void ModelConfig::validate() const {
   positive(head_dim, "head dimension");
   positive(ffn_hidden, "MLP hidden size");
   if ((family == Family::gpt) != (type == ModelType::gpt2))
-    throw Error(kModule, "model '" + name + "': model_type " + model_type_name(type) + " is not of the " +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': model_type " + model_type_name(type) + " is not of the " +
                              (family == Family::gpt ? "GPT" : "Llama") + " family");
   // The kernels take row widths as int: q, k, v rows together, and Llama's gate | up rows.
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   const int64_t q = int64_t{heads} * head_dim, kv = int64_t{kv_heads} * head_dim;
   const int64_t up_rows = family == Family::llama ? 2 * int64_t{ffn_hidden} : ffn_hidden;
   if (q + 2 * kv > kIntMax || up_rows > kIntMax)
-    throw Error(kModule, "model '" + name + "': projection widths (q/k/v " + std::to_string(q + 2 * kv) + ", MLP " +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': projection widths (q/k/v " + std::to_string(q + 2 * kv) + ", MLP " +
                              std::to_string(up_rows) + ") exceed 2^31 - 1",
                 "the kernels index rows with 32-bit sizes");
   if (heads % kv_heads != 0)
     throw Error(kModule,
-                "model '" + name + "': " + std::to_string(heads) + " query heads cannot be shared evenly by " +
+                "model '" + json::excerpt_text(name) + "': " + std::to_string(heads) + " query heads cannot be shared evenly by " +
                     std::to_string(kv_heads) + " key/value heads",
                 "num_attention_heads must be a multiple of num_key_value_heads");
   if (family == Family::gpt && kv_heads != heads)
-    throw Error(kModule, "model '" + name + "': the GPT family has no grouped-query attention (heads " +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': the GPT family has no grouped-query attention (heads " +
                              std::to_string(heads) + ", kv heads " + std::to_string(kv_heads) + ")");
   if (family == Family::gpt && q != hidden)
-    throw Error(kModule, "model '" + name + "': hidden size " + std::to_string(hidden) + " is not heads × head_dim (" +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': hidden size " + std::to_string(hidden) + " is not heads × head_dim (" +
                              std::to_string(heads) + " × " + std::to_string(head_dim) + ")");
   if (uses_rope() && (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0))
-    throw Error(kModule, "model '" + name + "': rotary dims " + std::to_string(rotary_dim) +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': rotary dims " + std::to_string(rotary_dim) +
                              " must be even and in (0, head_dim = " + std::to_string(head_dim) + "]");
   if (uses_rope() && !(rope_theta > 0 && std::isfinite(rope_theta)))
-    throw Error(kModule, "model '" + name + "': RoPE θ must be a positive number, got " + format_number(rope_theta));
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': RoPE θ must be a positive number, got " + format_number(rope_theta));
   if (learned_positions()) positive(max_positions, "position table size");
-  if (!(norm_eps > 0)) throw Error(kModule, "model '" + name + "': norm epsilon must be positive");
+  if (!(norm_eps > 0)) throw Error(kModule, "model '" + json::excerpt_text(name) + "': norm epsilon must be positive");
   if (sliding_window < 0 || (sliding_window > 0 && sliding_layers.size() != static_cast<size_t>(layers)))
-    throw Error(kModule, "model '" + name + "': sliding window " + std::to_string(sliding_window) + " needs one flag per layer (" +
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': sliding window " + std::to_string(sliding_window) + " needs one flag per layer (" +
                              std::to_string(sliding_layers.size()) + " for " + std::to_string(layers) + " layers)");
   count_parameters(*this);  // throws when a count overflows
 }
@@ -759,12 +756,7 @@ ModelConfig preset(const std::string& name) {
 }
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& where) {
-  Json json;
-  try {
-    json = Json::parse(json_text);
-  } catch (const std::exception& error) {
-    throw Error(kModule, where + " is not valid JSON: " + error.what(), "check the file's syntax");
-  }
+  const Json json = json::parse(json_text, where, kModule, "check the file's syntax");
   if (!json.is_object()) throw Error(kModule, where + " is not a JSON object");
   if (!json.contains("model_type"))
     throw Error(kModule, where + ": missing field 'model_type'", "is this a Hugging Face config.json?");
@@ -776,7 +768,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
   else if (type == "mistral") config.type = ModelType::mistral;
   else if (type == "qwen2") config.type = ModelType::qwen2;
   else if (type == "gpt2") config.type = ModelType::gpt2;
-  else throw Error(kModule, where + ": model_type '" + type + "' is not supported", "use llama, mistral, qwen2 or gpt2");
+  else throw Error(kModule, where + ": model_type '" + json::excerpt_text(type) + "' is not supported", "use llama, mistral, qwen2 or gpt2");
 
   const HfReader reader(json, config.type, where);
   reader.check_fields();
@@ -859,7 +851,7 @@ std::string to_hf_config_json(const ModelConfig& config) {
 void override_rope(ModelConfig& config, std::optional<double> theta, const std::string& scaling_json) {
   if (!theta && scaling_json.empty()) return;
   if (!config.uses_rope())
-    throw Error(kModule, "model '" + config.name + "' has learned positions, not RoPE",
+    throw Error(kModule, "model '" + json::excerpt_text(config.name) + "' has learned positions, not RoPE",
                 "--rope-theta and --rope-scaling apply to llama, mistral and qwen2 models");
   if (theta) {
     if (!(*theta > 0 && std::isfinite(*theta)))

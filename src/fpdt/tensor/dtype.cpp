@@ -2,6 +2,7 @@
 #include "fpdt/tensor/dtype.h"
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 
 namespace fpdt {
 
@@ -39,7 +40,7 @@ DType dtype_from_name(const std::string& name, const std::string& where) {
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16,
                       DType::u32, DType::u8})
     if (dtype_name(dtype) == name) return dtype;
-  throw Error("tensor", "unknown dtype '" + name + "' in " + where,
+  throw Error("tensor", "unknown dtype '" + json::excerpt_text(name) + "' in " + where,
               "supported: F32, F64, BF16, F16, I32, I64, U16, U32, U8");
 }
 

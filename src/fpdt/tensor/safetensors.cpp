@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/base/json.h"
 
 namespace fpdt {
 
@@ -46,7 +49,85 @@ float f16_to_float(uint16_t bits) {
   return value;
 }
 
+// A shape extent or data offset: a whole number (json::integer) that is not negative.
+int64_t non_negative_integer(const nlohmann::json& value, const char* what) {
+  const int64_t number = json::integer<int64_t>(value, what, kModule);
+  if (number < 0) throw Error(kModule, std::string(what) + " holds " + std::to_string(number) + ", a negative number");
+  return number;
+}
+
+SafetensorsEntry parse_entry(const nlohmann::json& value, size_t data_bytes) {
+  if (!value.is_object()) throw Error(kModule, "its entry is " + json::excerpt(value) + ", not an object");
+  const auto field = [&](const char* key) -> const nlohmann::json& {
+    const auto found = value.find(key);
+    if (found == value.end()) throw Error(kModule, std::string("its entry has no \"") + key + "\"");
+    return *found;
+  };
+  SafetensorsEntry entry;
+  const nlohmann::json& dtype = field("dtype");
+  if (!dtype.is_string()) throw Error(kModule, "its dtype is " + json::excerpt(dtype) + ", not a string");
+  entry.dtype = dtype_from_name(dtype.get<std::string>(), "its header entry");
+  const nlohmann::json& shape = field("shape");
+  if (!shape.is_array()) throw Error(kModule, "its shape is " + json::excerpt(shape) + ", not an array");
+  for (const nlohmann::json& extent : shape) entry.shape.push_back(non_negative_integer(extent, "its shape"));
+  const nlohmann::json& offsets = field("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2)
+    throw Error(kModule, "its data_offsets are " + json::excerpt(offsets) + ", not two offsets [begin, end]");
+  entry.begin_bytes = static_cast<size_t>(non_negative_integer(offsets[0], "its data_offsets"));
+  entry.end_bytes = static_cast<size_t>(non_negative_integer(offsets[1], "its data_offsets"));
+  size_t expected_bytes = 0;
+  if (!checked_mul(expected_bytes, static_cast<size_t>(shape_numel(entry.shape)), dtype_size(entry.dtype)))
+    throw Error(kModule, dtype_name(entry.dtype) + shape_string(entry.shape) + " is larger than 2^64 bytes");
+  if (entry.end_bytes < entry.begin_bytes || entry.end_bytes - entry.begin_bytes != expected_bytes)
+    throw Error(kModule, "its data_offsets [" + std::to_string(entry.begin_bytes) + ", " +
+                             std::to_string(entry.end_bytes) + "] do not cover the " + std::to_string(expected_bytes) +
+                             " bytes of " + dtype_name(entry.dtype) + shape_string(entry.shape));
+  if (entry.end_bytes > data_bytes)
+    throw Error(kModule, "its data ends at byte " + std::to_string(entry.end_bytes) + " of a " +
+                             std::to_string(data_bytes) + "-byte data section (truncated file)");
+  return entry;
+}
+
 }  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::string_view header, size_t data_bytes, const std::string& path) {
+  const nlohmann::json root =
+      json::parse(header, path + "'s header", kModule, "the file is corrupt or not a safetensors file");
+  if (!root.is_object()) throw Error(kModule, path + ": the header is not a JSON object");
+  SafetensorsHeader parsed;
+  for (const auto& [name, value] : root.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object())
+        throw Error(kModule, path + ": __metadata__ is " + json::excerpt(value) + ", not an object of strings",
+                    "the file is corrupt");
+      for (const auto& [key, text] : value.items())
+        parsed.metadata[key] = text.is_string() ? text.get<std::string>() : text.dump();
+      continue;
+    }
+    try {
+      parsed.entries[name] = parse_entry(value, data_bytes);
+    } catch (const Error& error) {
+      throw Error(kModule, path + ": tensor '" + json::excerpt_text(name) + "' is invalid: " + error.message(),
+                  "the file is corrupt or truncated");
+    }
+  }
+  // Tensors own disjoint byte ranges (empty tensors own none): order by begin, compare neighbours.
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> by_begin;
+  for (const auto& [name, entry] : parsed.entries)
+    if (entry.end_bytes > entry.begin_bytes) by_begin.emplace_back(&name, &entry);
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](const auto& a, const auto& b) { return a.second->begin_bytes < b.second->begin_bytes; });
+  for (size_t i = 1; i < by_begin.size(); ++i)
+    if (by_begin[i].second->begin_bytes < by_begin[i - 1].second->end_bytes)
+      throw Error(kModule,
+                  path + ": tensors '" + json::excerpt_text(*by_begin[i - 1].first) + "' and '" +
+                      json::excerpt_text(*by_begin[i].first) + "' overlap (bytes " +
+                      std::to_string(by_begin[i].second->begin_bytes) + " to " +
+                      std::to_string(std::min(by_begin[i].second->end_bytes, by_begin[i - 1].second->end_bytes)) +
+                      " of the data section)",
+                  "the file is corrupt");
+  return parsed;
+}
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   const size_t total_bytes = file_size(path, kModule);
@@ -65,47 +146,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     std::string header(header_bytes, '\0');
     read_fully_at(fd_, header.data(), header_bytes, 8, path, kModule);
     data_begin_bytes_ = 8 + header_bytes;
-    const size_t data_bytes = total_bytes - data_begin_bytes_;
-
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(header);
-    } catch (const std::exception& parse_error) {
-      throw Error(kModule, path + " has a malformed JSON header: " + parse_error.what(),
-                  "the file is corrupt or not a safetensors file");
-    }
-    if (!json.is_object()) throw Error(kModule, path + ": the header is not a JSON object");
-    for (const auto& [name, value] : json.items()) {
-      if (name == "__metadata__") {
-        for (const auto& [key, text] : value.items())
-          metadata_[key] = text.is_string() ? text.get<std::string>() : text.dump();
-        continue;
-      }
-      try {
-        SafetensorsEntry entry;
-        entry.dtype = dtype_from_name(value.at("dtype").get<std::string>(), path + " tensor '" + name + "'");
-        entry.shape = value.at("shape").get<Shape>();
-        const auto offsets = value.at("data_offsets").get<std::vector<size_t>>();
-        if (offsets.size() != 2) throw Error(kModule, "data_offsets must have two entries");
-        entry.begin_bytes = offsets[0];
-        entry.end_bytes = offsets[1];
-        const size_t expected_bytes = static_cast<size_t>(shape_numel(entry.shape)) * dtype_size(entry.dtype);
-        if (entry.end_bytes < entry.begin_bytes || entry.end_bytes - entry.begin_bytes != expected_bytes)
-          throw Error(kModule, "its data_offsets cover " + std::to_string(entry.end_bytes - entry.begin_bytes) +
-                                   " bytes but " + dtype_name(entry.dtype) + shape_string(entry.shape) + " needs " +
-                                   std::to_string(expected_bytes));
-        if (entry.end_bytes > data_bytes)
-          throw Error(kModule, "its data ends at byte " + std::to_string(entry.end_bytes) + " of a " +
-                                   std::to_string(data_bytes) + "-byte data section (truncated file)");
-        entries_[name] = entry;
-      } catch (const Error& error) {
-        throw Error(kModule, path + ": tensor '" + name + "' is invalid: " + error.what(),
-                    "the file is corrupt or truncated");
-      } catch (const std::exception& error) {
-        throw Error(kModule, path + ": tensor '" + name + "' has a malformed header entry: " + error.what(),
-                    "the file is corrupt");
-      }
-    }
+    SafetensorsHeader parsed = parse_safetensors_header(header, total_bytes - data_begin_bytes_, path);
+    entries_ = std::move(parsed.entries);
+    metadata_ = std::move(parsed.metadata);
   } catch (...) {
     ::close(fd_);
     throw;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fpdt/tensor/tensor.h"
@@ -19,6 +20,18 @@ struct SafetensorsEntry {
   size_t begin_bytes = 0;  // offset from the start of the data section
   size_t end_bytes = 0;
 };
+
+// A safetensors header, parsed and checked: every tensor's dtype is known, its shape has
+// non-negative extents, its data_offsets cover exactly its bytes inside the data section, and no
+// two tensors' bytes overlap.
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;  // non-string values kept as their JSON text
+};
+
+// Parses the JSON header of a safetensors file whose data section holds data_bytes bytes. Every
+// problem throws one fpdt::Error naming `path` (names and values quoted as bounded excerpts).
+SafetensorsHeader parse_safetensors_header(std::string_view header, size_t data_bytes, const std::string& path);
 
 class SafetensorsReader {
  public:
@@ -50,7 +63,7 @@ class SafetensorsReader {
   std::string path_;
   int fd_ = -1;
   size_t data_begin_bytes_ = 0;
-  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, SafetensorsEntry> entries_;  // from the parsed header
   std::map<std::string, std::string> metadata_;
 };
 

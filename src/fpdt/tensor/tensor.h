@@ -14,6 +14,7 @@ namespace fpdt {
 
 using Shape = std::vector<int64_t>;
 
+// Product of the extents; throws fpdt::Error for a negative extent or a product beyond int64.
 int64_t shape_numel(const Shape& shape);
 // "[2, 24, 64]"
 std::string shape_string(const Shape& shape);
@@ -29,7 +30,7 @@ class Tensor {
   int64_t dim(int axis) const { return shape_.at(static_cast<size_t>(axis)); }
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t bytes() const;  // numel · dtype size; throws fpdt::Error beyond size_t
 
   // Typed pointer; throws fpdt::Error when T does not match the dtype.
   template <typename T> T* as() const {

@@ -15,6 +15,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/base/json.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/tensor/safetensors.h"
 
@@ -51,55 +52,36 @@ nlohmann::json cursor_to_json(const DataLoaderState& s) {
           {"sampling", s.sampling}};
 }
 
-// Inside trainer_state.json, what is wrong throws std::invalid_argument (or nlohmann's exceptions);
-// load_checkpoint turns each into one "<path> is corrupt: ..." error.
-
-// A whole number in T's range (nlohmann would cast a float or a negative number silently).
+// Inside trainer_state.json, what is wrong throws fpdt::Error naming the file, std::invalid_argument
+// or nlohmann's exceptions; parse_trainer_state turns the last two into one "<path> is corrupt: ..."
+// error. Integers go through json::integer: nlohmann would cast a float or a negative number silently.
 template <class T>
-T whole_number(const nlohmann::ordered_json& value, const char* key) {
-  // nlohmann keeps a non-negative whole number as unsigned and a negative one as signed.
-  const bool fits = value.is_number_unsigned()
-                        ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                        : value.is_number_integer() && std::is_signed_v<T> &&
-                              value.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::lowest());
-  if (!fits) throw std::invalid_argument(std::string("\"") + key + "\" is not a whole number in its range");
-  return value.get<T>();
+T whole_number(const nlohmann::ordered_json& value, const std::string& path, const char* key) {
+  return json::integer<T>(value, path + " is corrupt: \"" + key + "\"", kModule);
 }
 
-DataLoaderState cursor_from_json(const nlohmann::ordered_json& json) {
+DataLoaderState cursor_from_json(const nlohmann::ordered_json& json, const std::string& path) {
   DataLoaderState s{};
   const nlohmann::ordered_json& rng = json.at("rng_state");
   if (!rng.is_array() || rng.size() != 4) throw std::invalid_argument("\"rng_state\" must have 4 words");
-  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], "rng_state");
-  s.batches_served = whole_number<uint64_t>(json.at("batches_served"), "batches_served");
-  s.next_window = whole_number<uint64_t>(json.at("next_window"), "next_window");
-  s.epoch = whole_number<uint64_t>(json.at("epoch"), "epoch");
-  s.shard_tokens = whole_number<uint64_t>(json.at("shard_tokens"), "shard_tokens");
-  s.batch_size = whole_number<int64_t>(json.at("batch_size"), "batch_size");
-  s.seq_tokens = whole_number<int64_t>(json.at("seq_tokens"), "seq_tokens");
-  s.sampling = whole_number<uint32_t>(json.at("sampling"), "sampling");
+  for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], path, "rng_state");
+  s.batches_served = whole_number<uint64_t>(json.at("batches_served"), path, "batches_served");
+  s.next_window = whole_number<uint64_t>(json.at("next_window"), path, "next_window");
+  s.epoch = whole_number<uint64_t>(json.at("epoch"), path, "epoch");
+  s.shard_tokens = whole_number<uint64_t>(json.at("shard_tokens"), path, "shard_tokens");
+  s.batch_size = whole_number<int64_t>(json.at("batch_size"), path, "batch_size");
+  s.seq_tokens = whole_number<int64_t>(json.at("seq_tokens"), path, "seq_tokens");
+  s.sampling = whole_number<uint32_t>(json.at("sampling"), path, "sampling");
   return s;
 }
 
-// trainer_state.json is small and shallow: a file past 1 MiB or nested deeper than 8 levels is
-// refused before it is built, and an error quotes at most 160 characters of the parser's message.
+// trainer_state.json is small: a file past 1 MiB is refused before it is read.
 constexpr size_t kMaxStateBytes = 1 << 20;
-constexpr int kMaxStateDepth = 8;
 
-nlohmann::ordered_json parse_state(const std::string& path) {
+TrainerState read_state(const std::string& path) {
   if (file_size(path, kModule) > kMaxStateBytes)
     throw Error(kModule, path + " is larger than a trainer state can be (1 MiB)", "resume from another checkpoint");
-  const std::string text = read_text(path);
-  try {
-    return nlohmann::ordered_json::parse(text, [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
-      if (depth > kMaxStateDepth) throw std::invalid_argument("nested deeper than a trainer state is");
-      return true;
-    });
-  } catch (const std::exception& error) {
-    const std::string reason = error.what();
-    throw Error(kModule, path + " is corrupt: " + reason.substr(0, 160) + (reason.size() > 160 ? "..." : ""),
-                "resume from another checkpoint");
-  }
+  return parse_trainer_state(read_text(path), path);
 }
 
 // What an update would turn into NaN: a weight or moment that is not finite, or a negative second
@@ -255,6 +237,35 @@ std::string checkpoint_folder(const std::string& path) {
               "pass the --out folder of a training run or one of its step_<N> folders");
 }
 
+TrainerState parse_trainer_state(const std::string& text, const std::string& state_path) {
+  const nlohmann::ordered_json json =
+      json::parse<nlohmann::ordered_json>(text, state_path, kModule, "resume from another checkpoint");
+  TrainerState state;
+  try {
+    if (!json.is_object() || !json.contains("format") || json.at("format") != kStateFormat)
+      throw Error(kModule, state_path + " is not an fpdt trainer state (no \"format\": \"" + kStateFormat + "\")");
+    const int version = whole_number<int>(json.at("version"), state_path, "version");
+    if (version != kStateVersion && version != 1)
+      throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads versions 1 and " +
+                               std::to_string(kStateVersion));
+    state.step = whole_number<int64_t>(json.at("step"), state_path, "step");
+    if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
+    state.seed = whole_number<uint64_t>(json.at("seed"), state_path, "seed");
+    state.data = cursor_from_json(json.at("data_cursor"), state_path);
+    state.settings = json.at("settings");
+    if (version >= 2) {
+      state.optimizer_ranks = whole_number<int>(json.at("optimizer").at("ranks"), state_path, "ranks");
+      if (state.optimizer_ranks < 1) throw std::invalid_argument("\"ranks\" of the optimizer is not a count of ranks");
+    }
+  } catch (const Error&) {
+    throw;  // names the file already
+  } catch (const std::exception& error) {
+    // Every message here is ours or nlohmann's "key not found" / type error: short.
+    throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
+  }
+  return state;
+}
+
 namespace {
 
 // Fills this rank's share of the moments of every unit from the shards of a partition of `ranks`
@@ -325,31 +336,8 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
                 "resume with the same --model, or start a new run directory");
 
   const std::string state_path = (dir / "trainer_state.json").string();
-  TrainerState state;
-  int shard_ranks = 0;  // the saved optimizer's partition (0: version 1, whole moments)
-  const nlohmann::ordered_json json = parse_state(state_path);
-  try {
-    if (!json.is_object() || !json.contains("format") || json.at("format") != kStateFormat)
-      throw Error(kModule, state_path + " is not an fpdt trainer state (no \"format\": \"" + kStateFormat + "\")");
-    const int version = whole_number<int>(json.at("version"), "version");
-    if (version != kStateVersion && version != 1)
-      throw Error(kModule, state_path + " has version " + std::to_string(version) + "; this build reads versions 1 and " +
-                               std::to_string(kStateVersion));
-    state.step = whole_number<int64_t>(json.at("step"), "step");
-    if (state.step < 0) throw std::invalid_argument("\"step\" is negative");
-    state.seed = whole_number<uint64_t>(json.at("seed"), "seed");
-    state.data = cursor_from_json(json.at("data_cursor"));
-    state.settings = json.at("settings");
-    if (version >= 2) {
-      shard_ranks = whole_number<int>(json.at("optimizer").at("ranks"), "ranks");
-      if (shard_ranks < 1) throw std::invalid_argument("\"ranks\" of the optimizer is not a count of ranks");
-    }
-  } catch (const Error&) {
-    throw;  // names the file already
-  } catch (const std::exception& error) {
-    // Every message here is ours or nlohmann's "key not found" / type error: short.
-    throw Error(kModule, state_path + " is corrupt: " + error.what(), "resume from another checkpoint");
-  }
+  const TrainerState state = read_state(state_path);
+  const int shard_ranks = state.optimizer_ranks;
 
   {
     model::ParameterBlock whole(states.layout(), "checkpoint weights (read before sharding)", Tier::offload);
@@ -381,12 +369,19 @@ Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_
   const fs::path state_path = dir / "trainer_state.json";
   if (fs::exists(state_path)) {
     uint64_t recorded = 0;
-    try {
-      const nlohmann::json state = nlohmann::json::parse(read_text(state_path.string()));
-      if (state.contains("tokenizer_fingerprint"))
-        recorded = std::stoull(state.at("tokenizer_fingerprint").get<std::string>(), nullptr, 16);
-    } catch (const std::exception& error) {
-      throw Error(kModule, state_path.string() + " is corrupt: " + error.what(), "use another checkpoint");
+    const nlohmann::json state =
+        json::parse(read_text(state_path.string()), state_path.string(), kModule, "use another checkpoint");
+    if (state.is_object() && state.contains("tokenizer_fingerprint")) {
+      // fingerprint_string's form, "0x" and hexadecimal digits, read whole.
+      const nlohmann::json& value = state["tokenizer_fingerprint"];
+      const std::string text = value.is_string() ? value.get<std::string>() : "";
+      const char* digits = text.data() + (text.starts_with("0x") ? 2 : 0);
+      const auto [end, error] = std::from_chars(digits, text.data() + text.size(), recorded, 16);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size())
+        throw Error(kModule,
+                    state_path.string() + " is corrupt: its \"tokenizer_fingerprint\" " + json::excerpt(value) +
+                        " is not a hexadecimal fingerprint",
+                    "use another checkpoint");
     }
     if (recorded != 0 && recorded != tokenizer.fingerprint())
       throw Error(kModule,

@@ -39,6 +39,7 @@ struct TrainerState {
   DataLoaderState data{};      // the training loader's cursor
   uint64_t seed = 0;
   nlohmann::ordered_json settings;  // the run's effective settings ({"option": value}), for `fpdt inspect`
+  int optimizer_ranks = 0;     // the partition the optimizer's shards were saved in (0: version 1, whole moments)
 };
 
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
@@ -58,6 +59,9 @@ std::string latest_checkpoint(const std::string& run_dir);
 // A run folder (with `latest`) or a step or Hugging Face folder (with config.json) → the step folder;
 // throws fpdt::Error for anything else.
 std::string checkpoint_folder(const std::string& path);
+
+// Parses and checks trainer_state.json text (read from state_path, named in errors).
+TrainerState parse_trainer_state(const std::string& text, const std::string& state_path);
 
 // Restores the weights, this rank's share of the moments (from the shards of whatever partition saved
 // them) and the step count into `states` and `optimizer`; returns the trainer state. Collective over

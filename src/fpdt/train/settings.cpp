@@ -171,6 +171,9 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   run::compute_mem(set, s.compute_mem_bytes);
   run::sp(set, s.sp);
   run::dp(set, s.dp);
+  set.add("comm-timeout", "SECONDS", "end the job when a rank shows no sign of life (no heartbeat) for this long",
+          s.comm_timeout_seconds)
+      .above(0);
   run::mode(set, s.mode);
   run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
   run::chunks(set, s.chunks);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "fpdt/base/options.h"
+#include "fpdt/comm/communicator.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/optimizer.h"
 
@@ -60,6 +61,7 @@ struct TrainSettings {
   // Parallelism and the FPDT pipeline. world = dp × sp ranks; sp ranks share each sequence.
   int sp = 1;
   int dp = 1;
+  double comm_timeout_seconds = comm::kDefaultDeadlineSeconds;  // a rank silent this long ends the job
   std::string mode = "fpdt";          // "fpdt" or "ulysses" (one chunk, nothing offloaded)
   int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
   int chunks = 1;                     // u

@@ -196,7 +196,8 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, uint3
 
 ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(path)) {
   const std::string name = in_quotes(path_);
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a file).
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int error_number = errno;
     throw Error(kModule, "cannot open token shard " + name + ": " + os_error(error_number),
@@ -211,6 +212,7 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
   struct stat info {};
   if (::fstat(fd, &info) != 0) fail("cannot stat token shard " + name + ": " + os_error(errno), "");
   if (S_ISDIR(info.st_mode)) fail("token shard " + name + " is a directory, not a file", "pass the .bin file inside it");
+  if (!S_ISREG(info.st_mode)) fail("token shard " + name + " is not a regular file", "pass a .bin file written by `fpdt tokenize`");
   const size_t file_bytes = static_cast<size_t>(info.st_size);
   auto too_short = [&](size_t header_bytes) {
     fail("token shard " + name + " is " + std::to_string(file_bytes) + " bytes, shorter than the " +

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/train/text/normalize.h"
 #include "fpdt/train/text/regex.h"
@@ -293,10 +294,10 @@ void Tokenizer::Impl::parse_pre_tokenizer(const json& node, const std::string& w
     else if (behavior == "MergedWithPrevious") step.behavior = PreTokenizerStep::merged_with_previous;
     else if (behavior == "MergedWithNext") step.behavior = PreTokenizerStep::merged_with_next;
     else if (behavior == "Contiguous") step.behavior = PreTokenizerStep::contiguous;
-    else fail(where + ".behavior '" + behavior + "' is not a split behaviour");
+    else fail(where + ".behavior '" + fpdt::json::excerpt_text(behavior) + "' is not a split behaviour");
     step.invert = flag(node, "invert");
   } else {
-    fail(where + " of type '" + type + "' is not supported (ByteLevel, Split and Sequence are)");
+    fail(where + " of type '" + fpdt::json::excerpt_text(type) + "' is not supported (ByteLevel, Split and Sequence are)");
   }
   if (step.regex) needs_utf8 = true;
   pre_tokenizers.push_back(std::move(step));
@@ -305,7 +306,7 @@ void Tokenizer::Impl::parse_pre_tokenizer(const json& node, const std::string& w
 void Tokenizer::Impl::parse_model(const json& model) {
   const std::string type = model.contains("type") ? model.at("type").get<std::string>() : (model.contains("merges") ? "BPE" : "?");
   if (type != "BPE")
-    fail("model type '" + type + "' is not supported (only BPE is)",
+    fail("model type '" + fpdt::json::excerpt_text(type) + "' is not supported (only BPE is)",
          "fpdt reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2); WordPiece, Unigram and WordLevel "
          "tokenizers are not implemented — use the byte tokenizer or a BPE tokenizer.json");
   if (model.contains("dropout") && !model.at("dropout").is_null() && model.at("dropout").get<double>() != 0.0)
@@ -317,14 +318,15 @@ void Tokenizer::Impl::parse_model(const json& model) {
   continuing_subword_prefix = optional_string(model, "continuing_subword_prefix");
   end_of_word_suffix = optional_string(model, "end_of_word_suffix");
   for (const auto& [token, id] : model.at("vocab").items()) {
-    const int64_t value = id.get<int64_t>();
-    if (value < 0 || value > INT32_MAX - 1) fail("model.vocab['" + token + "'] = " + std::to_string(value) + " is not a valid id");
+    const int64_t value = fpdt::json::integer<int64_t>(
+        id, origin + " is not a valid tokenizer.json: model.vocab['" + fpdt::json::excerpt_text(token) + "']", kModule);
+    if (value < 0 || value > INT32_MAX - 1) fail("model.vocab['" + fpdt::json::excerpt_text(token) + "'] = " + std::to_string(value) + " is not a valid id");
     vocab[token] = static_cast<int32_t>(value);
   }
   const std::string unk = optional_string(model, "unk_token");
   if (!unk.empty()) {
     const auto it = vocab.find(unk);
-    if (it == vocab.end()) fail("model.unk_token '" + unk + "' is not in the vocabulary", "fix the tokenizer.json");
+    if (it == vocab.end()) fail("model.unk_token '" + fpdt::json::excerpt_text(unk) + "' is not in the vocabulary", "fix the tokenizer.json");
     unk_id = it->second;
   }
   const json& merge_list = model.at("merges");
@@ -336,7 +338,7 @@ void Tokenizer::Impl::parse_model(const json& model) {
       const std::string line = merge.get<std::string>();
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        fail("model.merges[" + std::to_string(rank) + "] '" + line + "' is not two tokens separated by one space",
+        fail("model.merges[" + std::to_string(rank) + "] '" + fpdt::json::excerpt_text(line) + "' is not two tokens separated by one space",
              "fix the tokenizer.json");
       left = line.substr(0, space), right = line.substr(space + 1);
     } else {
@@ -346,7 +348,7 @@ void Tokenizer::Impl::parse_model(const json& model) {
     const std::string merged = left + (right.size() >= prefix ? right.substr(prefix) : right);
     const auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(merged);
     if (l == vocab.end() || r == vocab.end() || m == vocab.end())
-      fail("model.merges[" + std::to_string(rank) + "] ('" + left + "', '" + right + "') uses a token that is not in the vocabulary",
+      fail("model.merges[" + std::to_string(rank) + "] ('" + fpdt::json::excerpt_text(left) + "', '" + fpdt::json::excerpt_text(right) + "') uses a token that is not in the vocabulary",
            "fix the tokenizer.json");
     merges[(uint64_t(uint32_t(l->second)) << 32) | uint32_t(r->second)] = {rank, m->second};  // a later duplicate wins, as in the library
     ++rank;
@@ -365,7 +367,7 @@ void Tokenizer::Impl::parse(const json& root) {
     for (const json& step : steps) {
       const std::string type = step.at("type").get<std::string>();
       if (type != "NFC")
-        fail("normalizer '" + type + "' is not supported (none and NFC are)", "GPT-2 and Llama 3 have none, Qwen2 has NFC");
+        fail("normalizer '" + fpdt::json::excerpt_text(type) + "' is not supported (none and NFC are)", "GPT-2 and Llama 3 have none, Qwen2 has NFC");
       nfc = true;
     }
     needs_utf8 = needs_utf8 || nfc;
@@ -374,20 +376,21 @@ void Tokenizer::Impl::parse(const json& root) {
   const auto decoder = root.find("decoder");
   if (decoder != root.end() && !decoder->is_null()) {
     const std::string type = decoder->at("type").get<std::string>();
-    if (type != "ByteLevel") fail("decoder '" + type + "' is not supported (ByteLevel is)");
+    if (type != "ByteLevel") fail("decoder '" + fpdt::json::excerpt_text(type) + "' is not supported (ByteLevel is)");
     byte_level_decoder = true;
   }
   if (root.contains("added_tokens")) {
     for (const json& token : root.at("added_tokens")) {
       AddedToken added_token;
       added_token.content = token.at("content").get<std::string>();
-      const int64_t id = token.at("id").get<int64_t>();
-      if (id < 0 || id > INT32_MAX - 1) fail("added token '" + added_token.content + "' has a bad id " + std::to_string(id), "fix the tokenizer.json");
+      const int64_t id = fpdt::json::integer<int64_t>(token.at("id"), origin + " is not a valid tokenizer.json: added_tokens[].id",
+                                                         kModule);
+      if (id < 0 || id > INT32_MAX - 1) fail("added token '" + fpdt::json::excerpt_text(added_token.content) + "' has a bad id " + std::to_string(id), "fix the tokenizer.json");
       added_token.id = static_cast<int32_t>(id);
       added_token.special = flag(token, "special");
       added_token.normalized = flag(token, "normalized", !added_token.special);
       if (flag(token, "single_word"))
-        fail("added token '" + added_token.content + "' sets single_word, which fpdt does not implement",
+        fail("added token '" + fpdt::json::excerpt_text(added_token.content) + "' sets single_word, which fpdt does not implement",
              "GPT-2, Llama 3 and Qwen2 tokenizers leave it false");
       added_token.lstrip = flag(token, "lstrip");
       added_token.rstrip = flag(token, "rstrip");
@@ -422,7 +425,7 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
     try {
       eos = config_token(json::parse(config_text), "eos_token");
     } catch (const json::exception& error) {
-      fail(std::string("its tokenizer_config.json is not valid JSON: ") + error.what(), "fix or remove tokenizer_config.json");
+      fail("its tokenizer_config.json is not valid JSON: " + fpdt::json::excerpt_text(error.what(), 240), "fix or remove tokenizer_config.json");
     }
   }
   if (eos.empty()) {
@@ -440,7 +443,7 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   for (const AddedToken& token : added)
     if (token.content == eos) eos_id = token.id;
   if (eos_id < 0 && vocab.count(eos)) eos_id = vocab.at(eos);
-  if (eos_id < 0) fail("has no token '" + eos + "' to end documents with", "name a token of the tokenizer with --eos-token");
+  if (eos_id < 0) fail("has no token '" + fpdt::json::excerpt_text(eos) + "' to end documents with", "name a token of the tokenizer with --eos-token");
   eos_token = eos;
   fingerprint = fnv1a(json_text);
   if (config_text.empty())
@@ -671,7 +674,7 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   try {
     impl->parse(json::parse(tokenizer_json));
   } catch (const json::exception& error) {
-    impl->fail(std::string("is not a valid tokenizer.json: ") + error.what(), "pass a Hugging Face tokenizer.json");
+    impl->fail("is not a valid tokenizer.json: " + fpdt::json::excerpt_text(error.what(), 240), "pass a Hugging Face tokenizer.json");
   }
   impl->finish(end_of_document);
   impl->byte_tokenizer = tokenizer_json == byte_tokenizer_json();
@@ -791,7 +794,9 @@ std::string Tokenizer::render(std::span<const int32_t> ids) const {
 void Tokenizer::save(const std::string& directory) const {
   for (const auto& [name, text] : {std::pair{kTokenizerFile, &impl_->json_text}, std::pair{kTokenizerConfigFile, &impl_->config_text}}) {
     const std::string path = (fs::path(directory) / name).string();
-    write_file_atomic(path, [&](int fd) { write_fully(fd, text->data(), text->size(), path, kModule); }, kModule);
+    const std::string* contents = text;  // clang 14 cannot capture a structured binding
+    write_file_atomic(path, [&](int fd) { write_fully(fd, contents->data(), contents->size(), path, kModule); },
+                      kModule);
   }
 }
 

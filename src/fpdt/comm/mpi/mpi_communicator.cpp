@@ -5,6 +5,7 @@
 // (default INT_MAX) bytes of MPI_BYTE — equal blocks and gathers that fit use MPI_Alltoall /
 // MPI_Allgather, larger ones and every all_to_all_v use point-to-point messages (Isend/Irecv),
 // broadcasts loop MPI_Bcast over pieces. No derived datatypes.
+// Liveness: make_world starts the heartbeat watchdog (mpi_watchdog.h); finalize_at_exit stops it.
 #include <mpi.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/comm/mpi/mpi_watchdog.h"
 #include "fpdt/comm/mpi/mpi_world.h"
 #include "fpdt/comm/text.h"
 
@@ -49,7 +51,9 @@ void finalize_at_exit() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (!initialized || finalized) return;
+  stop_watchdog();
+  MPI_Finalize();
 }
 
 int as_int(size_t bytes) { return static_cast<int>(bytes); }  // callers keep bytes ≤ message_bytes ≤ INT_MAX
@@ -79,12 +83,7 @@ class MpiCommunicator final : public Communicator {
     return std::make_unique<MpiCommunicator>(part);
   }
 
-  [[noreturn]] void abort(const std::string& reason) override {
-    std::fprintf(stderr, "rank %d: %s\n", g_world_rank, reason.c_str());
-    std::fflush(nullptr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);  // MPI_Abort does not return; this is for the compiler and for broken MPIs
-  }
+  [[noreturn]] void abort(const std::string& reason) override { abort_job(reason); }
 
  protected:
   // Every rank learns what each peer sends it and compares with its recv_counts; the verdict is
@@ -171,13 +170,20 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
+void abort_job(const std::string& reason) {
+  std::fprintf(stderr, "rank %d: %s\n", g_world_rank, reason.c_str());
+  std::fflush(nullptr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this is for the compiler and for broken MPIs
+}
+
 bool built() { return true; }
 
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv) {
   int initialized = 0;
   FPDT_MPI_CHECK(MPI_Initialized(&initialized));
+  int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    int provided = MPI_THREAD_SINGLE;
     FPDT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     std::atexit(finalize_at_exit);
   }
@@ -185,6 +191,16 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv) {
   FPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank));
   MPI_Comm world = MPI_COMM_NULL;
   FPDT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));  // inherits MPI_ERRORS_RETURN
+  // The watchdog runs only where this process owns MPI (finalize_at_exit stops it before
+  // MPI_Finalize) and MPI lets a second thread call it.
+  if (!initialized) {
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw Error("comm", "this MPI library does not support MPI_THREAD_MULTIPLE, which the liveness watchdog needs",
+                  "use an MPI built with thread support (Open MPI 4 and MPICH have it)");
+    MPI_Comm heartbeats = MPI_COMM_NULL;
+    FPDT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeats));
+    start_watchdog(heartbeats);
+  }
   return std::make_unique<MpiCommunicator>(world);
 }
 

@@ -16,6 +16,9 @@ namespace fpdt::comm {
 // that can never complete because a member already returned (mismatched collective calls).
 // After joining every thread, run_ranks throws fpdt::Error("[comm] rank R failed: <message>")
 // for the first failure. A rank busy computing sees the failure at its next collective.
+// Deadline: a collective whose peers have not all arrived within comm::deadline_seconds() fails the
+// run as "[comm] rank R failed: did not reach a collective within the D s deadline (...)", R the
+// first rank missing; run_ranks still returns only when every thread has returned.
 void run_ranks(int ranks, const std::function<void(Communicator&)>& body);
 
 }  // namespace fpdt::comm
