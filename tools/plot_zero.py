@@ -1,8 +1,9 @@
 """Plots bench/results/zero_speed.json (bench/zero_speed.sh): rank 0's compute-tier peak (dry runs) and
 the step time (mpirun runs; the median over the rounds) against the number of ranks W, one line per ZeRO
-stage.
+stage. Given several result files (extra rounds of the same grid), it pools their runs; the dry runs and
+the titles are the first file's.
 
-usage: python3 tools/plot_zero.py RESULTS.json OUT.png   (needs matplotlib: PY=$(tools/reference_env.sh))
+usage: python3 tools/plot_zero.py RESULTS.json [MORE.json ...] OUT.png   (matplotlib: PY=$(tools/reference_env.sh))
 """
 import json
 import statistics
@@ -19,8 +20,10 @@ def by_rank(rows, stage, value):
     return ranks, [value([r for r in rows if r["zero"] == stage and r["W"] == w]) for w in ranks]
 
 
-def main(results_path, out_path):
-    results = json.load(open(results_path))
+def main(results_paths, out_path):
+    results = json.load(open(results_paths[0]))
+    for path in results_paths[1:]:
+        results["runs"] += json.load(open(path))["runs"]
     figure, (memory, time) = plt.subplots(1, 2, figsize=(11, 4.5))
     for stage, color in zip(range(4), ("tab:red", "tab:orange", "tab:green", "tab:blue")):
         ranks, peaks = by_rank(results["dry_runs"], stage, lambda rs: rs[0]["result"]["compute_peak_bytes"] / 2**20)
@@ -41,4 +44,4 @@ def main(results_path, out_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:-1], sys.argv[-1])
