@@ -160,16 +160,24 @@ class HostMemory final : public DeviceMemory {
   }
   std::unique_ptr<CopyQueue> make_copy_queue() override { return std::make_unique<HostCopyQueue>(); }
 
-  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes != 0) std::memset(dst, 0, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                size_t rows) override {
     for (size_t row = 0; row < rows; ++row)
-      std::memcpy(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch,
-                  row_bytes);
+      copy_bytes(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch,
+                 row_bytes);
   }
-  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
-  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void upload(void* dst, const void* host, size_t bytes) override { copy_bytes(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) override { copy_bytes(host, src, bytes); }
+
+ private:
+  // memcpy's pointers must not be null even for zero bytes; ours may be then (DeviceMemory's contract).
+  static void copy_bytes(void* dst, const void* src, size_t bytes) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
 };
 
 }  // namespace

@@ -441,6 +441,7 @@ void ModelStates::load_weights(const model::ParameterBlock& whole) {
 void ModelStates::read_moments(int unit, float* m, float* v) {
   finish_update();
   const size_t bytes = static_cast<size_t>(own(unit).size()) * sizeof(float);
+  if (bytes == 0) return;  // this rank owns none of the unit: m and v may be null
   if (host_) {
     std::memcpy(m, part(StateBuf::m, unit), bytes);
     std::memcpy(v, part(StateBuf::v, unit), bytes);
@@ -452,6 +453,7 @@ void ModelStates::read_moments(int unit, float* m, float* v) {
 
 void ModelStates::write_moments(int unit, const float* m, const float* v) {
   const size_t bytes = static_cast<size_t>(own(unit).size()) * sizeof(float);
+  if (bytes == 0) return;  // this rank owns none of the unit: m and v may be null
   if (host_) {
     std::memcpy(part(StateBuf::m, unit), m, bytes);
     std::memcpy(part(StateBuf::v, unit), v, bytes);
