@@ -220,6 +220,14 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   const std::string message = refused([](auto& j) { j["decoder"] = {{"type", std::string(100000, 'W')}}; });
   expect_contains(message, {"decoder 'WWWW", "...' is not supported"});
   EXPECT_LT(message.size(), 1000u);
+  // So is a long pattern, and an unknown \p{...} name in it (found by the in-suite fuzz replay).
+  const std::string pattern_message = refused([](auto& j) {
+    std::string pattern = "[^\\r\\n";
+    for (int i = 0; i < 2000; ++i) pattern += "\\p{Ln";
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern + "}]";
+  });
+  expect_contains(pattern_message, {"unsupported property \\p{Ln\\p{Ln", "...}"});
+  EXPECT_LT(pattern_message.size(), 1000u);
   expect_contains(refused([](auto& j) { j.erase("model"); }), {"has no \"model\""});
   expect_contains(refused([](auto& j) { j["model"]["vocab"] = "oops"; }), {"edited.json", "not a valid tokenizer.json"});
   expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<=a)b"; }),

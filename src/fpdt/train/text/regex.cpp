@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/train/text/unicode.h"
 
 namespace fpdt::train::text {
@@ -76,7 +77,7 @@ class Parser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(kModule,
-                (origin_.empty() ? "" : std::string(origin_) + ": ") + "pre-tokenizer regex '" + std::string(pattern_) +
+                (origin_.empty() ? "" : std::string(origin_) + ": ") + "pre-tokenizer regex '" + json::excerpt_text(pattern_) +
                     "' at offset " + std::to_string(pos_) + ": " + what,
                 "fpdt's regex engine supports the constructs of GPT-2, Llama 3 and Qwen2 patterns");
   }
@@ -256,7 +257,7 @@ class Parser {
       const std::string_view category = kNames[i];
       if (category == name || (name.size() == 1 && category[0] == name[0])) mask |= 1u << i;
     }
-    if (mask == 0) fail("unsupported property \\p{" + std::string(name) + "} (general categories only, e.g. L, Lu, N, P)");
+    if (mask == 0) fail("unsupported property \\p{" + json::excerpt_text(name, 40) + "} (general categories only, e.g. L, Lu, N, P)");
     pos_ = end + 1;
     return mask;
   }
@@ -373,12 +374,12 @@ class Matcher {
 
   bool match(const Node& node, size_t pos, const Continuation* then) {
     if (++steps_ > step_budget_)
-      throw Error(kModule, "pre-tokenizer regex '" + std::string(pattern_) + "' backtracks too much on a text of " +
+      throw Error(kModule, "pre-tokenizer regex '" + json::excerpt_text(pattern_) + "' backtracks too much on a text of " +
                                std::to_string(text_.size()) + " bytes (more than " +
                                std::to_string(kMaxStepsPerByte) + " steps per byte)",
                   "the pattern has nested or ambiguous repetitions; GPT-2, Llama 3 and Qwen2 patterns do not");
     if (depth_ >= kMaxMatchDepth)
-      throw Error(kModule, "pre-tokenizer regex '" + std::string(pattern_) + "' nests more than " +
+      throw Error(kModule, "pre-tokenizer regex '" + json::excerpt_text(pattern_) + "' nests more than " +
                                std::to_string(kMaxMatchDepth) + " repetitions of a group on this text",
                   "repeat single characters or classes (e.g. \\p{L}+) rather than groups");
     ++depth_;
