@@ -29,6 +29,7 @@ work=$(mktemp -d /tmp/fpdt_peer.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p bench/results
 results=$work/results.jsonl
+: > "$results"
 
 # shape → config, batch, seq, fpdt's pipeline options: one chunk, everything resident, up to 8K; at 32K,
 # where the point is memory flat in T, chunks of 4K offloaded to a file (the page cache holds it if RAM
@@ -81,7 +82,7 @@ PY
 
 for shape in $shapes; do
   for run in $(seq 1 "$runs"); do
-    before=$(cat "$results" 2>/dev/null | wc -l)
+    before=$(wc -l < "$results")
     # the runs of one round in a rotated order (each goes first once in every len(order) rounds)
     order=(torch fpdt); [ "$shape" = t32k ] && order+=(fpdt-resident)
     for i in $(seq 0 $((${#order[@]} - 1))); do
