@@ -7,8 +7,9 @@
 #   mpirun tests check that a run's peak equals its dry run's to the byte).
 # - Time: mpirun runs of W processes at S = SEQ, STEPS steps each (default 2); the last step's time is
 #   reported (the first pays first touches: with STEPS=1, for a 16K step of minutes, those are a few
-#   seconds, larger for the stages that hold more). Stages alternate within each round (0 3 1 2, then 2 1 3 0) so drift in
-#   the machine's load falls on all of them alike; the load average is recorded before and after.
+#   seconds, larger for the stages that hold more). Stages alternate within each round (0 3 1 2, then
+#   2 1 3 0) so drift in the machine's load falls on all of them alike; the load average is recorded
+#   before and after.
 # WS="1 2 4" picks the W of the timed runs, FIRST_ROUND=1 numbers them (extra rounds of one W keep the
 # alternation), NAME=zero_speed names the results; tools/plot_zero.py pools the runs of several files.
 # Writes bench/results/NAME.json and .png. Usage: [STEPS=2] bench/zero_speed.sh [BUILD_DIR] [ROUNDS] [SEQ]

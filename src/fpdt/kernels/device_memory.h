@@ -99,7 +99,7 @@ class DeviceMemory {
   virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
 
   // Compute-tier operations, in order with the kernels. dst, src: compute-tier handles. Zero bytes
-  // touch nothing, and then any pointer may be null (a rank may own none of a small unit).
+  // touch nothing, and then any pointer may be null (a ZeRO rank may own none of a unit).
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // `rows` rows of `row_bytes`, the rows `src_pitch` and `dst_pitch` bytes apart.
