@@ -20,13 +20,35 @@
 
 namespace fpdt::train {
 
-double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens) {
+namespace {
+
+// Visible (query, key) pairs of a causal run of S tokens whose queries see at most `window` keys (0: all).
+double causal_pairs(double S, double window) {
+  return window <= 0 || window >= S ? S * S / 2 : S * window - window * window / 2;
+}
+
+}  // namespace
+
+double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens, const int32_t* doc_ids) {
   double params = static_cast<double>(config.non_embedding_parameter_count());
   if (config.tie_embeddings) params += static_cast<double>(config.vocab_size) * config.hidden;
   const double tokens = static_cast<double>(sequences) * static_cast<double>(seq_tokens);
-  const double S = static_cast<double>(seq_tokens);
-  const double attention = 6.0 * S * S * config.heads * config.head_dim * config.layers;
-  return 6.0 * params * tokens + attention * static_cast<double>(sequences);
+  double pairs = 0.0;  // over rows and layers
+  for (int layer = 0; layer < config.layers; ++layer) {
+    const double window = static_cast<double>(config.window(layer));
+    if (doc_ids == nullptr) {
+      pairs += static_cast<double>(sequences) * causal_pairs(static_cast<double>(seq_tokens), window);
+      continue;
+    }
+    for (int64_t row = 0; row < sequences; ++row) {
+      const int32_t* docs = doc_ids + row * seq_tokens;  // (seq_tokens)
+      for (int64_t begin = 0, end = 0; begin < seq_tokens; begin = end) {
+        while (end < seq_tokens && docs[end] == docs[begin]) ++end;
+        pairs += causal_pairs(static_cast<double>(end - begin), window);
+      }
+    }
+  }
+  return 6.0 * params * tokens + 12.0 * config.heads * config.head_dim * pairs;
 }
 
 namespace {

@@ -32,11 +32,15 @@ struct StepMetrics {
   uint64_t offload_written_bytes = 0;  // written to it
 };
 
-// Model FLOPs of one training step over `sequences` sequences of `seq_tokens` tokens:
-//   6 · (non-embedding parameters + LM head) · tokens + 6 · S² · Hq · D · L per sequence
-// (causal attention counted once; recomputation never counted). For the tied head the LM head's V·h
-// is added explicitly, since it is not in the non-embedding count.
-double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens);
+// Model FLOPs of one training step over `sequences` rows of `seq_tokens` tokens:
+//   6 · (non-embedding parameters + LM head) · tokens + 12 · Hq · D · Σ_layers (visible query-key pairs)
+// A row of S tokens has S²/2 visible pairs under the causal mask (causal attention counted once, the
+// convention of FlashAttention's and this project's figures), S·W − W²/2 in a layer whose sliding window W
+// is shorter, and the same per document under document masks (doc_ids (sequences, seq_tokens): each row's
+// documents numbered in order; null: none). Recomputation is never counted. For the tied head the LM head's
+// V·h is added explicitly, since it is not in the non-embedding count.
+double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens,
+                   const int32_t* doc_ids = nullptr);
 
 // The fp32 rates of `threads` cores, measured here and now (the machine may be shared: the load average
 // is taken with them):

@@ -227,7 +227,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
   }
   if (s.resume) resume();
   if (world_.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
-  flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);
+  flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);  // whole rows
   first_step_ = step_ + 1;
 }
 
@@ -387,6 +387,8 @@ StepMetrics Trainer::step() {
   metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
   metrics.tokens_per_second =
       static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
+  if (!step_batch_.doc_ids.empty())  // --doc-mask: the step's own documents (fewer visible pairs)
+    flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
   metrics.mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
   if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());

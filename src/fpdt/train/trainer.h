@@ -128,7 +128,7 @@ class Trainer {
     double lr = 0.0, grad_norm = 0.0;
   } unchecked_update_;
   void check_update();
-  double flops_per_step_ = 0.0;
+  double flops_per_step_ = 0.0;  // model_flops of the step (with --doc-mask, recounted from each step's documents)
   Timer run_timer_;
   TrainResult result_;
 };
