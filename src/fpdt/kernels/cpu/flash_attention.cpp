@@ -290,10 +290,21 @@ inline void pack_row_by_groups(float* dst, int64_t group_stride, const float* ro
   }
 }
 
+// Asks for a row of D floats in L1 ahead of its use. The loops that go row by row over q, k, v, out,
+// dq, dk or dv (rows H·D floats apart) ask kPrefetchRows rows ahead; a transposing gather, for the
+// next panel's rows (-3 % of the time at S = 256, D = 32, caches cold).
+inline void prefetch_row(const float* row, int D) {
+  for (int d = 0; d < D; d += 16) _mm_prefetch(reinterpret_cast<const char*>(row + d), _MM_HINT_T0);
+}
+constexpr int kPrefetchRows = 8;
+
 // One panel of a transposed tile from up to kPanel rows of D floats: dst[d·kPanel + c] = scale ·
 // rows[c·row_stride + d] for the columns c < count, 0 past it (1 <= count; rows past it are not read).
-// Gathers, so that each row is read where it lies (rows of q, k, v are H·D floats apart).
-inline void transpose_into_panel(float* dst, const float* rows, int64_t row_stride, int count, int D, float scale) {
+// Gathers, so that each row is read where it lies (rows of q, k, v are H·D floats apart), after
+// asking for the `next` rows that follow the panel's kPanel (the next panel's).
+inline void transpose_into_panel(float* dst, const float* rows, int64_t row_stride, int count, int next, int D,
+                                 float scale) {
+  for (int c = 0; c < next; ++c) prefetch_row(rows + (kPanel + c) * row_stride, D);
   const Vec factor = vset(scale);
   for (int half = 0; half < 2; ++half) {
     float* dst_half = dst + half * kLanes;
@@ -578,13 +589,15 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   for (int panel = 0; panel < panels_q; ++panel) {
     const int64_t i0 = static_cast<int64_t>(panel) * kPanel;
     const int count = static_cast<int>(std::min<int64_t>(kPanel, mq - i0));
-    transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, D, qk_scale);
+    const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
+    transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
+                         qk_scale);
     float* ot = s.ot + panel * D * kPanel;
     if (!accumulate) {
       std::fill(ot, ot + D * kPanel, 0.0f);
       continue;
     }
-    transpose_into_panel(ot, out_rows + i0 * q_row_stride, q_row_stride, count, D, 1.0f);
+    transpose_into_panel(ot, out_rows + i0 * q_row_stride, q_row_stride, count, next, D, 1.0f);
     for (int c = 0; c < count; ++c)  // a row that has seen nothing yet starts from 0, not from out
       if (s.m_init[i0 + c] == -kInf)
         for (int d = 0; d < D; ++d) ot[d * kPanel + c] = 0.0f;
@@ -664,6 +677,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       continue;
     }
     if (accumulate && l == 1.0f && s.m[i] == s.m_init[i]) continue;  // this block added nothing
+    if (i + kPrefetchRows < mq) prefetch_row(out_row + kPrefetchRows * q_row_stride, D);
     column_to_row<false>(out_row, s.ot + (i / kPanel) * D * kPanel + i % kPanel, D, 1.0f / l);
     lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
   }
@@ -865,9 +879,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
     const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
     for (int panel = 0; panel < panels_k; ++panel) {
-      const int j0 = panel * kPanel, count = std::min(kPanel, nk - j0);
-      transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, D, qk_scale);
-      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, D, 1.0f);
+      const int j0 = panel * kPanel, count = std::min(kPanel, nk - j0), next = std::clamp(nk - j0 - kPanel, 0, kPanel);
+      transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, next, D,
+                           qk_scale);
+      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f);
     }
     std::fill(s.dkt, s.dkt + panels_k * D * kPanel, 0.0f);
     std::fill(s.dvt, s.dvt + panels_k * D * kPanel, 0.0f);
@@ -991,6 +1006,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         const int full_panels = D / kPanel;
         for (int i = 0; i < mq; ++i) {
           float* dq_row = args.dq + ((b * p.Cq + q_lo + i) * p.H + h) * D;
+          if (i + kPrefetchRows < mq) prefetch_row(dq_row + kPrefetchRows * p.H * D, D);
           for (int dp = 0; dp < full_panels; ++dp) {
             const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
             float* dst = dq_row + dp * kPanel;
@@ -1010,6 +1026,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     const int64_t row = (b * p.Ck + kv_lo + j) * p.Hkv + kv_head;
     float* dk_row = args.dk + row * D;
     float* dv_row = args.dv + row * D;
+    if (j + kPrefetchRows < nk) {
+      prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
+      prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
+    }
     column_to_row<true>(dk_row, s.dkt + (j / kPanel) * D * kPanel + j % kPanel, D, scale);
     column_to_row<true>(dv_row, s.dvt + (j / kPanel) * D * kPanel + j % kPanel, D, 1.0f);
   }
@@ -1112,6 +1132,10 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
         const float* k_row = k_rows + j * k_row_stride;
         float* k_column = k_dst + (j / kRows) * D * kRows + j % kRows;
         for (int d = 0; d < D; ++d) k_column[d * kRows] = k_row[d];
+        if (j + kPrefetchRows < nk) {
+          prefetch_row(k_row + kPrefetchRows * k_row_stride, D);
+          prefetch_row(v_rows + (j + kPrefetchRows) * k_row_stride, D);
+        }
         pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D);
       }
     });
@@ -1183,6 +1207,10 @@ void CpuBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const
       const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
       const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
       for (int i = 0; i < mq; ++i) {
+        if (i + kPrefetchRows < mq) {
+          prefetch_row(q_rows + (i + kPrefetchRows) * row_stride, D);
+          prefetch_row(do_rows + (i + kPrefetchRows) * row_stride, D);
+        }
         pack_row_by_groups(packed_q + t * tile_floats + i * kRows, kBwdQueries * kRows, q_rows + i * row_stride, D);
         pack_row_by_groups(packed_do + t * tile_floats + i * kRows, kBwdQueries * kRows, do_rows + i * row_stride, D);
       }
