@@ -8,6 +8,7 @@
 // names every op of backend_ops.inc; backend_ops_cuda_test.cpp runs them on cuda (label `cuda`).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -755,13 +756,24 @@ inline void check_elementwise(OpCheck& t) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
     const auto x = random_normal<float>(t.rng, n, 3.0);
     const auto x_placed = t.place(x);
-    const double got = t.backend.sum_squares(x_placed->get(), n);
-    const double want = reference::sum_squares(to_double(x).data(), n);
-    // Squares of floats are exact in float64; only the order of ≤ 1e5 float64 additions differs
-    // (worst case n · 1.1e-16 ≈ 1e-11, typically ~1e-16): 1e-12 relative.
-    const double error = n == 0 ? std::abs(got) : std::abs(got - want) / want;
-    std::printf("[ error    ] sum_squares%s: %.3e (tolerance 1e-12)\n", tag.c_str(), error);
-    EXPECT_LE(error, 1e-12) << tag;
+    // The whole array as one block, then in blocks of a fresh size (the last one shorter).
+    const int64_t block_sizes[] = {std::max<int64_t>(n, 1), 1 + static_cast<int64_t>(t.rng.uniform(0.0, 2000.0))};
+    for (const int64_t block : block_sizes) {
+      const int64_t blocks = (n + block - 1) / block;
+      std::vector<double> got(static_cast<size_t>(blocks));
+      t.backend.sum_squares(got.data(), x_placed->get(), n, block);
+      const auto x_double = to_double(x);
+      double worst = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const double want = reference::sum_squares(x_double.data() + b * block, std::min(block, n - b * block));
+        worst = std::max(worst, want == 0.0 ? std::abs(got[b]) : std::abs(got[b] - want) / want);
+      }
+      // Squares of floats are exact in float64; only the order of ≤ 1e5 float64 additions differs
+      // (worst case n · 1.1e-16 ≈ 1e-11, typically ~1e-16): 1e-12 relative.
+      std::printf("[ error    ] sum_squares%s [block=%lld]: %.3e (tolerance 1e-12)\n", tag.c_str(),
+                  static_cast<long long>(block), worst);
+      EXPECT_LE(worst, 1e-12) << tag << " block " << block;
+    }
 
     const float alpha = static_cast<float>(t.rng.uniform(-2.0, 2.0));
     t.backend.scale_inplace(x_placed->get(), alpha, n);

@@ -2,6 +2,7 @@
 // backend against the reference, scale_inplace bitwise one fp32 multiply: backend_ops_test.cpp.)
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
@@ -21,12 +22,18 @@ TEST_P(Elementwise, SumSquaresDoesNotDependOnThreads) {
   const auto x = random_normal<float>(rng, n);
   cpu::CpuBackend cpu;
   const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const double one_thread = cpu.sum_squares(x.data(), n);
-  omp_set_num_threads(3);
-  const double three_threads = cpu.sum_squares(x.data(), n);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(one_thread, three_threads);  // fixed slices summed in a fixed order: bitwise
+  // One block (its slices shared by the threads), the gradient norm's blocks of 1024, and blocks of 7.
+  for (const int64_t block : {std::max<int64_t>(n, 1), int64_t{1024}, int64_t{7}}) {
+    const size_t blocks = static_cast<size_t>((n + block - 1) / block);
+    std::vector<double> one_thread(blocks), three_threads(blocks);
+    omp_set_num_threads(1);
+    cpu.sum_squares(one_thread.data(), x.data(), n, block);
+    omp_set_num_threads(3);
+    cpu.sum_squares(three_threads.data(), x.data(), n, block);
+    omp_set_num_threads(threads);
+    for (size_t b = 0; b < blocks; ++b)  // fixed slices summed in a fixed order: bitwise
+      EXPECT_EQ(one_thread[b], three_threads[b]) << "block " << b << " of " << block << " floats";
+  }
 }
 
 // 0 and 1: edge cases; 37: below one vector block multiple; 100003: the parallel path, with a tail.

@@ -1,9 +1,13 @@
 // RMSNorm and LayerNorm: the reference backward against float64 finite differences of the reference
-// forward. (Every backend against the reference: backend_ops_test.cpp.)
+// forward, and the cpu backward independent of the thread count, bitwise. (Every backend against the
+// reference: backend_ops_test.cpp.)
+#include <omp.h>
+
 #include <cstdio>
 #include <functional>
 #include <vector>
 
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/norm.h"
 #include "testing.h"
 
@@ -106,6 +110,43 @@ TEST(LayerNorm, ReferenceBackwardMatchesFiniteDifferences) {
   EXPECT_LE(report("layernorm reference dbias vs finite differences",
                    relative_error(minus(dbias, dbias_initial), dbias_numeric)),
             kFiniteDifferenceTolerance);
+}
+
+// The cpu backward sums dweight (and dbias) over blocks of rows fixed by N: 1 thread and 3 give the same
+// bits. N = 1000 spans 32 blocks of 32 rows with a short last one (and the parallel path); h = 300 has a
+// partial column block.
+TEST(NormCpu, BackwardDoesNotDependOnThreads) {
+  Rng rng(fresh_seed());
+  const int64_t N = 1000;
+  const int h = 300;
+  const auto x = random_normal<float>(rng, N * h);
+  const auto dout = random_normal<float>(rng, N * h);
+  const auto weight = random_normal<float>(rng, h);
+  std::vector<float> out(N * h), mean(N), rstd(N);
+  cpu::CpuBackend cpu;
+  const int threads = omp_get_max_threads();
+  for (const bool layernorm : {false, true}) {
+    if (layernorm)
+      cpu.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), weight.data(), N, h,
+                            kNormEps);
+    else
+      cpu.rmsnorm_forward(out.data(), rstd.data(), x.data(), weight.data(), N, h, kNormEps);
+    std::vector<std::vector<float>> grads;  // per thread count: dx, dweight, dbias one after another
+    for (const int team : {1, 3}) {
+      omp_set_num_threads(team);
+      std::vector<float> dx(N * h, 0.5f), dweight(h, 0.25f), dbias(h, 0.125f);
+      if (layernorm)
+        cpu.layernorm_backward(dx.data(), dweight.data(), dbias.data(), dout.data(), x.data(), weight.data(),
+                               mean.data(), rstd.data(), N, h);
+      else
+        cpu.rmsnorm_backward(dx.data(), dweight.data(), dout.data(), x.data(), weight.data(), rstd.data(), N, h);
+      dx.insert(dx.end(), dweight.begin(), dweight.end());
+      dx.insert(dx.end(), dbias.begin(), dbias.end());
+      grads.push_back(dx);
+    }
+    omp_set_num_threads(threads);
+    EXPECT_EQ(grads[0], grads[1]) << (layernorm ? "layernorm" : "rmsnorm");
+  }
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 // kind none, compute-tier RAM) or one disk file; a copy queue is one thread running copies in order
 // and handing out events that compute waits on (never sleeps or polls).
 #include <fcntl.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -160,10 +162,16 @@ class HostMemory final : public DeviceMemory {
   }
   std::unique_ptr<CopyQueue> make_copy_queue() override { return std::make_unique<HostCopyQueue>(); }
 
+  // The compute thread's fills and copies (the Ulysses re-layout at P = 1, residual copies, zeroed
+  // gradients): large ones split across the OpenMP team, which would otherwise idle through them.
   void fill_zero(void* dst, size_t bytes) override {
-    if (bytes != 0) std::memset(dst, 0, bytes);
+    for_slices(bytes, [&](size_t begin, size_t size) { std::memset(static_cast<char*>(dst) + begin, 0, size); });
   }
-  void copy(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    for_slices(bytes, [&](size_t begin, size_t size) {
+      std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, size);
+    });
+  }
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                size_t rows) override {
     for (size_t row = 0; row < rows; ++row)
@@ -177,6 +185,21 @@ class HostMemory final : public DeviceMemory {
   // memcpy's pointers must not be null even for zero bytes; ours may be then (DeviceMemory's contract).
   static void copy_bytes(void* dst, const void* src, size_t bytes) {
     if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  // body(begin, size) over [0, bytes) in slices of whole cache lines, on the team from kParallelBytes up
+  // (not from inside a parallel region); zero bytes run nothing.
+  template <typename Body>
+  static void for_slices(size_t bytes, const Body& body) {
+    constexpr size_t kParallelBytes = size_t{1} << 20;
+    if (bytes == 0) return;
+    if (bytes < kParallelBytes || omp_in_parallel()) return body(0, bytes);
+    const int slices = omp_get_max_threads();
+    const size_t slice = (bytes / slices + 63) / 64 * 64;
+#pragma omp parallel for schedule(static) num_threads(slices)
+    for (int s = 0; s < slices; ++s) {
+      const size_t begin = std::min(bytes, s * slice), end = std::min(bytes, begin + slice);
+      if (end > begin) body(begin, end - begin);
+    }
   }
 };
 

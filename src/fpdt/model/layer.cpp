@@ -2,7 +2,6 @@
 #include "fpdt/model/layer.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace fpdt::model {
 
@@ -121,7 +120,7 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
 
 void LayerMath::attention_output_forward(const LayerTensors& w, const float* attn, const float* x, float* x_mid,
                                          int64_t n) {
-  if (x_mid != x) std::memcpy(x_mid, x, sizeof(float) * static_cast<size_t>(n) * config_.hidden);
+  if (x_mid != x) backend_.memory().copy(x_mid, x, sizeof(float) * static_cast<size_t>(n) * config_.hidden);
   backend_.linear_forward(x_mid, attn, w.out_weight, w.out_bias, n, config_.q_dim(), config_.hidden, true);
 }
 
@@ -145,7 +144,7 @@ void LayerMath::mlp_forward(const LayerTensors& w, const float* x_mid, float* x_
     backend_.linear_forward(saved.gate, saved.norm, w.up_weight, w.up_bias, n, h, f, false);
     backend_.gelu_forward(saved.act, saved.gate, n * f);
   }
-  if (x_out != x_mid) std::memcpy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
+  if (x_out != x_mid) backend_.memory().copy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
   backend_.linear_forward(x_out, saved.act, w.down_weight, w.down_bias, n, f, h, true);
 }
 

@@ -289,9 +289,10 @@ double ModelStates::gradient_norm() {
   // block: the order of the whole gradient's blocks, whatever the partition.
   std::vector<double> mine;
   for (size_t u = 0; u < own_.size(); ++u) {
-    const float* gradients = part(StateBuf::gradients, static_cast<int>(u));
-    for (int64_t at = 0; at < own_[u].size(); at += kShardBlockFloats)
-      mine.push_back(gradient_backend().sum_squares(gradients + at, std::min(kShardBlockFloats, own_[u].size() - at)));
+    const size_t first = mine.size();
+    mine.resize(first + static_cast<size_t>((own_[u].size() + kShardBlockFloats - 1) / kShardBlockFloats));
+    gradient_backend().sum_squares(mine.data() + first, part(StateBuf::gradients, static_cast<int>(u)),
+                                   own_[u].size(), kShardBlockFloats);
   }
   double total = 0.0;
   if (partition_ranks_ == 1) {
@@ -390,15 +391,22 @@ bool everywhere(comm::Communicator& comm, bool mine) {
   return bad == 0.0;
 }
 
+// Whether all n floats are finite: a vectorised count on the OpenMP team. Runs after every step, and
+// a serial scan of a small model's weights had left the other core idle for ~2 % of its step.
+bool all_finite(const float* x, int64_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  int64_t nonfinite = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nonfinite) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) nonfinite += !(std::fabs(x[i]) <= kMax);  // NaN compares false
+  return nonfinite == 0;
+}
+
 }  // namespace
 
 // The states are host-addressable where these run (the CPU backend; the trainer refuses the others).
 bool ModelStates::weights_finite() {
   bool finite = finish_update();
-  for (size_t u = 0; u < own_.size(); ++u) {
-    const float* weights = part(StateBuf::weights, static_cast<int>(u));
-    for (int64_t i = 0; i < own_[u].size(); ++i) finite &= std::isfinite(weights[i]);
-  }
+  for (size_t u = 0; u < own_.size(); ++u) finite &= all_finite(part(StateBuf::weights, static_cast<int>(u)), own_[u].size());
   return everywhere(*comm_, finite);
 }
 

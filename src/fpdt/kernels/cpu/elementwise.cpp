@@ -1,6 +1,7 @@
-// Fast fp32 elementwise helpers for the model and trainer (reference/elementwise.h): sum of squares in float64
-// (gradient norms) and in-place scaling. sum_squares is deterministic whatever the thread count: it
-// sums a fixed set of slices, each in a fixed order, and adds the slices up serially.
+// Fast fp32 elementwise helpers for the model and trainer (reference/elementwise.h): sums of squares in
+// float64 (gradient norms) and in-place scaling. sum_squares is deterministic whatever the thread count:
+// each block's sum adds a fixed set of slices, each summed in a fixed order; the threads share the
+// blocks, or a single block's slices.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,12 +36,11 @@ double sum_squares_serial(const float* x, int64_t n) {
   return total;
 }
 
-}  // namespace
-
-double CpuBackend::sum_squares(const float* x, int64_t n) {
+// Σ x[i]² over [0, n) as kSlices slice sums added in order; the slices on the team when `parallel`.
+double sum_squares_sliced(const float* x, int64_t n, bool parallel) {
   double partial[kSlices];
   const int64_t slice = (n + kSlices - 1) / kSlices;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int s = 0; s < kSlices; ++s) {
     const int64_t begin = std::min(n, s * slice);
     const int64_t end = std::min(n, begin + slice);
@@ -49,6 +49,19 @@ double CpuBackend::sum_squares(const float* x, int64_t n) {
   double total = 0.0;
   for (int s = 0; s < kSlices; ++s) total += partial[s];
   return total;
+}
+
+}  // namespace
+
+void CpuBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t block) {
+  const int64_t blocks = (n + block - 1) / block;
+  if (blocks == 1) {
+    sums[0] = sum_squares_sliced(x, n, n >= kParallelMinElements);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t b = 0; b < blocks; ++b)
+    sums[b] = sum_squares_sliced(x + b * block, std::min(block, n - b * block), false);
 }
 
 void CpuBackend::scale_inplace(float* x, float alpha, int64_t n) {

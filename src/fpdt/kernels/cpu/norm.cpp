@@ -1,12 +1,13 @@
 // Fast fp32 RMSNorm and LayerNorm (semantics: reference/norm.h). Row statistics (Σx, Σ(x−mean)²,
 // the backward's dot products) are accumulated in double with AVX2, elementwise work is float.
-// Backward runs in two passes so that no thread writes what another reads: dx by rows across threads,
-// then dweight/dbias by column blocks across threads, each column summed over rows in a per-thread
-// stack array of doubles. No heap memory; results do not depend on the thread count.
+// Backward is one pass over row blocks (dx, and each block's float64 dweight/dbias partials), then the
+// partials summed in block order by column blocks; the blocks depend on N alone, so results do not
+// depend on the thread count. Heap: the partials, ≤ 64·2·h doubles, kept by the calling thread.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
 
@@ -78,32 +79,42 @@ double dot3_shifted(const float* a, const float* b, const float* c, double shift
   return total;
 }
 
-// dweight (h) += Σ_n dout[n] ∘ (x[n] − shift[n]) · rstd[n]   (shift null: 0)
-// dbias   (h) += Σ_n dout[n]                                  (when non-null)
-// Column blocks across threads, rows summed in double on the stack.
-void accumulate_weight_grads(float* dweight, float* dbias, const float* dout, const float* x, const float* shift,
-                             const float* rstd, int64_t N, int h) {
-  const int blocks = (h + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
-  for (int block = 0; block < blocks; ++block) {
-    const int j0 = block * kColumnBlock;
-    const int width = std::min(kColumnBlock, h - j0);
-    double acc_w[kColumnBlock];
-    double acc_b[kColumnBlock];
-    for (int j = 0; j < width; ++j) acc_w[j] = acc_b[j] = 0.0;
-    for (int64_t n = 0; n < N; ++n) {
-      const float* dout_row = dout + n * h + j0;  // (width)
-      const float* x_row = x + n * h + j0;        // (width)
-      const double s = shift ? static_cast<double>(shift[n]) : 0.0;
-      const double r = rstd[n];
-      for (int j = 0; j < width; ++j) acc_w[j] += static_cast<double>(dout_row[j]) * ((x_row[j] - s) * r);
-      if (dbias) {
-        for (int j = 0; j < width; ++j) acc_b[j] += dout_row[j];
+// The backward's one pass: rows in blocks whose size depends on N alone (at least kMinBlockRows rows, at
+// most kMaxBlocks blocks), threads across blocks. row(n, w_sum, b_sum) writes row n's dx and adds its
+// dweight (and dbias) terms into its block's float64 partial sums; the partials are then added in block
+// order, column blocks across threads: the same sums whatever the thread count.
+//   dweight (h) += Σ_n dout[n] ∘ x̂[n];  dbias (h) += Σ_n dout[n]   (when non-null)
+constexpr int64_t kMinBlockRows = 32;
+constexpr int64_t kMaxBlocks = 64;
+
+template <typename Row>
+void backward_by_row_blocks(float* dweight, float* dbias, int64_t N, int h, const Row& row) {
+  const int64_t rows = std::max(kMinBlockRows, (N + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = (N + rows - 1) / rows;
+  const int64_t sums = dbias ? 2 : 1;  // dweight's partials, then dbias's
+  thread_local std::vector<double> calling_thread_partials;  // (blocks, sums, h), grown once
+  std::vector<double>& storage = calling_thread_partials;    // the team writes the caller's
+  if (storage.size() < static_cast<size_t>(blocks * sums * h)) storage.resize(static_cast<size_t>(blocks * sums * h));
+  double* partials = storage.data();
+  const bool parallel = N * h >= kParallelMinElements;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t block = 0; block < blocks; ++block) {
+    double* w_sum = partials + block * sums * h;  // (h)
+    double* b_sum = dbias ? w_sum + h : nullptr;  // (h)
+    std::fill(w_sum, w_sum + sums * h, 0.0);
+    for (int64_t n = block * rows; n < std::min(N, (block + 1) * rows); ++n) row(n, w_sum, b_sum);
+  }
+  const int column_blocks = (h + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int column_block = 0; column_block < column_blocks; ++column_block) {
+    const int j0 = column_block * kColumnBlock, j1 = std::min(h, j0 + kColumnBlock);
+    for (int64_t part = 0; part < sums; ++part) {
+      float* target = part == 0 ? dweight : dbias;
+      for (int j = j0; j < j1; ++j) {
+        double total = 0.0;
+        for (int64_t block = 0; block < blocks; ++block) total += partials[(block * sums + part) * h + j];
+        target[j] = static_cast<float>(target[j] + total);
       }
-    }
-    for (int j = 0; j < width; ++j) dweight[j0 + j] = static_cast<float>(dweight[j0 + j] + acc_w[j]);
-    if (dbias) {
-      for (int j = 0; j < width; ++j) dbias[j0 + j] = static_cast<float>(dbias[j0 + j] + acc_b[j]);
     }
   }
 }
@@ -125,9 +136,8 @@ void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const 
 
 void CpuBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                                   const float* rstd, int64_t N, int h) {
-  // dx_j += r · w_j · dy_j − (r³ / h) · x_j · Σ_k dy_k w_k x_k   (rows across threads)
-#pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) {
+  // dx_j += r · w_j · dy_j − (r³ / h) · x_j · Σ_k dy_k w_k x_k;  dweight_j += Σ_n dy_j · x_j · r
+  backward_by_row_blocks(dweight, nullptr, N, h, [&](int64_t n, double* w_sum, double*) {
     const float* x_row = x + n * h;        // (h)
     const float* dout_row = dout + n * h;  // (h)
     float* dx_row = dx + n * h;            // (h)
@@ -137,9 +147,8 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout, 
     const float coeff = static_cast<float>(r * r * r * dot / h);
     const float r_f = rstd[n];
     for (int j = 0; j < h; ++j) dx_row[j] += r_f * weight[j] * dout_row[j] - coeff * x_row[j];
-  }
-  // dweight_j += Σ_n dy_j · x_j · r   (columns across threads)
-  accumulate_weight_grads(dweight, nullptr, dout, x, nullptr, rstd, N, h);
+    for (int j = 0; j < h; ++j) w_sum[j] += static_cast<double>(dout_row[j]) * (x_row[j] * r);
+  });
 }
 
 void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
@@ -163,9 +172,9 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
 
 void CpuBackend::layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                                     const float* weight, const float* mean, const float* rstd, int64_t N, int h) {
-  // dx += r · (g − mean(g) − x̂ · mean(g ∘ x̂)) with g = dy ∘ w, x̂ = (x − mean) · r   (rows across threads)
-#pragma omp parallel for schedule(static) if (N * h >= kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) {
+  // dx += r · (g − mean(g) − x̂ · mean(g ∘ x̂)) with g = dy ∘ w, x̂ = (x − mean) · r;
+  // dweight_j += Σ_n dy_j · x̂_j;  dbias_j += Σ_n dy_j
+  backward_by_row_blocks(dweight, dbias, N, h, [&](int64_t n, double* w_sum, double* b_sum) {
     const float* x_row = x + n * h;        // (h)
     const float* dout_row = dout + n * h;  // (h)
     float* dx_row = dx + n * h;            // (h)
@@ -179,9 +188,12 @@ void CpuBackend::layernorm_backward(float* dx, float* dweight, float* dbias, con
       const float xhat = (x_row[j] - mu_f) * r_f;
       dx_row[j] += r_f * (dout_row[j] * weight[j] - g_mean - xhat * g_xhat_mean);
     }
-  }
-  // dweight_j += Σ_n dy_j · x̂_j;  dbias_j += Σ_n dy_j   (columns across threads)
-  accumulate_weight_grads(dweight, dbias, dout, x, mean, rstd, N, h);
+    const double shift = mean[n];
+    for (int j = 0; j < h; ++j) w_sum[j] += static_cast<double>(dout_row[j]) * ((x_row[j] - shift) * r);
+    if (b_sum) {
+      for (int j = 0; j < h; ++j) b_sum[j] += dout_row[j];
+    }
+  });
 }
 
 }  // namespace fpdt::kernels::cpu

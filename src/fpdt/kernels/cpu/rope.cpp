@@ -1,7 +1,11 @@
-// Fast fp32 rotary position embedding, in place (semantics: reference/rope.h). OpenMP over tokens;
-// per token the angles pos · inv_freq[i] and their scaled cos/sin are taken once in float64, rounded
-// to float, and reused across all H heads in a contiguous loop the compiler vectorises.
+// Fast fp32 rotary position embedding, in place (semantics: reference/rope.h). The angles pos · inv_freq[i]
+// and their scaled cos/sin are taken in float64 and rounded to float into a table of the call's tokens,
+// which the calling thread keeps: q and k of every layer, forward and backward, rotate at the same
+// positions, so one table serves them all (rebuilding it per call — 2·N·rotary_dim/2 sin/cos — had cost
+// as much as the rotation). OpenMP over tokens; per token one contiguous loop per head the compiler
+// vectorises. The backward negates the sine (exactly), so every call gives the bits of the reference.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
@@ -10,36 +14,72 @@ namespace fpdt::kernels::cpu {
 
 namespace {
 
-// x (N, H, D), rotated in place by sign · angle (sign = +1 forward, −1 backward).
-void rope_rotate(float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope, double sign) {
-  const int half = rope.rotary_dim / 2;
-  if (half == 0 || N == 0) return;
-  const double* inv_freq = rope.inv_freq;  // (rotary_dim / 2)
+constexpr int64_t kParallelMinElements = 16384;  // below this a thread team costs more than it saves
 
-#pragma omp parallel if (N * H * rope.rotary_dim > 16384)
-  {
-    std::vector<float> cos_table(half);  // (rotary_dim / 2) of the current token
-    std::vector<float> sin_table(half);
-    float* __restrict cos_row = cos_table.data();
-    float* __restrict sin_row = sin_table.data();
-#pragma omp for schedule(static)
+// The cos/sin of the last positions and RoPE settings one thread rotated by, grown (never shrunk) to the
+// largest call: N · rotary_dim floats.
+class AngleTable {
+ public:
+  // cos (N, half) and sin (N, half) at positions pos (N), built unless they are the table's already.
+  void prepare(const int64_t* pos, int64_t N, const RopeParams& rope) {
+    const int half = rope.rotary_dim / 2;
+    const bool same = N == tokens_ && half == half_ && rope.attention_scaling == scaling_ &&
+                      std::memcmp(pos, positions_.data(), sizeof(int64_t) * static_cast<size_t>(N)) == 0 &&
+                      std::memcmp(rope.inv_freq, inv_freq_.data(), sizeof(double) * static_cast<size_t>(half)) == 0;
+    if (same) return;
+    positions_.assign(pos, pos + N);
+    inv_freq_.assign(rope.inv_freq, rope.inv_freq + half);
+    tokens_ = N;
+    half_ = half;
+    scaling_ = rope.attention_scaling;
+    if (cos_.size() < static_cast<size_t>(N * half)) {
+      cos_.resize(static_cast<size_t>(N * half));
+      sin_.resize(static_cast<size_t>(N * half));
+    }
+#pragma omp parallel for schedule(static) if (N * half > kParallelMinElements)
     for (int64_t n = 0; n < N; ++n) {
       const double position = static_cast<double>(pos[n]);
       for (int i = 0; i < half; ++i) {
-        const double angle = position * inv_freq[i];
-        cos_row[i] = static_cast<float>(std::cos(angle) * rope.attention_scaling);
-        sin_row[i] = static_cast<float>(sign * std::sin(angle) * rope.attention_scaling);
+        const double angle = position * rope.inv_freq[i];
+        cos_[n * half + i] = static_cast<float>(std::cos(angle) * rope.attention_scaling);
+        sin_[n * half + i] = static_cast<float>(std::sin(angle) * rope.attention_scaling);
       }
-      for (int head = 0; head < H; ++head) {
-        float* __restrict lo = x + (n * H + head) * D;  // dims [0, half)
-        float* __restrict hi = lo + half;                // dims [half, rotary_dim)
+    }
+  }
+  const float* cos_row(int64_t n) const { return cos_.data() + n * half_; }  // (half)
+  const float* sin_row(int64_t n) const { return sin_.data() + n * half_; }  // (half)
+
+ private:
+  std::vector<int64_t> positions_;  // (tokens_)
+  std::vector<double> inv_freq_;    // (half_)
+  int64_t tokens_ = -1;
+  int half_ = 0;
+  double scaling_ = 0.0;
+  std::vector<float> cos_, sin_;  // (tokens_, half_) each
+};
+
+// x (N, H, D), rotated in place by sign · angle (sign = +1 forward, −1 backward).
+void rope_rotate(float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope, float sign) {
+  const int half = rope.rotary_dim / 2;
+  if (half == 0 || N == 0) return;
+  // The team reads the caller's table: a thread_local named inside the parallel region is each thread's own.
+  thread_local AngleTable calling_thread_table;
+  AngleTable& table = calling_thread_table;
+  table.prepare(pos, N, rope);
+#pragma omp parallel for schedule(static) if (N * H * rope.rotary_dim > kParallelMinElements)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* __restrict cos_row = table.cos_row(n);
+    const float* __restrict sin_row = table.sin_row(n);
+    for (int head = 0; head < H; ++head) {
+      float* __restrict lo = x + (n * H + head) * D;  // dims [0, half)
+      float* __restrict hi = lo + half;                // dims [half, rotary_dim)
 #pragma omp simd
-        for (int i = 0; i < half; ++i) {
-          const float a = lo[i];
-          const float b = hi[i];
-          lo[i] = a * cos_row[i] - b * sin_row[i];
-          hi[i] = b * cos_row[i] + a * sin_row[i];
-        }
+      for (int i = 0; i < half; ++i) {
+        const float a = lo[i];
+        const float b = hi[i];
+        const float s = sign * sin_row[i];
+        lo[i] = a * cos_row[i] - b * s;
+        hi[i] = b * cos_row[i] + a * s;
       }
     }
   }
@@ -48,11 +88,11 @@ void rope_rotate(float* x, const int64_t* pos, int64_t N, int H, int D, const Ro
 }  // namespace
 
 void CpuBackend::rope_forward(float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope) {
-  rope_rotate(x, pos, N, H, D, rope, +1.0);
+  rope_rotate(x, pos, N, H, D, rope, +1.0f);
 }
 
 void CpuBackend::rope_backward(float* dx, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope) {
-  rope_rotate(dx, pos, N, H, D, rope, -1.0);
+  rope_rotate(dx, pos, N, H, D, rope, -1.0f);
 }
 
 }  // namespace fpdt::kernels::cpu

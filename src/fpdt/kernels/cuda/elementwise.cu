@@ -137,6 +137,25 @@ __global__ void sum_squares_kernel(double* result, const float* x, int64_t n) {
   }
 }
 
+// sums[b] = Σ x² over block b of `block` floats: one CUDA block per sum, a fixed reduction tree.
+__global__ void block_sum_squares_kernel(double* sums, const float* x, int64_t n, int64_t block) {
+  __shared__ double partial[kThreads / 32];
+  const int64_t begin = blockIdx.x * block, end = min(n, begin + block);
+  double sum = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double value = x[i];
+    sum += value * value;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double block_sum = 0.0;
+    for (int w = 0; w < kThreads / 32; ++w) block_sum += partial[w];
+    sums[blockIdx.x] = block_sum;
+  }
+}
+
 __global__ void scale_kernel(float* x, float alpha, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] *= alpha;
@@ -222,16 +241,26 @@ void CudaBackend::adamw_update(float* param, float* m, float* v, const float* gr
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-double CudaBackend::sum_squares(const float* x, int64_t n) {
-  FPDT_CUDA_CHECK(cudaMemsetAsync(sum_device_, 0, sizeof(double), stream_));
-  if (n > 0) {
-    const unsigned blocks = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
-    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(sum_device_, x, n);
+// One block: the whole grid on it (atomic adds of the CUDA blocks' sums). Several: one CUDA block each,
+// all copied back at once.
+void CudaBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t block) {
+  const int64_t blocks = (n + block - 1) / block;
+  if (blocks == 0) return;
+  if (blocks == 1) {
+    FPDT_CUDA_CHECK(cudaMemsetAsync(sum_device_, 0, sizeof(double), stream_));
+    const unsigned grid = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
+    sum_squares_kernel<<<grid, kThreads, 0, stream_>>>(sum_device_, x, n);
     FPDT_CUDA_CHECK_LAUNCH();
+    FPDT_CUDA_CHECK(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sums[0] = *sum_host_;
+    return;
   }
-  FPDT_CUDA_CHECK(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  double* device_sums = reinterpret_cast<double*>(scratch(2 * static_cast<size_t>(blocks)));  // (blocks)
+  block_sum_squares_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(device_sums, x, n, block);
+  FPDT_CUDA_CHECK_LAUNCH();
+  FPDT_CUDA_CHECK(cudaMemcpyAsync(sums, device_sums, sizeof(double) * blocks, cudaMemcpyDeviceToHost, stream_));
   FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return *sum_host_;
 }
 
 void CudaBackend::scale_inplace(float* x, float alpha, int64_t n) {

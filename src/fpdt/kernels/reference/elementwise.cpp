@@ -1,6 +1,8 @@
 // Reference sum of squares and in-place scaling (see elementwise.h).
 #include "fpdt/kernels/reference/elementwise.h"
 
+#include <algorithm>
+
 #include "fpdt/kernels/reference/reference_backend.h"
 
 namespace fpdt::kernels::reference {
@@ -22,7 +24,10 @@ template double sum_squares<double>(const double*, int64_t);
 template void scale_inplace<float>(float*, float, int64_t);
 template void scale_inplace<double>(double*, double, int64_t);
 
-double ReferenceBackend::sum_squares(const float* x, int64_t n) { return reference::sum_squares(x, n); }
+void ReferenceBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t block) {
+  for (int64_t begin = 0; begin < n; begin += block)
+    sums[begin / block] = reference::sum_squares(x + begin, std::min(block, n - begin));
+}
 
 void ReferenceBackend::scale_inplace(float* x, float alpha, int64_t n) { reference::scale_inplace(x, alpha, n); }
 

@@ -1,5 +1,5 @@
 // Reference reductions and scalings over flat arrays (the spec of the optimizer's helpers).
-//   sum_squares:   Σ x[i]², accumulated in float64
+//   sum_squares:   Σ x[i]², accumulated in float64 (the Backend op: one such sum per block of the array)
 //   scale_inplace: x[i] *= alpha
 #pragma once
 
