@@ -166,7 +166,7 @@ std::vector<Range> cut(int64_t S, int64_t chunk) {
   return ranges;
 }
 
-AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std::vector<float>& q,
+AttentionChunkParams block_params(const Problem& c, double scale, const std::vector<float>& q,
                                   const std::vector<float>& k, const std::vector<float>& v,
                                   const std::vector<int32_t>& q_docs, const std::vector<int32_t>& kv_docs, Range qr,
                                   Range kr) {
@@ -184,7 +184,7 @@ AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std:
   p.D = c.D;
   p.q_begin = qr.begin;
   p.kv_begin = kr.begin;
-  p.scale = in.scale;
+  p.scale = scale;
   p.window = c.window;
   return p;
 }
@@ -221,7 +221,7 @@ FloatResult chunked(Backend& backend, const Problem& c, const Inputs& in, int64_
       const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
       const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
       const auto kv_docs = docs_of(kr);
-      backend.attention_chunk_forward(out.data(), lse.data(), block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr),
+      backend.attention_chunk_forward(out.data(), lse.data(), block_params(c, in.scale, q, k, v, q_docs, kv_docs, qr, kr),
                                       /*accumulate=*/!first);
       first = false;
     }
@@ -245,7 +245,7 @@ FloatResult chunked(Backend& backend, const Problem& c, const Inputs& in, int64_
     const auto q_docs = docs_of(qr), kv_docs = docs_of(kr);
     std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
     backend.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(),
-                                     block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr));
+                                     block_params(c, in.scale, q, k, v, q_docs, kv_docs, qr, kr));
     add_tokens(r.dq, dq, c.B, S, Wq, qr.begin, qr.len);
     add_tokens(r.dk, dk, c.B, S, Wkv, kr.begin, kr.len);
     add_tokens(r.dv, dv, c.B, S, Wkv, kr.begin, kr.len);
@@ -342,7 +342,7 @@ TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   in.scale = 0.125;
   auto params = [&](const std::vector<float>& kk, const std::vector<float>& vv, const std::vector<int32_t>& docs,
                     Range kr) {
-    return block_params(c, in, q, kk, vv, q_docs, docs, {q_begin, Cq}, {kv_begin + kr.begin, kr.len});
+    return block_params(c, in.scale, q, kk, vv, q_docs, docs, {q_begin, Cq}, {kv_begin + kr.begin, kr.len});
   };
 
   std::vector<float> want_out(q.size()), want_lse(static_cast<size_t>(c.B) * c.H * Cq);
@@ -647,22 +647,9 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
     for (int64_t j = 0; j < c.Ck; ++j) kv_docs.push_back(doc_of(b, c.kv_begin + j));
     for (int64_t j = 0; j < earlier_keys; ++j) earlier_docs.push_back(doc_of(b, earlier_begin + j));
   }
-  AttentionChunkParams block;
-  block.q = q.data();
-  block.k = k.data();
-  block.v = v.data();
-  block.q_doc_ids = c.documents ? q_docs.data() : nullptr;
-  block.kv_doc_ids = c.documents ? kv_docs.data() : nullptr;
-  block.B = c.B;
-  block.Cq = c.Cq;
-  block.Ck = c.Ck;
-  block.H = c.H;
-  block.Hkv = c.Hkv;
-  block.D = c.D;
-  block.q_begin = c.q_begin;
-  block.kv_begin = c.kv_begin;
-  block.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
-  block.window = c.window;
+  const Problem problem{c.B, 0, c.H, c.Hkv, c.D, c.documents, c.window};
+  const AttentionChunkParams block = block_params(problem, 1.0 / std::sqrt(static_cast<double>(c.D)), q, k, v, q_docs,
+                                                  kv_docs, {c.q_begin, c.Cq}, {c.kv_begin, c.Ck});
   AttentionChunkParams earlier = block;
   earlier.k = k_earlier.data();
   earlier.v = v_earlier.data();
