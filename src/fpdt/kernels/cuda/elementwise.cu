@@ -120,40 +120,36 @@ __global__ void adamw_kernel(float* param, float* m, float* v, const float* grad
   }
 }
 
-__global__ void sum_squares_kernel(double* result, const float* x, int64_t n) {
+// Σ x[i]² over i = first, first + step, … < end on each thread, reduced over the CUDA block: the total on
+// thread 0 (the other threads' return values are partial).
+__device__ double block_sum_of_squares(const float* x, int64_t first, int64_t end, int64_t step) {
   __shared__ double partial[kThreads / 32];
   double sum = 0.0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first; i < end; i += step) {
     const double value = x[i];
     sum += value * value;
   }
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double block_sum = 0.0;
+  double block_sum = 0.0;
+  if (threadIdx.x == 0)
     for (int w = 0; w < kThreads / 32; ++w) block_sum += partial[w];
-    atomicAdd(result, block_sum);
-  }
+  return block_sum;
+}
+
+// *result += Σ x² over the whole array, grid-strided (the CUDA blocks' sums added atomically).
+__global__ void sum_squares_kernel(double* result, const float* x, int64_t n) {
+  const double sum = block_sum_of_squares(x, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, n,
+                                          int64_t(gridDim.x) * blockDim.x);
+  if (threadIdx.x == 0) atomicAdd(result, sum);
 }
 
 // sums[b] = Σ x² over block b of `block` floats: one CUDA block per sum, a fixed reduction tree.
 __global__ void block_sum_squares_kernel(double* sums, const float* x, int64_t n, int64_t block) {
-  __shared__ double partial[kThreads / 32];
-  const int64_t begin = blockIdx.x * block, end = min(n, begin + block);
-  double sum = 0.0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double value = x[i];
-    sum += value * value;
-  }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double block_sum = 0.0;
-    for (int w = 0; w < kThreads / 32; ++w) block_sum += partial[w];
-    sums[blockIdx.x] = block_sum;
-  }
+  const int64_t begin = blockIdx.x * block;
+  const double sum = block_sum_of_squares(x, begin + threadIdx.x, min(n, begin + block), blockDim.x);
+  if (threadIdx.x == 0) sums[blockIdx.x] = sum;
 }
 
 __global__ void scale_kernel(float* x, float alpha, int64_t n) {
