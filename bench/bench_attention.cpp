@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     std::printf("checksum %.6g\n", checksum);
     std::printf(
         "{\"bench\": \"attention\", \"batch\": %d, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-        "\"threads\": %d, \"docs\": %s, \"window\": %lld, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"fwd_gflops\": %.2f, "
+        "\"threads\": %d, \"docs\": %s, \"window\": %lld, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"fwd_gflops\": %.2f, "
         "\"bwd_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f, "
         "\"fma_peak_gflops\": %.2f, \"vector_bits\": %d, \"fwd_mfu\": %.3f, \"bwd_mfu\": %.3f, \"load_average\": %.2f}\n",
         B, static_cast<long long>(S), H, Hkv, D, o.threads, o.docs ? "true" : "false", static_cast<long long>(W),

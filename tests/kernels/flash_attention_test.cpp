@@ -3,8 +3,9 @@
 // off-diagonal and fully masked blocks, Cq ≠ Ck, GQA, document ids, sliding windows) through the
 // chunk kernels of the reference and cpu backends. Then the cpu flash kernels (cpu/cpu_backend.h):
 // merging 1/2/4/8 kv blocks equals one block, with and without a window; masked blocks leave their
-// outputs untouched; the backward against float64 finite differences; determinism across thread
-// counts and pack budgets; and the errors at the edge. (Each op against the reference at many shapes:
+// outputs untouched; the backward against float64 finite differences; diagonal blocks at offsets off
+// every tile against the reference chunk kernels; determinism across thread counts and pack budgets;
+// and the errors at the edge. (Each op against the reference at many shapes:
 // backend_ops_test.cpp.)
 #include <omp.h>
 
@@ -20,6 +21,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/attention.h"
+#include "fpdt/kernels/reference/attention_chunk.h"
 #include "testing.h"
 
 namespace fpdt::kernels {
@@ -164,7 +166,7 @@ std::vector<Range> cut(int64_t S, int64_t chunk) {
   return ranges;
 }
 
-AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std::vector<float>& q,
+AttentionChunkParams block_params(const Problem& c, double scale, const std::vector<float>& q,
                                   const std::vector<float>& k, const std::vector<float>& v,
                                   const std::vector<int32_t>& q_docs, const std::vector<int32_t>& kv_docs, Range qr,
                                   Range kr) {
@@ -182,7 +184,7 @@ AttentionChunkParams block_params(const Problem& c, const Inputs& in, const std:
   p.D = c.D;
   p.q_begin = qr.begin;
   p.kv_begin = kr.begin;
-  p.scale = in.scale;
+  p.scale = scale;
   p.window = c.window;
   return p;
 }
@@ -219,7 +221,7 @@ FloatResult chunked(Backend& backend, const Problem& c, const Inputs& in, int64_
       const auto k = slice_tokens(in.k, c.B, S, Wkv, kr.begin, kr.len);
       const auto v = slice_tokens(in.v, c.B, S, Wkv, kr.begin, kr.len);
       const auto kv_docs = docs_of(kr);
-      backend.attention_chunk_forward(out.data(), lse.data(), block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr),
+      backend.attention_chunk_forward(out.data(), lse.data(), block_params(c, in.scale, q, k, v, q_docs, kv_docs, qr, kr),
                                       /*accumulate=*/!first);
       first = false;
     }
@@ -243,7 +245,7 @@ FloatResult chunked(Backend& backend, const Problem& c, const Inputs& in, int64_
     const auto q_docs = docs_of(qr), kv_docs = docs_of(kr);
     std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
     backend.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), delta.data(),
-                                     block_params(c, in, q, k, v, q_docs, kv_docs, qr, kr));
+                                     block_params(c, in.scale, q, k, v, q_docs, kv_docs, qr, kr));
     add_tokens(r.dq, dq, c.B, S, Wq, qr.begin, qr.len);
     add_tokens(r.dk, dk, c.B, S, Wkv, kr.begin, kr.len);
     add_tokens(r.dv, dv, c.B, S, Wkv, kr.begin, kr.len);
@@ -340,7 +342,7 @@ TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   in.scale = 0.125;
   auto params = [&](const std::vector<float>& kk, const std::vector<float>& vv, const std::vector<int32_t>& docs,
                     Range kr) {
-    return block_params(c, in, q, kk, vv, q_docs, docs, {q_begin, Cq}, {kv_begin + kr.begin, kr.len});
+    return block_params(c, in.scale, q, kk, vv, q_docs, docs, {q_begin, Cq}, {kv_begin + kr.begin, kr.len});
   };
 
   std::vector<float> want_out(q.size()), want_lse(static_cast<size_t>(c.B) * c.H * Cq);
@@ -610,6 +612,93 @@ INSTANTIATE_TEST_SUITE_P(Windows, FlashDeterminism, ::testing::Values(0, 150),
                          [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
+// Diagonal blocks are computed down to kPanel × kRows blocks (32 × 8 on AVX-512): forward panels of
+// 32 queries skip the keys after their last query, backward key panels the queries before their
+// first key, and each dQ row group reads only the keys it may see. One q block against one kv block
+// at offsets that are multiples of neither (and q blocks whose rows end inside a row group), then an
+// earlier kv block merged in (accumulate), and the backward of the first block from the final lse:
+// against the reference chunk kernels on the same fp32 inputs (tolerances as for kForwardTolerance).
+struct DiagonalCase {
+  const char* what;
+  int B, H, Hkv, D;
+  int64_t q_begin, Cq, kv_begin, Ck, window;
+  bool documents;
+};
+
+void PrintTo(const DiagonalCase& c, std::ostream* os) { *os << c.what; }
+
+class FlashDiagonal : public ::testing::TestWithParam<DiagonalCase> {};
+
+TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
+  const DiagonalCase& c = GetParam();
+  Rng rng(fresh_seed());
+  cpu::CpuBackend flash;
+  auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position + 11 * b) / 37); };
+  const int64_t earlier_begin = std::max<int64_t>(0, c.kv_begin - 50), earlier_keys = c.kv_begin - earlier_begin;
+  const size_t q_size = static_cast<size_t>(c.B) * c.Cq * c.H * c.D;
+  const auto q = random_normal<float>(rng, q_size), dout = random_normal<float>(rng, q_size);
+  const auto k = random_normal<float>(rng, static_cast<size_t>(c.B) * c.Ck * c.Hkv * c.D);
+  const auto v = random_normal<float>(rng, k.size());
+  const auto k_earlier = random_normal<float>(rng, static_cast<size_t>(c.B) * earlier_keys * c.Hkv * c.D);
+  const auto v_earlier = random_normal<float>(rng, k_earlier.size());
+  std::vector<int32_t> q_docs, kv_docs, earlier_docs;
+  for (int b = 0; b < c.B; ++b) {
+    for (int64_t i = 0; i < c.Cq; ++i) q_docs.push_back(doc_of(b, c.q_begin + i));
+    for (int64_t j = 0; j < c.Ck; ++j) kv_docs.push_back(doc_of(b, c.kv_begin + j));
+    for (int64_t j = 0; j < earlier_keys; ++j) earlier_docs.push_back(doc_of(b, earlier_begin + j));
+  }
+  const Problem problem{c.B, 0, c.H, c.Hkv, c.D, c.documents, c.window};
+  const AttentionChunkParams block = block_params(problem, 1.0 / std::sqrt(static_cast<double>(c.D)), q, k, v, q_docs,
+                                                  kv_docs, {c.q_begin, c.Cq}, {c.kv_begin, c.Ck});
+  AttentionChunkParams earlier = block;
+  earlier.k = k_earlier.data();
+  earlier.v = v_earlier.data();
+  earlier.kv_doc_ids = c.documents ? earlier_docs.data() : nullptr;
+  earlier.Ck = earlier_keys;
+  earlier.kv_begin = earlier_begin;
+
+  const size_t lse_size = static_cast<size_t>(c.B) * c.H * c.Cq;
+  std::vector<float> out(q_size, 7.0f), lse(lse_size, 7.0f), out_want(q_size, 7.0f), lse_want(lse_size, 7.0f);
+  flash.attention_chunk_forward(out.data(), lse.data(), block, /*accumulate=*/false);
+  reference::attention_chunk_forward(out_want.data(), lse_want.data(), block, /*accumulate=*/false);
+  EXPECT_LE(relative_error(out, out_want), kForwardTolerance) << "out of the diagonal block";
+  EXPECT_LE(lse_error(lse, lse_want), kForwardTolerance) << "lse of the diagonal block";
+  if (earlier_keys > 0) {
+    flash.attention_chunk_forward(out.data(), lse.data(), earlier, /*accumulate=*/true);
+    reference::attention_chunk_forward(out_want.data(), lse_want.data(), earlier, /*accumulate=*/true);
+    EXPECT_LE(relative_error(out, out_want), kForwardTolerance) << "out after the merge";
+    EXPECT_LE(lse_error(lse, lse_want), kForwardTolerance) << "lse after the merge";
+  }
+
+  // The backward of the diagonal block, both from the reference's final out and lse.
+  std::vector<float> delta(lse_size);
+  reference::attention_chunk_delta(delta.data(), dout.data(), out_want.data(), c.B, c.Cq, c.H, c.D);
+  std::vector<float> dq(q_size, 0.0f), dk(k.size(), 0.0f), dv(k.size(), 0.0f);
+  std::vector<float> dq_want = dq, dk_want = dk, dv_want = dv;
+  flash.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse_want.data(), delta.data(), block);
+  reference::attention_chunk_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(), lse_want.data(),
+                                      delta.data(), block);
+  EXPECT_LE(relative_error(dq, dq_want), kBackwardTolerance);
+  EXPECT_LE(relative_error(dk, dk_want), kBackwardTolerance);
+  EXPECT_LE(relative_error(dv, dv_want), kBackwardTolerance);
+  std::printf("[ errors   ] %s: out %.2e dq %.2e dk %.2e dv %.2e\n", c.what, relative_error(out, out_want),
+              relative_error(dq, dq_want), relative_error(dk, dk_want), relative_error(dv, dv_want));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Offsets, FlashDiagonal,
+    ::testing::Values(
+        DiagonalCase{"make_run_shape", 8, 8, 4, 32, 0, 256, 0, 256, 0, false},
+        DiagonalCase{"offsets_off_every_tile", 2, 4, 1, 20, 150, 61, 3, 203, 0, false},
+        DiagonalCase{"rows_end_inside_a_row_group", 1, 2, 2, 16, 0, 60, 28, 64, 0, false},
+        DiagonalCase{"keys_start_mid_panel", 2, 4, 2, 64, 100, 130, 109, 190, 0, true},
+        DiagonalCase{"window_across_panels_docs", 2, 6, 2, 48, 0, 200, 0, 200, 50, true},
+        DiagonalCase{"window_shorter_than_a_row_group", 1, 4, 4, 32, 70, 97, 40, 140, 5, false},
+        DiagonalCase{"one_query", 3, 2, 1, 8, 255, 1, 0, 256, 0, true},
+        DiagonalCase{"few_keys_many_queries", 1, 8, 2, 40, 223, 256, 200, 33, 0, false}),
+    [](const ::testing::TestParamInfo<DiagonalCase>& info) { return std::string(info.param.what); });
+
+// ---------------------------------------------------------------------------------------------
 TEST(FlashParams, RefusedAtTheEdge) {
   const std::vector<float> x(64 * 512, 0.0f);
   const std::vector<int32_t> docs(64, 0);
@@ -637,8 +726,11 @@ TEST(FlashParams, RefusedAtTheEdge) {
   no_k.k = nullptr;
   AttentionChunkParams negative_window = good;
   negative_window.window = -1;
+  AttentionChunkParams many_heads = good;  // H·D = 2^25: beyond the packing's 32-bit offsets
+  many_heads.H = many_heads.Hkv = 1 << 17;
+  many_heads.D = 256;
   cpu::CpuBackend flash;
-  for (const auto& bad : {wide, no_dim, uneven, one_sided, no_scale, no_k, negative_window}) {
+  for (const auto& bad : {wide, no_dim, uneven, one_sided, no_scale, no_k, negative_window, many_heads}) {
     EXPECT_THROW(flash.attention_chunk_forward(out.data(), lse.data(), bad, false), Error);
   }
   try {
