@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
 
@@ -120,22 +121,16 @@ __global__ void adamw_kernel(float* param, float* m, float* v, const float* grad
   }
 }
 
-// Σ x[i]² over i = first, first + step, … < end on each thread, reduced over the CUDA block: the total on
-// thread 0 (the other threads' return values are partial).
+// Σ x[i]² over i = first, first + step, … < end on each thread, summed over the CUDA block (every thread
+// gets the total).
 __device__ double block_sum_of_squares(const float* x, int64_t first, int64_t end, int64_t step) {
-  __shared__ double partial[kThreads / 32];
+  __shared__ double scratch[32];
   double sum = 0.0;
   for (int64_t i = first; i < end; i += step) {
     const double value = x[i];
     sum += value * value;
   }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  double block_sum = 0.0;
-  if (threadIdx.x == 0)
-    for (int w = 0; w < kThreads / 32; ++w) block_sum += partial[w];
-  return block_sum;
+  return block_sum(sum, scratch);
 }
 
 // *result += Σ x² over the whole array, grid-strided (the CUDA blocks' sums added atomically).
