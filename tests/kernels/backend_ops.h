@@ -283,8 +283,8 @@ inline void check_linear(OpCheck& t) {
     int I, O;
   };
   // One row; sizes off every multiple of 8 and 16; the cpu backend's team GEMM cuts 300 × 512 × 257 by
-  // rows and 64 × 600 × 40's forward along K; with dx its backward runs dx and dw side by side, without
-  // (Dx::none) it cuts 1100 × 40 × 33's weight gradient along K and 64 × 600 × 40's by columns.
+  // rows, 1100 × 40 × 33's weight gradient (and 64 × 600 × 40's forward) along K, and 64 × 600 × 40's
+  // weight gradient by columns.
   for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}, Shape{1100, 40, 33},
                         Shape{64, 600, 40}}) {
     const std::string tag = " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";

@@ -1,11 +1,8 @@
-// Fast fp32 linear layer (semantics: reference/linear.h; w is (out, in)). Every GEMM runs on the OpenMP
-// team as single-threaded OpenBLAS sgemms, one per thread on its own block of the output (team_sgemm);
-// the backward's two products, dx and dw, run side by side, half the team each (equal FLOPs: no
-// thread cuts dw's token sum, so there are no partial sums to add, and each weight is packed by half
-// the team — 9 % fewer CPU-seconds in make run's step than cutting each product across the whole team).
-// The bias is written (or added) before the forward GEMM, which then runs with beta = 1. dbias sums
-// dout's columns in double, column blocks across threads. The only heap memory is team_sgemm's partial
-// sums when it cuts K, grown once per thread.
+// Fast fp32 linear layer (semantics: reference/linear.h; w is (out, in)). Every product is one GEMM
+// on the OpenMP team (team_sgemm: a single-threaded OpenBLAS sgemm per thread, on its own block of
+// the output); the bias is written (or added) before the forward GEMM, which then runs with beta = 1.
+// dbias sums dout's columns in double, column blocks across threads. The only heap memory is the
+// weight gradient's scratch (team_sgemm), grown once per thread.
 #include <cblas.h>
 #include <omp.h>
 
@@ -26,25 +23,6 @@ constexpr int kBlockAlign = 16;
 constexpr double kTeamMinFlops = 2.0e6;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Part `part` of `parts` of C (M, N) = op(A) · op(B) + beta · C, cut along C's longer side (rows: op(A)'s
-// rows; columns: op(B)'s columns) in whole micro-tile rows, on the calling thread.
-void sgemm_part(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
-                float beta, float* c, int ldc, int part, int parts) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  const bool by_rows = M >= N;
-  const int64_t extent = by_rows ? M : N;
-  const int64_t per_part = ceil_div(ceil_div(extent, kBlockAlign), parts) * kBlockAlign;
-  const int64_t begin = std::min<int64_t>(extent, part * per_part), end = std::min(extent, begin + per_part);
-  const int size = static_cast<int>(end - begin);
-  if (size <= 0) return;
-  if (by_rows)
-    cblas_sgemm(CblasRowMajor, ta, tb, size, N, K, 1.0f, a + (trans_a ? begin : begin * lda), lda, b, ldb, beta,
-                c + begin * ldc, ldc);
-  else
-    cblas_sgemm(CblasRowMajor, ta, tb, M, size, K, 1.0f, a, lda, b + (trans_b ? begin * ldb : begin), ldb, beta,
-                c + begin, ldc);
-}
 
 // C (M, N) = A (M, K) · B (K, N) + beta · C, row-major, A and B each read transposed (trans_a: A is
 // stored (K, M)) or not, as cblas_sgemm with alpha = 1, shared by the OpenMP team: each thread runs one
@@ -92,8 +70,12 @@ void team_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a,
           for (int col = 0; col < N; ++col) c_row[col] += partial[col];
         }
       }
-    } else {
-      sgemm_part(trans_a, trans_b, M, N, K, a, lda, b, ldb, beta, c, ldc, part, parts);
+    } else if (size > 0 && by_rows) {  // rows [begin, end) of C and of op(A)
+      cblas_sgemm(CblasRowMajor, ta, tb, size, N, K, 1.0f, a + (trans_a ? begin : begin * lda), lda, b, ldb, beta,
+                  c + begin * ldc, ldc);
+    } else if (size > 0) {  // columns [begin, end) of C and of op(B)
+      cblas_sgemm(CblasRowMajor, ta, tb, M, size, K, 1.0f, a, lda, b + (trans_b ? begin * ldb : begin), ldb, beta,
+                  c + begin, ldc);
     }
   }
 }
@@ -143,24 +125,16 @@ void CpuBackend::linear_forward(float* out, const float* x, const float* w, cons
 void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, const float* w,
                                  int64_t N, int I, int O, bool accumulate_dx) {
   if (N == 0) return;
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const float dx_beta = accumulate_dx ? 1.0f : 0.0f;
-  // dx (N, I) = dout (N, O) · w (O, I) + dx_beta · dx;  dw (O, I) += doutᵀ (O, N) · x (N, I)
-  if (dx && I > 0 && O > 0 && threads >= 2 && 2.0 * static_cast<double>(N) * I * O >= kTeamMinFlops) {
-    const int dx_parts = (threads + 1) / 2;
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num();
-      if (t < dx_parts)
-        sgemm_part(false, false, static_cast<int>(N), I, O, dout, O, w, I, dx_beta, dx, I, t, dx_parts);
-      else
-        sgemm_part(true, false, O, I, static_cast<int>(N), dout, O, x, I, 1.0f, dw, I, t - dx_parts, threads - dx_parts);
-    }
-  } else {
-    if (dx && I > 0) team_sgemm(false, false, static_cast<int>(N), I, O, dout, std::max(O, 1), w, I, dx_beta, dx, I);
-    if (I > 0 && O > 0) team_sgemm(true, false, O, I, static_cast<int>(N), dout, O, x, I, 1.0f, dw, I);
+  if (dx && I > 0) {
+    // dx (N, I) = dout (N, O) · w (O, I) + beta · dx
+    team_sgemm(false, false, static_cast<int>(N), I, O, dout, std::max(O, 1), w, I, accumulate_dx ? 1.0f : 0.0f, dx, I);
   }
-  if (dbias && O > 0) accumulate_column_sums(dbias, dout, N, O);
+  if (O == 0) return;
+  if (I > 0) {
+    // dw (O, I) += dout^T (O, N) · x (N, I)
+    team_sgemm(true, false, O, I, static_cast<int>(N), dout, O, x, I, 1.0f, dw, I);
+  }
+  if (dbias) accumulate_column_sums(dbias, dout, N, O);
 }
 
 }  // namespace fpdt::kernels::cpu
