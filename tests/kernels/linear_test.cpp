@@ -1,11 +1,14 @@
 // Linear: the reference backward against float64 finite differences of the reference forward, and
-// its switches (accumulate, null outputs skipped). (Every backend against the reference, for every
-// switch: backend_ops_test.cpp.)
+// its switches (accumulate, null outputs skipped); the cpu backward at any team size. (Every backend
+// against the reference, for every switch: backend_ops_test.cpp.)
+#include <omp.h>
+
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/linear.h"
 #include "testing.h"
 
@@ -95,6 +98,35 @@ TEST(Linear, ReferenceForwardAccumulateAddsAndNullsSkip) {
   reference::linear_backward(dx.data(), dw_with_all.data(), dbias.data(), dout.data(), x.data(), w.data(), N, I, O,
                              false);
   EXPECT_EQ(dw, dw_with_all);  // the same loops in the same order: bitwise
+}
+
+// The cpu backward cuts its GEMMs across the team (dx by rows, dw along the token sum with partial sums
+// added in thread order): 1 to 5 threads, uneven cuts included, against the float64 reference.
+TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
+  Rng rng(fresh_seed());
+  const int64_t N = 301;
+  const int I = 70, O = 93;  // 2·N·I·O ≈ 3.9 MFLOP a product: above the team's threshold
+  const auto x = random_normal<float>(rng, N * I);
+  const auto w = random_normal<float>(rng, O * I);
+  const auto dout = random_normal<float>(rng, N * O);
+  const auto dx_initial = random_normal<float>(rng, N * I);
+  const auto dw_initial = random_normal<float>(rng, O * I);
+  const std::vector<double> x64(x.begin(), x.end()), w64(w.begin(), w.end()), dout64(dout.begin(), dout.end());
+  std::vector<double> dx_want(dx_initial.begin(), dx_initial.end()), dw_want(dw_initial.begin(), dw_initial.end());
+  reference::linear_backward<double>(dx_want.data(), dw_want.data(), nullptr, dout64.data(), x64.data(), w64.data(),
+                                     N, I, O, true);
+  cpu::CpuBackend cpu;
+  const int threads = omp_get_max_threads();
+  for (int team = 1; team <= 5; ++team) {
+    omp_set_num_threads(team);
+    auto dx = dx_initial;
+    auto dw = dw_initial;
+    cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true);
+    // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
+    EXPECT_LE(report("cpu dx, " + std::to_string(team) + " threads", relative_error(dx, dx_want)), 1e-5);
+    EXPECT_LE(report("cpu dw, " + std::to_string(team) + " threads", relative_error(dw, dw_want)), 1e-5);
+  }
+  omp_set_num_threads(threads);
 }
 
 }  // namespace
