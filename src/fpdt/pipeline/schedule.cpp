@@ -310,10 +310,15 @@ struct ForwardWrites {
 void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& writes) {
   const int u = mask.chunks();
   const LayerRef l = LayerRef::this_layer;
-  for (int i = 0; i < u; ++i) {
-    std::vector<int> kv;  // live kv chunks before the diagonal
+  auto live_before = [&](int i) {  // live kv chunks before the diagonal of q chunk i
+    std::vector<int> kv;
     for (int j = 0; j < i; ++j)
       if (mask.live(i, j)) kv.push_back(j);
+    return kv;
+  };
+  bool first_kv_fetched = false;  // chunk i's first kv block, fetched during chunk i − 1
+  for (int i = 0; i < u; ++i) {
+    const std::vector<int> kv = live_before(i);
     bool kv_needed = writes.kv_for_backward;  // by a later q chunk of this layer, or by the backward
     for (int later = i + 1; later < u; ++later) kv_needed = kv_needed || mask.live(later, i);
 
@@ -328,7 +333,7 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
       b.write(Buf::v_head, Array::v, l, i);
     }
     if (mask.documents()) b.compute(Op::docs, i, {Buf::q_docs});
-    if (!kv.empty()) {
+    if (!kv.empty() && !first_kv_fetched) {
       b.fetch(Array::k, l, kv[0], kStages[0].k);
       b.fetch(Array::v, l, kv[0], kStages[0].v);
     }
@@ -340,6 +345,14 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
       }
       if (mask.documents()) b.compute(Op::docs, kv[n], {Buf::kv_docs});
       b.compute(Op::attention_block, i, {Buf::q_head, stage.k, stage.v, Buf::o_head, Buf::lse}, n > 0, kv[n]);
+    }
+    // The stages are free: the next chunk's first kv block loads behind this chunk's diagonal block,
+    // output projection and MLP and the next chunk's QKV, instead of in front of its first block.
+    const std::vector<int> next_kv = i + 1 < u ? live_before(i + 1) : std::vector<int>{};
+    first_kv_fetched = !next_kv.empty();
+    if (first_kv_fetched) {
+      b.fetch(Array::k, l, next_kv[0], kStages[0].k);
+      b.fetch(Array::v, l, next_kv[0], kStages[0].v);
     }
     if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
     b.compute(Op::attention_block, i, {Buf::q_head, Buf::k_head, Buf::v_head, Buf::o_head, Buf::lse}, !kv.empty(), i);
@@ -404,6 +417,22 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
   // The output projection's and MLP's gradients are final; phase B reads the layer's other weights.
   b.compute(Op::segment, -1, {});
   // Phase B: outer kv chunk i, inner live q chunks j ≥ i (the diagonal first: its dq is final last).
+  // kv chunk i's k, v and its first q set (its own chunk: the diagonal) go to stage 0; they load during
+  // chunk i − 1's QKV backward, dq last, once chunk i − 1 has moved its dq out of dq_first.
+  auto fetch_first = [&](int i, bool dq) {
+    if (!dq) {
+      b.fetch(Array::k, l, i, kStages[0].k);
+      b.fetch(Array::v, l, i, kStages[0].v);
+      b.fetch(Array::q, l, i, kStages[0].q);
+      b.fetch(Array::d_o, l, i, kStages[0].d_o);
+      b.fetch(Array::lse, l, i, kStages[0].lse);
+      b.fetch(Array::delta, l, i, kStages[0].delta);
+    } else {
+      b.fetch(Array::d_q, l, i, Buf::dq_first);
+    }
+  };
+  fetch_first(0, false);
+  fetch_first(0, true);
   for (int i = 0; i < u; ++i) {
     std::vector<int> qs;
     for (int j = i; j < u; ++j)
@@ -415,11 +444,8 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
       b.fetch(Array::d_o, l, qs[n], stage.d_o);
       b.fetch(Array::lse, l, qs[n], stage.lse);
       b.fetch(Array::delta, l, qs[n], stage.delta);
-      b.fetch(Array::d_q, l, qs[n], n == 0 ? Buf::dq_first : stage.d_q);
+      b.fetch(Array::d_q, l, qs[n], stage.d_q);
     };
-    b.fetch(Array::k, l, i, kStages[0].k);
-    b.fetch(Array::v, l, i, kStages[0].v);
-    fetch_q_set(0);
     b.compute(Op::zero, i, {Buf::d_k});
     b.compute(Op::zero, i, {Buf::d_v});
     if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
@@ -437,8 +463,11 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
                 false, i);
       if (n > 0) b.write(d_q, Array::d_q, l, qs[n]);
     }
+    const bool next = i + 1 < u;
+    if (next) fetch_first(i + 1, false);
     // dq_i, dk_i, dv_i are final: back to sequence-sharded, then chunk i's QKV projection backward.
     b.compute(Op::q_to_sequence, i, {Buf::dq_first, Buf::dq_local});
+    if (next) fetch_first(i + 1, true);
     b.compute(Op::kv_grad_to_sequence, i, {Buf::d_k, Buf::dk_local});
     b.compute(Op::kv_grad_to_sequence, i, {Buf::d_v, Buf::dv_local});
     b.compute(Op::inputs, i, {});
