@@ -406,7 +406,8 @@ bool all_finite(const float* x, int64_t n) {
 // The states are host-addressable where these run (the CPU backend; the trainer refuses the others).
 bool ModelStates::weights_finite() {
   bool finite = finish_update();
-  for (size_t u = 0; u < own_.size(); ++u) finite &= all_finite(part(StateBuf::weights, static_cast<int>(u)), own_[u].size());
+  for (size_t u = 0; u < own_.size(); ++u)
+    finite &= all_finite(part(StateBuf::weights, static_cast<int>(u)), own_[u].size());
   return everywhere(*comm_, finite);
 }
 

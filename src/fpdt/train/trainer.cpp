@@ -388,7 +388,8 @@ StepMetrics Trainer::step() {
   metrics.tokens_per_second =
       static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
   if (!step_batch_.doc_ids.empty())  // --doc-mask: the step's own documents (fewer visible pairs)
-    flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
+    flops_per_step_ =
+        model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
   metrics.mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
   if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
