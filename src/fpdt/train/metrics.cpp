@@ -33,19 +33,20 @@ double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t 
   double params = static_cast<double>(config.non_embedding_parameter_count());
   if (config.tie_embeddings) params += static_cast<double>(config.vocab_size) * config.hidden;
   const double tokens = static_cast<double>(sequences) * static_cast<double>(seq_tokens);
+  // Visible pairs of one causal run of `length` tokens, summed over the layers (their windows differ).
+  auto layers_pairs = [&](int64_t length) {
+    double sum = 0.0;
+    for (int layer = 0; layer < config.layers; ++layer)
+      sum += causal_pairs(static_cast<double>(length), static_cast<double>(config.window(layer)));
+    return sum;
+  };
   double pairs = 0.0;  // over rows and layers
-  for (int layer = 0; layer < config.layers; ++layer) {
-    const double window = static_cast<double>(config.window(layer));
-    if (doc_ids == nullptr) {
-      pairs += static_cast<double>(sequences) * causal_pairs(static_cast<double>(seq_tokens), window);
-      continue;
-    }
-    for (int64_t row = 0; row < sequences; ++row) {
-      const int32_t* docs = doc_ids + row * seq_tokens;  // (seq_tokens)
-      for (int64_t begin = 0, end = 0; begin < seq_tokens; begin = end) {
-        while (end < seq_tokens && docs[end] == docs[begin]) ++end;
-        pairs += causal_pairs(static_cast<double>(end - begin), window);
-      }
+  if (doc_ids == nullptr) pairs = static_cast<double>(sequences) * layers_pairs(seq_tokens);
+  for (int64_t row = 0; doc_ids != nullptr && row < sequences; ++row) {
+    const int32_t* docs = doc_ids + row * seq_tokens;  // (seq_tokens), scanned once
+    for (int64_t begin = 0, end = 0; begin < seq_tokens; begin = end) {
+      while (end < seq_tokens && docs[end] == docs[begin]) ++end;
+      pairs += layers_pairs(end - begin);
     }
   }
   return 6.0 * params * tokens + 12.0 * config.heads * config.head_dim * pairs;

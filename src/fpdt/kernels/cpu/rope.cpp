@@ -23,14 +23,13 @@ class AngleTable {
   // cos (N, half) and sin (N, half) at positions pos (N), built unless they are the table's already.
   void prepare(const int64_t* pos, int64_t N, const RopeParams& rope) {
     const int half = rope.rotary_dim / 2;
-    const bool same = N == tokens_ && half == half_ && rope.attention_scaling == scaling_ &&
+    const bool same = static_cast<size_t>(N) == positions_.size() && static_cast<size_t>(half) == inv_freq_.size() &&
+                      rope.attention_scaling == scaling_ &&
                       std::memcmp(pos, positions_.data(), sizeof(int64_t) * static_cast<size_t>(N)) == 0 &&
                       std::memcmp(rope.inv_freq, inv_freq_.data(), sizeof(double) * static_cast<size_t>(half)) == 0;
     if (same) return;
     positions_.assign(pos, pos + N);
     inv_freq_.assign(rope.inv_freq, rope.inv_freq + half);
-    tokens_ = N;
-    half_ = half;
     scaling_ = rope.attention_scaling;
     if (cos_.size() < static_cast<size_t>(N * half)) {
       cos_.resize(static_cast<size_t>(N * half));
@@ -46,16 +45,14 @@ class AngleTable {
       }
     }
   }
-  const float* cos_row(int64_t n) const { return cos_.data() + n * half_; }  // (half)
-  const float* sin_row(int64_t n) const { return sin_.data() + n * half_; }  // (half)
+  const float* cos_row(int64_t n) const { return cos_.data() + n * static_cast<int64_t>(inv_freq_.size()); }
+  const float* sin_row(int64_t n) const { return sin_.data() + n * static_cast<int64_t>(inv_freq_.size()); }
 
  private:
-  std::vector<int64_t> positions_;  // (tokens_)
-  std::vector<double> inv_freq_;    // (half_)
-  int64_t tokens_ = -1;
-  int half_ = 0;
+  std::vector<int64_t> positions_;  // (N) the table's positions
+  std::vector<double> inv_freq_;    // (half) its frequencies
   double scaling_ = 0.0;
-  std::vector<float> cos_, sin_;  // (tokens_, half_) each
+  std::vector<float> cos_, sin_;  // (N, half) each, grown to the largest N · half
 };
 
 // x (N, H, D), rotated in place by sign · angle (sign = +1 forward, −1 backward).
