@@ -13,6 +13,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
@@ -250,6 +251,8 @@ int usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace fpdt::cli;
+  // Before MPI or any thread starts: may re-execute this program with OPENBLAS_CORETYPE set.
+  fpdt::kernels::cpu::restart_with_matching_blas_core(argv);
   std::unique_ptr<fpdt::comm::Communicator> world;
   try {
     // Under mpirun this is the MPI world (and sets the rank for logging); otherwise one local rank.

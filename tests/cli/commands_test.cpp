@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/train/tokenizer.h"
 
 #include "fpdt_program.h"
@@ -57,6 +58,27 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
       run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light' --tokens 16 --context 32");
   EXPECT_EQ(sampled.exit_status, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
+}
+
+// The process runs OpenBLAS kernels that use the CPU's widest vectors: fpdt restarts itself with
+// OPENBLAS_CORETYPE set when OpenBLAS took an older set (blas_core.h), and says so in the config table;
+// a kernel set the user chose is kept, and said to be theirs.
+TEST(Commands, RunsTheBlasKernelsOfTheCpuUnlessTheUserChoseOthers) {
+  const TempDir dir;
+  const std::string dry_run = "train --model llama-tiny --seq 64 --dry-run --peak-gflops 1 --threads 1 --out ";
+  const ProgramResult chosen = run_fpdt(dry_run + dir.file("chosen"));
+  ASSERT_EQ(chosen.exit_status, 0) << chosen.output;
+  const size_t row = chosen.output.find("| BLAS kernels");
+  ASSERT_NE(row, std::string::npos) << chosen.output;
+  const size_t name = chosen.output.find_first_not_of(" |", row + 14);
+  const std::string core = chosen.output.substr(name, chosen.output.find_first_of(" |", name) - name);
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && kernels::cpu::blas_kernels_selectable()) {
+    EXPECT_GE(kernels::cpu::blas_core_isa(core), kernels::cpu::cpu_isa()) << core << " in\n" << chosen.output;
+  }
+
+  const ProgramResult users = run_command("OPENBLAS_CORETYPE=Prescott " + fpdt_binary() + " " + dry_run + dir.file("users"));
+  ASSERT_EQ(users.exit_status, 0) << users.output;
+  EXPECT_NE(users.output.find("| BLAS kernels           | Prescott (OPENBLAS_CORETYPE)"), std::string::npos) << users.output;
 }
 
 // `train --dry-run --schedule` prints the step's FPDT schedule, and the table says the chunk plan and

@@ -14,6 +14,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
@@ -102,6 +103,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
   }
+  row("BLAS kernels", kernels::cpu::describe_blas_core());
   log::info(option_rule);
   std::vector<std::string> cells;
   for (const auto& [name, value] : settings_rows(s)) {

@@ -1,0 +1,77 @@
+// OpenBLAS's kernel set, checked against the CPU (see blas_core.h).
+#include "fpdt/kernels/cpu/blas_core.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+char* openblas_get_corename(void);
+char* openblas_get_config(void);
+}
+
+namespace fpdt::kernels::cpu {
+
+namespace {
+
+// Set (to the kernel set OpenBLAS first took) by the restart, for describe_blas_core.
+constexpr const char* kReplacedCoreVariable = "FPDT_BLAS_CORE_REPLACED";
+
+}  // namespace
+
+bool blas_kernels_selectable() { return std::strstr(openblas_get_config(), "DYNAMIC_ARCH") != nullptr; }
+
+VectorIsa blas_core_isa(const std::string& core) {
+  for (const char* name : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == name) return VectorIsa::avx512;
+  for (const char* name : {"Haswell", "Zen", "Excavator"})
+    if (core == name) return VectorIsa::avx2;
+  return VectorIsa::older;
+}
+
+VectorIsa cpu_isa() {
+  // __builtin_cpu_supports also checks that the OS saves the registers (XGETBV), not only CPUID.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return VectorIsa::avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return VectorIsa::avx2;
+  return VectorIsa::older;
+}
+
+std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
+  if (blas_core_isa(loaded) >= cpu) return "";
+  switch (cpu) {
+    case VectorIsa::avx512: return "SkylakeX";
+    case VectorIsa::avx2: return "Haswell";
+    case VectorIsa::older: return "";
+  }
+  return "";
+}
+
+std::string describe_blas_core() {
+  const std::string core = openblas_get_corename();
+  if (const char* replaced = std::getenv(kReplacedCoreVariable)) return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return core + " (OPENBLAS_CORETYPE)";
+  return core;
+}
+
+void restart_with_matching_blas_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || !blas_kernels_selectable()) return;
+  const std::string loaded = openblas_get_corename();
+  const std::string better = matching_blas_core(loaded, cpu_isa());
+  if (better.empty()) return;
+  setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  setenv(kReplacedCoreVariable, loaded.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "[blas] OpenBLAS runs its %s kernels on a CPU with %s; restarting with OPENBLAS_CORETYPE=%s "
+               "failed (%s), so GEMMs run several times slower; hint: set OPENBLAS_CORETYPE=%s yourself\n",
+               loaded.c_str(), better == "SkylakeX" ? "AVX-512" : "AVX2", better.c_str(), std::strerror(errno),
+               better.c_str());
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kReplacedCoreVariable);
+}
+
+}  // namespace fpdt::kernels::cpu
