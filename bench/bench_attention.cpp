@@ -20,6 +20,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/train/metrics.h"
 
@@ -89,6 +90,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fpdt::kernels::cpu::restart_with_matching_blas_core(argv);  // the sgemm it compares against: blas_core.h
   try {
     const Options o = parse(argc, argv);
     omp_set_num_threads(o.threads);
