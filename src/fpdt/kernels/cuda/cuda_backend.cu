@@ -9,6 +9,7 @@
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
+#include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
 
 namespace fpdt::kernels {
@@ -17,7 +18,7 @@ namespace cuda {
 
 CudaBackend::CudaBackend() {
   FPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  FPDT_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  FPDT_CUBLAS_CHECK(cublaslt().create(&lt_));
   FPDT_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
   FPDT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_device_), sizeof(double)));
   FPDT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
@@ -32,7 +33,7 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(sum_host_);
   cudaFree(sum_device_);
   cudaFree(lt_workspace_);
-  cublasLtDestroy(lt_);
+  cublaslt().destroy(lt_);
   cudaStreamDestroy(stream_);
 }
 
@@ -54,6 +55,10 @@ std::unique_ptr<Backend> make_cuda_backend() {
              "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --backend cpu");
   return std::make_unique<cuda::CudaBackend>();
 }
+
+bool cuda_built() { return true; }
+
+void load_cuda_libraries() { cuda::cublaslt(); }
 
 bool cuda_available() {
   int count = 0;

@@ -18,6 +18,13 @@ std::unique_ptr<Backend> make_cuda_backend();
 // True when this build has CUDA and a usable device is present (never throws).
 bool cuda_available();
 
+// True when this build has the CUDA backend (a device may still be missing).
+bool cuda_built();
+// Loads the libraries the backend opens at run time rather than links (cuBLASLt:
+// cuda/cublaslt_library.h), as the first make_cuda_backend() does; needs no device. Throws
+// fpdt::Error when one cannot be loaded, or in a build without CUDA.
+void load_cuda_libraries();
+
 // Device memory for tests, benchmarks and (later) the compute tier. All throw fpdt::Error on failure.
 void* cuda_device_alloc(size_t bytes);
 void cuda_device_free(void* device_ptr) noexcept;

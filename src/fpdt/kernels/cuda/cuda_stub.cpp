@@ -16,6 +16,8 @@ namespace {
 
 std::unique_ptr<Backend> make_cuda_backend() { no_cuda(); }
 bool cuda_available() { return false; }
+bool cuda_built() { return false; }
+void load_cuda_libraries() { no_cuda(); }
 void* cuda_device_alloc(size_t) { no_cuda(); }
 void cuda_device_free(void*) noexcept {}
 void cuda_copy_to_device(void*, const void*, size_t) { no_cuda(); }

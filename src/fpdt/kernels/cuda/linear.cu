@@ -9,6 +9,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
+#include "fpdt/kernels/cuda/cublaslt_library.h"
 
 namespace fpdt::kernels::cuda {
 
@@ -20,38 +21,39 @@ void lt_sgemm(cublasLtHandle_t handle, cudaStream_t stream, void* workspace, cub
               cublasOperation_t trans_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
               const float* B, int64_t ldb, float* C, int64_t ldc, float alpha, float beta) {
   if (m == 0 || n == 0) return;
+  const CublasLtLibrary& lt = cublaslt();
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
-  FPDT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  FPDT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-  FPDT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  FPDT_CUBLAS_CHECK(lt.matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  FPDT_CUBLAS_CHECK(lt.matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  FPDT_CUBLAS_CHECK(lt.matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
   const bool ta = trans_a != CUBLAS_OP_N, tb = trans_b != CUBLAS_OP_N;
-  FPDT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
-  FPDT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
-  FPDT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout, CUDA_R_32F, m, n, ldc));
+  FPDT_CUBLAS_CHECK(lt.matrix_layout_create(&a_layout, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
+  FPDT_CUBLAS_CHECK(lt.matrix_layout_create(&b_layout, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
+  FPDT_CUBLAS_CHECK(lt.matrix_layout_create(&c_layout, CUDA_R_32F, m, n, ldc));
   cublasLtMatmulPreference_t preference = nullptr;
-  FPDT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  FPDT_CUBLAS_CHECK(lt.matmul_preference_create(&preference));
   size_t workspace_bytes = kLtWorkspaceBytes;
-  FPDT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &workspace_bytes, sizeof(workspace_bytes)));
+  FPDT_CUBLAS_CHECK(lt.matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &workspace_bytes, sizeof(workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  FPDT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, a_layout, b_layout, c_layout, c_layout, preference, 1,
-                                                   &heuristic, &found));
+  FPDT_CUBLAS_CHECK(lt.matmul_algo_get_heuristic(handle, op, a_layout, b_layout, c_layout, c_layout, preference, 1,
+                                                 &heuristic, &found));
   FPDT_CHECK(found > 0, "kernels", "cuBLASLt found no fp32 algorithm for a " + std::to_string(m) + "x" +
                                        std::to_string(n) + "x" + std::to_string(k) + " GEMM",
              "report the shape; the model's dims may need padding");
   if (k == 0) {  // cuBLASLt requires k > 0: C = beta · C
     if (beta == 0.0f) FPDT_CUDA_CHECK(cudaMemset2DAsync(C, ldc * sizeof(float), 0, m * sizeof(float), n, stream));
   } else {
-    FPDT_CUBLAS_CHECK(cublasLtMatmul(handle, op, &alpha, A, a_layout, B, b_layout, &beta, C, c_layout, C, c_layout,
-                                     &heuristic.algo, workspace, kLtWorkspaceBytes, stream));
+    FPDT_CUBLAS_CHECK(lt.matmul(handle, op, &alpha, A, a_layout, B, b_layout, &beta, C, c_layout, C, c_layout,
+                                &heuristic.algo, workspace, kLtWorkspaceBytes, stream));
   }
-  cublasLtMatmulPreferenceDestroy(preference);
-  cublasLtMatrixLayoutDestroy(c_layout);
-  cublasLtMatrixLayoutDestroy(b_layout);
-  cublasLtMatrixLayoutDestroy(a_layout);
-  cublasLtMatmulDescDestroy(op);
+  lt.matmul_preference_destroy(preference);
+  lt.matrix_layout_destroy(c_layout);
+  lt.matrix_layout_destroy(b_layout);
+  lt.matrix_layout_destroy(a_layout);
+  lt.matmul_desc_destroy(op);
 }
 
 __global__ void add_bias_rows_kernel(float* out, const float* bias, int64_t N, int O) {
