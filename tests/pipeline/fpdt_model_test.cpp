@@ -10,6 +10,8 @@
 #include "fpdt/kernels/ops.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/pipeline/model_states.h"
+#include "fpdt/tensor/memory.h"
 #include "pipeline/pipeline_testing.h"
 #include "testing.h"
 
@@ -125,6 +127,31 @@ TEST(Pipeline, KeepsTheMlpActivationsOnlyWhenResidentAndNotRecomputing) {
   recomputed.mlp_kept = false;
   // 2 chunks of 4 sequences × 32 tokens, 2 layers, gate, up and act of f = 48 floats: whole 4 KiB blocks.
   EXPECT_EQ(store_bytes(kept) - store_bytes(recomputed), size_t{3} * 2 * 2 * (4 * 32) * 48 * sizeof(float));
+}
+
+// A forward-only model (fpdt eval) holds its weights alone in the compute tier: no gradients, AdamW
+// moments or ZeRO slots (it held all four arrays, 4× the weights, before). A training model holds weights,
+// gradients and both moments.
+TEST(Pipeline, AForwardOnlyModelHoldsItsWeightsAlone) {
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+  const size_t weight_bytes = static_cast<size_t>(model::ParameterLayout(config).total_numel()) * sizeof(float);
+  auto held = [&](bool forward_only) {
+    PipelineConfig pipeline;
+    pipeline.forward_only = forward_only;
+    const size_t before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+    FpdtModel model(config, *backend, *local, pipeline);
+    EXPECT_EQ(model.states().bytes(Tier::compute), MemoryTiers::instance().usage(Tier::compute).active_bytes - before);
+    if (forward_only) {
+      EXPECT_THROW(model.states().gradients(), Error);
+    }
+    return model.states().bytes(Tier::compute);
+  };
+  const size_t weights_held = held(true);  // each buffer is a whole number of 4 KiB blocks
+  EXPECT_GE(weights_held, weight_bytes);
+  EXPECT_LT(weights_held, weight_bytes + 4096);
+  EXPECT_EQ(held(false), 4 * weights_held);
 }
 
 // Issue 16: the B sequences of a micro-batch go through each chunk together (B·c rows per GEMM, the

@@ -30,7 +30,9 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       pipeline_(pipeline),
       own_world_(comm::make_local()),
       own_states_(std::make_unique<ModelStates>(config, backend, *own_world_,
-                                                ZeroConfig{0, false, pipeline.recompute == Recompute::layer}, seed)),
+                                                ZeroConfig{0, false, pipeline.recompute == Recompute::layer,
+                                                           pipeline.forward_only},
+                                                seed)),
       states_(*own_states_),
       math_(config_, backend_),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}

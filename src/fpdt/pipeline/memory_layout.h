@@ -153,6 +153,7 @@ struct StateShape {
   bool offload_optimizer = false;  // gradient shards, moments and master weights in the offload tier
   bool recompute_layer = false;    // the ZeRO plan's segments read both of a layer's units in backward
   int64_t weight_bytes = 4;        // one stored weight: 4 (fp32), or 2 (bf16: the plan) with an fp32 master
+  bool weights_only = false;       // a forward-only model (fpdt eval): the weights alone, stage 0
 };
 
 enum class StateBuf : uint8_t {

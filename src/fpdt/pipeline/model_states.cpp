@@ -25,6 +25,8 @@ void check_zero(const ZeroConfig& zero) {
                 "--offload-optimizer needs --zero 2 or 3: the offloaded update reads the gradient shards, which "
                 "stage " + std::to_string(zero.stage) + " does not make",
                 "add --zero 2 (or 3)");
+  FPDT_CHECK(!zero.weights_only || (zero.stage == 0 && !zero.offload_optimizer), kModule,
+             "forward-only model states are never sharded", "");
 }
 
 ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& world,
@@ -62,6 +64,7 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   shape.W = partition_ranks_;
   shape.offload_optimizer = zero_.offload_optimizer;
   shape.recompute_layer = zero_.recompute_layer;
+  shape.weights_only = zero_.weights_only;
   plan_ = zero_plan(layout_, shape);
   table_ = model_state_buffers(layout_, shape);
   const std::string hint =
@@ -92,7 +95,8 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   if (dry_) return;
 
   if (zero_.stage <= 2) whole_weights_.emplace(layout_, arrays_[static_cast<size_t>(StateBuf::weights)]);
-  if (zero_.stage <= 1) whole_gradients_.emplace(layout_, arrays_[static_cast<size_t>(StateBuf::gradients)]);
+  if (zero_.stage <= 1 && !zero_.weights_only)
+    whole_gradients_.emplace(layout_, arrays_[static_cast<size_t>(StateBuf::gradients)]);
   if (world.size() > 1) group_ = world.split(0, world.rank());
   comm_ = group_ ? group_.get() : &world;
   if (zero_.stage >= 2) queue_ = std::make_unique<WorkQueue>();
@@ -146,6 +150,8 @@ model::ParameterBlock& ModelStates::weights() {
 }
 
 model::ParameterBlock& ModelStates::gradients() {
+  if (zero_.weights_only)
+    throw Error(kModule, "forward-only model states hold no gradients", "build the model for training");
   if (!whole_gradients_)
     throw Error(kModule, "from ZeRO stage 2 the gradients are sharded; no rank holds them whole",
                 "read this rank's shards through the optimizer step");
@@ -248,6 +254,7 @@ float* ModelStates::unit_weights(int unit) const {
 
 float* ModelStates::unit_gradients(int unit) const {
   const size_t u = static_cast<size_t>(unit);
+  if (zero_.weights_only) return nullptr;
   if (zero_.stage <= 1) return arrays_[static_cast<size_t>(StateBuf::gradients)] + layout_.units()[u].begin;
   return gradient_in_[u] < 0 ? nullptr : slot(gradient_in_[u]);
 }

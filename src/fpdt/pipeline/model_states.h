@@ -44,6 +44,7 @@ struct ZeroConfig {
   int stage = 0;                   // 0..3
   bool offload_optimizer = false;  // stage ≥ 2: gradient shards, moments and master weights offloaded
   bool recompute_layer = false;    // the pipeline's --recompute layer (shapes the ZeRO plan's segments)
+  bool weights_only = false;       // forward passes only (fpdt eval): no gradients, moments or slots; stage 0
 };
 // Throws fpdt::Error for a stage outside 0..3 or an offloaded optimizer below stage 2.
 void check_zero(const ZeroConfig& zero);
