@@ -42,8 +42,9 @@ struct StepMetrics {
 double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t seq_tokens,
                    const int32_t* doc_ids = nullptr);
 
-// The fp32 rates of `threads` cores, measured here and now (the machine may be shared: the load average
-// is taken with them):
+// The fp32 rates of `threads` cores, measured here and now, each per second of the CPU time the cores
+// ran (not of wall time), so that other work on a shared machine cannot lower them (the load average is
+// taken with them):
 //   fma_peak_gflops: each thread runs independent FMA chains on the widest vectors the CPU has, whatever
 //     the build targets (AVX-512: 16 lanes; else AVX2: 8), ~50 ms, best of 5 — lanes × 2 flops × FMA
 //     ports per cycle at the clock the cores reach. MFU is measured against it.
