@@ -1,11 +1,12 @@
 // Benchmark of the cpu flash attention (kernels/cpu/flash_attention.cpp): the cpu Backend's
 // full-sequence causal forward and backward (optionally with a sliding window), against the machine's
 // rates measured in the same process with the same threads (train/metrics.h: the OpenBLAS sgemm on
-// the backend's GEMM path, and the FMA peak of the widest vectors). Counts only unmasked FLOPs:
+// the backend's GEMM path, and the FMA peak of the widest vectors; both per second of CPU time, which
+// a busy neighbour does not lower, while the attention is timed by the wall). Counts only unmasked FLOPs:
 // forward 4·pairs·D·H·B (QKᵀ and PV over the visible (query, key) pairs: S²/2 causal, about S·W with
 // a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
-// of each reported, so a busy neighbour on a shared machine skews the ratios less; the load average
-// is printed with them. The LAST line printed is one JSON object.
+// of each reported; on a shared machine the ratios fall with the share the attention gets (the load
+// average is printed with them). The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096]
 #include <omp.h>
 
@@ -114,8 +115,8 @@ int main(int argc, char** argv) {
     }
     const int32_t* doc_ids = o.docs ? docs.data() : nullptr;
 
-    // Rounds of sgemm, forward, backward, interleaved so that all three see the same background load
-    // (the machine is shared); the best of each over the rounds is reported. One warm-up of each first.
+    // Rounds of sgemm, forward, backward, interleaved; the best of each over the rounds is reported.
+    // One warm-up of each first.
     fpdt::kernels::cpu::CpuBackend backend;
     const double load = fpdt::train::load_average();
     int vector_bits = 0;
