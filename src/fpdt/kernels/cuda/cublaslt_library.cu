@@ -43,18 +43,9 @@ CublasLtLibrary load() {
       throw Error("cuda", "cuBLASLt (" + kSoname + ") has no function " + name,
                   "the library is older than the toolkit fpdt was built with; rebuild against it");
   };
-  resolve(library.create, "cublasLtCreate");
-  resolve(library.destroy, "cublasLtDestroy");
-  resolve(library.matmul, "cublasLtMatmul");
-  resolve(library.matmul_algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  resolve(library.matmul_desc_create, "cublasLtMatmulDescCreate");
-  resolve(library.matmul_desc_destroy, "cublasLtMatmulDescDestroy");
-  resolve(library.matmul_desc_set_attribute, "cublasLtMatmulDescSetAttribute");
-  resolve(library.matmul_preference_create, "cublasLtMatmulPreferenceCreate");
-  resolve(library.matmul_preference_destroy, "cublasLtMatmulPreferenceDestroy");
-  resolve(library.matmul_preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
-  resolve(library.matrix_layout_create, "cublasLtMatrixLayoutCreate");
-  resolve(library.matrix_layout_destroy, "cublasLtMatrixLayoutDestroy");
+#define FPDT_CUBLASLT_RESOLVE(member, symbol) resolve(library.member, #symbol);
+  FPDT_CUBLASLT_FUNCTIONS(FPDT_CUBLASLT_RESOLVE)
+#undef FPDT_CUBLASLT_RESOLVE
   return library;  // the handle stays open for the life of the process
 }
 

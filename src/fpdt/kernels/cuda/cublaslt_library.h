@@ -12,20 +12,26 @@
 
 namespace fpdt::kernels::cuda {
 
-// One pointer per cuBLASLt function fpdt calls, with the library's own signatures.
+// The cuBLASLt functions fpdt calls, once: X(member, symbol) for each.
+#define FPDT_CUBLASLT_FUNCTIONS(X)                                          \
+  X(create, cublasLtCreate)                                                 \
+  X(destroy, cublasLtDestroy)                                               \
+  X(matmul, cublasLtMatmul)                                                 \
+  X(matmul_algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)              \
+  X(matmul_desc_create, cublasLtMatmulDescCreate)                           \
+  X(matmul_desc_destroy, cublasLtMatmulDescDestroy)                         \
+  X(matmul_desc_set_attribute, cublasLtMatmulDescSetAttribute)              \
+  X(matmul_preference_create, cublasLtMatmulPreferenceCreate)               \
+  X(matmul_preference_destroy, cublasLtMatmulPreferenceDestroy)             \
+  X(matmul_preference_set_attribute, cublasLtMatmulPreferenceSetAttribute)  \
+  X(matrix_layout_create, cublasLtMatrixLayoutCreate)                       \
+  X(matrix_layout_destroy, cublasLtMatrixLayoutDestroy)
+
+// One pointer per function, with the library's own signature.
 struct CublasLtLibrary {
-  decltype(&::cublasLtCreate) create = nullptr;
-  decltype(&::cublasLtDestroy) destroy = nullptr;
-  decltype(&::cublasLtMatmul) matmul = nullptr;
-  decltype(&::cublasLtMatmulAlgoGetHeuristic) matmul_algo_get_heuristic = nullptr;
-  decltype(&::cublasLtMatmulDescCreate) matmul_desc_create = nullptr;
-  decltype(&::cublasLtMatmulDescDestroy) matmul_desc_destroy = nullptr;
-  decltype(&::cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute = nullptr;
-  decltype(&::cublasLtMatmulPreferenceCreate) matmul_preference_create = nullptr;
-  decltype(&::cublasLtMatmulPreferenceDestroy) matmul_preference_destroy = nullptr;
-  decltype(&::cublasLtMatmulPreferenceSetAttribute) matmul_preference_set_attribute = nullptr;
-  decltype(&::cublasLtMatrixLayoutCreate) matrix_layout_create = nullptr;
-  decltype(&::cublasLtMatrixLayoutDestroy) matrix_layout_destroy = nullptr;
+#define FPDT_CUBLASLT_MEMBER(member, symbol) decltype(&::symbol) member = nullptr;
+  FPDT_CUBLASLT_FUNCTIONS(FPDT_CUBLASLT_MEMBER)
+#undef FPDT_CUBLASLT_MEMBER
 };
 
 // Loads the library on the first call (thread-safe) and returns its functions; throws fpdt::Error
