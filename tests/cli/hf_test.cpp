@@ -1,7 +1,7 @@
 // `fpdt` with Hugging Face folders: `train --init-from` starts from the folder's weights and writes
-// the RoPE overrides of a context extension into its checkpoints; `inspect` reads any such folder; a
-// refused config field of each model type, or --init-from with --resume or --model, is one clear line
-// and exit status 1.
+// the RoPE overrides of a context extension, the generation token ids and generation_config.json into
+// its checkpoints; `inspect` reads any such folder; a refused config field of each model type, a token id outside the vocabulary, or
+// --init-from with --resume or --model, is one clear line and exit status 1.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +84,40 @@ TEST(HfPrograms, InitFromTrainsFromTheFolderAndSavesTheRopeOverrides) {
                          {"[train]", "--model llama-tiny would be a second one"});
   expect_one_clear_error(run_fpdt("train --init-from " + golden("gpt2") + " --rope-theta 5 --out " + dir.file("r3") + common),
                          {"[model]", "has learned positions, not RoPE"});
+}
+
+// A copy of the golden llama_tied folder (vocabulary 257) whose config.json states Llama 3.1's kind of
+// generation ids — one bos id, a list of eos ids, a null pad id — and which has a generation_config.json.
+std::string folder_with_token_ids(const TempDir& dir) {
+  const std::string folder = edited_config(dir, "llama_tied", [](nlohmann::json& config) {
+    config["bos_token_id"] = 200;
+    config["eos_token_id"] = {201, 202, 256};
+    config["pad_token_id"] = nullptr;
+  });
+  std::filesystem::copy_file(golden("llama_tied") + "/model.safetensors", folder + "/model.safetensors");
+  write_text_file(folder + "/generation_config.json",
+                  "{\n  \"bos_token_id\": 200,\n  \"eos_token_id\": [201, 202, 256],\n  \"temperature\": 0.6\n}\n");
+  return folder;
+}
+
+TEST(HfPrograms, InitFromCheckpointsKeepTheGenerationTokenIdsAndGenerationConfig) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string folder = folder_with_token_ids(dir);
+  const ProgramResult result = run_fpdt("train --init-from " + folder + " --out " + dir.file("run") + " --data " +
+                                        setup.data_dir + " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 2 "
+                                        "--peak-gflops 100");
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(dir.file("run/step_1/config.json")));
+  EXPECT_EQ(saved["bos_token_id"], 200);
+  EXPECT_EQ(saved["eos_token_id"], nlohmann::json::array({201, 202, 256}));
+  EXPECT_TRUE(saved.contains("pad_token_id") && saved["pad_token_id"].is_null()) << saved.dump();
+  EXPECT_EQ(file_bytes(dir.file("run/step_1/generation_config.json")), file_bytes(folder + "/generation_config.json"));
+
+  // An id outside the vocabulary (257) is refused before anything runs, naming the field and the file.
+  const std::string bad = edited_config(dir, "llama", [](nlohmann::json& config) { config["eos_token_id"] = 128001; });
+  expect_one_clear_error(run_fpdt("train --init-from " + bad + " --dry-run --steps 1 --seq 64 --batch 1"),
+                         {"[model]", bad + "/config.json", "field 'eos_token_id' = 128001", "vocabulary [0, 257)"});
 }
 
 }  // namespace

@@ -225,6 +225,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     model::ParameterBlock whole(states_->layout(), "weights from --init-from", Tier::offload);
     model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
     states_->load_weights(whole);
+    generation_config_ = model::read_generation_config(s.init_from);
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
@@ -304,6 +305,7 @@ void Trainer::resume() {
                     " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
                 "resume with the --data the run was trained on, or start a new --out directory");
   const TrainerState state = load_checkpoint(latest, config_, *states_, *optimizer_);
+  generation_config_ = model::read_generation_config(latest);
   step_ = state.step;
   train_loader_->restore(state.data);
   resumed_ = true;
@@ -467,9 +469,10 @@ void Trainer::save() {
   state.seed = settings_.seed;
   state.settings = settings_json(settings_);
   const bool killed = settings_.fault.kill_in_save_step == step_ && world_.rank() == world_.size() - 1;
-  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, world_, 2, [killed] {
-    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
-  });
+  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, generation_config_, world_, 2,
+                  [killed] {
+                    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
+                  });
 }
 
 // ---- the run and its end --------------------------------------------------------------------------
