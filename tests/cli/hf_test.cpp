@@ -1,6 +1,7 @@
 // `fpdt` with Hugging Face folders: `train --init-from` starts from the folder's weights and writes
 // the RoPE overrides of a context extension, the generation token ids and generation_config.json into
-// its checkpoints; `inspect` reads any such folder; a refused config field of each model type, a token id outside the vocabulary, or
+// its checkpoints; `train --resume` of such a run takes its model from the checkpoint; `inspect` reads
+// any such folder; a refused config field of each model type, a token id outside the vocabulary, or
 // --init-from with --resume or --model, is one clear line and exit status 1.
 #include <gtest/gtest.h>
 
@@ -118,6 +119,45 @@ TEST(HfPrograms, InitFromCheckpointsKeepTheGenerationTokenIdsAndGenerationConfig
   const std::string bad = edited_config(dir, "llama", [](nlohmann::json& config) { config["eos_token_id"] = 128001; });
   expect_one_clear_error(run_fpdt("train --init-from " + bad + " --dry-run --steps 1 --seq 64 --batch 1"),
                          {"[model]", bad + "/config.json", "field 'eos_token_id' = 128001", "vocabulary [0, 257)"});
+}
+
+TEST(HfPrograms, ResumeOfAnInitFromRunTakesTheModelFromItsCheckpointAndIsBitwiseTheUninterruptedRun) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string folder = folder_with_token_ids(dir);
+  const std::string common = " --data " + setup.data_dir +
+                             " --steps 4 --batch 1 --seq 32 --eval-every 0 --eval-batches 1 --save-every 2 --threads 2 "
+                             "--peak-gflops 100 --lr 1e-3 --warmup 1 ";
+  // RoPE overrides that the resumed run must take from the checkpoint, not from the folder's config.json.
+  const std::string rope = "--rope-theta 20000 --rope-scaling '{\"rope_type\": \"linear\", \"factor\": 2}' ";
+  const std::string straight = dir.file("straight"), stopped = dir.file("stopped");
+  const ProgramResult full = run_fpdt("train --init-from " + folder + " --out " + straight + common + rope);
+  ASSERT_EQ(full.exit_status, 0) << full.output;
+  const ProgramResult first =
+      run_fpdt("train --init-from " + folder + " --out " + stopped + common + rope + "--stop-after 2");
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  ASSERT_EQ(logged_steps(stopped + "/metrics.jsonl").size(), 2u);
+
+  // Another model or RoPE than the checkpoint's is refused, naming the first config.json field that differs.
+  expect_one_clear_error(run_fpdt("train --resume --out " + stopped + common + "--rope-theta 30000"),
+                         {"[checkpoint]", "another configuration", "rope_parameters", "20000", "30000"});
+  expect_one_clear_error(run_fpdt("train --resume --out " + stopped + common + "--model llama-tiny"),
+                         {"[checkpoint]", "another configuration", "hidden_size = 288"});
+
+  // No --model, no --rope-*: the run's own model.
+  const ProgramResult resumed = run_fpdt("train --resume --out " + stopped + common);
+  ASSERT_EQ(resumed.exit_status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("model: " + stopped + "/step_2/config.json"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("theta 20000, linear x2"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 2"), std::string::npos) << resumed.output;
+  const auto want = logged_steps(straight + "/metrics.jsonl");
+  const auto got = logged_steps(stopped + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;  // bitwise
+  for (const char* file :
+       {"model.safetensors", "optimizer-0-of-1.safetensors", "config.json", "generation_config.json"})
+    EXPECT_EQ(file_bytes(stopped + "/step_4/" + file), file_bytes(straight + "/step_4/" + file)) << file;
 }
 
 }  // namespace
