@@ -1,7 +1,8 @@
 // `fpdt` with Hugging Face folders: `train --init-from` starts from the folder's weights and writes
-// the RoPE overrides of a context extension into its checkpoints; `inspect` reads any such folder; a
-// refused config field of each model type, or --init-from with --resume or --model, is one clear line
-// and exit status 1.
+// the RoPE overrides of a context extension, the generation token ids and generation_config.json into
+// its checkpoints; `train --resume` of such a run takes its model from the checkpoint; `inspect` reads
+// any such folder; a refused config field of each model type, a token id outside the vocabulary, or
+// --init-from with --resume or --model, is one clear line and exit status 1.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +85,79 @@ TEST(HfPrograms, InitFromTrainsFromTheFolderAndSavesTheRopeOverrides) {
                          {"[train]", "--model llama-tiny would be a second one"});
   expect_one_clear_error(run_fpdt("train --init-from " + golden("gpt2") + " --rope-theta 5 --out " + dir.file("r3") + common),
                          {"[model]", "has learned positions, not RoPE"});
+}
+
+// A copy of the golden llama_tied folder (vocabulary 257) whose config.json states Llama 3.1's kind of
+// generation ids — one bos id, a list of eos ids, a null pad id — and which has a generation_config.json.
+std::string folder_with_token_ids(const TempDir& dir) {
+  const std::string folder = edited_config(dir, "llama_tied", [](nlohmann::json& config) {
+    config["bos_token_id"] = 200;
+    config["eos_token_id"] = {201, 202, 256};
+    config["pad_token_id"] = nullptr;
+  });
+  std::filesystem::copy_file(golden("llama_tied") + "/model.safetensors", folder + "/model.safetensors");
+  write_text_file(folder + "/generation_config.json",
+                  "{\n  \"bos_token_id\": 200,\n  \"eos_token_id\": [201, 202, 256],\n  \"temperature\": 0.6\n}\n");
+  return folder;
+}
+
+TEST(HfPrograms, InitFromCheckpointsKeepTheGenerationTokenIdsAndGenerationConfig) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string folder = folder_with_token_ids(dir);
+  const ProgramResult result = run_fpdt("train --init-from " + folder + " --out " + dir.file("run") + " --data " +
+                                        setup.data_dir + " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 2 "
+                                        "--peak-gflops 100");
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(dir.file("run/step_1/config.json")));
+  EXPECT_EQ(saved["bos_token_id"], 200);
+  EXPECT_EQ(saved["eos_token_id"], nlohmann::json::array({201, 202, 256}));
+  EXPECT_TRUE(saved.contains("pad_token_id") && saved["pad_token_id"].is_null()) << saved.dump();
+  EXPECT_EQ(file_bytes(dir.file("run/step_1/generation_config.json")), file_bytes(folder + "/generation_config.json"));
+
+  // An id outside the vocabulary (257) is refused before anything runs, naming the field and the file.
+  const std::string bad = edited_config(dir, "llama", [](nlohmann::json& config) { config["eos_token_id"] = 128001; });
+  expect_one_clear_error(run_fpdt("train --init-from " + bad + " --dry-run --steps 1 --seq 64 --batch 1"),
+                         {"[model]", bad + "/config.json", "field 'eos_token_id' = 128001", "vocabulary [0, 257)"});
+}
+
+TEST(HfPrograms, ResumeOfAnInitFromRunTakesTheModelFromItsCheckpointAndIsBitwiseTheUninterruptedRun) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string folder = folder_with_token_ids(dir);
+  const std::string common = " --data " + setup.data_dir +
+                             " --steps 4 --batch 1 --seq 32 --eval-every 0 --eval-batches 1 --save-every 2 --threads 2 "
+                             "--peak-gflops 100 --lr 1e-3 --warmup 1 ";
+  // RoPE overrides that the resumed run must take from the checkpoint, not from the folder's config.json.
+  const std::string rope = "--rope-theta 20000 --rope-scaling '{\"rope_type\": \"linear\", \"factor\": 2}' ";
+  const std::string straight = dir.file("straight"), stopped = dir.file("stopped");
+  const ProgramResult full = run_fpdt("train --init-from " + folder + " --out " + straight + common + rope);
+  ASSERT_EQ(full.exit_status, 0) << full.output;
+  const ProgramResult first =
+      run_fpdt("train --init-from " + folder + " --out " + stopped + common + rope + "--stop-after 2");
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  ASSERT_EQ(logged_steps(stopped + "/metrics.jsonl").size(), 2u);
+
+  // Another model or RoPE than the checkpoint's is refused, naming the first config.json field that differs.
+  expect_one_clear_error(run_fpdt("train --resume --out " + stopped + common + "--rope-theta 30000"),
+                         {"[checkpoint]", "another configuration", "rope_parameters", "20000", "30000"});
+  expect_one_clear_error(run_fpdt("train --resume --out " + stopped + common + "--model llama-tiny"),
+                         {"[checkpoint]", "another configuration", "hidden_size = 288"});
+
+  // No --model, no --rope-*: the run's own model.
+  const ProgramResult resumed = run_fpdt("train --resume --out " + stopped + common);
+  ASSERT_EQ(resumed.exit_status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("model: " + stopped + "/step_2/config.json"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("theta 20000, linear x2"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 2"), std::string::npos) << resumed.output;
+  const auto want = logged_steps(straight + "/metrics.jsonl");
+  const auto got = logged_steps(stopped + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;  // bitwise
+  for (const char* file :
+       {"model.safetensors", "optimizer-0-of-1.safetensors", "config.json", "generation_config.json"})
+    EXPECT_EQ(file_bytes(stopped + "/step_4/" + file), file_bytes(straight + "/step_4/" + file)) << file;
 }
 
 }  // namespace

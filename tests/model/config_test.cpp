@@ -243,6 +243,89 @@ TEST(ModelConfig, OurConfigJsonRoundTrips) {
   EXPECT_EQ(written["rope_theta"], 1e6);
 }
 
+TEST(ModelConfig, GenerationTokenIdsRoundTripAsStated) {
+  // Llama 3.1's: one bos id, a list of eos ids; written back exactly, in both families.
+  for (const char* type : {"llama", "gpt2"}) {
+    SCOPED_TRACE(type);
+    Json json = with(with(base(type), "bos_token_id", 7), "eos_token_id", Json::array({8, 9, 49}));
+    json["pad_token_id"] = 0;
+    const ModelConfig config = parse(json);
+    ASSERT_TRUE(config.eos_token_id.has_value());
+    EXPECT_EQ(config.eos_token_id->ids, (std::vector<int>{8, 9, 49}));
+    EXPECT_TRUE(config.eos_token_id->list);
+    const Json written = Json::parse(to_hf_config_json(config));
+    EXPECT_EQ(written["bos_token_id"], 7);
+    EXPECT_EQ(written["eos_token_id"], Json::array({8, 9, 49}));
+    EXPECT_EQ(written["pad_token_id"], 0);
+    // A list of one stays a list, an id stays an id, null stays null.
+    json["eos_token_id"] = Json::array({9});
+    json["bos_token_id"] = nullptr;
+    const Json again = Json::parse(to_hf_config_json(parse(json)));
+    EXPECT_EQ(again["eos_token_id"], Json::array({9}));
+    EXPECT_TRUE(again["bos_token_id"].is_null());
+    EXPECT_TRUE(again.contains("bos_token_id"));
+    const std::string saved = to_hf_config_json(parse(json));
+    EXPECT_EQ(to_hf_config_json(parse_hf_config(saved, "again.json")), saved);
+  }
+  // Not stated: unset (a checkpoint takes its tokenizer's), written as null, never a class default such
+  // as GPT2Config's 50256, outside this vocabulary of 50.
+  const ModelConfig bare = parse(base("gpt2"));
+  EXPECT_FALSE(bare.bos_token_id.has_value());
+  EXPECT_FALSE(bare.eos_token_id.has_value());
+  const Json written = Json::parse(to_hf_config_json(bare));
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    EXPECT_TRUE(written.contains(key) && written[key].is_null()) << key;
+  EXPECT_FALSE(preset("gpt-tiny").eos_token_id.has_value());
+}
+
+TEST(ModelConfig, GenerationTokenIdOutsideTheVocabularyIsOneClearError) {
+  // base("llama") has a vocabulary of 100.
+  const Json llama = base("llama");
+  expect_config_error(with(llama, "eos_token_id", 100), {"field 'eos_token_id' = 100", "vocabulary [0, 100)", "null"});
+  expect_config_error(with(llama, "bos_token_id", -1), {"field 'bos_token_id' = -1", "vocabulary [0, 100)"});
+  expect_config_error(with(base("gpt2"), "pad_token_id", 50256), {"'pad_token_id' = 50256", "vocabulary [0, 50)"});
+  expect_config_error(with(llama, "eos_token_id", Json::array({2, 128001})), {"field 'eos_token_id'", "holds 128001"});
+  expect_config_error(with(llama, "eos_token_id", Json::array({2, "x"})), {"field 'eos_token_id'", "token ids"});
+  expect_config_error(with(llama, "bos_token_id", Json::array({1})), {"field 'bos_token_id'", "a token id or null"});
+  expect_config_error(with(llama, "pad_token_id", 1.5), {"field 'pad_token_id'", "wrong type"});
+  expect_config_error(with(llama, "eos_token_id", Json::parse("18446744073709551615")), {"field 'eos_token_id'"});
+  // Configs made in code are held to the same rule.
+  ModelConfig config = preset("gpt-tiny");
+  config.eos_token_id = TokenIds{{257}, false};
+  EXPECT_THROW(config.validate(), Error);
+  config.eos_token_id = TokenIds{{256}, false};
+  EXPECT_NO_THROW(config.validate());
+}
+
+TEST(ModelConfig, ConfigDifferenceNamesTheFirstFieldAndCountsOnlyStatedTokenIds) {
+  const ModelConfig config = parse(base("llama"));
+  EXPECT_FALSE(config_difference(config, config).has_value());
+  ModelConfig other = config;
+  other.rope_theta = 20000.0;
+  std::optional<ConfigDifference> difference = config_difference(config, other);
+  ASSERT_TRUE(difference.has_value());
+  EXPECT_EQ(difference->field, "rope_parameters");
+  EXPECT_NE(difference->saved.find("10000"), std::string::npos) << difference->saved;
+  EXPECT_NE(difference->given.find("20000"), std::string::npos) << difference->given;
+  other = config;
+  other.layers = 4;
+  other.validate();
+  EXPECT_EQ(config_difference(config, other)->field, "num_hidden_layers");
+  EXPECT_EQ(config_difference(config, parse(base("mistral")))->field, "architectures");
+  // A token id one side leaves unset agrees with anything; two stated ones must be equal.
+  other = config;
+  other.eos_token_id = TokenIds{{5}, false};
+  EXPECT_FALSE(config_difference(config, other).has_value());
+  EXPECT_FALSE(config_difference(other, config).has_value());
+  ModelConfig stated = config;
+  stated.eos_token_id = TokenIds{{5}, true};
+  difference = config_difference(stated, other);
+  ASSERT_TRUE(difference.has_value());
+  EXPECT_EQ(difference->field, "eos_token_id");
+  EXPECT_EQ(difference->saved, "[5]");
+  EXPECT_EQ(difference->given, "5");
+}
+
 TEST(ModelConfig, RopeOverridesForContextExtension) {
   ModelConfig config = parse(base("llama"));
   override_rope(config, 500000.0, "");

@@ -106,7 +106,7 @@ struct Fixture {
            optimizer.step() == other.optimizer.step();
   }
   void save(const testing::TempDir& dir, int64_t step, int keep = 2) {
-    save_checkpoint(dir.path(), config, states, optimizer, state_at(step), tokenizer, *world, keep);
+    save_checkpoint(dir.path(), config, states, optimizer, state_at(step), tokenizer, "", *world, keep);
   }
   TrainerState load(const std::string& folder) { return load_checkpoint(folder, config, states, optimizer); }
   // Sets element `index` of unit 0's first moment or second moment (which: 0 m, 1 v); returns the old.
@@ -226,7 +226,37 @@ TEST(Checkpoint, RefusesACheckpointOfAnotherModel) {
   other.layers = 3;
   Fixture loaded(1, other);
   testing::expect_contains(testing::error_message([&] { loaded.load(dir.file("step_1")); }),
-                           {"another configuration", "step_1"});
+                           {"another configuration", "step_1", "num_hidden_layers = 2", "model 3"});
+}
+
+TEST(Checkpoint, ConfigJsonStatesTheTokenizersGenerationIdsWhereTheModelStatesNone) {
+  testing::TempDir dir;
+  Fixture fixture(testing::fresh_seed());  // llama-tiny: no generation ids of its own
+  ASSERT_FALSE(fixture.config.eos_token_id.has_value());
+  fixture.save(dir, 1);
+  // The byte tokenizer: its end-of-document token ends generation; it has no bos or pad token.
+  const nlohmann::json saved = nlohmann::json::parse(read_text_file(dir.file("step_1/config.json"), "test", ""));
+  EXPECT_EQ(saved["eos_token_id"], kEndOfDocumentId);
+  for (const char* key : {"bos_token_id", "pad_token_id"})
+    EXPECT_TRUE(saved.contains(key) && saved[key].is_null()) << key;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step_1/generation_config.json")));  // none given
+  // It resumes with the model config that states none; ids both state must agree.
+  fixture.load(dir.file("step_1"));
+  Fixture stated(1, fixture.config);
+  stated.config.eos_token_id = model::TokenIds{{7}, false};
+  testing::expect_contains(testing::error_message([&] { stated.load(dir.file("step_1")); }),
+                           {"another configuration", "eos_token_id = 256", "model 7"});
+  // Ids the model states are the checkpoint's, and a generation_config.json is carried as it is.
+  const std::string generation = "{\"do_sample\": true, \"eos_token_id\": [1, 2]}";
+  save_checkpoint(dir.path(), stated.config, stated.states, stated.optimizer, state_at(2), stated.tokenizer, generation,
+                  *stated.world);
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(dir.file("step_2/config.json"), "test", ""))["eos_token_id"], 7);
+  EXPECT_EQ(read_text_file(dir.file("step_2/generation_config.json"), "test", ""), generation);
+  EXPECT_EQ(model::read_generation_config(dir.file("step_2")), generation);
+  EXPECT_EQ(model::read_generation_config(dir.file("step_1")), "");
+  testing::write_text_file(dir.file("step_1/generation_config.json"), "[1]");
+  testing::expect_contains(testing::error_message([&] { model::read_generation_config(dir.file("step_1")); }),
+                           {"[model]", "step_1/generation_config.json is not a JSON object"});
 }
 
 // The states of a run saved by one ZeRO partition — any W, any stage — load into another bitwise: each
@@ -259,7 +289,7 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
           random_moments(states, seed);
           AdamW optimizer{OptimizerConfig{}};
           optimizer.set_step(2);
-          save_checkpoint(run, config, states, optimizer, state_at(2), Tokenizer::bytes(), world);
+          save_checkpoint(run, config, states, optimizer, state_at(2), Tokenizer::bytes(), "", world);
         });
       EXPECT_EQ(optimizer_files(run + "/step_2").size(), static_cast<size_t>(from.stage >= 1 ? from.ranks : 1));
       std::mutex mutex;

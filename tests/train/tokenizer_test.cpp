@@ -184,6 +184,18 @@ TEST(Tokenizer, EndOfDocumentToken) {
   EXPECT_EQ(Tokenizer::load(kFixtures + "/qwen2", "<|im_end|>").end_of_document_token(), "<|im_end|>");
   expect_contains(error_message([] { Tokenizer::load(kFixtures + "/qwen2", "<|nope|>"); }),
                   {"[tokenizer]", "no token '<|nope|>'", "--eos-token"});
+  // tokenizer_config.json's bos_token and pad_token (a string or {"content": ...}), -1 when it names none
+  // or a token the tokenizer lacks: what a checkpoint's config.json states when the model config does not.
+  const Tokenizer llama3 = Tokenizer::load(kFixtures + "/llama3");
+  EXPECT_EQ(llama3.begin_of_text_id(), llama3.token_id("<|begin_of_text|>"));
+  EXPECT_GE(llama3.begin_of_text_id(), 0);
+  EXPECT_EQ(llama3.padding_id(), -1);
+  EXPECT_EQ(Tokenizer::bytes().begin_of_text_id(), -1);
+  EXPECT_EQ(Tokenizer::bytes().padding_id(), -1);
+  const std::string config = R"({"bos_token": "<|nope|>", "pad_token": {"content": "<|endoftext|>"}})";
+  const Tokenizer padded = Tokenizer::from_json(read_text_file(kFixtures + "/gpt2/tokenizer.json"), config, "", "test");
+  EXPECT_EQ(padded.begin_of_text_id(), -1);
+  EXPECT_EQ(padded.padding_id(), padded.token_id("<|endoftext|>"));
   // Fingerprints tell tokenizers apart.
   EXPECT_NE(Tokenizer::load(kFixtures + "/gpt2").fingerprint(), Tokenizer::load(kFixtures + "/gpt2_prefix").fingerprint());
 }

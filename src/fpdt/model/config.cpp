@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -92,7 +93,8 @@ uint8_t type_bit(ModelType type) {
   return 0;
 }
 
-enum class Use { used, harmless, refused };
+// kept: read, checked and written back into checkpoints, but not used by training.
+enum class Use { used, kept, harmless, refused };
 
 struct Field {
   const char* name;
@@ -172,9 +174,12 @@ constexpr Field kFields[] = {
     {"torch_dtype", kAll, Use::harmless, "", "storage type of the weights; fpdt keeps fp32 master weights"},
     {"initializer_range", kAll, Use::harmless, "", "init of new weights (fpdt's own init: N(0, 0.02))"},
     {"use_cache", kAll, Use::harmless, "", "inference KV cache"},
-    {"bos_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
-    {"eos_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
-    {"pad_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
+    {"bos_token_id", kAll, Use::kept, "",
+     "generate()'s first token: an id in [0, V) or null (absent: the training tokenizer's)"},
+    {"eos_token_id", kAll, Use::kept, "",
+     "generate() stops on it: an id in [0, V), a list of them, or null (absent: the training tokenizer's)"},
+    {"pad_token_id", kAll, Use::kept, "",
+     "padding of batched generation: an id in [0, V) or null (absent: the training tokenizer's)"},
     {"sep_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
     {"decoder_start_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
     {"output_hidden_states", kAll, Use::harmless, "", "what the Python model returns"},
@@ -218,6 +223,12 @@ constexpr const char* kGenerationFields[] = {
     "return_dict_in_generate", "suppress_tokens", "target_lookbehind", "temperature", "top_k", "top_p",
     "typical_p"};
 constexpr const char* kGenerationNote = "generation defaults (transformers reads them from generation_config.json)";
+
+// The generation token ids: their config.json keys and fields.
+constexpr std::pair<const char*, std::optional<TokenIds> ModelConfig::*> kTokenIdFields[] = {
+    {"bos_token_id", &ModelConfig::bos_token_id},
+    {"eos_token_id", &ModelConfig::eos_token_id},
+    {"pad_token_id", &ModelConfig::pad_token_id}};
 
 // The keys of a rope_parameters object, per rope_type (transformers' _validate_*_rope_parameters).
 struct RopeKeys {
@@ -592,6 +603,32 @@ void read_gpt2(const HfReader& r, ModelConfig& config) {
                 "use gelu_new (the tanh form of GELU)");
 }
 
+// The generation token ids the config states (see ModelConfig::bos_token_id), each in [0, V).
+void read_token_ids(const HfReader& r, const Json& json, ModelConfig& config) {
+  for (const auto& [name, member] : kTokenIdFields) {
+    if (!json.contains(name)) continue;
+    const Json& value = json[name];
+    const bool list_allowed = std::string(name) == "eos_token_id";
+    TokenIds ids;
+    ids.list = value.is_array();
+    if (ids.list && !list_allowed) r.wrong_type(name, value, "a token id or null");
+    if (!value.is_null() && !value.is_array() && !value.is_number_integer())
+      r.wrong_type(name, value, list_allowed ? "a token id, a list of them, or null" : "a token id or null");
+    for (const Json& id : ids.list ? value : value.is_null() ? Json::array() : Json::array({value})) {
+      if (!id.is_number_integer()) r.wrong_type(name, value, "a list of token ids");
+      const bool inside = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(config.vocab_size)
+                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() < config.vocab_size;
+      if (!inside)
+        r.bad_value(name, value,
+                    (ids.list ? "holds " + excerpt(id) + ", which is" : std::string("is")) +
+                        " not a token id of the vocabulary [0, " + std::to_string(config.vocab_size) + ")",
+                    "generate() would use a token the model cannot produce; fix the id, or set the field to null");
+      ids.ids.push_back(id.get<int>());
+    }
+    config.*member = std::move(ids);
+  }
+}
+
 // int64 arithmetic that refuses to overflow (shapes multiplied out).
 int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
   int64_t out = 0;
@@ -734,6 +771,12 @@ void ModelConfig::validate() const {
   if (sliding_window < 0 || (sliding_window > 0 && sliding_layers.size() != static_cast<size_t>(layers)))
     throw Error(kModule, "model '" + json::excerpt_text(name) + "': sliding window " + std::to_string(sliding_window) + " needs one flag per layer (" +
                              std::to_string(sliding_layers.size()) + " for " + std::to_string(layers) + " layers)");
+  for (const auto& [field, member] : kTokenIdFields)
+    if (const std::optional<TokenIds>& stated = this->*member)
+      for (int id : stated->ids)
+        if (id < 0 || id >= vocab_size)
+          throw Error(kModule, "model '" + json::excerpt_text(name) + "': " + field + " " + std::to_string(id) +
+                                   " is not a token id of the vocabulary [0, " + std::to_string(vocab_size) + ")");
   count_parameters(*this);  // throws when a count overflows
 }
 
@@ -778,6 +821,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
     read_gpt2(reader, config);
   else
     read_llama_like(reader, config);
+  read_token_ids(reader, json, config);
   config.validate();
   return config;
 }
@@ -786,7 +830,15 @@ ModelConfig load_hf_config(const std::string& path) {
   return parse_hf_config(read_text_file(path, kModule, "give a Hugging Face config.json (or a folder holding one)"), path);
 }
 
-std::string to_hf_config_json(const ModelConfig& config) {
+namespace {
+
+// A stated token id field as config.json writes it; null when not stated.
+Json token_ids_json(const std::optional<TokenIds>& stated) {
+  if (!stated || (!stated->list && stated->ids.empty())) return nullptr;
+  return stated->list ? Json(stated->ids) : Json(stated->ids.front());
+}
+
+nlohmann::ordered_json hf_config_object(const ModelConfig& config) {
   nlohmann::ordered_json json;
   if (config.family == Family::llama) {
     const char* architecture = config.type == ModelType::mistral ? "MistralForCausalLM"
@@ -844,8 +896,38 @@ std::string to_hf_config_json(const ModelConfig& config) {
     json["scale_attn_weights"] = config.scale_attn_weights;
     json["scale_attn_by_inverse_layer_idx"] = config.scale_attn_by_inverse_layer_idx;
   }
+  for (const auto& [key, member] : kTokenIdFields) json[key] = token_ids_json(config.*member);
   json["torch_dtype"] = "float32";
-  return json.dump(2) + "\n";
+  return json;
+}
+
+}  // namespace
+
+std::string to_hf_config_json(const ModelConfig& config) { return hf_config_object(config).dump(2) + "\n"; }
+
+std::optional<ConfigDifference> config_difference(const ModelConfig& saved, const ModelConfig& given) {
+  nlohmann::ordered_json a = hf_config_object(saved), b = hf_config_object(given);
+  for (const auto& [key, member] : kTokenIdFields)
+    if (!(saved.*member) || !(given.*member)) {
+      a.erase(key);
+      b.erase(key);
+    }
+  for (const auto& [key, value] : a.items())
+    if (!b.contains(key) || b[key] != value)
+      return ConfigDifference{key, json::excerpt(value), b.contains(key) ? json::excerpt(b[key]) : "absent"};
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key)) return ConfigDifference{key, "absent", json::excerpt(value)};
+  return std::nullopt;
+}
+
+std::string read_generation_config(const std::string& folder) {
+  const std::string path = folder + "/" + kGenerationConfigFile;
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return "";
+  std::string text = read_text_file(path, kModule, "remove it, or fix it: it holds generate()'s defaults");
+  if (!json::parse(text, path, kModule, "fix or remove it").is_object())
+    throw Error(kModule, path + " is not a JSON object", "fix or remove it: it holds generate()'s defaults");
+  return text;
 }
 
 void override_rope(ModelConfig& config, std::optional<double> theta, const std::string& scaling_json) {
@@ -924,6 +1006,7 @@ std::string hf_field_table_markdown() {
     switch (field.use) {
       case Use::used:
         return std::string("used") + (field.value[0] == '\0' ? " (required)" : ", default `" + std::string(field.value) + "`");
+      case Use::kept: return std::string("kept (checked, written into checkpoints)");
       case Use::harmless: return std::string("harmless");
       case Use::refused: return "refused unless " + either(field.value, "`");
     }

@@ -37,6 +37,14 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+// A generation token id field of config.json as it was stated: null, one id, or a list of ids
+// (eos_token_id may be one: Llama 3.1 ends a turn on any of three).
+struct TokenIds {
+  std::vector<int> ids;  // in [0, V); empty and not a list: null
+  bool list = false;     // written as a JSON list, even of one id
+  bool operator==(const TokenIds&) const = default;
+};
+
 struct ModelConfig {
   std::string name = "custom";
   ModelType type = ModelType::llama;
@@ -63,6 +71,10 @@ struct ModelConfig {
   // scale_attn_by_inverse_layer_idx.
   bool scale_attn_weights = true;
   bool scale_attn_by_inverse_layer_idx = false;
+  // Generation token ids (bos_token_id, eos_token_id, pad_token_id): training does not use them; they
+  // are written back into checkpoints so that transformers' generate() starts and stops on the tokens
+  // the model knows. nullopt: the config does not state the field (a checkpoint takes its tokenizer's).
+  std::optional<TokenIds> bos_token_id, eos_token_id, pad_token_id;
 
   // Derived shapes.
   int q_dim() const { return heads * head_dim; }       // Hq·D
@@ -77,7 +89,7 @@ struct ModelConfig {
   double attention_scale(int layer) const;
 
   // Throws fpdt::Error for an impossible configuration (h % Hq when D is implied, Hq % Hkv, sizes
-  // whose products overflow, ...).
+  // whose products overflow, a token id outside the vocabulary, ...).
   void validate() const;
   // Parameter counts: all, and without the embedding tables (token and position) — the LM head is
   // counted in the second only when it is untied.
@@ -91,13 +103,28 @@ ModelConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
 // Hugging Face config.json (model_type "llama", "mistral", "qwen2" or "gpt2"), read by the field
-// table: every field is used, harmless (ignored: dropout, token ids, dtype, ...) or refused. Throws
-// fpdt::Error naming the file and the field for a missing, malformed, unknown or refused entry.
+// table: every field is used, kept (the generation token ids, checked against the vocabulary),
+// harmless (ignored: dropout, dtype, ...) or refused. Throws fpdt::Error naming the file and the field
+// for a missing, malformed, unknown or refused entry.
 ModelConfig load_hf_config(const std::string& path);
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& where);
 // The config.json text Hugging Face tools need to load our checkpoints (RoPE in both layouts:
-// rope_parameters for transformers ≥ 5, rope_theta / rope_scaling for older readers).
+// rope_parameters for transformers ≥ 5, rope_theta / rope_scaling for older readers; the generation
+// token ids as stated, null where the config states none).
 std::string to_hf_config_json(const ModelConfig& config);
+
+// The first config.json field in which `given` describes another model than `saved`: its key and both
+// values (excerpts); nullopt when they agree. A generation token id counts only when both state it.
+struct ConfigDifference {
+  std::string field, saved, given;
+};
+std::optional<ConfigDifference> config_difference(const ModelConfig& saved, const ModelConfig& given);
+
+// A Hugging Face folder's generation_config.json (generate()'s defaults: token ids, sampling) as its
+// text, "" when the folder has none; checkpoints carry it as it is. Throws fpdt::Error naming the file
+// when it is not a JSON object.
+inline constexpr const char* kGenerationConfigFile = "generation_config.json";
+std::string read_generation_config(const std::string& folder);
 
 // Context extension: replaces the RoPE base and/or scaling of a RoPE model. `scaling_json` is a
 // rope_parameters object as in config.json ({"rope_type": "yarn", "factor": 4, ...}), read by the

@@ -103,11 +103,26 @@ int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path
   return step;
 }
 
+// The model as a checkpoint's config.json states it: the generation token ids the config leaves unset
+// are the tokenizer's, or null where it has none; never an id outside the vocabulary.
+model::ModelConfig with_tokenizer_ids(model::ModelConfig config, const Tokenizer& tokenizer) {
+  auto fill = [&](std::optional<model::TokenIds>& field, int32_t id) {
+    if (field) return;
+    field.emplace();
+    if (id >= 0 && id < config.vocab_size) field->ids.push_back(id);
+  };
+  fill(config.bos_token_id, tokenizer.begin_of_text_id());
+  fill(config.eos_token_id, tokenizer.end_of_document_id());
+  fill(config.pad_token_id, tokenizer.padding_id());
+  return config;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
                      AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     comm::Communicator& world, int keep, const std::function<void()>& shard_written) {
+                     const std::string& generation_config, comm::Communicator& world, int keep,
+                     const std::function<void()>& shard_written) {
   const std::string name = "step_" + std::to_string(state.step);
   // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
   check_finite_state(states, "refusing to save " + name + ": the model",
@@ -162,7 +177,10 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
   if (world.rank() == 0) {
     save_hf_safetensors(config, layout, gathered ? *gathered : states.weights(),
                         (temp_dir / "model.safetensors").string());
-    write_text_atomic((temp_dir / "config.json").string(), model::to_hf_config_json(config));
+    write_text_atomic((temp_dir / "config.json").string(),
+                      model::to_hf_config_json(with_tokenizer_ids(config, tokenizer)));
+    if (!generation_config.empty())
+      write_text_atomic((temp_dir / model::kGenerationConfigFile).string(), generation_config);
     const nlohmann::ordered_json trainer_state = {
         {"format", kStateFormat},
         {"version", kStateVersion},
@@ -331,9 +349,12 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
   const fs::path dir(checkpoint_dir);
   if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
   const model::ModelConfig saved = model::load_hf_config((dir / "config.json").string());
-  if (model::to_hf_config_json(saved) != model::to_hf_config_json(config))
-    throw Error(kModule, checkpoint_dir + " holds a model of another configuration",
-                "resume with the same --model, or start a new run directory");
+  if (const std::optional<model::ConfigDifference> difference = model::config_difference(saved, config))
+    throw Error(kModule,
+                checkpoint_dir + " holds a model of another configuration: its config.json has " + difference->field +
+                    " = " + difference->saved + ", this run's model " + difference->given,
+                "leave out --model, --rope-theta and --rope-scaling to continue with the checkpoint's model, "
+                "or start a new run directory");
 
   const std::string state_path = (dir / "trainer_state.json").string();
   const TrainerState state = read_state(state_path);

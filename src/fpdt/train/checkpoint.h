@@ -1,7 +1,9 @@
 // Checkpoints: a folder per saved step that Hugging Face tools load as it is (model.safetensors with
 // HF tensor names + config.json), with the optimizer's moments and the trainer's state beside it:
 //   <run>/step_<N>/model.safetensors      weights, HF names, consolidated (written by rank 0)
-//   <run>/step_<N>/config.json            HF config
+//   <run>/step_<N>/config.json            HF config; the generation token ids it leaves unset are the
+//                                         tokenizer's (bos_token, end-of-document token, pad_token)
+//   <run>/step_<N>/generation_config.json the --init-from folder's, as it was, when it has one
 //   <run>/step_<N>/optimizer-<r>-of-<P>.safetensors
 //                                         AdamW m and v: partition rank r's share of each parameter unit
 //                                         (tensors "m.<unit>", "v.<unit>"; pipeline/memory_layout.h's
@@ -47,12 +49,14 @@ struct TrainerState {
 // on every rank, nothing written or removed) weights or moments that are not finite, so every
 // checkpoint in a run folder is one a run can continue from and the rotation never deletes the last
 // finite one. Throws fpdt::Error naming the path on any failure. The tokenizer's files are written
-// beside the weights, its fingerprint into trainer_state.json.
+// beside the weights, its fingerprint into trainer_state.json; `generation_config` (a
+// generation_config.json's text, "" for none) beside them.
 // shard_written: a test hook each rank runs once its optimizer shard is written (before the checkpoint
 // is complete).
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
                      AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     comm::Communicator& world, int keep = 2, const std::function<void()>& shard_written = {});
+                     const std::string& generation_config, comm::Communicator& world, int keep = 2,
+                     const std::function<void()>& shard_written = {});
 
 // The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
 std::string latest_checkpoint(const std::string& run_dir);
@@ -66,9 +70,10 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sta
 // Restores the weights, this rank's share of the moments (from the shards of whatever partition saved
 // them) and the step count into `states` and `optimizer`; returns the trainer state. Collective over
 // the states' ranks (they agree on the finite checks). Checks that the checkpoint's config.json
-// describes `config`; throws fpdt::Error for a missing, truncated or corrupt file, naming it (a trainer
-// state that is not a small shallow JSON object of whole numbers, an AdamW step count that is not one,
-// shards of another model, non-finite weights or moments).
+// describes `config` (model::config_difference; the error names the first field that differs); throws
+// fpdt::Error for a missing, truncated or corrupt file, naming it (a trainer state that is not a small
+// shallow JSON object of whole numbers, an AdamW step count that is not one, shards of another model,
+// non-finite weights or moments).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              pipeline::ModelStates& states, AdamW& optimizer);
 

@@ -162,7 +162,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("save-every", "N", "checkpoint every N steps", s.save_every).at_least(0).zero_means("at the end");
   set.add("sample-tokens", "N", "generate N tokens at the end", s.sample_tokens).at_least(0);
   set.add("prompt", "TEXT", "prompt for the sample at the end", s.sample_prompt);
-  set.add("resume", "", "continue the run in --out from its latest checkpoint", s.resume);
+  set.add("resume", "", "continue the run in --out from its latest checkpoint (its model, when --model is left out)",
+          s.resume);
   set.add("overwrite", "", "start afresh in an --out that holds a run: its checkpoints and metrics are deleted",
           s.overwrite);
   set.add("seed", "N", "seed of initialisation and data order", s.seed);
@@ -204,7 +205,8 @@ void check_settings(const TrainSettings& s) {
                 "the cosine schedule decays from --lr down to --min-lr");
   if (!s.init_from.empty() && s.resume)
     throw Error(kModule, "--init-from and --resume cannot be combined",
-                "--resume continues a run folder of ours; --init-from starts a new run from a Hugging Face folder");
+                "--init-from starts a new run from a Hugging Face folder; to continue it, give --resume and its --out "
+                "(the model comes from its checkpoint)");
   if (!s.init_from.empty() && s.model != TrainSettings{}.model)
     throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
                 "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");

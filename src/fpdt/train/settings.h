@@ -32,7 +32,8 @@ struct FaultInjection {
 FaultInjection parse_fault_injection(const std::string& text);
 
 struct TrainSettings {
-  std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json
+  std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json (left at this
+                                      // default, --resume continues the model of its checkpoint)
   std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)

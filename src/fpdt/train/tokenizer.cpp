@@ -231,6 +231,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;  // (V) "" where no token has the id
   int32_t eos_id = -1;
   std::string eos_token;
+  int32_t bos_id = -1, pad_id = -1;  // tokenizer_config.json's bos_token and pad_token; -1: none
   uint64_t fingerprint = 0;
 
   [[noreturn]] void fail(const std::string& what, const std::string& hint = kSupportedHint) const {
@@ -260,12 +261,13 @@ std::string optional_string(const json& node, const char* key) {
   return it == node.end() || it->is_null() ? std::string() : it->get<std::string>();
 }
 
-// A token of tokenizer_config.json: a string or {"content": ...}; "" when absent.
+// A token of tokenizer_config.json: a string or {"content": "..."}; "" when absent or neither.
 std::string config_token(const json& config, const char* key) {
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content")) return it->at("content").get<std::string>();
+  if (it->is_object() && it->contains("content") && it->at("content").is_string())
+    return it->at("content").get<std::string>();
   return "";
 }
 
@@ -419,15 +421,25 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   }
   if (size == 0) fail("has an empty vocabulary", "pass a trained tokenizer.json");
 
-  // The end-of-document token.
-  std::string eos = end_of_document;
-  if (eos.empty() && !config_text.empty()) {
+  json config = json::object();
+  if (!config_text.empty()) {
     try {
-      eos = config_token(json::parse(config_text), "eos_token");
+      config = json::parse(config_text);
     } catch (const json::exception& error) {
       fail("its tokenizer_config.json is not valid JSON: " + fpdt::json::excerpt_text(error.what(), 240), "fix or remove tokenizer_config.json");
     }
   }
+  auto id_of = [&](const std::string& token) {
+    for (const AddedToken& added_token : added)
+      if (added_token.content == token) return added_token.id;
+    return vocab.count(token) ? vocab.at(token) : -1;
+  };
+  const std::string bos = config_token(config, "bos_token"), pad = config_token(config, "pad_token");
+  bos_id = bos.empty() ? -1 : id_of(bos);
+  pad_id = pad.empty() ? -1 : id_of(pad);
+
+  // The end-of-document token.
+  std::string eos = end_of_document.empty() ? config_token(config, "eos_token") : end_of_document;
   if (eos.empty()) {
     std::vector<std::string> specials;
     for (const AddedToken& token : added)
@@ -439,10 +451,7 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   if (eos.empty())
     fail("does not say which token ends a document (no eos_token in tokenizer_config.json, no special token)",
          "name it: fpdt tokenize --eos-token '<|endoftext|>'");
-  eos_id = -1;
-  for (const AddedToken& token : added)
-    if (token.content == eos) eos_id = token.id;
-  if (eos_id < 0 && vocab.count(eos)) eos_id = vocab.at(eos);
+  eos_id = id_of(eos);
   if (eos_id < 0) fail("has no token '" + fpdt::json::excerpt_text(eos) + "' to end documents with", "name a token of the tokenizer with --eos-token");
   eos_token = eos;
   fingerprint = fnv1a(json_text);
@@ -698,6 +707,8 @@ Tokenizer Tokenizer::bytes() {
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
 int32_t Tokenizer::end_of_document_id() const { return impl_->eos_id; }
+int32_t Tokenizer::begin_of_text_id() const { return impl_->bos_id; }
+int32_t Tokenizer::padding_id() const { return impl_->pad_id; }
 const std::string& Tokenizer::end_of_document_token() const { return impl_->eos_token; }
 bool Tokenizer::is_byte_tokenizer() const { return impl_->byte_tokenizer; }
 bool Tokenizer::accepts_any_bytes() const { return !impl_->needs_utf8; }

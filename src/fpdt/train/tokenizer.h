@@ -50,6 +50,10 @@ class Tokenizer {
   int32_t vocab_size() const;
   int32_t end_of_document_id() const;
   const std::string& end_of_document_token() const;
+  // Ids of tokenizer_config.json's bos_token and pad_token; -1 when it names none, or a token the
+  // tokenizer lacks.
+  int32_t begin_of_text_id() const;
+  int32_t padding_id() const;
   // Id of a token of the vocabulary or an added token, or -1.
   int32_t token_id(std::string_view token) const;
   bool is_byte_tokenizer() const;

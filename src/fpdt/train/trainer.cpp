@@ -163,6 +163,24 @@ const char* state_kind(pipeline::StateBuf buffer) {
   }
 }
 
+// The model a run trains: the --init-from folder's config.json; a resumed run's own, its latest
+// checkpoint's config.json (RoPE included), when --model is left at its default; else --model. With the
+// RoPE overrides of a context extension. A resumed run's model is checked against its checkpoint when
+// the checkpoint loads (load_checkpoint names a field that --model or --rope-* changed).
+model::ModelConfig run_model(const TrainSettings& s) {
+  std::string path = s.init_from.empty() ? "" : s.init_from + "/config.json";
+  if (s.resume && s.model == TrainSettings{}.model) {
+    const std::string latest = latest_checkpoint(s.out_dir);
+    if (!latest.empty()) {
+      path = latest + "/config.json";
+      log::info("model: " + path + " (the run's own)");
+    }
+  }
+  model::ModelConfig config = path.empty() ? model::resolve_model(s.model) : model::load_hf_config(path);
+  model::override_rope(config, s.rope_theta, s.rope_scaling);
+  return config;
+}
+
 }  // namespace
 
 size_t peak_rss_bytes() {
@@ -204,10 +222,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
                 "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
                     str(world_.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
-  // A preset or config.json, or the --init-from folder's config.json; with the RoPE overrides of a
-  // context extension.
-  config_ = s.init_from.empty() ? model::resolve_model(s.model) : model::load_hf_config(s.init_from + "/config.json");
-  model::override_rope(config_, s.rope_theta, s.rope_scaling);
+  config_ = run_model(s);
   check_layout_fits(config_, s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
   if (!s.dry_run) {
@@ -225,6 +240,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     model::ParameterBlock whole(states_->layout(), "weights from --init-from", Tier::offload);
     model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
     states_->load_weights(whole);
+    generation_config_ = model::read_generation_config(s.init_from);
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
@@ -304,6 +320,7 @@ void Trainer::resume() {
                     " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
                 "resume with the --data the run was trained on, or start a new --out directory");
   const TrainerState state = load_checkpoint(latest, config_, *states_, *optimizer_);
+  generation_config_ = model::read_generation_config(latest);
   step_ = state.step;
   train_loader_->restore(state.data);
   resumed_ = true;
@@ -467,9 +484,10 @@ void Trainer::save() {
   state.seed = settings_.seed;
   state.settings = settings_json(settings_);
   const bool killed = settings_.fault.kill_in_save_step == step_ && world_.rank() == world_.size() - 1;
-  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, world_, 2, [killed] {
-    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
-  });
+  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, generation_config_, world_, 2,
+                  [killed] {
+                    if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
+                  });
 }
 
 // ---- the run and its end --------------------------------------------------------------------------

@@ -110,6 +110,8 @@ class Trainer {
   // (micro-batch m of replica d: rows [(m·dp + d)·B, +B)), dp · B a validation batch.
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
+  std::string generation_config_;  // generation_config.json of --init-from (or the resumed checkpoint), carried
+                                   // into every checkpoint ("": none)
   DataLoaderState val_start_{};
   Batch step_batch_;
   Batch val_scratch_;
