@@ -288,6 +288,11 @@ TEST(ModelConfig, GenerationTokenIdOutsideTheVocabularyIsOneClearError) {
   expect_config_error(with(llama, "eos_token_id", Json::array({2, "x"})), {"field 'eos_token_id'", "token ids"});
   expect_config_error(with(llama, "bos_token_id", Json::array({1})), {"field 'bos_token_id'", "a token id or null"});
   expect_config_error(with(llama, "pad_token_id", 1.5), {"field 'pad_token_id'", "wrong type"});
+  // ...but a negative pad_token_id, what older conversions write for "none", reads as null.
+  const ModelConfig no_padding = parse(with(llama, "pad_token_id", -1));
+  ASSERT_TRUE(no_padding.pad_token_id.has_value());
+  EXPECT_TRUE(no_padding.pad_token_id->ids.empty() && !no_padding.pad_token_id->list);
+  EXPECT_TRUE(Json::parse(to_hf_config_json(no_padding))["pad_token_id"].is_null());
   expect_config_error(with(llama, "eos_token_id", Json::parse("18446744073709551615")), {"field 'eos_token_id'"});
   // Configs made in code are held to the same rule.
   ModelConfig config = preset("gpt-tiny");

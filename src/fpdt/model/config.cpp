@@ -179,7 +179,7 @@ constexpr Field kFields[] = {
     {"eos_token_id", kAll, Use::kept, "",
      "generate() stops on it: an id in [0, V), a list of them, or null (absent: the training tokenizer's)"},
     {"pad_token_id", kAll, Use::kept, "",
-     "padding of batched generation: an id in [0, V) or null (absent: the training tokenizer's)"},
+     "padding of batched generation: an id in [0, V) or null (a negative id, older conversions' 'none': null)"},
     {"sep_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
     {"decoder_start_token_id", kAll, Use::harmless, "", "token ids for generation and padding"},
     {"output_hidden_states", kAll, Use::harmless, "", "what the Python model returns"},
@@ -609,6 +609,12 @@ void read_token_ids(const HfReader& r, const Json& json, ModelConfig& config) {
     if (!json.contains(name)) continue;
     const Json& value = json[name];
     const bool list_allowed = std::string(name) == "eos_token_id";
+    // Older conversions (Llama 1's, among others) write pad_token_id -1 for "no padding token": null.
+    if (std::string(name) == "pad_token_id" && value.is_number_integer() && !value.is_number_unsigned() &&
+        value.get<int64_t>() < 0) {
+      config.*member = TokenIds{};
+      continue;
+    }
     TokenIds ids;
     ids.list = value.is_array();
     if (ids.list && !list_allowed) r.wrong_type(name, value, "a token id or null");
