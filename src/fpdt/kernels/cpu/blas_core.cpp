@@ -53,7 +53,8 @@ std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
 
 std::string describe_blas_core() {
   const std::string core = openblas_get_corename();
-  if (const char* replaced = std::getenv(kReplacedCoreVariable)) return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
+  if (const char* replaced = std::getenv(kReplacedCoreVariable))
+    return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return core + " (OPENBLAS_CORETYPE)";
   return core;
 }
