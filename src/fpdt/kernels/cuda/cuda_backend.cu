@@ -6,10 +6,10 @@
 #include <cuda_runtime.h>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
 
 namespace fpdt::kernels {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
-#include "fpdt/kernels/cuda/cublaslt_library.h"
 
 namespace fpdt::kernels::cuda {
 
