@@ -238,6 +238,14 @@ struct Tokenizer::Impl {
     throw Error(kModule, origin + ": " + what, hint);
   }
 
+  // Id of an added token or a token of the vocabulary, or -1.
+  int32_t id_of(std::string_view token) const {
+    for (const AddedToken& added_token : added)
+      if (added_token.content == token) return added_token.id;
+    const auto it = vocab.find(std::string(token));
+    return it == vocab.end() ? -1 : it->second;
+  }
+
   void parse(const json& root);
   void parse_model(const json& model);
   void parse_pre_tokenizer(const json& node, const std::string& where);
@@ -429,11 +437,6 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
       fail("its tokenizer_config.json is not valid JSON: " + fpdt::json::excerpt_text(error.what(), 240), "fix or remove tokenizer_config.json");
     }
   }
-  auto id_of = [&](const std::string& token) {
-    for (const AddedToken& added_token : added)
-      if (added_token.content == token) return added_token.id;
-    return vocab.count(token) ? vocab.at(token) : -1;
-  };
   const std::string bos = config_token(config, "bos_token"), pad = config_token(config, "pad_token");
   bos_id = bos.empty() ? -1 : id_of(bos);
   pad_id = pad.empty() ? -1 : id_of(pad);
@@ -716,12 +719,7 @@ uint64_t Tokenizer::fingerprint() const { return impl_->fingerprint; }
 const std::string& Tokenizer::tokenizer_json() const { return impl_->json_text; }
 const std::string& Tokenizer::config_json() const { return impl_->config_text; }
 
-int32_t Tokenizer::token_id(std::string_view token) const {
-  for (const AddedToken& added : impl_->added)
-    if (added.content == token) return added.id;
-  const auto it = impl_->vocab.find(std::string(token));
-  return it == impl_->vocab.end() ? -1 : it->second;
-}
+int32_t Tokenizer::token_id(std::string_view token) const { return impl_->id_of(token); }
 
 void Tokenizer::encode(std::string_view text, const TokenSink& sink) const {
   if (impl_->needs_utf8) {
