@@ -100,11 +100,14 @@ double best_of(int trials, const Trial& trial) {
   return best;
 }
 
-double thread_cpu_seconds() {
+// Seconds on `clock`: the calling thread's CPU time, or the whole process's.
+double clock_seconds(clockid_t clock) {
   timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  clock_gettime(clock, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
+
+double thread_cpu_seconds() { return clock_seconds(CLOCK_THREAD_CPUTIME_ID); }
 
 }  // namespace
 
@@ -161,11 +164,7 @@ double load_average() {
   return load;
 }
 
-double process_cpu_seconds() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
+double process_cpu_seconds() { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 MachineRates measure_machine_rates(int threads) {
   MachineRates rates;
