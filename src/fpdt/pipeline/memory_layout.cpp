@@ -231,8 +231,8 @@ std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout,
     FPDT_ASSERT(s.stage == 0 && !master);
     return table;
   }
-  table.push_back({StateBuf::gradients, 0, part(s.stage >= 2, "gradients"), s.stage >= 2 ? optimizer_tier : Tier::compute,
-                   s.stage >= 2 ? shards : whole, 4});
+  table.push_back({StateBuf::gradients, 0, part(s.stage >= 2, "gradients"),
+                   s.stage >= 2 ? optimizer_tier : Tier::compute, s.stage >= 2 ? shards : whole, 4});
   if (master)
     table.push_back({StateBuf::master, 0, part(s.stage >= 1, "master weights"), optimizer_tier,
                      s.stage >= 1 ? shards : whole, 4});
