@@ -213,6 +213,7 @@ int command_inspect(int argc, char** argv) {
                 config.kv_heads, config.vocab_size, static_cast<long long>(config.parameter_count()));
     std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
                 model::describe_window(config).c_str());
+    std::printf("ignored config fields: %s\n", model::describe_ignored(config).c_str());
     for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
     for (const std::string& file : train::optimizer_files(folder)) print_safetensors(file);
     return 0;

@@ -26,6 +26,8 @@ class EvalCommand : public ::testing::Test {
     const ProgramResult trained = run_fpdt(join_args(setup_->train_args(run_, 5)));
     ASSERT_EQ(trained.exit_status, 0) << trained.output;
   }
+  // The config.json of the run's latest checkpoint.
+  std::string latest_config() const { return run_ + "/step_5/config.json"; }
   std::string eval_args(const std::string& more) const {
     return "eval --checkpoint " + run_ + " --data " + setup_->data_dir + " --threads 1 " + more;
   }
@@ -60,6 +62,35 @@ TEST_F(EvalCommand, WritesLossByPositionAndPasskeyGrid) {
   ASSERT_EQ(passkey["cells"].size(), 2u);
   EXPECT_EQ(passkey["cells"][1]["depth"], 1.0);
   EXPECT_EQ(passkey["cells"][1]["length"], 250);
+}
+
+// --rope-theta / --rope-scaling change the RoPE of the model evaluated (a training-free extension),
+// not the checkpoint: the JSON and the log say which RoPE ran, and the loss is another model's.
+TEST_F(EvalCommand, RopeOverridesApplyToTheEvaluatedModelNotTheCheckpoint) {
+  const std::string config_path = latest_config();
+  const std::string config_before = file_bytes(config_path);
+  const std::string common = "--seq 256 --chunk-tokens 64 --passkey-trials 0 --out ";
+  const ProgramResult plain = run_fpdt(eval_args(common + dir_.file("plain")));
+  ASSERT_EQ(plain.exit_status, 0) << plain.output;
+  const ProgramResult extended = run_fpdt(eval_args(
+      common + dir_.file("yarn") +
+      " --rope-theta 40000 --rope-scaling '{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 64}'"));
+  ASSERT_EQ(extended.exit_status, 0) << extended.output;
+  expect_contains(extended.output, {"theta 40000, yarn x4", "from --rope-*"});
+  const nlohmann::json a = read_json(dir_.file("plain/loss_by_position.json"));
+  const nlohmann::json b = read_json(dir_.file("yarn/loss_by_position.json"));
+  EXPECT_EQ(a["rope_overridden"], false);
+  EXPECT_EQ(a["rope_parameters"]["rope_type"], "default");
+  EXPECT_EQ(b["rope_overridden"], true);
+  EXPECT_EQ(b["rope_parameters"]["rope_type"], "yarn");
+  EXPECT_EQ(b["rope_parameters"]["rope_theta"], 40000.0);
+  EXPECT_EQ(b["rope_parameters"]["factor"], 4.0);
+  EXPECT_NE(a["mean_loss"], b["mean_loss"]);
+  EXPECT_EQ(file_bytes(config_path), config_before);
+  // A bad override is one clear error, as in train.
+  const ProgramResult bad = run_fpdt(eval_args(common + dir_.file("bad") + " --rope-scaling '{\"rope_type\": \"linear\"}'"));
+  EXPECT_NE(bad.exit_status, 0);
+  expect_contains(bad.output, {"[model] ", "--rope-scaling of rope_type linear needs 'factor'"});
 }
 
 // The compute tier holds the model and O(B·C·h) chunk buffers: 16× the sequence, the same peak.

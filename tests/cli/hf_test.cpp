@@ -51,6 +51,38 @@ TEST(HfPrograms, ARefusedFieldOfEachTypeIsOneLineAndExitStatusOne) {
   EXPECT_NE(inspected.output.find("positions: theta 10000;"), std::string::npos) << inspected.output;
 }
 
+// Metadata transformers ignores (an upload's unsloth_version, auto_map's remote code) loads, and is
+// listed by inspect and by train's config table; a refused field beside it is still one clear line.
+TEST(HfPrograms, FieldsTransformersIgnoresAreListedByInspectAndTrain) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string folder = edited_config(dir, "llama", [](nlohmann::json& config) {
+    config["unsloth_version"] = "2024.9";
+    config["auto_map"] = {{"AutoModelForCausalLM", "modeling_x.X"}};
+  });
+  std::filesystem::copy(golden("llama"), folder,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_existing);
+  const ProgramResult inspected = run_fpdt("inspect " + folder);
+  ASSERT_EQ(inspected.exit_status, 0) << inspected.output;
+  expect_contains(inspected.output, {"ignored config fields: auto_map, unsloth_version", "which is not run"});
+  const ProgramResult trained =
+      run_fpdt("train --init-from " + folder + " --data " + setup.data_dir + " --out " + dir.file("run") +
+               " --steps 1 --batch 1 --seq 32 --eval-batches 1 --threads 1 --peak-gflops 100");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  expect_contains(trained.output, {"ignored config fields", "auto_map, unsloth_version"});
+  // The checkpoint states what fpdt read, not what it ignored.
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(dir.file("run/step_1/config.json")));
+  EXPECT_FALSE(saved.contains("unsloth_version"));
+  EXPECT_FALSE(saved.contains("auto_map"));
+
+  const std::string refused = edited_config(dir, "qwen2", [](nlohmann::json& config) {
+    config["unsloth_version"] = "2024.9";
+    config["use_mrope"] = true;
+    config["quantization_config"] = {{"quant_method", "gptq"}};
+  });
+  expect_one_clear_error(run_fpdt("inspect " + refused), {"[model]", "field 'use_mrope'", "field 'quantization_config'"});
+}
+
 TEST(HfPrograms, InitFromTrainsFromTheFolderAndSavesTheRopeOverrides) {
   TempDir dir;
   const TinySetup setup(dir, fresh_seed());  // byte-tokenized text; the golden models' vocabulary is the bytes'

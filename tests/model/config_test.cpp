@@ -154,8 +154,9 @@ TEST(ModelConfig, RopeConflictsAndBadParametersAreRefused) {
   expect_config_error(with(base("llama"), "rope_scaling", {{"rope_type", "linear"}}), {"needs 'factor'"});
   expect_config_error(with(base("llama"), "rope_scaling", {{"rope_type", "linear"}, {"factor", 0}}),
                       {"rope_scaling.factor", "must be positive"});
-  expect_config_error(with(base("llama"), "rope_scaling", {{"rope_type", "linear"}, {"factor", 2}, {"beta_fast", 4}}),
-                      {"key 'beta_fast' is not a parameter of rope_type linear"});
+  // A key its rope_type does not read: transformers warns and reads past it; so does fpdt, listing it.
+  EXPECT_EQ(parse(with(base("llama"), "rope_scaling", {{"rope_type", "linear"}, {"factor", 2}, {"beta_fast", 4}})).ignored_fields,
+            std::vector<std::string>{"rope_scaling.beta_fast"});
   expect_config_error(with(base("llama"), "rope_scaling",
                            {{"rope_type", "llama3"}, {"factor", 8}, {"low_freq_factor", 4}, {"high_freq_factor", 4}}),
                       {"high_freq_factor", "must be larger than low_freq_factor"});
@@ -365,7 +366,6 @@ std::vector<Refused> refused_fields() {
     cases.push_back({type, "cross_attention_hidden_size", 64});
     cases.push_back({type, "pruned_heads", {{"0", {1}}}});
     cases.push_back({type, "quantization_config", {{"quant_method", "gptq"}}});
-    cases.push_back({type, "auto_map", {{"AutoModelForCausalLM", "modeling_x.X"}}});
   }
   for (const char* type : {"llama", "mistral", "qwen2"}) cases.push_back({type, "partial_rotary_factor", 0.5});
   cases.push_back({"llama", "attention_bias", true});
@@ -411,17 +411,75 @@ TEST(ModelConfig, TheRefusedListCoversTheTable) {
   EXPECT_EQ(in_table, in_test);
 }
 
-TEST(ModelConfig, UnknownFieldsAndFieldsOfOtherTypesAreRefused) {
-  expect_config_error(with(base("llama"), "num_experts", 8), {"unknown field 'num_experts' for model_type llama"});
-  expect_config_error(with(base("llama"), "sliding_window", 16), {"unknown field 'sliding_window' for model_type llama"});
-  expect_config_error(with(base("gpt2"), "hidden_size", 64), {"unknown field 'hidden_size' for model_type gpt2"});
-  // Harmless fields, and generation defaults, are read past.
+TEST(ModelConfig, FieldsTransformersIgnoresAreListedNotRefused) {
+  // Fields real Hub configs carry that transformers' config classes keep as attributes and its
+  // modelling code never reads (distilgpt2, SmolLM2, early Llama conversions, YaRN Llama-2 and
+  // fine-tuned uploads, folders transformers writes from a GGUF file), and fields of other types.
+  Json llama = base("llama");
+  const std::vector<std::pair<std::string, Json>> extra = {
+      {"is_llama_config", true},       {"rope_interleaved", false}, {"max_sequence_length", 2048},
+      {"use_flash_attention_2", true}, {"unsloth_fixed", true},     {"unsloth_version", "2024.9"},
+      {"_model_name_or_path", "x/y"},  {"unk_token_id", 0},         {"num_experts", 8},
+      {"sliding_window", 16}};
+  for (const auto& [key, value] : extra) llama[key] = value;
+  llama["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 4096}, {"finetuned", true}};
+  const ModelConfig config = parse(llama);
+  std::set<std::string> want = {"rope_scaling.finetuned"}, got(config.ignored_fields.begin(), config.ignored_fields.end());
+  for (const auto& [key, value] : extra) want.insert(key);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(config.ignored_fields.size(), want.size());
+  EXPECT_EQ(config.window(0), 0) << "a llama config's sliding_window is not read (transformers' LlamaConfig has none)";
+  EXPECT_EQ(config.rope_scaling.type, RopeType::yarn);
+  const std::string listed = describe_ignored(config);
+  for (const std::string& name : want) EXPECT_NE(listed.find(name), std::string::npos) << listed;
+  EXPECT_EQ(describe_ignored(parse(base("llama"))), "none");
+  // auto_map names remote code; transformers without trust_remote_code builds model_type's own class.
+  const ModelConfig mapped = parse(with(base("qwen2"), "auto_map", {{"AutoModelForCausalLM", "modeling_x.X"}}));
+  EXPECT_EQ(mapped.ignored_fields, std::vector<std::string>{"auto_map"});
+  EXPECT_NE(describe_ignored(mapped).find("remote modelling code, which is not run"), std::string::npos)
+      << describe_ignored(mapped);
+  // distilgpt2's _num_labels; and the harmless fields and generation defaults, read past unlisted.
+  EXPECT_EQ(parse(with(base("gpt2"), "_num_labels", 1)).ignored_fields, std::vector<std::string>{"_num_labels"});
   Json harmless = base("mistral");
   for (const char* key : {"attention_dropout", "initializer_range", "bos_token_id", "eos_token_id", "torch_dtype",
                           "use_cache", "transformers_version", "temperature", "max_length"})
     harmless[key] = 1;
   harmless["architectures"] = {"MistralForCausalLM"};
-  EXPECT_NO_THROW(parse(harmless));
+  EXPECT_TRUE(parse(harmless).ignored_fields.empty());
+}
+
+TEST(ModelConfig, Gpt2AliasesMustAgreeWithTheFieldsTheyName) {
+  // transformers' GPT2Config maps hidden_size, num_attention_heads, num_hidden_layers and
+  // max_position_embeddings onto n_embd, n_head, n_layer and n_positions: such a key is no metadata.
+  const Json gpt2 = base("gpt2");
+  const std::vector<std::pair<const char*, const char*>> aliases = {{"hidden_size", "n_embd"},
+                                                                    {"num_attention_heads", "n_head"},
+                                                                    {"num_hidden_layers", "n_layer"},
+                                                                    {"max_position_embeddings", "n_positions"}};
+  for (const auto& [alias, field] : aliases) {
+    SCOPED_TRACE(alias);
+    EXPECT_TRUE(parse(with(gpt2, alias, gpt2[field])).ignored_fields.empty());
+    expect_config_error(with(gpt2, alias, gpt2[field].get<int>() * 2),
+                        {"field '" + std::string(alias) + "'", "disagrees with " + std::string(field)});
+  }
+}
+
+TEST(ModelConfig, EveryRefusedFieldIsNamedInOneMessage) {
+  Json json = base("llama");
+  json["attention_bias"] = true;
+  json["mlp_bias"] = true;
+  json["quantization_config"] = {{"quant_method", "gptq"}};
+  json["unsloth_version"] = "2024.9";  // ignored, so not named
+  try {
+    parse(json);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    const std::string text = error.what();
+    for (const char* field : {"'attention_bias'", "'mlp_bias'", "'quantization_config'"})
+      EXPECT_NE(text.find(field), std::string::npos) << field << " not in: " << text;
+    EXPECT_EQ(text.find("unsloth_version"), std::string::npos) << text;
+    EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  }
 }
 
 TEST(ModelConfig, SizesBeyondInt32AndOverflowingProductsAreRefused) {
@@ -509,6 +567,9 @@ TEST(ModelConfig, DeeplyNestedOrHugeValuesGiveABoundedError) {
   const std::string huge(1 << 20, 'x');
   Json long_key = base("llama");
   long_key[huge] = 1;
+  // An ignored key of 1 MiB is listed by an excerpt.
+  EXPECT_LT(describe_ignored(parse(long_key)).size(), 1000u);
+  long_key["vocab_size"] = 0;
   for (const std::string& text : {R"({"model_type": ")" + huge + R"("})", with(base("llama"), "vocab_size", Json::array({huge})).dump(),
                                   with(with(base("llama"), "_name_or_path", huge), "vocab_size", 0).dump(), long_key.dump(),
                                   with(base("llama"), "rope_parameters", {{"rope_type", huge}}).dump(),

@@ -1,6 +1,8 @@
 // Model presets, validation, and Hugging Face config.json read field by field (see config.h). The
-// table kFields names every field fpdt knows for each model type and what it does with it; a field
-// not in the table, or a refused one at a value that would change the model, is one clear error.
+// table kFields names every field fpdt knows for each model type and what it does with it. A field
+// not in the table is what transformers ignores for that type (its config class keeps it as an
+// attribute, its modelling code never reads it): fpdt ignores it too and lists it; the refused
+// fields at values that would change the model are named together in one clear error.
 #include "fpdt/model/config.h"
 
 #include <cmath>
@@ -94,17 +96,24 @@ uint8_t type_bit(ModelType type) {
 }
 
 // kept: read, checked and written back into checkpoints, but not used by training.
-enum class Use { used, kept, harmless, refused };
+// alias: transformers' attribute_map sends it to another field (`value` names it); it must agree.
+enum class Use { used, kept, harmless, alias, refused };
 
 struct Field {
   const char* name;
   uint8_t types;  // the model types it belongs to
   Use use;
   // used: transformers' default when the field is absent, as JSON ("" = required);
-  // refused: the values accepted because they change nothing, as JSON, separated by '|'.
+  // refused: the values accepted because they change nothing, as JSON, separated by '|';
+  // alias: the field it names.
   const char* value;
   const char* note;
 };
+
+// auto_map is not in the table, so that it is listed among the ignored fields with this note:
+// transformers without trust_remote_code builds the model of model_type from its own code and leaves
+// the remote code unrun; so does fpdt.
+constexpr const char* kAutoMapNote = "names remote modelling code, which is not run, as transformers without trust_remote_code";
 
 // Every field of transformers 5.24's LlamaConfig, MistralConfig, Qwen2Config and GPT2Config and of
 // their base PreTrainedConfig, plus the legacy ones configs on the Hub still carry.
@@ -152,6 +161,10 @@ constexpr Field kFields[] = {
     {"n_layer", kGpt2, Use::used, "", "L"},
     {"n_head", kGpt2, Use::used, "", "Hq = Hkv"},
     {"n_positions", kGpt2, Use::used, "", "rows of the learned position table"},
+    {"hidden_size", kGpt2, Use::alias, "n_embd", "GPT2Config's attribute_map reads it as n_embd"},
+    {"num_hidden_layers", kGpt2, Use::alias, "n_layer", "GPT2Config's attribute_map reads it as n_layer"},
+    {"num_attention_heads", kGpt2, Use::alias, "n_head", "GPT2Config's attribute_map reads it as n_head"},
+    {"max_position_embeddings", kGpt2, Use::alias, "n_positions", "GPT2Config's attribute_map reads it as n_positions"},
     {"n_inner", kGpt2, Use::used, "null", "f (null: 4h)"},
     {"activation_function", kGpt2, Use::used, "\"gelu_new\"", "gelu_new or gelu_pytorch_tanh (tanh GELU); any other is refused"},
     {"layer_norm_epsilon", kGpt2, Use::used, "1e-5", "LayerNorm epsilon"},
@@ -209,7 +222,6 @@ constexpr Field kFields[] = {
     {"cross_attention_hidden_size", kAll, Use::refused, "null", "cross-attention is not built"},
     {"pruned_heads", kAll, Use::refused, "{}|null", "pruned attention heads change the shapes per layer"},
     {"quantization_config", kAll, Use::refused, "null", "quantized weights are not read; load a float checkpoint"},
-    {"auto_map", kAll, Use::refused, "null", "custom modelling code defines another model"},
 };
 
 // transformers moves these to generation_config.json and ignores them in config.json.
@@ -265,33 +277,48 @@ std::string either(const std::string& values, const std::string& quote) {
 
 std::string excerpt(const Json& value) { return json::excerpt(value, 57); }
 
-// Reads a config.json object by the field table, for one model type.
+// Reads a config.json object by the field table, for one model type. A key transformers ignores is
+// listed (a file's) or refused (the command line's, where an unknown word is a typo).
+enum class UnknownKeys { listed, refused };
 class HfReader {
  public:
-  HfReader(const Json& json, ModelType type, std::string where)
-      : json_(json), type_(type), bit_(type_bit(type)), where_(std::move(where)) {}
+  HfReader(const Json& json, ModelType type, std::string where, UnknownKeys unknown = UnknownKeys::listed)
+      : json_(json), type_(type), bit_(type_bit(type)), where_(std::move(where)), unknown_(unknown) {}
 
   const std::string& where() const { return where_; }
   std::string type_name() const { return model_type_name(type_); }
 
-  // Every key is in the table for this type; refused keys hold an accepted value.
+  // Keys outside the table are ignored (listed by ignored()); refused keys must hold an accepted
+  // value, and every one that does not is named in one error.
   void check_fields() const {
+    std::string refused;
     for (const auto& [key, value] : json_.items()) {
       bool generation = false;
       for (const char* name : kGenerationFields) generation = generation || key == name;
       if (generation) continue;
       const Field* field = find(key.c_str());
-      if (field == nullptr)
-        throw Error(kModule, where_ + ": unknown field '" + json::excerpt_text(key) + "' for model_type " + type_name(),
-                    "fpdt reads every field it accepts exactly (docs/hf_config.md lists them); delete '" + json::excerpt_text(key) +
-                        "' if it changes nothing");
+      if (field == nullptr) {
+        ignore(key);
+        continue;
+      }
+      if (field->use == Use::alias && value != this->value(field->value)) {
+        refused += std::string(refused.empty() ? "" : "; ") + "field '" + key + "' = " + excerpt(value) +
+                   " disagrees with " + field->value + " " + excerpt(this->value(field->value)) + " (" + field->note + ")";
+        continue;
+      }
       if (field->use != Use::refused || accepted(*field, value)) continue;
-      throw Error(kModule,
-                  where_ + ": field '" + key + "' = " + excerpt(value) + " is refused for model_type " + type_name() +
-                      ": " + field->note,
-                  "fpdt accepts only " + either(field->value, "") + " here");
+      refused += std::string(refused.empty() ? "" : "; ") + "field '" + key + "' = " + excerpt(value) + " (" + field->note +
+                 "; fpdt accepts only " + either(field->value, "") + ")";
     }
+    if (!refused.empty()) throw Error(kModule, where_ + ": refused for model_type " + type_name() + ": " + refused,
+                                      "remove or change these fields; docs/hf_config.md lists what each one means");
   }
+
+  // A key transformers ignores for this type: a config.json field outside the table, or a key of a
+  // RoPE object that transformers' RoPE check only warns about.
+  bool lists_unknown_keys() const { return unknown_ == UnknownKeys::listed; }
+  void ignore(const std::string& name) const { ignored_.push_back(json::excerpt_text(name)); }
+  const std::vector<std::string>& ignored() const { return ignored_; }
 
   bool present(const char* name) const { return json_.contains(name) && !json_[name].is_null(); }
 
@@ -364,6 +391,8 @@ class HfReader {
   ModelType type_;
   uint8_t bit_;
   std::string where_;
+  UnknownKeys unknown_;
+  mutable std::vector<std::string> ignored_;
 };
 
 // ---- RoPE ----------------------------------------------------------------------------------------
@@ -410,7 +439,10 @@ void read_rope_object(const HfReader& r, const Json& rope, const std::string& ob
     }
     bool known = false;
     for (const std::string& allowed : *keys) known = known || key == allowed;
-    if (!known)
+    if (known) continue;
+    if (r.lists_unknown_keys())
+      r.ignore(name);
+    else
       throw Error(kModule, r.where() + ": " + object_name + " key '" + json::excerpt_text(key) + "' is not a parameter of rope_type " + type_name,
                   "rope_type " + type_name + " reads " + (keys->empty() ? std::string("only rope_theta") : join(*keys)));
   }
@@ -828,6 +860,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& whe
   else
     read_llama_like(reader, config);
   read_token_ids(reader, json, config);
+  config.ignored_fields = reader.ignored();
   config.validate();
   return config;
 }
@@ -955,7 +988,7 @@ void override_rope(ModelConfig& config, std::optional<double> theta, const std::
                   "give an object such as '{\"rope_type\": \"yarn\", \"factor\": 4}'");
     }
     const Json empty = Json::object();
-    const HfReader reader(empty, config.type, "--rope-scaling");
+    const HfReader reader(empty, config.type, "--rope-scaling", UnknownKeys::refused);
     std::optional<double> inner_theta;
     read_rope_object(reader, rope, "--rope-scaling", config.max_positions, std::nullopt, inner_theta,
                      config.rope_scaling);
@@ -986,6 +1019,17 @@ std::string rope_parameters_json(const ModelConfig& config) {
   return rope_parameters_object(config, true).dump();
 }
 
+std::string describe_ignored(const ModelConfig& config) {
+  if (config.ignored_fields.empty()) return "none";
+  std::string text;
+  bool auto_map = false;
+  for (const std::string& name : config.ignored_fields) {
+    text += (text.empty() ? "" : ", ") + name;
+    auto_map = auto_map || name == "auto_map";
+  }
+  return auto_map ? text + " (auto_map " + kAutoMapNote + ")" : text;
+}
+
 std::string describe_window(const ModelConfig& config) {
   if (config.sliding_window == 0) return "none";
   std::string layers;
@@ -1014,6 +1058,7 @@ std::string hf_field_table_markdown() {
         return std::string("used") + (field.value[0] == '\0' ? " (required)" : ", default `" + std::string(field.value) + "`");
       case Use::kept: return std::string("kept (checked, written into checkpoints)");
       case Use::harmless: return std::string("harmless");
+      case Use::alias: return "must equal `" + std::string(field.value) + "`";
       case Use::refused: return "refused unless " + either(field.value, "`");
     }
     return std::string();

@@ -75,6 +75,10 @@ struct ModelConfig {
   // are written back into checkpoints so that transformers' generate() starts and stops on the tokens
   // the model knows. nullopt: the config does not state the field (a checkpoint takes its tokenizer's).
   std::optional<TokenIds> bos_token_id, eos_token_id, pad_token_id;
+  // The config.json keys fpdt ignored because transformers ignores them for this type (metadata such
+  // as `_model_name_or_path`, `unsloth_version`, `rope_scaling.finetuned`): listed in the config table
+  // and by `fpdt inspect`, not written into checkpoints.
+  std::vector<std::string> ignored_fields;
 
   // Derived shapes.
   int q_dim() const { return heads * head_dim; }       // Hq·D
@@ -104,8 +108,9 @@ std::vector<std::string> preset_names();
 
 // Hugging Face config.json (model_type "llama", "mistral", "qwen2" or "gpt2"), read by the field
 // table: every field is used, kept (the generation token ids, checked against the vocabulary),
-// harmless (ignored: dropout, dtype, ...) or refused. Throws fpdt::Error naming the file and the field
-// for a missing, malformed, unknown or refused entry.
+// harmless (ignored: dropout, dtype, ...) or refused; a field outside the table is one transformers
+// ignores for the type, and is listed in ignored_fields. Throws fpdt::Error naming the file and the
+// field for a missing or malformed entry, and every refused one in one message.
 ModelConfig load_hf_config(const std::string& path);
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& where);
 // The config.json text Hugging Face tools need to load our checkpoints (RoPE in both layouts:
@@ -136,6 +141,8 @@ void override_rope(ModelConfig& config, std::optional<double> theta, const std::
 // `fpdt plan --json`).
 std::string describe_rope(const ModelConfig& config);
 std::string rope_parameters_json(const ModelConfig& config);
+// "none", or the ignored fields: "unsloth_version, rope_scaling.finetuned".
+std::string describe_ignored(const ModelConfig& config);
 // "none", or "16 tokens (layers 1-3)" / "4096 tokens (all layers)".
 std::string describe_window(const ModelConfig& config);
 

@@ -87,6 +87,12 @@ Option& threads(OptionSet& set, int& field) {
   return set.add("threads", "N", "threads for OpenMP and OpenBLAS", field).at_least(0).at_most(4096).zero_means("all cores");
 }
 
+void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling) {
+  set.add("rope-theta", "THETA", "replace the model's RoPE base (context extension)", theta).above(0).unset_means("the model's");
+  set.add("rope-scaling", "JSON",
+          "replace its RoPE scaling: a rope_parameters object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4}'", scaling);
+}
+
 Option& zero(OptionSet& set, int& field) {
   return set
       .add("zero", "0..3",

@@ -30,5 +30,7 @@ Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);
 Option& threads(OptionSet& set, int& field);           // --threads N (0: all cores)
 Option& zero(OptionSet& set, int& field);              // --zero 0..3
 Option& offload_optimizer(OptionSet& set, std::string& field);  // --offload-optimizer none|ram
+// --rope-theta THETA and --rope-scaling JSON: the RoPE of the loaded model replaced (context extension).
+void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling);
 
 }  // namespace fpdt::plan::options

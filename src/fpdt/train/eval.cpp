@@ -116,6 +116,7 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   set.add("data", "DIR", "folder with val.bin (and train.bin) made by the checkpoint's tokenizer", s.data_dir);
   set.add("split", "val|train", "the shard the sequences come from", s.split).choices({"val", "train"});
   set.add("out", "DIR", "where loss_by_position.json and passkey.json go (default: <checkpoint>/eval)", s.out_dir);
+  run::rope(set, s.rope_theta, s.rope_scaling);
   run::seq(set, s.seq_tokens);
   run::batch(set, s.batch_size);
   set.add("sequences", "N", "held-out sequences of --seq tokens for the loss by position", s.sequences)
@@ -211,7 +212,11 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   // The checkpoint, its tokenizer, the data it is evaluated on.
   EvalResult result;
   result.checkpoint = checkpoint_folder(s.checkpoint);
-  const model::ModelConfig config = model::load_hf_config(result.checkpoint + "/config.json");
+  model::ModelConfig config = model::load_hf_config(result.checkpoint + "/config.json");
+  model::override_rope(config, s.rope_theta, s.rope_scaling);
+  result.positions = model::describe_rope(config);
+  result.rope_parameters = model::rope_parameters_json(config);
+  result.rope_overridden = s.rope_theta.has_value() || !s.rope_scaling.empty();
   const Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
   const int64_t S = s.seq_tokens;
   ShardReader shard;
@@ -250,7 +255,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     return result;
   }
   model::HfCheckpoint(result.checkpoint).load(config, model.layout(), model.params());
-  log::info("eval " + result.checkpoint + ": " + config.name + " (" + model::describe_rope(config) + "), S = " + str(S) +
+  log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
+            (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
             pipeline::offload_name(pipeline.offload) + ", " + str(world.size()) + " rank(s)");
 
@@ -383,6 +389,8 @@ nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings&
   json["checkpoint"] = result.checkpoint;
   json["data"] = s.data_dir + "/" + s.split + ".bin";
   json["seq"] = result.seq_tokens;
+  json["rope_parameters"] = nlohmann::ordered_json::parse(result.rope_parameters);
+  json["rope_overridden"] = result.rope_overridden;
   json["ranks"] = s.sp;
   json["mode"] = s.mode;
   json["chunk_tokens"] = s.chunk_tokens;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct EvalSettings {
   std::string checkpoint = "runs/demo";  // run folder (its latest step), step folder or Hugging Face folder
   std::string data_dir = "data/kjv";     // token shards made by the checkpoint's tokenizer
   std::string split = "val";             // val | train: which shard the sequences come from
+  std::optional<double> rope_theta;      // replaces the checkpoint's RoPE base (training-free extension)
+  std::string rope_scaling;              // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string out_dir;                   // "": <checkpoint>/eval
   int64_t seq_tokens = 16384;            // S
   int64_t batch_size = 1;                // sequences per forward pass
@@ -88,6 +91,9 @@ struct PasskeyCell {
 
 struct EvalResult {
   std::string checkpoint;  // the step folder evaluated
+  std::string positions;   // the RoPE evaluated, for people ("theta 10000, yarn x4 (...)"; model::describe_rope)
+  std::string rope_parameters;  // and as config.json's rope_parameters object (JSON text; "null" for GPT)
+  bool rope_overridden = false;  // --rope-theta or --rope-scaling replaced the checkpoint's
   int64_t seq_tokens = 0;
   int64_t sequences = 0;
   std::vector<LossBucket> buckets;

@@ -123,12 +123,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = plan::options;
   run::model(set, s.model);
   set.add("init-from", "DIR", "start from a Hugging Face model folder (config.json + safetensors weights)", s.init_from);
-  set.add("rope-theta", "THETA", "replace the model's RoPE base (context extension)", s.rope_theta)
-      .above(0)
-      .unset_means("the model's");
-  set.add("rope-scaling", "JSON",
-          "replace its RoPE scaling: a rope_parameters object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4}'",
-          s.rope_scaling);
+  run::rope(set, s.rope_theta, s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
   run::backend(set, s.backend);

@@ -92,6 +92,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("parameters", str(config.parameter_count()));
   row("positions", model::describe_rope(config));
   row("attention window", model::describe_window(config));
+  if (!config.ignored_fields.empty()) row("ignored config fields", model::describe_ignored(config));
   const pipeline::ChunkPlan plan = pipeline::plan_chunks(pipeline_config(s), s.seq_tokens, s.sp, 0);
   const int64_t padding = plan.padded_tokens - plan.seq_tokens;
   row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
