@@ -79,6 +79,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                   .dump());
     return 0;
   }
+  if (result.already_complete) return 0;  // the trainer said so
   char line[200];
   if (result.first_val_loss >= 0) {
     std::snprintf(line, sizeof line, "start: validation loss %.4f nats/token", result.first_val_loss);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -113,13 +114,14 @@ struct TinySetup {
     s.offload = "ram";
     return s;
   }
-  // Training options shared by the runs a test compares. lr 1e-3: AdamW's update m/√v has the size
+  // Training options shared by the runs a test compares (warmup 3 steps, or the whole of a shorter
+  // run). lr 1e-3: AdamW's update m/√v has the size
   // lr whatever the gradient's size, so a gradient entry near fp32 noise can move by ±lr in runs that
   // sum in another order (other ranks, other chunks); a small lr keeps that below the 1e-5 bars.
   std::vector<std::string> train_args(const std::string& out_dir, int64_t steps) const {
     return {"train",     "--model",      config_path, "--data",        data_dir, "--out",       out_dir,
             "--steps",   std::to_string(steps),      "--batch",       "2",      "--seq",       "32",
-            "--warmup",  "3",            "--lr",     "1e-3",          "--eval-every", "5",    "--eval-batches",
+            "--warmup",  std::to_string(std::min<int64_t>(3, steps)), "--lr",     "1e-3",          "--eval-every", "5",    "--eval-batches",
             "2",         "--save-every", "5",        "--threads",     "2",      "--peak-gflops", "100"};
   }
 };

@@ -124,6 +124,7 @@ std::string Option::show(const Value& value) const {
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "yes" : "no";
         } else if constexpr (std::is_same_v<T, std::string>) {
+          if (v.empty() && !unset_word_.empty()) return unset_word_;
           const std::string quoted = nlohmann::json(v).dump();  // control characters escaped: "\n"
           return quoted.substr(1, quoted.size() - 2);
         } else if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>>) {
@@ -156,7 +157,9 @@ nlohmann::ordered_json Option::json() const {
 std::string Option::help_line() const {
   const std::string left = "  --" + name_ + (value_name_.empty() ? "" : " " + value_name_);
   std::string line = left + std::string(left.size() < 31 ? 31 - left.size() : 1, ' ') + help_;
-  const std::string shown = show(default_);
+  if (!zero_word_.empty()) line += " (0: " + zero_word_ + ")";
+  std::string shown = show(default_);
+  if (!zero_word_.empty() && shown == zero_word_) shown = "0";  // its meaning is said just before
   if (!std::holds_alternative<bool*>(target_) && !shown.empty()) line += " [" + shown + "]";
   return line;
 }
@@ -202,6 +205,10 @@ void Option::set(const std::string& text) {
         if constexpr (std::is_same_v<T, bool>) {
           *field = true;
         } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!unset_word_.empty() && text == unset_word_) {
+            field->clear();
+            return;
+          }
           check_text(text);
           *field = text;
         } else {

@@ -29,9 +29,11 @@ class Option {
   // Text: the value must be one of `words`; in a word with ':' what follows is a placeholder for any
   // non-empty text ("disk:DIR" accepts disk:/scratch).
   Option& choices(std::vector<std::string> words);
-  // A number's 0 is shown as `word` (help, table) and `word` is accepted for it: "unlimited", "auto".
+  // A number's 0 is shown as `word` (table) and `word` is accepted for it: "unlimited", "auto". The
+  // help says "(0: word)".
   Option& zero_means(std::string word);
-  // An optional field without a value is shown as `word`, and `word` is accepted for it: "preset".
+  // An optional field without a value (or an empty text) is shown as `word`, and `word` is accepted
+  // for it: "preset".
   Option& unset_means(std::string word);
 
   const std::string& name() const { return name_; }

@@ -2,6 +2,7 @@
 #include "fpdt/model/hf_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,21 @@ void read_entry(const SafetensorsReader& reader, const std::string& name, const 
   reader.read(name, Tensor(staging.data(), DType::f32, entry.hf_shape));
   for (int64_t i = 0; i < columns; ++i)
     for (int64_t o = 0; o < entry.rows; ++o) rows[o * columns + i] = staging[i * entry.rows + o];
+}
+
+// Refuses weights that no training or inference can use: NaN or Inf among the `count` values read
+// into `values` from tensor `name` of `path`.
+void check_finite(const float* values, int64_t count, const std::string& path, const std::string& name) {
+  int64_t nans = 0, infinities = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    nans += std::isnan(values[i]) ? 1 : 0;
+    infinities += std::isinf(values[i]) ? 1 : 0;
+  }
+  if (nans + infinities == 0) return;
+  throw Error(kModule,
+              path + ": tensor '" + name + "' holds " + std::to_string(nans) + " NaN and " + std::to_string(infinities) +
+                  " Inf among its " + std::to_string(count) + " values",
+              "these weights are damaged: download or export them again");
 }
 
 std::string names_excerpt(const std::vector<std::string>& names) {
@@ -240,6 +256,10 @@ void HfCheckpoint::load(const ModelConfig& config, const ParameterLayout& layout
   for (const HfTensor& entry : map) {
     const Stored& stored = *by_full_name.at(entry.hf_name);
     read_entry(*readers_[stored.file], stored.name, entry, layout, params, staging);
+    const ParameterInfo& info = layout.at(entry.internal_name);
+    const int64_t columns = info.numel() / info.shape[0];
+    check_finite(params.get(entry.internal_name) + entry.row_begin * columns, entry.rows * columns,
+                 readers_[stored.file]->path(), stored.name);
   }
   if (tied_head_stored) {
     // A tied model's head is its embedding; a stored copy must say the same.

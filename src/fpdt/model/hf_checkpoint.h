@@ -44,7 +44,8 @@ class HfCheckpoint {
 
   // Reads the weights of `config` into `params` (fp32, converted exactly from BF16/F16). A tied
   // model's lm_head.weight, when the file has one, must equal the embedding. Buffers transformers
-  // drops on load (GPT-2's attn.bias / attn.masked_bias, rotary_emb.inv_freq) are skipped.
+  // drops on load (GPT-2's attn.bias / attn.masked_bias, rotary_emb.inv_freq) are skipped. A tensor
+  // holding NaN or Inf is refused (fpdt::Error naming the file and the tensor).
   void load(const ModelConfig& config, const ParameterLayout& layout, ParameterBlock& params) const;
 
  private:

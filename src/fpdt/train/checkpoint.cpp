@@ -78,11 +78,6 @@ DataLoaderState cursor_from_json(const nlohmann::ordered_json& json, const std::
 // trainer_state.json is small: a file past 1 MiB is refused before it is read.
 constexpr size_t kMaxStateBytes = 1 << 20;
 
-TrainerState read_state(const std::string& path) {
-  if (file_size(path, kModule) > kMaxStateBytes)
-    throw Error(kModule, path + " is larger than a trainer state can be (1 MiB)", "resume from another checkpoint");
-  return parse_trainer_state(read_text(path), path);
-}
 
 // What an update would turn into NaN: a weight or moment that is not finite, or a negative second
 // moment (its square root). `what` names the checkpoint or step for the message. Collective.
@@ -284,6 +279,23 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sta
   return state;
 }
 
+TrainerState read_trainer_state(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
+  if (file_size(path, kModule) > kMaxStateBytes)
+    throw Error(kModule, path + " is larger than a trainer state can be (1 MiB)", "resume from another checkpoint");
+  return parse_trainer_state(read_text(path), path);
+}
+
+void check_checkpoint_model(const std::string& checkpoint_dir, const model::ModelConfig& config) {
+  const model::ModelConfig saved = model::load_hf_config((fs::path(checkpoint_dir) / "config.json").string());
+  if (const std::optional<model::ConfigDifference> difference = model::config_difference(saved, config))
+    throw Error(kModule,
+                checkpoint_dir + " holds a model of another configuration: its config.json has " + difference->field +
+                    " = " + difference->saved + ", this run's model " + difference->given,
+                "leave out --model, --rope-theta and --rope-scaling to continue with the checkpoint's model, "
+                "or start a new run directory");
+}
+
 namespace {
 
 // Fills this rank's share of the moments of every unit from the shards of a partition of `ranks`
@@ -348,16 +360,10 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
                              pipeline::ModelStates& states, AdamW& optimizer) {
   const fs::path dir(checkpoint_dir);
   if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
-  const model::ModelConfig saved = model::load_hf_config((dir / "config.json").string());
-  if (const std::optional<model::ConfigDifference> difference = model::config_difference(saved, config))
-    throw Error(kModule,
-                checkpoint_dir + " holds a model of another configuration: its config.json has " + difference->field +
-                    " = " + difference->saved + ", this run's model " + difference->given,
-                "leave out --model, --rope-theta and --rope-scaling to continue with the checkpoint's model, "
-                "or start a new run directory");
+  check_checkpoint_model(checkpoint_dir, config);
 
   const std::string state_path = (dir / "trainer_state.json").string();
-  const TrainerState state = read_state(state_path);
+  const TrainerState state = read_trainer_state(checkpoint_dir);
   const int shard_ranks = state.optimizer_ranks;
 
   {

@@ -67,10 +67,17 @@ std::string checkpoint_folder(const std::string& path);
 // Parses and checks trainer_state.json text (read from state_path, named in errors).
 TrainerState parse_trainer_state(const std::string& text, const std::string& state_path);
 
+// trainer_state.json of a step folder, read and checked (parse_trainer_state; at most 1 MiB).
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+
+// Throws fpdt::Error unless the step folder's config.json describes `config`
+// (model::config_difference; the error names the first field that differs and both values).
+void check_checkpoint_model(const std::string& checkpoint_dir, const model::ModelConfig& config);
+
 // Restores the weights, this rank's share of the moments (from the shards of whatever partition saved
 // them) and the step count into `states` and `optimizer`; returns the trainer state. Collective over
 // the states' ranks (they agree on the finite checks). Checks that the checkpoint's config.json
-// describes `config` (model::config_difference; the error names the first field that differs); throws
+// describes `config` (check_checkpoint_model); throws
 // fpdt::Error for a missing, truncated or corrupt file, naming it (a trainer state that is not a small
 // shallow JSON object of whole numbers, an AdamW step count that is not one, shards of another model,
 // non-finite weights or moments).

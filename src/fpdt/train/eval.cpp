@@ -21,6 +21,7 @@
 #include "fpdt/train/data_loader.h"
 #include "fpdt/train/settings.h"
 #include "fpdt/train/shard.h"
+#include "fpdt/train/shard_tokenizer.h"
 #include "fpdt/train/trainer.h"
 
 namespace fpdt::train {
@@ -93,18 +94,7 @@ ShardReader open_split(const EvalSettings& s, const Tokenizer& tokenizer, const 
                 "tokenize held-out text with the checkpoint's tokenizer: fpdt tokenize --tokenizer " + folder +
                     " --out " + s.data_dir + " FILE...");
   ShardReader shard(path);
-  const uint64_t made_by = shard.tokenizer().fingerprint;
-  // Version 1 shards record no tokenizer: the byte tokenizer wrote them all.
-  const bool same = made_by == 0 ? tokenizer.is_byte_tokenizer() && shard.vocab_size() <= 257
-                                 : made_by == tokenizer.fingerprint();
-  if (!same)
-    throw Error(kModule,
-                path + " was made by tokenizer " + (made_by == 0 ? "bytes" : fingerprint_string(made_by)) +
-                    " (vocabulary " + std::to_string(shard.vocab_size()) + "), but " + folder +
-                    " was trained with tokenizer " + fingerprint_string(tokenizer.fingerprint()) + " (vocabulary " +
-                    std::to_string(tokenizer.vocab_size()) + ")",
-                "evaluate on shards of the checkpoint's own tokenizer: fpdt tokenize --tokenizer " + folder +
-                    " --out DIR FILE...");
+  check_made_by(kModule, shard, tokenizer, folder);
   return shard;
 }
 

@@ -6,13 +6,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <vector>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
+#include "fpdt/train/checkpoint.h"
 
 namespace fpdt::train {
 
@@ -74,6 +81,102 @@ bool holds_run(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string resume_checkpoint(const std::string& dir) {
+  const std::string latest = latest_checkpoint(dir);
+  if (!latest.empty()) return latest;
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step = std::numeric_limits<int64_t>::max();  // for digits beyond 64 bits
+    std::from_chars(name.data() + 5, name.data() + name.size(), step);
+    if (entry.is_directory() && is_step_folder(name)) steps.emplace_back(step, name);
+  }
+  if (steps.empty()) return "";
+  std::sort(steps.begin(), steps.end());
+  std::vector<std::string> names;
+  for (const auto& [step, name] : steps) names.push_back(name);
+  throw Error(kModule,
+              "cannot resume the run in " + dir + ": it holds " + listed(names) +
+                  " but no 'latest' file naming the checkpoint to continue from",
+              "write that step folder's name into " + (fs::path(dir) / "latest").string() + " (e.g. echo " +
+                  steps.back().second + " > " + (fs::path(dir) / "latest").string() +
+                  "), or give --overwrite instead of --resume to delete the run and start afresh");
+}
+
+namespace {
+
+// The probe files of check_shared_run_folder: "<dir>/.fpdt-probe.tmp.<token>.rank<r>" (a name that
+// RunFolder sweeps as a leftover, should a killed job leave one).
+std::string probe_path(const std::string& dir, const std::string& token, int rank) {
+  return (fs::path(dir) / (".fpdt-probe.tmp." + token + ".rank" + std::to_string(rank))).string();
+}
+
+// Writes `text` into a new file at `path`; 0, or the errno of what failed.
+int write_probe(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int error = written ? 0 : errno != 0 ? errno : EIO;
+  return ::close(fd) != 0 && error == 0 ? errno : error;
+}
+
+bool holds_probe(const std::string& path, const std::string& text) {
+  std::ifstream file(path, std::ios::binary);
+  const std::string read((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return file.is_open() && read == text;
+}
+
+}  // namespace
+
+void check_shared_run_folder(const std::string& dir, comm::Communicator& world) {
+  if (world.size() == 1) return;
+  const int rank = world.rank(), ranks = world.size();
+  uint64_t token_bits = 0;  // rank 0's, so that no earlier job's probe passes for this one's
+  if (rank == 0) token_bits = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^ uint64_t(::getpid());
+  world.broadcast(&token_bits, sizeof token_bits, 0);
+  char token[24];
+  std::snprintf(token, sizeof token, "%016llx", static_cast<unsigned long long>(token_bits));
+  const std::string hint =
+      "every rank writes into --out (checkpoints, optimizer shards): put it on a file system that every rank's "
+      "host sees at the same path (NFS, Lustre, ...)";
+  if (rank == 0) {
+    if (const int error = write_probe(probe_path(dir, token, 0), token))
+      throw Error(kModule, "cannot write into the run directory " + dir + ": " + std::strerror(error), hint);
+  }
+  world.barrier();
+  // One slot per rank: 0 fine; 1 it cannot read rank 0's probe; 2·1000 + errno it cannot write its own;
+  // 3 rank 0 does not see the one it wrote.
+  std::vector<double> verdict(static_cast<size_t>(ranks), 0.0);
+  if (rank != 0) {
+    if (!holds_probe(probe_path(dir, token, 0), token))
+      verdict[static_cast<size_t>(rank)] = 1;
+    else if (const int error = write_probe(probe_path(dir, token, rank), token))
+      verdict[static_cast<size_t>(rank)] = 2000 + error;
+  }
+  world.all_reduce_sum(verdict.data(), verdict.size());
+  std::vector<double> unseen(static_cast<size_t>(ranks), 0.0);
+  if (rank == 0)
+    for (int other = 1; other < ranks; ++other)
+      if (verdict[static_cast<size_t>(other)] == 0 && !holds_probe(probe_path(dir, token, other), token))
+        unseen[static_cast<size_t>(other)] = 3;
+  world.all_reduce_sum(unseen.data(), unseen.size());
+  std::error_code ignored;
+  fs::remove(probe_path(dir, token, rank), ignored);
+  for (int other = 1; other < ranks; ++other) {
+    const int code = static_cast<int>(verdict[static_cast<size_t>(other)] + unseen[static_cast<size_t>(other)]);
+    const std::string who = "rank " + std::to_string(other);
+    if (code == 1)
+      throw Error(kModule, who + " does not see the run directory " + dir + " that rank 0 writes (it cannot read " +
+                               probe_path(dir, token, 0) + ")", hint);
+    if (code >= 2000)
+      throw Error(kModule, who + " cannot write into the run directory " + dir + ": " + std::strerror(code - 2000), hint);
+    if (code == 3)
+      throw Error(kModule, "rank 0 does not see what " + who + " writes into the run directory " + dir + " (" +
+                               probe_path(dir, token, other) + ")", hint);
+  }
+}
 
 RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir) {
   std::error_code error;

@@ -121,11 +121,11 @@ FaultInjection parse_fault_injection(const std::string& text) {
 
 void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = plan::options;
-  run::model(set, s.model);
+  run::model(set, s.model).unset_means(std::string(kDefaultModel) + "; with --resume the run's own");
   set.add("init-from", "DIR", "start from a Hugging Face model folder (config.json + safetensors weights)", s.init_from);
   run::rope(set, s.rope_theta, s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
-  set.add("out", "DIR", "run folder: checkpoints, metrics.jsonl", s.out_dir);
+  set.add("out", "DIR", "run folder: checkpoints (the newest two are kept), metrics.jsonl", s.out_dir);
   run::backend(set, s.backend);
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
   run::batch(set, s.batch_size);
@@ -152,9 +152,14 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
           "stop when N steps in a row have a non-finite loss or gradient norm (each is skipped, not applied)",
           s.max_nonfinite_steps)
       .at_least(1);
-  set.add("eval-every", "N", "validate every N steps", s.eval_every).at_least(0).zero_means("at the end");
-  set.add("eval-batches", "N", "validation batches per evaluation (0: no validation)", s.eval_batches).at_least(0);
-  set.add("save-every", "N", "checkpoint every N steps", s.save_every).at_least(0).zero_means("at the end");
+  set.add("eval-every", "N", "validate every N steps and at the end", s.eval_every).at_least(0).zero_means("only at the end");
+  set.add("eval-batches", "N", "validation batches per evaluation", s.eval_batches)
+      .at_least(0)
+      .zero_means("no validation, no val.bin needed");
+  set.add("save-every", "N", "checkpoint every N steps and at the end; only the newest two checkpoints are kept",
+          s.save_every)
+      .at_least(0)
+      .zero_means("only at the end");
   set.add("sample-tokens", "N", "generate N tokens at the end", s.sample_tokens).at_least(0);
   set.add("prompt", "TEXT", "prompt for the sample at the end", s.sample_prompt);
   set.add("resume", "", "continue the run in --out from its latest checkpoint (its model, when --model is left out)",
@@ -186,7 +191,8 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
           s.print_schedule);
   set.add("trace", "FILE", "write a Chrome trace (compute, copy, communication spans) to FILE", s.trace_path);
-  set.add("stop-after", "N", "exit after N steps of this process, as a preempted job would", s.stop_after_steps)
+  set.add("stop-after", "N", "exit after N steps of this process (after the checkpoint due then), as a preempted job would",
+          s.stop_after_steps)
       .at_least(0)
       .zero_means("off");
 }
@@ -202,9 +208,18 @@ void check_settings(const TrainSettings& s) {
     throw Error(kModule, "--init-from and --resume cannot be combined",
                 "--init-from starts a new run from a Hugging Face folder; to continue it, give --resume and its --out "
                 "(the model comes from its checkpoint)");
-  if (!s.init_from.empty() && s.model != TrainSettings{}.model)
+  if (!s.init_from.empty() && !s.model.empty())
     throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
                 "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
+  if (s.optimizer.warmup_steps > s.steps) {
+    char last_lr[32];
+    std::snprintf(last_lr, sizeof last_lr, "%.3g", learning_rate(s.optimizer, s.steps));
+    throw Error(kModule,
+                "--warmup " + str(s.optimizer.warmup_steps) + " is longer than the run's --steps " + str(s.steps) +
+                    ": the learning rate would never reach --lr " + bound.set.option("lr").text() + " (step " +
+                    str(s.steps) + " at " + last_lr + ")",
+                "use a --warmup below --steps (a few percent of them), or --warmup 0");
+  }
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");

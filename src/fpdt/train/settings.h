@@ -31,9 +31,12 @@ struct FaultInjection {
 // Parses FPDT_TEST_FAULT's value ("" → no fault); throws fpdt::Error for anything else.
 FaultInjection parse_fault_injection(const std::string& text);
 
+// The model of a new run that names none.
+inline constexpr const char* kDefaultModel = "llama-demo";
+
 struct TrainSettings {
-  std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json (left at this
-                                      // default, --resume continues the model of its checkpoint)
+  std::string model;                  // preset name or path to a Hugging Face config.json; "" (not
+                                      // given): kDefaultModel, or with --resume the checkpoint's model
   std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)

@@ -2,6 +2,7 @@
 #include "fpdt/train/trainer.h"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/log.h"
@@ -20,6 +22,7 @@
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
 #include "fpdt/train/sampler.h"
+#include "fpdt/train/shard_tokenizer.h"
 #include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
@@ -27,44 +30,6 @@ namespace fpdt::train {
 namespace {
 
 constexpr const char* kModule = "train";
-
-// The tokenizer the shards were made with: <data>/tokenizer.json, checked against the fingerprint
-// both shards record, or the byte tokenizer for shards that record it or nothing (version 1).
-Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train_shard, const ShardReader& val_shard) {
-  if (train_shard.tokenizer() != val_shard.tokenizer())
-    throw Error(kModule,
-                train_shard.path() + " and " + val_shard.path() + " were made by different tokenizers (" +
-                    fingerprint_string(train_shard.tokenizer().fingerprint) + ", " +
-                    fingerprint_string(val_shard.tokenizer().fingerprint) + ")",
-                "re-create both with one `fpdt tokenize` run");
-  const uint64_t recorded = train_shard.tokenizer().fingerprint;
-  const std::string file = data_dir + "/" + kTokenizerFile;
-  Tokenizer tokenizer = std::filesystem::exists(file) ? Tokenizer::load(data_dir) : Tokenizer::bytes();
-  const bool unrecorded_bytes = recorded == 0 && tokenizer.is_byte_tokenizer() &&
-                                train_shard.vocab_size() == static_cast<uint32_t>(tokenizer.vocab_size());
-  if (recorded != tokenizer.fingerprint() && !unrecorded_bytes) {
-    if (!std::filesystem::exists(file))
-      throw Error(kModule,
-                  train_shard.path() + " was made by tokenizer " + fingerprint_string(recorded) + ", but " + data_dir +
-                      " holds no " + kTokenizerFile,
-                  "put back the tokenizer.json that `fpdt tokenize` wrote beside the shards, or re-run it");
-    throw Error(kModule,
-                train_shard.path() + " was made by another tokenizer (" + fingerprint_string(recorded) + ") than " + file +
-                    " (" + fingerprint_string(tokenizer.fingerprint()) + ")",
-                "re-run `fpdt tokenize` with this tokenizer, or put back the tokenizer.json it wrote");
-  }
-  const uint32_t separator = train_shard.tokenizer().end_of_document_id;
-  if (recorded != 0 && separator != static_cast<uint32_t>(tokenizer.end_of_document_id()))
-    throw Error(kModule,
-                train_shard.path() +
-                    (separator == kNoEndOfDocument ? std::string(" records no token between its documents")
-                                                   : " separates documents with id " + std::to_string(separator)) +
-                    ", but " + data_dir +
-                    "'s tokenizer ends documents with '" + tokenizer.end_of_document_token() + "' (id " +
-                    std::to_string(tokenizer.end_of_document_id()) + ")",
-                "put back the tokenizer_config.json that `fpdt tokenize` wrote, or re-run it");
-  return tokenizer;
-}
 
 std::string str(int64_t value) { return std::to_string(value); }
 
@@ -74,9 +39,32 @@ std::string number(double value) {
   return text;
 }
 
+// The fewest cores a rank may run on (its CPU affinity, sched_getaffinity) and the first rank with
+// that few. A launcher's binding (Open MPI binds each rank to one core by default) or taskset can
+// leave a rank fewer cores than its --threads. Collective over `world` (except in a dry run).
+struct RankCores {
+  int cores = 0;  // 0: unknown
+  int rank = 0;
+};
+
+RankCores fewest_cores(comm::Communicator& world, bool dry_run) {
+  constexpr int kMaxCpus = 8192;
+  cpu_set_t* set = CPU_ALLOC(kMaxCpus);
+  const size_t bytes = CPU_ALLOC_SIZE(kMaxCpus);
+  CPU_ZERO_S(bytes, set);
+  const int own = ::sched_getaffinity(0, bytes, set) == 0 ? CPU_COUNT_S(bytes, set) : 0;
+  CPU_FREE(set);
+  if (dry_run || world.size() == 1) return {own, world.rank()};
+  std::vector<double> cores(static_cast<size_t>(world.size()), 0.0);
+  cores[static_cast<size_t>(world.rank())] = own;
+  world.all_reduce_sum(cores.data(), cores.size());
+  const auto fewest = std::min_element(cores.begin(), cores.end());
+  return {static_cast<int>(*fewest), static_cast<int>(fewest - cores.begin())};
+}
+
 // The model's facts, then every option's value (from the option declarations), two to a row; rank 0.
-void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, const MachineRates& rates,
-                 const comm::Communicator& world) {
+void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, const RankCores& cores,
+                 const MachineRates& rates, const comm::Communicator& world) {
   auto row = [](const std::string& key, const std::string& value) {
     char line[160];
     std::snprintf(line, sizeof line, "| %-22s | %-48s |", key.c_str(), value.c_str());
@@ -98,6 +86,15 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
                     " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
+  if (cores.cores > 0) {
+    const bool too_few = cores.cores < threads;
+    row("cores per rank", str(cores.cores) + " (CPU affinity" + (world.size() > 1 ? " of rank " + str(cores.rank) : "") +
+                              ")" + (too_few ? ": fewer than " + str(threads) + " threads" : ""));
+    if (too_few)
+      row("  to give them cores",
+          world.backend() == "mpi" ? "mpirun --bind-to none, or --map-by slot:PE=" + str(threads)
+                                   : "widen taskset/numactl/cpuset, or --threads " + str(cores.cores));
+  }
   if (s.peak_gflops > 0) {
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " (given)");
   } else {
@@ -164,22 +161,37 @@ const char* state_kind(pipeline::StateBuf buffer) {
   }
 }
 
-// The model a run trains: the --init-from folder's config.json; a resumed run's own, its latest
-// checkpoint's config.json (RoPE included), when --model is left at its default; else --model. With the
-// RoPE overrides of a context extension. A resumed run's model is checked against its checkpoint when
-// the checkpoint loads (load_checkpoint names a field that --model or --rope-* changed).
-model::ModelConfig run_model(const TrainSettings& s) {
+// The model a run trains: the --init-from folder's config.json; a resumed run's own, its checkpoint's
+// config.json (RoPE included), when --model is not given; else --model (kDefaultModel when not given).
+// With the RoPE overrides of a context extension. A resumed run's model must be its checkpoint's: that
+// is checked here, before anything is laid out (the error names the first field that differs).
+model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoint) {
   std::string path = s.init_from.empty() ? "" : s.init_from + "/config.json";
-  if (s.resume && s.model == TrainSettings{}.model) {
-    const std::string latest = latest_checkpoint(s.out_dir);
-    if (!latest.empty()) {
-      path = latest + "/config.json";
-      log::info("model: " + path + " (the run's own)");
-    }
+  if (!checkpoint.empty() && s.model.empty()) {
+    path = checkpoint + "/config.json";
+    log::info("model: " + path + " (the run's own)");
   }
-  model::ModelConfig config = path.empty() ? model::resolve_model(s.model) : model::load_hf_config(path);
+  model::ModelConfig config =
+      path.empty() ? model::resolve_model(s.model.empty() ? kDefaultModel : s.model) : model::load_hf_config(path);
   model::override_rope(config, s.rope_theta, s.rope_scaling);
+  if (!checkpoint.empty()) check_checkpoint_model(checkpoint, config);
   return config;
+}
+
+// An --init-from folder's model was trained with its own tokenizer: the shards must be of that one
+// (the one rule of shard_tokenizer.h). A folder without a tokenizer.json is the byte tokenizer's when
+// its vocabulary is (checkpoint_tokenizer); else nothing shows what its ids mean.
+void check_init_tokenizer(const std::string& folder, const model::ModelConfig& config, const ShardReader& shard) {
+  if (!std::filesystem::exists(folder + "/" + kTokenizerFile) && config.vocab_size != Tokenizer::bytes().vocab_size())
+    throw Error(kModule,
+                folder + " holds no " + kTokenizerFile + ", so nothing says that its model (vocabulary " +
+                    str(config.vocab_size) + ") was trained with the tokenizer of " + shard.path() + " (" +
+                    (shard.tokenizer().fingerprint == 0 ? std::string("bytes")
+                                                        : fingerprint_string(shard.tokenizer().fingerprint)) +
+                    ", vocabulary " + std::to_string(shard.vocab_size()) + ")",
+                "put the model's tokenizer.json into " + folder + " and tokenize with it: fpdt tokenize --tokenizer " +
+                    folder + " --out DIR FILE...");
+  check_made_by(kModule, shard, checkpoint_tokenizer(folder, config.vocab_size), folder);
 }
 
 }  // namespace
@@ -223,9 +235,25 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
                 "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
                     str(world_.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
-  config_ = run_model(s);
+  checkpoint_ = s.resume ? resume_checkpoint(s.out_dir) : "";
+  config_ = run_model(s, checkpoint_);
   check_layout_fits(config_, s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
+  if (!checkpoint_.empty() && !s.dry_run) {
+    const int64_t saved_step = read_trainer_state(checkpoint_).step;
+    if (saved_step > s.steps)
+      throw Error(kModule,
+                  "cannot resume the run in " + s.out_dir + " to --steps " + str(s.steps) + ": its latest checkpoint, " +
+                      checkpoint_ + ", is at step " + str(saved_step) + " already",
+                  "give --steps above " + str(saved_step) + " to train it further");
+    if (saved_step == s.steps) {
+      complete_ = true;
+      step_ = saved_step;
+      log::info("the run in " + s.out_dir + " is complete: its latest checkpoint, " + checkpoint_ + ", is step " +
+                str(saved_step) + " of --steps " + str(s.steps) + "; nothing to train (a larger --steps trains on)");
+      return;
+    }
+  }
   if (!s.dry_run) {
     open_data();
     // The folder is taken only once the run can start: a refused run leaves it as it was.
@@ -234,6 +262,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
                                                            : s.overwrite ? RunStart::overwrite
                                                                          : RunStart::fresh);
     world_.barrier();
+    check_shared_run_folder(s.out_dir, world_);
   }
   build_model();
   if (s.dry_run) return;
@@ -254,8 +283,11 @@ void Trainer::open_data() {
   const TrainSettings& s = settings_;
   const std::string train_path = s.data_dir + "/train.bin";
   ShardReader train_shard(train_path);
-  ShardReader val_shard(s.data_dir + "/val.bin");
-  tokenizer_ = std::make_unique<Tokenizer>(shards_tokenizer(s.data_dir, train_shard, val_shard));
+  std::optional<ShardReader> val_shard;  // none without validation
+  if (s.eval_batches > 0) val_shard.emplace(s.data_dir + "/val.bin");
+  tokenizer_ = std::make_unique<Tokenizer>(
+      shards_tokenizer(kModule, s.data_dir, train_shard, val_shard ? &*val_shard : nullptr));
+  if (!s.init_from.empty()) check_init_tokenizer(s.init_from, config_, train_shard);
   if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
     throw Error(kModule,
                 train_path + " was tokenized for a vocabulary of " + std::to_string(train_shard.vocab_size()) +
@@ -271,10 +303,11 @@ void Trainer::open_data() {
   train_config.restart_positions = s.doc_positions == "restart";
   train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
+  if (!val_shard) return;
   DataLoaderConfig val_config = train_config;
   val_config.batch_size = s.batch_size * s.dp;
   val_config.sampling = Sampling::sequential;
-  val_loader_ = std::make_unique<DataLoader>(std::move(val_shard), val_config);
+  val_loader_ = std::make_unique<DataLoader>(std::move(*val_shard), val_config);
   val_start_ = val_loader_->state();
 }
 
@@ -291,7 +324,7 @@ void Trainer::build_model() {
   } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
   }
-  print_table(config_, s, threads_, rates_, world_);
+  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, world_);
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
               " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
@@ -308,7 +341,7 @@ void Trainer::build_model() {
 }
 
 void Trainer::resume() {
-  const std::string latest = latest_checkpoint(settings_.out_dir);
+  const std::string& latest = checkpoint_;
   if (latest.empty()) {
     log::info("no checkpoint in " + settings_.out_dir + " yet; starting a new run");
     return;
@@ -495,6 +528,11 @@ void Trainer::save() {
 
 TrainResult Trainer::run() {
   if (settings_.dry_run) return dry_run();
+  if (complete_) {
+    result_.first_step = result_.last_step = step_;
+    result_.already_complete = true;
+    return result_;
+  }
   const TrainSettings& s = settings_;
   if (!resumed_ && s.eval_batches > 0) {
     result_.first_val_loss = evaluate();

@@ -56,6 +56,7 @@ struct TrainResult {
   double first_val_loss = -1.0;  // validation loss before training (fresh runs only), else < 0
   double last_val_loss = -1.0;
   int64_t skipped_steps = 0;  // steps of this process whose update was skipped (non-finite)
+  bool already_complete = false;  // --resume of a run whose latest checkpoint is step --steps: nothing ran
   std::string sample;         // generated text, when sample_tokens > 0
   std::vector<MemoryComponent> memory;  // a dry run's layout
 };
@@ -118,6 +119,8 @@ class Trainer {
   // Rank 0: the run folder and the metrics log.
   std::unique_ptr<RunFolder> run_folder_;
   MetricsLog metrics_log_;
+  std::string checkpoint_;   // the checkpoint --resume continues ("": none, a new run)
+  bool complete_ = false;    // that checkpoint is step --steps: nothing to do
   bool resumed_ = false;
   int64_t step_ = 0;        // steps completed (the last one may have been skipped)
   int64_t first_step_ = 1;  // the first step this process runs
