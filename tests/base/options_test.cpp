@@ -144,7 +144,7 @@ TEST(Options, SpecialWordsAndValuesShownToAPerson) {
   EXPECT_FALSE(bound.s.rate.has_value());
   EXPECT_EQ(bound.set.option("memory").text(), "2.00 GiB");
   const std::string help = bound.set.help();
-  expect_contains(help, {"usage: fpdt demo [options]", "A demo command.", "--threads N", "threads [all cores]",
+  expect_contains(help, {"usage: fpdt demo [options]", "A demo command.", "--threads N", "threads (0: all cores) [0]",
                          "--beta B", "a coefficient [0.9]", "--resume", "--help"});
 }
 

@@ -1,5 +1,6 @@
-// The training loop, in four parts: set-up (settings checked, data opened, run folder taken, model
-// states, model and optimizer built, resume), step (data → forward/backward with gradient
+// The training loop, in four parts: set-up (settings checked; a resume's checkpoint found, its model
+// and step checked against the settings before anything is laid out; data opened; run folder taken and
+// proven seen by every rank; model states, model and optimizer built; resume), step (data → forward/backward with gradient
 // accumulation → gradients reduced by the ZeRO stage → non-finite guard → clipping → AdamW), evaluate
 // (validation loss), finish (peaks, trace, sample); run() strings them together with metrics, periodic
 // validation and checkpoints. `fpdt train` is a thin shell over train(); tests call either. A dry run
