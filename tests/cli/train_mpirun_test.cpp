@@ -66,7 +66,8 @@ std::vector<std::string> zero_args(const TinySetup& setup, const std::string& mo
                                    int dp, int zero, int64_t steps = 5) {
   std::vector<std::string> args = five_steps(setup, out, 1);
   args.insert(args.end(), {"--model", model, "--steps", std::to_string(steps), "--grad-clip", "0.05", "--sp",
-                           std::to_string(sp), "--dp", std::to_string(dp), "--zero", std::to_string(zero)});
+                           std::to_string(sp), "--dp", std::to_string(dp), "--zero", std::to_string(zero), "--warmup",
+                           std::to_string(std::min<int64_t>(3, steps))});  // no longer than the run
   return args;
 }
 
