@@ -90,6 +90,10 @@ class UnsharedRunFolder : public ::testing::Test {
     EXPECT_NE(result.exit_status, 0) << result.output;
     expect_contains(result.output, {"[train] rank 1 does not see the run directory " + run + " that rank 0 writes",
                                     run + "/.fpdt-probe.tmp.", "hint:", "file system that every rank"});
+    const std::string error = "rank 0: [train] rank 1 does not see";  // printed once, by rank 0
+    const size_t first = result.output.find(error);
+    EXPECT_EQ(result.output.find(error, first + 1), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("[train]", result.output.find("[train]") + 1), std::string::npos) << result.output;
     EXPECT_EQ(result.output.find("step     1/"), std::string::npos) << "a step ran:\n" << result.output;
     EXPECT_EQ(result.output.find("[internal]"), std::string::npos) << result.output;
   }

@@ -164,18 +164,24 @@ void check_shared_run_folder(const std::string& dir, comm::Communicator& world) 
   world.all_reduce_sum(unseen.data(), unseen.size());
   std::error_code ignored;
   fs::remove(probe_path(dir, token, rank), ignored);
-  for (int other = 1; other < ranks; ++other) {
+  std::string failure;  // the first rank's that failed, alike on every rank
+  for (int other = 1; other < ranks && failure.empty(); ++other) {
     const int code = static_cast<int>(verdict[static_cast<size_t>(other)] + unseen[static_cast<size_t>(other)]);
     const std::string who = "rank " + std::to_string(other);
     if (code == 1)
-      throw Error(kModule, who + " does not see the run directory " + dir + " that rank 0 writes (it cannot read " +
-                               probe_path(dir, token, 0) + ")", hint);
-    if (code >= 2000)
-      throw Error(kModule, who + " cannot write into the run directory " + dir + ": " + std::strerror(code - 2000), hint);
-    if (code == 3)
-      throw Error(kModule, "rank 0 does not see what " + who + " writes into the run directory " + dir + " (" +
-                               probe_path(dir, token, other) + ")", hint);
+      failure = who + " does not see the run directory " + dir + " that rank 0 writes (it cannot read " +
+                probe_path(dir, token, 0) + ")";
+    else if (code >= 2000)
+      failure = who + " cannot write into the run directory " + dir + ": " + std::strerror(code - 2000);
+    else if (code == 3)
+      failure = "rank 0 does not see what " + who + " writes into the run directory " + dir + " (" +
+                probe_path(dir, token, other) + ")";
   }
+  if (failure.empty()) return;
+  // Rank 0 reports it and ends the job; the others wait for that in a barrier it never joins (the
+  // threads backend fails them there), so the error is printed once.
+  if (rank != 0) world.barrier();
+  throw Error(kModule, failure, hint);
 }
 
 RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir) {

@@ -19,8 +19,8 @@ std::string resume_checkpoint(const std::string& dir);
 // Every rank of `world` must see and write the run folder `dir` that rank 0 took (checkpoints hold
 // every rank's optimizer shard; a resume reads them on every rank): rank 0 writes a probe file with a
 // token of this job, each rank reads it and writes its own, rank 0 reads those; the verdict is agreed
-// and the probes removed. Collective; throws the same fpdt::Error on every rank, naming the first rank
-// that fails and the path. Nothing to check for one rank.
+// and the probes removed. Collective; throws one fpdt::Error from rank 0 (the other ranks wait for
+// the job to end), naming the first rank that fails and the path. Nothing to check for one rank.
 void check_shared_run_folder(const std::string& dir, comm::Communicator& world);
 
 enum class RunStart { fresh, resume, overwrite };
