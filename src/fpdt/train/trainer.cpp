@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/kernels/cpu/blas_core.h"
@@ -38,7 +39,7 @@ Tokenizer shards_tokenizer(const std::string& data_dir, const ShardReader& train
                     fingerprint_string(val_shard.tokenizer().fingerprint) + ")",
                 "re-create both with one `fpdt tokenize` run");
   const uint64_t recorded = train_shard.tokenizer().fingerprint;
-  const std::string file = data_dir + "/" + kTokenizerFile;
+  const std::string file = path_in(data_dir, kTokenizerFile);
   Tokenizer tokenizer = std::filesystem::exists(file) ? Tokenizer::load(data_dir) : Tokenizer::bytes();
   const bool unrecorded_bytes = recorded == 0 && tokenizer.is_byte_tokenizer() &&
                                 train_shard.vocab_size() == static_cast<uint32_t>(tokenizer.vocab_size());
@@ -169,11 +170,11 @@ const char* state_kind(pipeline::StateBuf buffer) {
 // RoPE overrides of a context extension. A resumed run's model is checked against its checkpoint when
 // the checkpoint loads (load_checkpoint names a field that --model or --rope-* changed).
 model::ModelConfig run_model(const TrainSettings& s) {
-  std::string path = s.init_from.empty() ? "" : s.init_from + "/config.json";
+  std::string path = s.init_from.empty() ? "" : path_in(s.init_from, "config.json");
   if (s.resume && s.model == TrainSettings{}.model) {
     const std::string latest = latest_checkpoint(s.out_dir);
     if (!latest.empty()) {
-      path = latest + "/config.json";
+      path = path_in(latest, "config.json");
       log::info("model: " + path + " (the run's own)");
     }
   }
@@ -245,16 +246,16 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
-  if (world_.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
+  if (world_.rank() == 0) metrics_log_ = MetricsLog(path_in(s.out_dir, "metrics.jsonl"), step_);
   flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);  // whole rows
   first_step_ = step_ + 1;
 }
 
 void Trainer::open_data() {
   const TrainSettings& s = settings_;
-  const std::string train_path = s.data_dir + "/train.bin";
+  const std::string train_path = path_in(s.data_dir, "train.bin");
   ShardReader train_shard(train_path);
-  ShardReader val_shard(s.data_dir + "/val.bin");
+  ShardReader val_shard(path_in(s.data_dir, "val.bin"));
   tokenizer_ = std::make_unique<Tokenizer>(shards_tokenizer(s.data_dir, train_shard, val_shard));
   if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
     throw Error(kModule,
