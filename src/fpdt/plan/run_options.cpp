@@ -14,7 +14,7 @@ std::vector<std::string> with(std::vector<std::string> words, const std::string&
 }  // namespace
 
 Option& model(OptionSet& set, std::string& field) {
-  return set.add("model", "NAME|config.json", "model preset or Hugging Face config.json", field);
+  return set.add("model", "NAME|PATH", "model preset, or a Hugging Face config.json or model folder", field);
 }
 
 Option& backend(OptionSet& set, std::string& field) {
