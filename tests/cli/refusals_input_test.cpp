@@ -218,6 +218,10 @@ TEST(SizeRefusals, PlanRefusesSequencesItCannotCountAsTrainDoes) {
   const ProgramResult searched = run_fpdt("plan --model llama-tiny --hardware cpu --max-seq", kLimitSeconds);
   expect_ok(searched);
   EXPECT_NE(searched.output.find("longest sequence (fpdt)"), std::string::npos) << searched.output;
+  // A dry run lays out a long sequence without allocating its chunk's host rows (it once threw bad_alloc).
+  const ProgramResult laid_out = run_fpdt("train --dry-run --model llama-tiny --seq " + std::to_string(int64_t{1} << 30), kLimitSeconds);
+  expect_ok(laid_out);
+  EXPECT_NE(laid_out.output.find("\"dry_run\":true"), std::string::npos) << laid_out.output;
   const std::string seq62 = std::to_string(int64_t{1} << 62);
   expect_refused(run_fpdt("train --dry-run --model llama-tiny --seq " + seq62, kLimitSeconds),
                  {"[train]", "--seq " + seq62 + " is too long for 'llama-tiny'"});
