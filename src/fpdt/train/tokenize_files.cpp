@@ -71,7 +71,9 @@ void for_each_document(const std::vector<std::string>& input_paths,
   std::string text;
   for (const std::string& path : input_paths) {
     // A pipe (`<(zcat x.gz)`) is taken too: every input is read once, front to back.
-    const InputFile input(path, kTokenizeModule, "input", "check the path", InputKinds::file_or_pipe);
+    const InputFile input(path, kTokenizeModule, "input",
+                          "check the path; inputs are text or FASTA files, or pipes such as <(zcat FILE.gz)",
+                          InputKinds::file_or_pipe);
     const int fd = input.fd();
     bool first_block = true;
     bool fasta = has_fasta_extension(path);
