@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/options.h"
 #include "fpdt/train/eval.h"
@@ -91,7 +92,7 @@ int command_eval(int argc, char** argv, comm::Communicator& world) {
   }
   print_loss(result);
   if (!result.passkey.empty()) print_passkey(result);
-  const std::string out = settings.out_dir.empty() ? settings.checkpoint + "/eval" : settings.out_dir;
+  const std::string out = settings.out_dir.empty() ? path_in(settings.checkpoint, "eval") : settings.out_dir;
   log::info("compute peak " + format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
             format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; written to " + out +
             "/loss_by_position.json" + (result.passkey.empty() ? "" : " and passkey.json"));

@@ -5,11 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
@@ -125,7 +124,7 @@ int command_sample(int argc, char** argv) {
   if (!options.parse(argc, argv)) return 0;
   train::set_threads(threads);
   const std::string folder = train::checkpoint_folder(checkpoint);
-  const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
+  const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
   // The checkpoint's own tokenizer (the one its shards were made with).
   const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend("cpu");
@@ -146,6 +145,7 @@ int command_tokenize(int argc, char** argv) {
   std::string out = "data/corpus";
   std::string tokenizer_path = "bytes", end_of_document;
   double val_fraction = 0.05;
+  bool overwrite = false;
   OptionSet options("tokenize", "Tokenize text or FASTA files into train.bin and val.bin shards (+ the tokenizer's files).",
                     "FILE...");
   options.add("out", "DIR", "output folder (created if missing)", out);
@@ -154,6 +154,7 @@ int command_tokenize(int argc, char** argv) {
       .below(1);
   options.add("tokenizer", "bytes|PATH", "bytes, or a Hugging Face tokenizer.json (or a folder with one)", tokenizer_path);
   options.add("eos-token", "TOKEN", "token between documents (default: the tokenizer's eos_token)", end_of_document);
+  options.add("overwrite", "", "replace the shards (and other tokenizer files) that --out already holds", overwrite);
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().empty())
     throw Error("cli", "no input files for fpdt tokenize", "fpdt tokenize --out DIR FILE...");
@@ -162,8 +163,9 @@ int command_tokenize(int argc, char** argv) {
                 "drop --eos-token, or pass --tokenizer PATH");
   const train::Tokenizer tokenizer =
       tokenizer_path == "bytes" ? train::Tokenizer::bytes() : train::Tokenizer::load(tokenizer_path, end_of_document);
-  fs::create_directories(out);
-  const train::TokenizeSummary summary = train::tokenize_files(options.positional(), out, val_fraction, tokenizer);
+  create_folder(out, "tokenize", "output folder");
+  const train::TokenizeSummary summary =
+      train::tokenize_files(options.positional(), out, val_fraction, tokenizer, overwrite);
   std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d, separator '%s' = %d, tokenizer %s)\n",
               summary.train_path.c_str(), static_cast<unsigned long long>(summary.train_tokens),
               summary.val_path.c_str(), static_cast<unsigned long long>(summary.val_tokens),
@@ -200,15 +202,12 @@ int command_inspect(int argc, char** argv) {
                 "give a checkpoint folder, a .safetensors file or a token shard");
   if (fs::is_directory(status)) {
     const std::string folder = train::checkpoint_folder(path);
-    const model::ModelConfig config = model::load_hf_config(folder + "/config.json");
+    const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
     std::printf("checkpoint %s\n", folder.c_str());
-    const std::string state_path = folder + "/trainer_state.json";
-    if (fs::is_regular_file(state_path)) {
-      std::ifstream state_file(state_path);
-      std::stringstream text;
-      text << state_file.rdbuf();
-      std::printf("trainer state:\n%s", text.str().c_str());
-    }
+    const std::string state_path = path_in(folder, "trainer_state.json");
+    if (fs::exists(state_path))
+      std::printf("trainer state:\n%s",
+                  read_text_file(state_path, "cli", "the checkpoint's trainer state must be a file").c_str());
     std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
                 model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads,
                 config.kv_heads, config.vocab_size, static_cast<long long>(config.parameter_count()));

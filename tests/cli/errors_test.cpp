@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "fpdt/base/machine.h"
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt_program.h"
 
@@ -157,7 +158,7 @@ TEST(OptionErrors, ValuesThatMakeNoSense) {
       {"--warmup -5", {"[cli] --warmup must be ≥ 0, got '-5'"}},
       {"--min-lr -1", {"[cli] --min-lr must be ≥ 0, got '-1'"}},
       {"--min-lr 0.1 --lr 0.01", {"[train] --min-lr 0.1 is above --lr 0.01"}},
-      {"--threads -5", {"[cli] --threads must be ≥ 0 and ≤ 4096, got '-5'"}},
+      {"--threads -5", {"[cli] --threads must be ≥ 0 and ≤ " + std::to_string(machine_cores()) + ", got '-5'"}},
       {"--chunk-tokens -8", {"[cli] --chunk-tokens must be ≥ 0, got '-8'"}},
       {"--compute-mem 1e30TiB", {"[cli] --compute-mem must be at most 9223372036854775807 bytes, got '1e30TiB'"}},
       {"--steps 1e30", {"[cli] --steps must be at most 9223372036854775807, got '1e30'"}},

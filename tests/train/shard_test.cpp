@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +75,37 @@ TEST(Shard, RoundTripUint16) {
   std::vector<int32_t> tokens = random_tokens(rng, 1000, 65536);
   tokens.push_back(65535);
   expect_round_trip(dir.file("wide16.bin"), tokens, 65536, 2, rng);
+}
+
+// A split known only at the end of a stream (fpdt tokenize's val.bin): the last n tokens move to another
+// writer, and the two shards are the stream cut at n from the end, in both token widths.
+TEST(Shard, LastTokensMoveToAnotherWriter) {
+  TempDir dir;
+  Rng rng(fpdt::testing::fresh_seed());
+  for (const uint32_t vocab_size : {257u, 70000u}) {
+    SCOPED_TRACE(vocab_size);
+    // More than one staging block of tokens (1 MiB), so the move reads back in several blocks.
+    const std::vector<int32_t> tokens = random_tokens(rng, 300000 + rng.below(400000), vocab_size);
+    const uint64_t moved = rng.below(tokens.size() + 1);
+    const std::string head_path = dir.file("head.bin"), tail_path = dir.file("tail.bin");
+    {
+      ShardWriter head(head_path, vocab_size), tail(tail_path, vocab_size);
+      for (size_t begin = 0; begin < tokens.size();) {  // appended in pieces of any size
+        const size_t count = std::min<size_t>(tokens.size() - begin, 1 + rng.below(100000));
+        head.append(std::span<const int32_t>(tokens).subspan(begin, count));
+        begin += count;
+      }
+      head.move_last_tokens_to(tail, moved);
+      EXPECT_EQ(head.finish(), tokens.size() - moved);
+      EXPECT_EQ(tail.finish(), moved);
+    }
+    const ShardReader head(head_path), tail(tail_path);
+    std::vector<int32_t> all(tokens.size());
+    head.read(0, head.token_count(), all.data());
+    tail.read(0, tail.token_count(), all.data() + head.token_count());
+    EXPECT_EQ(all, tokens);
+    EXPECT_EQ(std::filesystem::file_size(head_path), kShardHeaderBytes + head.token_count() * head.token_width_bytes());
+  }
 }
 
 TEST(Shard, RoundTripUint32) {
@@ -266,7 +298,7 @@ TEST_F(ShardErrors, TokenCountWhoseSizeOverflowsIsTruncationNotWraparound) {
 TEST_F(ShardErrors, FifoIsRefusedWithoutWaitingForAWriter) {
   const std::string path = dir_.file("pipe.bin");
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  expect_contains(error_message([&] { ShardReader reader(path); }), {path, "is not a regular file"});
+  expect_contains(error_message([&] { ShardReader reader(path); }), {path, "is a pipe, not a regular file"});
 }
 
 TEST_F(ShardErrors, TokenOutsideTheVocabularyNamesItsOffset) {

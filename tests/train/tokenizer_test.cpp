@@ -206,7 +206,7 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
   expect_contains(error_message([] { Tokenizer::load(kFixtures + "/unigram"); }),
                   {"model type 'Unigram' is not supported"});
   expect_contains(error_message([] { Tokenizer::load(kFixtures); }), {"holds no tokenizer.json"});
-  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/none.json"); }), {"cannot read", "none.json"});
+  expect_contains(error_message([] { Tokenizer::load(kFixtures + "/none.json"); }), {"[tokenizer]", "cannot open", "none.json", "No such file"});
 
   // Edits of a good file, each refused naming what is wrong.
   const nlohmann::json good = nlohmann::json::parse(read_text_file(kFixtures + "/llama3/tokenizer.json"));
@@ -407,7 +407,7 @@ TEST(TokenizeFiles, InputErrorsNameTheFile) {
   write_text_file(dir.file("ok.txt"), "hello");
   const std::string missing = dir.file("missing.txt");
   expect_contains(error_message([&] { tokenize_files({dir.file("ok.txt"), missing}, dir.path(), 0.1, Tokenizer::bytes()); }),
-                  {"[tokenize]", "cannot read input", missing, "No such file"});
+                  {"[tokenize]", "cannot open input", missing, "No such file"});
   // Nothing was written when an input failed.
   EXPECT_FALSE(std::filesystem::exists(dir.file("train.bin")));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);

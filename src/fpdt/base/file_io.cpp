@@ -1,4 +1,4 @@
-// Atomic writes and checked reads (see file_io.h).
+// The checked open, atomic writes and checked reads (see file_io.h).
 #include "fpdt/base/file_io.h"
 
 #include <fcntl.h>
@@ -7,8 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
+#include <utility>
 
 #include "fpdt/base/error.h"
 
@@ -23,7 +23,67 @@ std::string directory_of(const std::string& path) {
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
+
+// What a non-regular file is, for "<path> is a pipe, not a regular file".
+const char* kind_name(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
 }  // namespace
+
+InputFile::InputFile(std::string path, const std::string& module, const std::string& what, const std::string& hint,
+                     InputKinds kinds)
+    : path_(std::move(path)) {
+  const std::string named = what.empty() ? path_ : what + " " + path_;
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) {
+    const int error_number = errno;
+    throw Error(module, "cannot open " + named + ": " + std::strerror(error_number),
+                error_number == EACCES ? "check the file's permissions" : hint);
+  }
+  struct stat info {};
+  std::string refusal;
+  if (::fstat(fd_, &info) != 0) refusal = "cannot stat " + named + ": " + os_error();
+  else if (S_ISDIR(info.st_mode)) refusal = named + " is a directory, not a file";
+  else if (S_ISFIFO(info.st_mode) && kinds == InputKinds::file_or_pipe) is_pipe_ = true;
+  else if (!S_ISREG(info.st_mode)) refusal = named + " is " + kind_name(info.st_mode) + ", not a regular file";
+  // A pipe is read as `cat` reads it: blocking, until its writers close it.
+  if (refusal.empty() && is_pipe_ && ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK) != 0)
+    refusal = "cannot read " + named + ": " + os_error();
+  if (!refusal.empty()) {
+    ::close(fd_);
+    throw Error(module, refusal, hint);
+  }
+  size_bytes_ = is_pipe_ ? 0 : static_cast<size_t>(info.st_size);
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+std::string path_in(const std::string& folder, const std::string& name) {
+  size_t end = folder.size();
+  while (end > 1 && folder[end - 1] == '/') --end;
+  if (end == 0) return name;
+  return folder.substr(0, end) + (folder[end - 1] == '/' ? "" : "/") + name;
+}
+
+void create_folder(const std::string& folder, const std::string& module, const std::string& what) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error)
+    throw Error(module, "cannot create " + what + " " + folder + ": " + error.message(),
+                error == std::errc::read_only_file_system ? "choose a folder on a writable file system"
+                : error == std::errc::not_a_directory || error == std::errc::file_exists
+                    ? "a file is in the way: choose another folder, or move the file"
+                    : "check the path and its permissions");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    const int error_number = errno;
+    throw Error(module, "cannot write into " + what + " " + folder + ": " + std::strerror(error_number),
+                error_number == EROFS ? "choose a folder on a writable file system" : "check its permissions");
+  }
+}
 
 void write_fully(int fd, const void* data, size_t bytes, const std::string& path, const std::string& module) {
   const char* cursor = static_cast<const char*>(data);
@@ -56,20 +116,24 @@ void read_fully_at(int fd, void* data, size_t bytes, size_t offset, const std::s
 }
 
 size_t file_size(const std::string& path, const std::string& module) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0)
-    throw Error(module, "cannot open " + path + ": " + os_error(), "check the path");
-  if (!S_ISREG(info.st_mode)) throw Error(module, path + " is not a regular file");
-  return static_cast<size_t>(info.st_size);
+  return InputFile(path, module, "", "check the path").size_bytes();
 }
 
 std::string read_text_file(const std::string& path, const std::string& module, const std::string& hint) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(module, "cannot open " + path + ": " + os_error(), hint);
-  std::stringstream text;
-  text << file.rdbuf();
-  if (file.bad()) throw Error(module, "cannot read " + path + ": " + os_error(), hint);
-  return text.str();
+  const InputFile file(path, module, "", hint);
+  // To the end, not to the size fstat gave: a file may grow while it is read.
+  std::string text(file.size_bytes(), '\0');
+  size_t have = 0;
+  while (true) {
+    if (have == text.size()) text.resize(text.size() + 4096);
+    const ssize_t got = ::read(file.fd(), text.data() + have, text.size() - have);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(module, "cannot read " + path + ": " + os_error(), hint);
+    if (got == 0) break;
+    have += static_cast<size_t>(got);
+  }
+  text.resize(have);
+  return text;
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_all,

@@ -99,7 +99,7 @@ class HostStorage final : public OffloadStorage {
     MemoryTiers::instance().reserve(Tier::offload, bytes, what, "raise --offload-mem");
     accounted_tier_ = Tier::offload;
     accounted_bytes_ = bytes;
-    std::string path = config_.directory + "/fpdt-offload-XXXXXX";
+    std::string path = path_in(config_.directory, "fpdt-offload-XXXXXX");
     fd_ = ::mkstemp(path.data());
     if (fd_ < 0)
       throw Error(kModule, "cannot create an offload file in " + config_.directory + ": " + std::strerror(errno),

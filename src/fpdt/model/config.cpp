@@ -5,6 +5,7 @@
 // fields at values that would change the model are named together in one clear error.
 #include "fpdt/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -363,11 +364,14 @@ class HfReader {
     throw Error(kModule, where_ + ": field '" + json::excerpt_text(name) + "' has the wrong type (" + excerpt(value) + ", expected " + want + ")");
   }
   [[noreturn]] void out_of_range(const std::string& name, const Json& value, int64_t min) const {
-    const bool too_small = !value.is_number_unsigned() && value.get<int64_t>() < min;
+    // nlohmann reads 0 and every other non-negative integer as unsigned: compare the value, not its kind.
+    const bool too_small = value.is_number_unsigned() ? value.get<uint64_t>() < static_cast<uint64_t>(std::max<int64_t>(min, 0))
+                                                      : value.get<int64_t>() < min;
     throw Error(kModule,
                 where_ + ": field '" + json::excerpt_text(name) + "' = " + excerpt(value) + " is outside [" + std::to_string(min) + ", " +
                     std::to_string(std::numeric_limits<int32_t>::max()) + "]",
-                too_small ? "" : "sizes beyond 2^31 - 1 are refused (the kernels index with 32-bit sizes)");
+                too_small ? "a size must be at least " + std::to_string(min)
+                          : "sizes beyond 2^31 - 1 are refused (the kernels index with 32-bit sizes)");
   }
   [[noreturn]] void bad_value(const std::string& name, const Json& value, const std::string& why,
                               const std::string& hint = "") const {
@@ -833,7 +837,8 @@ ModelConfig preset(const std::string& name) {
     if (config.name == name) return config;
   std::string known;
   for (const auto& known_name : preset_names()) known += (known.empty() ? "" : ", ") + known_name;
-  throw Error(kModule, "unknown model preset '" + name + "'", "use one of " + known + ", or a path to a config.json");
+  throw Error(kModule, "unknown model preset '" + name + "'",
+              "use one of " + known + ", or a Hugging Face model folder or config.json");
 }
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& where) {
@@ -960,7 +965,7 @@ std::optional<ConfigDifference> config_difference(const ModelConfig& saved, cons
 }
 
 std::string read_generation_config(const std::string& folder) {
-  const std::string path = folder + "/" + kGenerationConfigFile;
+  const std::string path = path_in(folder, kGenerationConfigFile);
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return "";
   std::string text = read_text_file(path, kModule, "remove it, or fix it: it holds generate()'s defaults");
@@ -1073,11 +1078,23 @@ std::string hf_field_table_markdown() {
 }
 
 ModelConfig resolve_model(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json")
-    return load_hf_config(name_or_path);
-  ModelConfig config = preset(name_or_path);
-  config.validate();
-  return config;
+  namespace fs = std::filesystem;
+  std::error_code error;  // a path that cannot be examined is read below, which says why
+  const std::vector<std::string> presets = preset_names();
+  const bool is_preset = std::find(presets.begin(), presets.end(), name_or_path) != presets.end();
+  const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json") ||
+                       fs::exists(name_or_path, error);
+  if (is_preset || !is_path) {
+    ModelConfig config = preset(name_or_path);  // throws for an unknown name, listing the presets
+    config.validate();
+    return config;
+  }
+  if (!fs::is_directory(name_or_path, error)) return load_hf_config(name_or_path);
+  const std::string config_path = path_in(name_or_path, "config.json");
+  if (!fs::exists(config_path, error))
+    throw Error(kModule, "folder " + name_or_path + " holds no config.json",
+                "give a Hugging Face model folder, a config.json, or a preset name");
+  return load_hf_config(config_path);
 }
 
 }  // namespace fpdt::model

@@ -149,7 +149,8 @@ std::string describe_window(const ModelConfig& config);
 // The field table as a Markdown table (docs/hf_config.md holds it; a test keeps the two equal).
 std::string hf_field_table_markdown();
 
-// A preset name, or a path to a config.json (anything ending in ".json").
+// What --model names: a preset (a word without '/' that is a preset's name), else a path: a Hugging
+// Face model folder (its config.json is read) or a config.json file. Every command reads --model here.
 ModelConfig resolve_model(const std::string& name_or_path);
 
 }  // namespace fpdt::model

@@ -5,12 +5,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 
 namespace fpdt::model {
 
 namespace {
 constexpr size_t kLogitsChunkBytes = 32u << 20;  // the LM head never holds more logits than this
+
+// Token rows of one LM-head pass over N tokens: as many as kLogitsChunkBytes of fp32 logits hold.
+int64_t head_tokens_for(int64_t vocab_size, int64_t N) {
+  return std::clamp<int64_t>(static_cast<int64_t>(kLogitsChunkBytes / (4 * vocab_size)), 1, N);
+}
 }  // namespace
 
 void check_batch(const ModelConfig& config, const Batch& batch) {
@@ -58,23 +64,54 @@ Transformer::Transformer(const ModelConfig& config, kernels::Backend& backend, u
   init_parameters(config_, layout_, params_, seed);
 }
 
+std::optional<size_t> Transformer::activation_bytes(const ModelConfig& config, int B, int64_t T) {
+  int64_t N = 0;
+  if (B <= 0 || T <= 0 || !checked_mul(N, int64_t{B}, T)) return std::nullopt;
+  const int64_t h = config.hidden, f = config.ffn_hidden, q = config.q_dim(), kv = config.kv_dim();
+  const int64_t V = config.vocab_size, L = config.layers;
+  const int64_t head_tokens = head_tokens_for(V, N);
+  size_t total = 0;
+  bool fits = true;
+  // `copies` buffers of rows × width floats, each 64-byte aligned.
+  const auto add = [&](int64_t copies, int64_t rows, int64_t width) {
+    size_t count = 0, bytes = 0, all = 0;
+    fits = fits && checked_mul(count, static_cast<size_t>(rows), static_cast<size_t>(width)) &&
+           checked_mul(bytes, count, sizeof(float)) && bytes <= SIZE_MAX - 63 &&
+           checked_mul(all, align_up(bytes), static_cast<size_t>(copies)) && checked_add(total, total, all);
+  };
+  const int64_t norms = 2 * L + 1;  // each layer's two, and the final one: (N, h) + mean and rstd (N)
+  add(L + 1, N, h);                 // residual stream
+  add(norms, N, h);
+  add(2 * norms, N, 1);
+  add(L, N, h);                     // x_mid
+  add(2 * L, N, q);                 // q, attn
+  add(2 * L, N, kv);                // k, v
+  add(L, int64_t{B} * config.heads, T);  // lse
+  add((config.family == Family::llama ? 3 : 2) * L, N, f);  // the MLP's
+  add(1, head_tokens, V);           // a chunk of logits
+  add(2, head_tokens, 1);
+  add(2, N, h);                     // backward scratch
+  add(2, N, q);
+  add(2, N, kv);
+  add(3, N, f);
+  if (!fits) return std::nullopt;
+  return total;
+}
+
 void Transformer::reserve(int B, int64_t T) {
   if (B == B_ && T == T_) return;
+  const std::optional<size_t> total = activation_bytes(config_, B, T);
+  if (!total)
+    throw Error("model", std::to_string(B) + " x " + std::to_string(T) + " tokens: the activations would take more bytes than 64-bit sizes count",
+                "lower the sequence length");
   const int64_t N = int64_t{B} * T;
   const int64_t h = config_.hidden, f = config_.ffn_hidden, q = config_.q_dim(), kv = config_.kv_dim();
   const int64_t V = config_.vocab_size, L = config_.layers;
-  const int64_t head_tokens = std::clamp<int64_t>(static_cast<int64_t>(kLogitsChunkBytes / (4 * V)), 1, N);
+  const int64_t head_tokens = head_tokens_for(V, N);
   const bool llama = config_.family == Family::llama;
 
-  const auto floats = [](int64_t count) { return align_up(static_cast<size_t>(count) * sizeof(float)); };
-  const size_t norm_bytes = floats(N * h) + 2 * floats(N);
-  const size_t per_layer = 2 * norm_bytes + floats(N * h) + 2 * floats(N * q) + 2 * floats(N * kv) +
-                           floats(int64_t{B} * config_.heads * T) + (llama ? 3 : 2) * floats(N * f);
-  const size_t total = (L + 1) * floats(N * h) + L * per_layer + norm_bytes + floats(head_tokens * V) +
-                       2 * floats(head_tokens) + 2 * floats(N * h) + 2 * floats(N * q) + 2 * floats(N * kv) +
-                       3 * floats(N * f);
   arena_ = Arena();  // release the old arena before taking a new one, so the peak does not double
-  arena_ = Arena(Tier::compute, total, "activations for " + std::to_string(B) + " x " + std::to_string(T) + " tokens");
+  arena_ = Arena(Tier::compute, *total, "activations for " + std::to_string(B) + " x " + std::to_string(T) + " tokens");
   B_ = B;
   T_ = T;
 

@@ -49,6 +49,8 @@ class Transformer {
   // Sizes the activation arena for B × T tokens (the only allocation of a training step). Called
   // implicitly by forward/forward_backward when the shape changes.
   void reserve(int B, int64_t T);
+  // The arena reserve(B, T) takes for `config`, in bytes; nullopt when it does not fit 64 bits.
+  static std::optional<size_t> activation_bytes(const ModelConfig& config, int B, int64_t T);
 
   // Forward and backward: gradients are ACCUMULATED into grads() (+=), scaled so that they are the
   // gradient of grad_scale · Σ losses (default: 1 / count, i.e. of this batch's mean loss).

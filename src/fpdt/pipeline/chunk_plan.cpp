@@ -2,6 +2,7 @@
 #include "fpdt/pipeline/chunk_plan.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "fpdt/base/error.h"
 
@@ -43,7 +44,13 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
     const int64_t rounded_sequence = (seq_tokens + ranks - 1) / ranks * ranks;
     plan.local_chunk_tokens = std::min(chunk_tokens, rounded_sequence) / ranks;
     const int64_t C = plan.local_chunk_tokens * ranks;
-    plan.chunks = static_cast<int>((seq_tokens + C - 1) / C);
+    const int64_t chunk_count = (seq_tokens + C - 1) / C;
+    if (chunk_count > std::numeric_limits<int>::max())
+      throw Error(kModule,
+                  std::to_string(seq_tokens) + " tokens in chunks of " + std::to_string(C) + " are " +
+                      std::to_string(chunk_count) + " chunks, more than 2^31 - 1",
+                  "raise --chunk-tokens or lower --seq");
+    plan.chunks = static_cast<int>(chunk_count);
   } else {
     plan.chunks = chunks;
     const int64_t per_rank_and_chunk = int64_t{ranks} * chunks;

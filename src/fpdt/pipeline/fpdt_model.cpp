@@ -119,7 +119,8 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
                                                   own<float>(Buf::pack), own<int32_t>(Buf::exchange_rows));
   copies_ = memory_.make_copy_queue();
   last_event_ = 0;
-  const size_t rows = static_cast<size_t>(shape.rows());
+  // A chunk's host staging rows; a dry run moves no data, so it lays out any length without them.
+  const size_t rows = dry ? 0 : static_cast<size_t>(shape.rows());
   host_tokens_.resize(rows);
   host_targets_.resize(rows);
   host_position_ids_.resize(rows);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/device_memory.h"
 
@@ -176,6 +177,27 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
 const char* array_name(Array array) {
   static const std::vector<ArraySpec> names = store_arrays(LayoutShape{});
   return names.at(static_cast<size_t>(array)).name;
+}
+
+bool layout_fits_64_bits(const LayoutShape& s) {
+  // Every element count of the table is at most B·C = P·B·c token rows times the widest row (the head
+  // rows' logits are bounded by kHeadLogitsBytes), each element at most 8 bytes; 2x more leaves the
+  // transfer-block rounding room.
+  int64_t rows = 0, bytes = 0;
+  const int64_t widest = std::max({s.h, s.f, s.q, s.kv, s.kv_heads_width(), s.P, int64_t{1}});
+  if (s.B < 0 || s.c < 0 || s.u < 0 || !checked_mul(rows, s.B, s.c) || !checked_mul(rows, rows, s.P) ||
+      !checked_mul(bytes, rows, widest) || !checked_mul(bytes, bytes, int64_t{16}))
+    return false;
+  int64_t total = 0;
+  for (const BufferSpec& buffer : chunk_buffers(s))
+    if (!checked_add(total, total, buffer.bytes(s))) return false;
+  for (const ArraySpec& array : store_arrays(s)) {
+    int64_t slots = 0, array_bytes = 0;
+    if (!checked_mul(slots, array.layers, s.u) || !checked_mul(array_bytes, array.slot_bytes(s), slots) ||
+        !checked_add(total, total, array_bytes))
+      return false;
+  }
+  return true;
 }
 
 size_t chunk_arena_bytes(const LayoutShape& shape) {

@@ -127,6 +127,11 @@ bool keep_mlp_activations(bool store_resident, bool recompute_layer);
 // Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
 int64_t head_rows(const LayoutShape& shape);
 
+// Whether every element count, byte size and sum of the table fits int64 (checked arithmetic): false
+// for a sequence so long that chunk_buffers, store_arrays and the sums below would overflow. Every
+// user of the table (fpdt plan, the trainer's dry run) asks this first.
+bool layout_fits_64_bits(const LayoutShape& shape);
+
 // Σ over the table: the arena (compute tier) and the store (offload tier, or compute under --offload
 // none), or one group of its arrays.
 size_t chunk_arena_bytes(const LayoutShape& shape);

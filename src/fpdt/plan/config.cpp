@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 
 namespace fpdt::plan {
@@ -187,12 +189,20 @@ PlanShape derive_shape(const PlanConfig& config) {
                       m.name, "'"}),
                 "use a shorter --seq, or --positions rope to plan rotary positions instead of the table");
 
+  int64_t batch_tokens = 0;
+  if (!checked_mul(batch_tokens, config.micro_batch, S))
+    throw Error(kModule, join({"--batch ", str(config.micro_batch), " x --seq ", str(S), " tokens do not fit 64-bit counts"}),
+                "lower --batch or --seq");
+  if (position_table_rows(config) > std::numeric_limits<int32_t>::max())
+    throw Error(kModule, join({"a learned position table of ", str(position_table_rows(config)), " rows (--seq) exceeds 2^31 - 1"}),
+                "lower --seq, or plan rotary positions (--positions rope)");
+
   PlanShape shape;
   shape.S = S;
   shape.B = config.micro_batch;
   shape.P = P;
   shape.W = config.dp * P;
-  shape.T = config.micro_batch * S / P;
+  shape.T = batch_tokens / P;
   shape.L = m.layers;
   shape.h = m.hidden;
   shape.f = m.ffn_hidden;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "fpdt/base/error.h"
 
@@ -15,6 +16,16 @@ constexpr double kFp32 = 4.0;
 
 double d(int64_t value) { return static_cast<double>(value); }
 
+// The refusal of a layout that cannot be laid out: too many chunks for an int, or, as `fpdt train
+// --dry-run` words it, more bytes than 64-bit sizes count.
+[[noreturn]] void throw_not_countable(const PlanConfig& config, const PlanShape& s) {
+  const std::string too_long = "--seq " + std::to_string(config.seq_tokens) + " is too long for '" + config.model.name + "': ";
+  if (s.u > std::numeric_limits<int>::max())
+    throw Error("plan", too_long + "chunks of " + std::to_string(s.C) + " tokens make " + std::to_string(s.u) + " chunks, more than 2^31 - 1",
+                "raise --chunk-tokens, or lower --seq");
+  throw Error("plan", too_long + "one step's buffers would take more bytes than 64-bit sizes count",
+              "lower --seq (fpdt plan --max-seq finds the longest sequence that fits)");
+}
 }  // namespace
 
 std::string phase_name(Phase phase) {
@@ -188,6 +199,10 @@ pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) 
                                                                config.recompute == Recompute::layer));
 }
 
+bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& s) {
+  return s.u <= std::numeric_limits<int>::max() && pipeline::layout_fits_64_bits(fpdt_layout(config, s));
+}
+
 // ---- assembly -------------------------------------------------------------------------------------------
 
 namespace {
@@ -306,6 +321,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
   }
 
   // fpdt, ours: one arena and one store, allocated once per sequence length (live all step).
+  if (!fpdt_layout_countable(config, s)) throw_not_countable(config, s);
   const pipeline::LayoutShape layout = fpdt_layout(config, s);
   auto store = [&](pipeline::StoreGroup group) {
     return d(static_cast<int64_t>(pipeline::store_bytes(layout, group)));

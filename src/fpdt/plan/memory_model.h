@@ -92,6 +92,9 @@ double reference_offload_forward_bytes(const PlanShape& shape);
 // components are live all step. A chunk holds the B sequences of a micro-batch together: the plan's
 // c = B·C/P token rows and T = B·S/P.
 pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& shape);
+// Whether that table can be laid out at all: its chunks counted in an int and every size in 64 bits
+// (pipeline::layout_fits_64_bits). memory_components refuses the fpdt mode where it cannot.
+bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& shape);
 
 // Every component `config.mode` keeps, with its tier and phase.
 std::vector<Component> memory_components(const PlanConfig& config, const PlanShape& shape);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fpdt/base/error.h"
+#include "fpdt/plan/memory_model.h"
 
 namespace fpdt::plan {
 
@@ -50,6 +51,12 @@ int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
   const PlanShape shape = derive_shape(probe);
   const int64_t chunk = smallest_chunk_at_least(shape.S, shape.P, min_hiding_chunk_tokens(config, shape, hardware));
   return chunk > 0 ? chunk : shape.S;
+}
+
+// Whether `config`'s memory (its chunk size set) can be counted in 64 bits: the pipeline's table of
+// fpdt mode is counted in integers (memory_model.cpp refuses what overflows); the other modes in doubles.
+bool countable(const PlanConfig& config) {
+  return config.mode != Mode::fpdt || fpdt_layout_countable(config, derive_shape(config));
 }
 
 }  // namespace
@@ -133,6 +140,11 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
   PlanResult last;
   auto fits = [&](int64_t k) {
     probe.seq_tokens = k * granule;
+    if (!countable(probe)) {
+      last = PlanResult{};
+      last.bound = "64-bit sizes";
+      return false;
+    }
     last = make_plan(probe, hardware);
     return last.fits;
   };

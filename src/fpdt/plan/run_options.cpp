@@ -1,6 +1,7 @@
 // The shared run options (see run_options.h).
 #include "fpdt/plan/run_options.h"
 
+#include "fpdt/base/machine.h"
 #include "fpdt/plan/config.h"
 
 namespace fpdt::plan::options {
@@ -13,7 +14,7 @@ std::vector<std::string> with(std::vector<std::string> words, const std::string&
 }  // namespace
 
 Option& model(OptionSet& set, std::string& field) {
-  return set.add("model", "NAME|config.json", "model preset or Hugging Face config.json", field);
+  return set.add("model", "NAME|PATH", "model preset, or a Hugging Face config.json or model folder", field);
 }
 
 Option& backend(OptionSet& set, std::string& field) {
@@ -83,8 +84,14 @@ Option& compute_mem(OptionSet& set, std::optional<int64_t>& field) {
       .unset_means("preset");
 }
 
+// More threads than the machine has cores only slow every kernel down (each parallel region waits for
+// its slowest thread; 1000 threads on 2 cores took minutes for a step of milliseconds): refused.
 Option& threads(OptionSet& set, int& field) {
-  return set.add("threads", "N", "threads for OpenMP and OpenBLAS", field).at_least(0).at_most(4096).zero_means("all cores");
+  const std::string cores = std::to_string(machine_cores());
+  return set.add("threads", "N", "threads for OpenMP and OpenBLAS, at most this machine's " + cores + " cores", field)
+      .at_least(0)
+      .at_most(machine_cores())
+      .zero_means("all cores");
 }
 
 void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling) {

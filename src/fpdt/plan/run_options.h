@@ -11,7 +11,7 @@
 
 namespace fpdt::plan::options {
 
-Option& model(OptionSet& set, std::string& field);     // --model NAME|config.json
+Option& model(OptionSet& set, std::string& field);     // --model NAME|PATH (a preset, config.json or model folder)
 Option& backend(OptionSet& set, std::string& field);   // --backend cpu|reference|cuda
 Option& seq(OptionSet& set, int64_t& field);           // --seq S (tokens: 131072, 128K, 2M)
 Option& sp(OptionSet& set, int& field);                // --sp P

@@ -1,9 +1,6 @@
 // safetensors reader and writer (see safetensors.h).
 #include "fpdt/tensor/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -129,34 +126,24 @@ SafetensorsHeader parse_safetensors_header(std::string_view header, size_t data_
   return parsed;
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  const size_t total_bytes = file_size(path, kModule);
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : path_(path), file_(path, kModule, "", "check the path; a safetensors file ends in .safetensors") {
+  const size_t total_bytes = file_.size_bytes();
   if (total_bytes < 8)
     throw Error(kModule, path + " is " + std::to_string(total_bytes) + " bytes, too short for a safetensors header",
                 "the file is truncated or not a safetensors file");
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(kModule, "cannot open " + path + ": " + std::strerror(errno));
-  try {
-    uint64_t header_bytes = 0;
-    read_fully_at(fd_, &header_bytes, 8, 0, path, kModule);
-    if (header_bytes > kMaxHeaderBytes || header_bytes + 8 > total_bytes)
-      throw Error(kModule, path + " declares a " + std::to_string(header_bytes) + "-byte header in a " +
-                               std::to_string(total_bytes) + "-byte file",
-                  "the file is truncated or not a safetensors file");
-    std::string header(header_bytes, '\0');
-    read_fully_at(fd_, header.data(), header_bytes, 8, path, kModule);
-    data_begin_bytes_ = 8 + header_bytes;
-    SafetensorsHeader parsed = parse_safetensors_header(header, total_bytes - data_begin_bytes_, path);
-    entries_ = std::move(parsed.entries);
-    metadata_ = std::move(parsed.metadata);
-  } catch (...) {
-    ::close(fd_);
-    throw;
-  }
-}
-
-SafetensorsReader::~SafetensorsReader() {
-  if (fd_ >= 0) ::close(fd_);
+  uint64_t header_bytes = 0;
+  read_fully_at(file_.fd(), &header_bytes, 8, 0, path, kModule);
+  if (header_bytes > kMaxHeaderBytes || header_bytes + 8 > total_bytes)
+    throw Error(kModule, path + " declares a " + std::to_string(header_bytes) + "-byte header in a " +
+                             std::to_string(total_bytes) + "-byte file",
+                "the file is truncated or not a safetensors file");
+  std::string header(header_bytes, '\0');
+  read_fully_at(file_.fd(), header.data(), header_bytes, 8, path, kModule);
+  data_begin_bytes_ = 8 + header_bytes;
+  SafetensorsHeader parsed = parse_safetensors_header(header, total_bytes - data_begin_bytes_, path);
+  entries_ = std::move(parsed.entries);
+  metadata_ = std::move(parsed.metadata);
 }
 
 const std::string& SafetensorsReader::metadata(const std::string& key) const {
@@ -179,7 +166,7 @@ const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const 
 }
 
 void SafetensorsReader::read_raw(const SafetensorsEntry& entry, void* dst) const {
-  read_fully_at(fd_, dst, entry.end_bytes - entry.begin_bytes, data_begin_bytes_ + entry.begin_bytes, path_,
+  read_fully_at(file_.fd(), dst, entry.end_bytes - entry.begin_bytes, data_begin_bytes_ + entry.begin_bytes, path_,
                 kModule);
 }
 
@@ -214,7 +201,7 @@ void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64
     throw Error(kModule, path_ + ": tensor '" + name + "' has " + std::to_string(numel) + " elements, not [" +
                              std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
                 "the file belongs to another model or partition");
-  read_fully_at(fd_, dst, static_cast<size_t>(count) * sizeof(float),
+  read_fully_at(file_.fd(), dst, static_cast<size_t>(count) * sizeof(float),
                 data_begin_bytes_ + stored.begin_bytes + static_cast<size_t>(begin) * sizeof(float), path_, kModule);
 }
 

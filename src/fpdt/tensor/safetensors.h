@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fpdt/base/file_io.h"
 #include "fpdt/tensor/tensor.h"
 
 namespace fpdt {
@@ -36,7 +37,6 @@ SafetensorsHeader parse_safetensors_header(std::string_view header, size_t data_
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
@@ -61,7 +61,7 @@ class SafetensorsReader {
  private:
   void read_raw(const SafetensorsEntry& entry, void* dst) const;
   std::string path_;
-  int fd_ = -1;
+  InputFile file_;
   size_t data_begin_bytes_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;  // from the parsed header
   std::map<std::string, std::string> metadata_;

@@ -88,7 +88,7 @@ std::vector<int64_t> passkey_lengths(const EvalSettings& s) {
 
 // The shard of the split, checked against the checkpoint's tokenizer.
 ShardReader open_split(const EvalSettings& s, const Tokenizer& tokenizer, const std::string& folder) {
-  const std::string path = s.data_dir + "/" + s.split + ".bin";
+  const std::string path = path_in(s.data_dir, s.split + ".bin");
   if (!std::filesystem::exists(path))
     throw Error(kModule, "no " + s.split + ".bin in " + s.data_dir,
                 "tokenize held-out text with the checkpoint's tokenizer: fpdt tokenize --tokenizer " + folder +
@@ -185,7 +185,7 @@ PasskeyPrompt make_passkey_prompt(const Tokenizer& tokenizer, int64_t length_tok
 
 EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   EvalSettings s = settings;
-  if (s.out_dir.empty()) s.out_dir = s.checkpoint + "/eval";
+  if (s.out_dir.empty()) s.out_dir = path_in(s.checkpoint, "eval");
   {
     EvalSettings copy = s;
     OptionSet bound(kModule, "");
@@ -202,7 +202,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   // The checkpoint, its tokenizer, the data it is evaluated on.
   EvalResult result;
   result.checkpoint = checkpoint_folder(s.checkpoint);
-  model::ModelConfig config = model::load_hf_config(result.checkpoint + "/config.json");
+  model::ModelConfig config = model::load_hf_config(path_in(result.checkpoint, "config.json"));
   model::override_rope(config, s.rope_theta, s.rope_scaling);
   result.positions = model::describe_rope(config);
   result.rope_parameters = model::rope_parameters_json(config);
@@ -227,6 +227,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.sequences = s.sequences > 0 ? s.sequences : whole;
   }
   result.seq_tokens = S;
+  // The results folder is made (and its writability checked) before the work, not after it.
+  if (!s.dry_run && world.rank() == 0) create_folder(s.out_dir, kModule, "results folder (--out)");
 
   // The model, laid out for forward passes only.
   set_threads(s.threads);
@@ -234,7 +236,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   auto backend = kernels::make_backend(s.backend);
   pipeline::PipelineConfig pipeline = make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, "none", s.out_dir);
   pipeline.forward_only = true;
-  if (pipeline.offload.kind == pipeline::OffloadKind::disk) std::filesystem::create_directories(pipeline.offload.directory);
+  if (pipeline.offload.kind == pipeline::OffloadKind::disk)
+    create_folder(pipeline.offload.directory, kModule, "offload folder");
   pipeline::FpdtModel model(config, *backend, world, pipeline);
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
   if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
@@ -364,10 +367,9 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
   if (world.rank() == 0) {
-    std::filesystem::create_directories(s.out_dir);
-    write_text_file_atomic(s.out_dir + "/loss_by_position.json", loss_json(result, s).dump(2) + "\n", kModule);
+    write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
     if (!result.passkey.empty())
-      write_text_file_atomic(s.out_dir + "/passkey.json", passkey_json(result, s).dump(2) + "\n", kModule);
+      write_text_file_atomic(path_in(s.out_dir, "passkey.json"), passkey_json(result, s).dump(2) + "\n", kModule);
   }
   return result;
 }
@@ -377,7 +379,7 @@ namespace {
 nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings& s) {
   nlohmann::ordered_json json;
   json["checkpoint"] = result.checkpoint;
-  json["data"] = s.data_dir + "/" + s.split + ".bin";
+  json["data"] = path_in(s.data_dir, s.split + ".bin");
   json["seq"] = result.seq_tokens;
   json["rope_parameters"] = nlohmann::ordered_json::parse(result.rope_parameters);
   json["rope_overridden"] = result.rope_overridden;

@@ -8,9 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "fpdt/base/error.h"
@@ -179,8 +180,8 @@ namespace {
 // The lines of `path` that log steps 1 .. keep_through_step, whole lines only; nullopt when they are
 // all the file holds (nothing to drop).
 std::optional<std::string> kept_lines(const std::string& path, int64_t keep_through_step) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::istringstream file(read_text_file(path, "train", "the run's metrics log must be a file"));
   std::string kept, line;
   bool dropped = false;
   while (std::getline(file, line)) {

@@ -3,10 +3,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/machine.h"
 
 namespace fpdt::train {
+
+namespace {
+
+// Each token runs the unchunked model over the whole window: its activations and T × V logits must fit
+// this machine's memory, or the context is refused before anything is allocated.
+void check_context_fits(const model::ModelConfig& config, int64_t T) {
+  const std::optional<size_t> activations = model::Transformer::activation_bytes(config, 1, T);
+  const long double bytes = activations ? static_cast<long double>(*activations) + static_cast<long double>(T) *
+                                                                                  (static_cast<long double>(config.vocab_size) + 1) * 4
+                                        : std::numeric_limits<long double>::infinity();
+  const size_t memory = machine_memory_bytes();
+  if (!activations || (memory > 0 && bytes > static_cast<long double>(memory)))
+    throw Error("sample",
+                "--context " + std::to_string(T) + " needs " +
+                    (activations ? format_bytes(static_cast<double>(bytes)) : std::string("more bytes than 64-bit sizes count")) +
+                    " for one forward of model '" + config.name + "' over the whole window (activations and " +
+                    std::to_string(T) + " x " + std::to_string(config.vocab_size) + " logits), more than this machine's " +
+                    format_bytes(static_cast<double>(memory)) + " of memory",
+                "lower --context: the window slides over the text, so a shorter one still generates any number of tokens");
+}
+
+}  // namespace
 
 std::vector<int32_t> generate(model::Transformer& model, const std::vector<int32_t>& prompt,
                               const SampleSettings& settings, Rng& rng) {
@@ -15,6 +40,7 @@ std::vector<int32_t> generate(model::Transformer& model, const std::vector<int32
              "context length and temperature must be positive", "");
   const int V = model.config().vocab_size;
   const int64_t T = settings.context_tokens;
+  check_context_fits(model.config(), T);
   std::vector<int32_t> tokens = prompt;
   std::vector<int32_t> window(static_cast<size_t>(T));
   std::vector<float> logits(static_cast<size_t>(T * V));

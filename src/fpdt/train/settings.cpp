@@ -1,12 +1,11 @@
 // Training settings and their options (see settings.h).
 #include "fpdt/train/settings.h"
 
-#include <unistd.h>
-
 #include <climits>
 #include <cstdio>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/machine.h"
 #include "fpdt/pipeline/model_states.h"
 #include "fpdt/plan/run_options.h"
 
@@ -25,7 +24,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 void check_batch_memory(const TrainSettings& s) {
   const long double bytes = static_cast<long double>(s.grad_accum + 1) * s.dp * s.batch_size * s.seq_tokens *
                             (2 * sizeof(int32_t));
-  const long double ram = static_cast<long double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  const long double ram = static_cast<long double>(machine_memory_bytes());
   if (ram > 0 && bytes > ram)
     throw Error(kModule,
                 "the token buffers of one step (--batch " + str(s.batch_size) + " x --seq " + str(s.seq_tokens) +

@@ -4,9 +4,9 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 
 namespace fpdt::train {
 
@@ -106,7 +107,7 @@ ShardWriter::ShardWriter(std::string path, uint32_t vocab_size, ShardTokenizer t
   FPDT_CHECK(!std::filesystem::path(path_).filename().empty(), kModule,
              "shard path " + in_quotes(path_) + " names a directory, not a file", "add a file name such as train.bin");
   temp_path_ = temp_path_for(path_);
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);  // read back by move_last_tokens_to
   if (fd_ < 0) {
     const int error_number = errno;
     const std::string directory = directory_of(path_);
@@ -160,6 +161,45 @@ void ShardWriter::append(std::span<const int32_t> tokens) {
   token_count_ += tokens.size();
 }
 
+void ShardWriter::move_last_tokens_to(ShardWriter& other, uint64_t tokens) {
+  FPDT_CHECK(fd_ >= 0, kModule, "move tokens out of shard " + in_quotes(path_) + " after finish() or a failed write", "");
+  FPDT_ASSERT(tokens <= token_count_ && other.vocab_size_ == vocab_size_);
+  flush_staging();
+  const uint64_t kept = token_count_ - tokens;
+  std::vector<unsigned char> raw(kStagingBytes);
+  std::vector<int32_t> decoded;
+  for (uint64_t at = kept; at < token_count_;) {
+    const uint64_t count = std::min<uint64_t>(token_count_ - at, kStagingBytes / token_width_bytes_);
+    const size_t bytes = static_cast<size_t>(count) * token_width_bytes_;
+    size_t got_bytes = 0;
+    while (got_bytes < bytes) {
+      const ssize_t got = ::pread(fd_, raw.data() + got_bytes, bytes - got_bytes,
+                                  static_cast<off_t>(kShardHeaderBytes + at * token_width_bytes_ + got_bytes));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        const int error_number = got < 0 ? errno : EIO;
+        abandon();
+        throw Error(kModule, "cannot read back shard " + in_quotes(path_) + ": " + os_error(error_number),
+                    "check the disk of " + directory_of(path_));
+      }
+      got_bytes += static_cast<size_t>(got);
+    }
+    decoded.resize(static_cast<size_t>(count));
+    for (size_t i = 0; i < decoded.size(); ++i)
+      decoded[i] = static_cast<int32_t>(token_width_bytes_ == 2 ? load_u16(raw.data() + 2 * i) : load_u32(raw.data() + 4 * i));
+    other.append(decoded);
+    at += count;
+  }
+  const off_t kept_bytes = static_cast<off_t>(kShardHeaderBytes + kept * token_width_bytes_);
+  if (::ftruncate(fd_, kept_bytes) != 0 || ::lseek(fd_, kept_bytes, SEEK_SET) != kept_bytes) {
+    const int error_number = errno;
+    abandon();
+    throw Error(kModule, "cannot write shard " + in_quotes(path_) + ": " + os_error(error_number),
+                "check the disk of " + directory_of(path_));
+  }
+  token_count_ = kept;
+}
+
 uint64_t ShardWriter::finish() {
   FPDT_CHECK(fd_ >= 0, kModule, "finish() on shard " + in_quotes(path_) + " after finish() or a failed write", "");
   flush_staging();
@@ -196,24 +236,11 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, uint3
 
 ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(path)) {
   const std::string name = in_quotes(path_);
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a file).
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int error_number = errno;
-    throw Error(kModule, "cannot open token shard " + name + ": " + os_error(error_number),
-                error_number == ENOENT ? "check the path; shards are written by `fpdt tokenize`"
-                                       : "check the file's permissions");
-  }
-  // Everything below closes fd before throwing; the mapping outlives it.
-  auto fail = [&](const std::string& what, const std::string& hint) {
-    ::close(fd);
-    throw Error(kModule, what, hint);
-  };
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) fail("cannot stat token shard " + name + ": " + os_error(errno), "");
-  if (S_ISDIR(info.st_mode)) fail("token shard " + name + " is a directory, not a file", "pass the .bin file inside it");
-  if (!S_ISREG(info.st_mode)) fail("token shard " + name + " is not a regular file", "pass a .bin file written by `fpdt tokenize`");
-  const size_t file_bytes = static_cast<size_t>(info.st_size);
+  // The mapping outlives the descriptor, which closes when `file` goes out of scope.
+  const InputFile file(path_, kModule, "token shard", "pass a .bin file written by `fpdt tokenize`");
+  const int fd = file.fd();
+  auto fail = [&](const std::string& what, const std::string& hint) { throw Error(kModule, what, hint); };
+  const size_t file_bytes = file.size_bytes();
   auto too_short = [&](size_t header_bytes) {
     fail("token shard " + name + " is " + std::to_string(file_bytes) + " bytes, shorter than the " +
              std::to_string(header_bytes) + "-byte shard header",
@@ -281,7 +308,6 @@ ShardReader::ShardReader(std::string path, ShardCheck check) : path_(std::move(p
 
   void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   if (map == MAP_FAILED) fail("cannot map token shard " + name + ": " + os_error(errno), "");
-  ::close(fd);
   map_ = static_cast<const unsigned char*>(map);
   map_bytes_ = file_bytes;
 

@@ -56,6 +56,9 @@ class ShardWriter {
 
   // Appends tokens; each must be in [0, vocab_size) (else fpdt::Error naming the token and index).
   void append(std::span<const int32_t> tokens);
+  // Moves the last `tokens` tokens appended here to the end of `other` (a writer of the same
+  // vocabulary): a stream split whose point is known only at its end (fpdt tokenize's val.bin).
+  void move_last_tokens_to(ShardWriter& other, uint64_t tokens);
   // Writes the header, fsyncs and renames into place. Returns the number of tokens written.
   uint64_t finish();
 

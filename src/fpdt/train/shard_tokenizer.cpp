@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 
 namespace fpdt::train {
 
@@ -43,7 +44,7 @@ Tokenizer shards_tokenizer(const std::string& module, const std::string& data_di
                     fingerprint_string(train_shard.tokenizer().fingerprint) + ", " +
                     fingerprint_string(val_shard->tokenizer().fingerprint) + ")",
                 "re-create both with one `fpdt tokenize` run");
-  const std::string file = data_dir + "/" + kTokenizerFile;
+  const std::string file = path_in(data_dir, kTokenizerFile);
   const bool has_file = std::filesystem::exists(file);
   Tokenizer tokenizer = has_file ? Tokenizer::load(data_dir) : Tokenizer::bytes();
   const uint64_t recorded = train_shard.tokenizer().fingerprint;

@@ -1,7 +1,6 @@
 // FASTA parsing and the streaming `tokenize_files` (inputs → train/val shards + the tokenizer's files).
 // Inputs are read in blocks; a document (a text file, a FASTA record) is encoded whole, as the library
 // would encode it, and its tokens stream out, so memory is the largest document plus the blocks.
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <utility>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/train/shard.h"
 #include "fpdt/train/text/unicode.h"
 #include "fpdt/train/tokenizer.h"
@@ -70,18 +70,11 @@ void for_each_document(const std::vector<std::string>& input_paths,
   std::vector<char> block(kReadBlockBytes);
   std::string text;
   for (const std::string& path : input_paths) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int error_number = errno;
-      throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
-                  error_number == ENOENT ? "check the path" : "check the file's permissions");
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
-      ::close(fd);
-      throw Error(kTokenizeModule, "input " + in_quotes(path) + " is a directory, not a file",
-                  "pass the files inside it");
-    }
+    // A pipe (`<(zcat x.gz)`) is taken too: every input is read once, front to back.
+    const InputFile input(path, kTokenizeModule, "input",
+                          "check the path; inputs are text or FASTA files, or pipes such as <(zcat FILE.gz)",
+                          InputKinds::file_or_pipe);
+    const int fd = input.fd();
     bool first_block = true;
     bool fasta = has_fasta_extension(path);
     FastaParser parser([&](const std::string& record) { on_document(record, path); });
@@ -91,7 +84,6 @@ void for_each_document(const std::vector<std::string>& input_paths,
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) {
         const int error_number = errno;
-        ::close(fd);
         throw Error(kTokenizeModule, "cannot read input " + in_quotes(path) + ": " + std::strerror(error_number),
                     "check the file and the device it is on");
       }
@@ -99,17 +91,14 @@ void for_each_document(const std::vector<std::string>& input_paths,
       const std::string_view data(block.data(), static_cast<size_t>(got));
       if (first_block) {
         first_block = false;
-        if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b) {
-          ::close(fd);
+        if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b)
           throw Error(kTokenizeModule, "input " + in_quotes(path) + " is gzip-compressed; only plain text and FASTA are read",
-                      "decompress it first (gunzip -k " + path + ")");
-        }
+                      "decompress it first (gunzip -k " + path + "), or pass it through a pipe: <(zcat " + path + ")");
         if (data[0] == '>') fasta = true;
       }
       if (fasta) parser.feed(data);
       else text.append(data);
     }
-    ::close(fd);
     if (fasta) parser.finish();
     else if (!text.empty()) on_document(text, path);
   }
@@ -157,6 +146,24 @@ void check_output_directory(const std::string& directory) {
   }
 }
 
+// Throws when `directory` holds shards, or tokenizer files other than `tokenizer`'s, that a run would
+// replace, unless `overwrite`.
+void check_nothing_replaced(const std::string& directory, const Tokenizer& tokenizer, bool overwrite) {
+  if (overwrite) return;
+  std::string replaced;
+  const auto add = [&](const char* name) { replaced.append(replaced.empty() ? "" : ", ").append(name); };
+  for (const char* shard : {"train.bin", "val.bin"})
+    if (std::filesystem::exists(path_in(directory, shard))) add(shard);
+  for (const auto& [name, text] : {std::pair{kTokenizerFile, &tokenizer.tokenizer_json()},
+                                   std::pair{kTokenizerConfigFile, &tokenizer.config_json()}}) {
+    const std::string path = path_in(directory, name);
+    if (std::filesystem::exists(path) && read_text_file(path, kTokenizeModule, "") != *text) add(name);
+  }
+  if (!replaced.empty())
+    throw Error(kTokenizeModule, "output directory " + in_quotes(directory) + " already holds " + replaced,
+                "add --overwrite to replace them, or choose another --out");
+}
+
 }  // namespace
 
 std::vector<std::string> fasta_records(std::string_view text) {
@@ -184,44 +191,31 @@ bool has_fasta_extension(std::string_view path) {
 }
 
 TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
-                               double val_fraction, const Tokenizer& tokenizer) {
+                               double val_fraction, const Tokenizer& tokenizer, bool overwrite) {
   FPDT_CHECK(!input_paths.empty(), kTokenizeModule, "no input files to tokenize", "pass one or more text or FASTA files");
   FPDT_CHECK(std::isfinite(val_fraction) && val_fraction >= 0.0 && val_fraction < 1.0, kTokenizeModule,
              "validation fraction " + std::to_string(val_fraction) + " is outside [0, 1)",
              "e.g. 0.01 keeps the last 1% of tokens for validation");
   check_output_directory(output_dir);
-
-  // Pass 1: count, so the split point is known before anything is written.
-  uint64_t total_tokens = 0;
-  stream_tokens(input_paths, tokenizer, [&](std::span<const int32_t> tokens) { total_tokens += tokens.size(); });
-  FPDT_CHECK(total_tokens > 0, kTokenizeModule, "the inputs hold no tokens (empty files or FASTA without sequence)",
-             "pass files with text or sequence in them");
+  check_nothing_replaced(output_dir, tokenizer, overwrite);
 
   TokenizeSummary summary;
   summary.vocab_size = tokenizer.vocab_size();
-  summary.val_tokens = static_cast<uint64_t>(std::floor(static_cast<double>(total_tokens) * val_fraction));
-  if (summary.val_tokens >= total_tokens) summary.val_tokens = total_tokens - 1;  // rounding guard
-  summary.train_tokens = total_tokens - summary.val_tokens;
-  summary.train_path = (std::filesystem::path(output_dir) / "train.bin").string();
-  summary.val_path = (std::filesystem::path(output_dir) / "val.bin").string();
-
-  // Pass 2: the first train_tokens go to train.bin, the rest to val.bin.
+  summary.train_path = path_in(output_dir, "train.bin");
+  summary.val_path = path_in(output_dir, "val.bin");
+  // One pass (an input may be a pipe): every token goes to train.bin's temp file; once the count is
+  // known, the last floor(val_fraction · tokens) move to val.bin.
   const ShardTokenizer identity{tokenizer.fingerprint(), static_cast<uint32_t>(tokenizer.end_of_document_id())};
   ShardWriter train(summary.train_path, static_cast<uint32_t>(summary.vocab_size), identity);
   ShardWriter val(summary.val_path, static_cast<uint32_t>(summary.vocab_size), identity);
-  uint64_t seen_tokens = 0;
-  summary.documents = stream_tokens(input_paths, tokenizer, [&](std::span<const int32_t> tokens) {
-    const uint64_t to_train = seen_tokens < summary.train_tokens
-                                  ? std::min<uint64_t>(tokens.size(), summary.train_tokens - seen_tokens)
-                                  : 0;
-    train.append(tokens.first(to_train));
-    val.append(tokens.subspan(to_train));
-    seen_tokens += tokens.size();
-  });
-  FPDT_CHECK(seen_tokens == total_tokens, kTokenizeModule,
-             "the inputs changed while they were tokenized (" + std::to_string(total_tokens) + " tokens, then " +
-                 std::to_string(seen_tokens) + ")",
-             "do not modify the input files during `fpdt tokenize`");
+  summary.documents = stream_tokens(input_paths, tokenizer, [&](std::span<const int32_t> tokens) { train.append(tokens); });
+  const uint64_t total_tokens = train.token_count();
+  FPDT_CHECK(total_tokens > 0, kTokenizeModule, "the inputs hold no tokens (empty files or FASTA without sequence)",
+             "pass files with text or sequence in them");
+  summary.val_tokens = static_cast<uint64_t>(std::floor(static_cast<double>(total_tokens) * val_fraction));
+  if (summary.val_tokens >= total_tokens) summary.val_tokens = total_tokens - 1;  // rounding guard
+  summary.train_tokens = total_tokens - summary.val_tokens;
+  train.move_last_tokens_to(val, summary.val_tokens);
   train.finish();
   val.finish();
   tokenizer.save(output_dir);

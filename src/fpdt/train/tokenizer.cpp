@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 
@@ -68,16 +66,6 @@ uint64_t fnv1a(std::string_view text) {
     hash *= 0x100000001b3ull;
   }
   return hash;
-}
-
-std::string read_file_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw Error(kModule, "cannot read " + path,
-                fs::exists(path) ? "check the file's permissions" : "check the path; a tokenizer folder holds tokenizer.json");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 // Deepest nesting of arrays/objects in a JSON text (strings skipped), so a hostile file cannot
@@ -700,7 +688,9 @@ Tokenizer Tokenizer::load(const std::string& path, const std::string& end_of_doc
     throw Error(kModule, "folder " + path + " holds no " + kTokenizerFile,
                 "pass a tokenizer.json or a folder with one (a Hugging Face model folder)");
   const fs::path config = file.parent_path() / kTokenizerConfigFile;
-  return from_json(read_file_text(file.string()), fs::exists(config) ? read_file_text(config.string()) : "",
+  const std::string hint = "check the path; a tokenizer folder holds tokenizer.json";
+  return from_json(read_text_file(file.string(), kModule, hint),
+                   fs::exists(config) ? read_text_file(config.string(), kModule, hint) : "",
                    end_of_document, file.string());
 }
 

@@ -115,11 +115,13 @@ struct TokenizeSummary {
 // <output_dir>/train.bin and its last floor(val_fraction · tokens) tokens to val.bin; the shards record
 // the tokenizer's fingerprint, and its tokenizer.json and tokenizer_config.json are written beside
 // them. An input is FASTA when has_fasta_extension() or its first byte is '>' (each record a
-// document), else text (one document per file). Documents are separated by the tokenizer's
-// end-of-document token. Memory: the largest document plus a few MiB. Throws fpdt::Error for an
-// unreadable or compressed input, text that the tokenizer cannot take (not UTF-8), an output
-// directory that is missing or not writable, val_fraction outside [0, 1), or inputs without any token.
+// document), else text (one document per file); it may be a pipe, read once. Documents are separated
+// by the tokenizer's end-of-document token. Memory: the largest document plus a few MiB. Throws
+// fpdt::Error for an unreadable, compressed or non-file input (a device), text that the tokenizer
+// cannot take (not UTF-8), an output directory that is missing or not writable, or that already holds
+// shards or other tokenizer files (unless `overwrite`), val_fraction outside [0, 1), or inputs without
+// any token; nothing in output_dir changes then.
 TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
-                               double val_fraction, const Tokenizer& tokenizer);
+                               double val_fraction, const Tokenizer& tokenizer, bool overwrite = false);
 
 }  // namespace fpdt::train

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/kernels/cpu/blas_core.h"
@@ -166,9 +167,9 @@ const char* state_kind(pipeline::StateBuf buffer) {
 // With the RoPE overrides of a context extension. A resumed run's model must be its checkpoint's: that
 // is checked here, before anything is laid out (the error names the first field that differs).
 model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoint) {
-  std::string path = s.init_from.empty() ? "" : s.init_from + "/config.json";
+  std::string path = s.init_from.empty() ? "" : path_in(s.init_from, "config.json");
   if (!checkpoint.empty() && s.model.empty()) {
-    path = checkpoint + "/config.json";
+    path = path_in(checkpoint, "config.json");
     log::info("model: " + path + " (the run's own)");
   }
   model::ModelConfig config =
@@ -182,7 +183,7 @@ model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoi
 // (the one rule of shard_tokenizer.h). A folder without a tokenizer.json is the byte tokenizer's when
 // its vocabulary is (checkpoint_tokenizer); else nothing shows what its ids mean.
 void check_init_tokenizer(const std::string& folder, const model::ModelConfig& config, const ShardReader& shard) {
-  if (!std::filesystem::exists(folder + "/" + kTokenizerFile) && config.vocab_size != Tokenizer::bytes().vocab_size())
+  if (!std::filesystem::exists(path_in(folder, kTokenizerFile)) && config.vocab_size != Tokenizer::bytes().vocab_size())
     throw Error(kModule,
                 folder + " holds no " + kTokenizerFile + ", so nothing says that its model (vocabulary " +
                     str(config.vocab_size) + ") was trained with the tokenizer of " + shard.path() + " (" +
@@ -274,17 +275,17 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
-  if (world_.rank() == 0) metrics_log_ = MetricsLog(s.out_dir + "/metrics.jsonl", step_);
+  if (world_.rank() == 0) metrics_log_ = MetricsLog(path_in(s.out_dir, "metrics.jsonl"), step_);
   flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);  // whole rows
   first_step_ = step_ + 1;
 }
 
 void Trainer::open_data() {
   const TrainSettings& s = settings_;
-  const std::string train_path = s.data_dir + "/train.bin";
+  const std::string train_path = path_in(s.data_dir, "train.bin");
   ShardReader train_shard(train_path);
   std::optional<ShardReader> val_shard;  // none without validation
-  if (s.eval_batches > 0) val_shard.emplace(s.data_dir + "/val.bin");
+  if (s.eval_batches > 0) val_shard.emplace(path_in(s.data_dir, "val.bin"));
   tokenizer_ = std::make_unique<Tokenizer>(
       shards_tokenizer(kModule, s.data_dir, train_shard, val_shard ? &*val_shard : nullptr));
   if (!s.init_from.empty()) check_init_tokenizer(s.init_from, config_, train_shard);
