@@ -103,7 +103,8 @@ if compgen -G "$CARRY/*.deb" >/dev/null; then
         dpkg -x "$deb" "$deps"
       else
         data=$(ar t "$deb" | grep "^data\.tar")
-        ar p "$deb" "$data" | tar -x -C "$deps" -f -
+        case $data in *.xz) z=-J ;; *.zst) z=--zstd ;; *.gz) z=-z ;; *) z= ;; esac
+        ar p "$deb" "$data" | tar -x $z -C "$deps" -f -
       fi
       echo "unpacked $(basename "$deb")"
     done'
@@ -144,6 +145,9 @@ if stage configure "${GPU_CHECK_CONFIGURE_S:-180}" "$OUT/configure.log" cmake -S
     stage sanitizer 90 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 3 \
       "$BUILD/kernels_backend_ops_cuda_test" --gtest_filter='*cuda_attention*' ||
       summary[-1]="${summary[-1]}   (not fatal)"
+  else
+    summary+=("$(printf '%-12s SKIPPED  (%s)' sanitizer \
+      "$([ "$SANITIZER" = 1 ] && echo "no compute-sanitizer on PATH" || echo GPU_CHECK_SANITIZER=0)")")
   fi
   # 5. The benchmark (bench/bench_cuda.cpp): JSON lines.
   stage bench 90 "$OUT/bench.log" "$BUILD/bench/bench_cuda" --gemm 8192 --chunk 4096 --heads 16 --head-dim 128 \

@@ -1,8 +1,9 @@
 // The communicator: one rank's view of a group of P ranks, and the collectives FPDT needs
 // (Ulysses all-to-all, gradient all-reduce, gathers for metrics). Backends: local (P = 1), threads
-// (P ranks in one process, for tests; threads.h), MPI (mpi/), NCCL over device buffers (nccl/). It does not know tensors,
-// layouts or chunks: it moves bytes and sums floats. Collectives are called by every rank of the
-// group in the same order with agreeing sizes; a failed rank ends the job, never hangs it.
+// (P ranks in one process, for tests; threads.h), MPI (mpi/), NCCL over device buffers (nccl/). It
+// does not know tensors, layouts or chunks: it moves bytes and sums floats. Collectives are called
+// by every rank of the group in the same order with agreeing sizes; a failed rank ends the job,
+// never hangs it.
 #pragma once
 
 #include <atomic>
