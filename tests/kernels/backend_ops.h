@@ -157,7 +157,7 @@ inline std::string shape_text(std::initializer_list<std::pair<const char*, int64
 inline void check_embedding(OpCheck& t) {
   // A gather copies values: exact. `+=` adds one fp32 rounding per element (6e-8 of the sum, so up
   // to a few 1e-7 of an increment several times smaller than the initial content), and the backward
-  // sums the rows of repeated ids in fp32 (on cuda by atomics, in any order): a few ulps of each sum.
+  // sums the rows of repeated ids in fp32 (cpu in its own order): a few ulps of each sum.
   // 1e-5 bounds both with a wide margin and catches any wrong row (an error of O(1)).
   constexpr double kTolerance = 1e-5;
   struct Shape {
@@ -191,6 +191,13 @@ inline void check_embedding(OpCheck& t) {
     auto want = to_double(dtable_initial);
     reference::embedding_backward(want.data(), to_double(dout).data(), ids.data(), s.N, s.h);
     expect_close_increment("embedding_backward dtable" + tag, dtable->host(), dtable_initial, want, kTolerance);
+    if (t.backend.name() == "cuda") {
+      // cuda adds each row's tokens in token order, as the reference does: bitwise its fp32 sums
+      // (ulysses.cpp and the gradient norm rely on a reproducible embedding gradient).
+      std::vector<float> want_fp32 = dtable_initial;
+      reference::embedding_backward(want_fp32.data(), dout.data(), ids.data(), s.N, s.h);
+      EXPECT_EQ(dtable->host(), want_fp32) << "embedding_backward" << tag << ": not the reference's fp32 order";
+    }
   }
 }
 
@@ -337,6 +344,29 @@ inline void check_linear(OpCheck& t) {
       expect_increment_or_untouched(with_dbias, what + " dbias" + tag, dbias->host(), dbias_initial, dbias_want,
                                     kTolerance);
     }
+  }
+  // Empty inner dimensions (cuda: cuBLASLt refuses k = 0, so such a GEMM must never reach it, not even
+  // its heuristic). Forward over I = 0 inputs: out = bias exactly. Backward over N = 0 tokens (a rank
+  // or chunk with none): dw and dbias keep their bits.
+  {
+    const int64_t N = 5;
+    const int O = 3;
+    const auto bias = random_normal<float>(t.rng, O);
+    const auto out = t.place(random_normal<float>(t.rng, N * O));
+    const std::vector<float> none;
+    const auto none_placed = t.place(none), bias_placed = t.place(bias);
+    t.backend.linear_forward(out->get(), none_placed->get(), none_placed->get(), bias_placed->get(), N, 0, O, false);
+    std::vector<float> want(N * O);
+    for (int64_t i = 0; i < N * O; ++i) want[i] = bias[i % O];
+    EXPECT_EQ(out->host(), want) << "linear_forward [N=5 I=0 O=3]: out = bias";
+    const int I = 24;
+    const auto w = t.place(random_normal<float>(t.rng, int64_t{O} * I));
+    const auto dw_initial = random_normal<float>(t.rng, int64_t{O} * I), dbias_initial = random_normal<float>(t.rng, O);
+    const auto dw = t.place(dw_initial), dbias = t.place(dbias_initial);
+    t.backend.linear_backward(none_placed->get(), dw->get(), dbias->get(), none_placed->get(), none_placed->get(),
+                              w->get(), 0, I, O, false);
+    EXPECT_EQ(dw->host(), dw_initial) << "linear_backward [N=0]: dw changed";
+    EXPECT_EQ(dbias->host(), dbias_initial) << "linear_backward [N=0]: dbias changed";
   }
 }
 
@@ -762,6 +792,11 @@ inline void check_elementwise(OpCheck& t) {
       const int64_t blocks = (n + block - 1) / block;
       std::vector<double> got(static_cast<size_t>(blocks));
       t.backend.sum_squares(got.data(), x_placed->get(), n, block);
+      // The gradient norm is promised bitwise reproducible (pipeline/model_states.h): a second call sums
+      // in the same order (cuda: no atomics).
+      std::vector<double> again(got.size());
+      t.backend.sum_squares(again.data(), x_placed->get(), n, block);
+      EXPECT_EQ(again, got) << "sum_squares is not reproducible" << tag << " block " << block;
       const auto x_double = to_double(x);
       double worst = 0.0;
       for (int64_t b = 0; b < blocks; ++b) {

@@ -69,6 +69,32 @@ void set_deadline_seconds(double seconds) {
 
 double heartbeat_seconds() { return std::min(1.0, deadline_seconds() / 10); }
 
+std::shared_ptr<void> Communicator::scratch(size_t bytes) {
+  return std::shared_ptr<void>(::operator new(std::max<size_t>(bytes, 1)),
+                               [](void* memory) { ::operator delete(memory); });
+}
+
+namespace {
+
+template <typename T>
+void sum_blocks_on_host(T* dst, const T* blocks, size_t ranks, size_t n, bool add) {
+  for (size_t i = 0; i < n; ++i) {
+    T sum = blocks[i];
+    for (size_t j = 1; j < ranks; ++j) sum += blocks[j * n + i];
+    dst[i] = add ? dst[i] + sum : sum;
+  }
+}
+
+}  // namespace
+
+void Communicator::sum_blocks(float* dst, const float* blocks, size_t ranks, size_t n, bool add) {
+  sum_blocks_on_host(dst, blocks, ranks, n, add);
+}
+void Communicator::sum_blocks(double* dst, const double* blocks, size_t ranks, size_t n, bool add) {
+  sum_blocks_on_host(dst, blocks, ranks, n, add);
+}
+void Communicator::copy_bytes(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
 void Communicator::exchange_equal_bytes(const void* send, void* recv, size_t block_bytes) {
   const size_t ranks = static_cast<size_t>(size());
   std::vector<size_t> counts(ranks, block_bytes), displs(ranks);
@@ -124,8 +150,9 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
   FPDT_CHECK(data != nullptr, "comm", "all_reduce_sum: null buffer", "");
   const size_t piece_max = std::max<size_t>(1, limits().reduce_piece_bytes / sizeof(T));
   const size_t segment_max = (std::min(count, piece_max) + ranks - 1) / ranks;
-  std::vector<T> received(ranks * segment_max);  // (P, segment)
-  std::vector<T> summed(segment_max);            // (segment)
+  const std::shared_ptr<void> memory = scratch((ranks + 1) * segment_max * sizeof(T));
+  T* received = static_cast<T*>(memory.get());  // (P, segment)
+  T* summed = received + ranks * segment_max;   // (segment)
   Exchange exchange(ranks);
   size_t* send_counts = exchange.send_counts;
   size_t* send_displs = exchange.send_displs;
@@ -147,14 +174,9 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
       recv_displs[j] = j * my_len * sizeof(T);
       if (j != me) sent += send_counts[j];
     }
-    exchange_bytes(piece, send_counts, send_displs, received.data(), recv_counts, recv_displs);
+    exchange_bytes(piece, send_counts, send_displs, received, recv_counts, recv_displs);
     add_bytes_sent(sent);
-
-    std::memcpy(summed.data(), received.data(), my_len * sizeof(T));
-    for (size_t j = 1; j < ranks; ++j) {
-      const T* from_j = received.data() + j * my_len;
-      for (size_t i = 0; i < my_len; ++i) summed[i] += from_j[i];
-    }
+    sum_blocks(summed, received, ranks, my_len, false);
 
     for (size_t j = 0; j < ranks; ++j) {
       send_counts[j] = my_len * sizeof(T);
@@ -162,7 +184,7 @@ void Communicator::all_reduce_sum_impl(T* data, size_t count) {
       recv_counts[j] = (segment_begin(j + 1) - segment_begin(j)) * sizeof(T);
       recv_displs[j] = segment_begin(j) * sizeof(T);
     }
-    exchange_bytes(summed.data(), send_counts, send_displs, piece, recv_counts, recv_displs);
+    exchange_bytes(summed, send_counts, send_displs, piece, recv_counts, recv_displs);
     add_bytes_sent((ranks - 1) * my_len * sizeof(T));
   }
 }
@@ -185,7 +207,8 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, const size
              "comm", "reduce_scatter_sum: adding into this rank's own block of send", "reduce into another buffer");
   const size_t longest = *std::max_element(counts, counts + ranks);
   const size_t piece = std::max<size_t>(1, limits().reduce_piece_bytes / sizeof(float) / ranks);
-  std::vector<float> received(ranks * std::min(piece, counts[me]));  // (P, piece)
+  const std::shared_ptr<void> memory = scratch(ranks * std::min(piece, counts[me]) * sizeof(float));
+  float* received = static_cast<float*>(memory.get());  // (P, piece)
   Exchange x(ranks);
   uint64_t sent = 0;
   for (size_t done = 0; done < longest; done += piece) {
@@ -197,19 +220,8 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, const size
       x.recv_displs[j] = j * mine * sizeof(float);
       if (j != me) sent += x.send_counts[j];
     }
-    exchange_bytes(send, x.send_counts, x.send_displs, received.data(), x.recv_counts, x.recv_displs);
-    if (mine == 0) continue;
-    float* sum = received.data();  // rank 0's piece, then + rank 1's, ...
-    for (size_t j = 1; j < ranks; ++j) {
-      const float* from_j = received.data() + j * mine;
-      for (size_t i = 0; i < mine; ++i) sum[i] += from_j[i];
-    }
-    float* out = recv + done;
-    if (add) {
-      for (size_t i = 0; i < mine; ++i) out[i] += sum[i];
-    } else {
-      std::memcpy(out, sum, mine * sizeof(float));
-    }
+    exchange_bytes(send, x.send_counts, x.send_displs, received, x.recv_counts, x.recv_displs);
+    if (mine > 0) sum_blocks(recv + done, received, ranks, mine, add);
   }
   add_bytes_sent(sent);
 }
@@ -232,7 +244,7 @@ void Communicator::all_gather_v(const void* send, void* recv, const size_t* coun
              "all_gather_v: null buffer", "");
   exchange_bytes(send, x.send_counts, x.send_displs, recv, x.recv_counts, x.recv_displs);
   char* own = static_cast<char*>(recv) + x.recv_displs[me];
-  if (counts[me] > 0 && own != send) std::memcpy(own, send, counts[me]);
+  if (counts[me] > 0 && own != send) copy_bytes(own, send, counts[me]);
   add_bytes_sent(static_cast<uint64_t>(ranks - 1) * counts[me]);
 }
 

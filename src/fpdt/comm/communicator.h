@@ -1,8 +1,9 @@
 // The communicator: one rank's view of a group of P ranks, and the collectives FPDT needs
-// (Ulysses all-to-all, gradient all-reduce, gathers for metrics). Backends: local (P = 1),
-// threads (P ranks in one process, for tests; threads.h), MPI (mpi/). It does not know tensors,
-// layouts or chunks: it moves bytes and sums floats. Collectives are called by every rank of the
-// group in the same order with agreeing sizes; a failed rank ends the job, never hangs it.
+// (Ulysses all-to-all, gradient all-reduce, gathers for metrics). Backends: local (P = 1), threads
+// (P ranks in one process, for tests; threads.h), MPI (mpi/), NCCL over device buffers (nccl/). It
+// does not know tensors, layouts or chunks: it moves bytes and sums floats. Collectives are called
+// by every rank of the group in the same order with agreeing sizes; a failed rank ends the job,
+// never hangs it.
 #pragma once
 
 #include <atomic>
@@ -21,7 +22,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "local", "threads" or "mpi" (for the configuration table).
+  // "local", "threads", "mpi" or "nccl" (for the configuration table).
   virtual std::string backend() const = 0;
 
   // Equal blocks. send: (P, count) — block j goes to rank j; recv: (P, count) — block j came from
@@ -91,6 +92,16 @@ class Communicator {
   virtual void gather_bytes(const void* send, void* recv, size_t bytes_per_rank) = 0;
   virtual void broadcast_bytes(void* data, size_t bytes, int root) = 0;
 
+  // The collectives' own work on their buffers' memory: host memory by default; a communicator over
+  // device buffers (NCCL) overrides all three, so the reductions above run on it unchanged.
+  // Scratch of `bytes`, alive as long as the pointer is held.
+  virtual std::shared_ptr<void> scratch(size_t bytes);
+  // dst (n) = ((b_0 + b_1) + b_2) + … + b_{P−1}, b_j = blocks + j·n, P = ranks (rank order, the fixed
+  // order all_reduce_sum promises); with add, dst += that sum. dst does not overlap blocks.
+  virtual void sum_blocks(float* dst, const float* blocks, size_t ranks, size_t n, bool add);
+  virtual void sum_blocks(double* dst, const double* blocks, size_t ranks, size_t n, bool add);
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes);
+
  private:
   template <typename T>
   void all_reduce_sum_impl(T* data, size_t count);
@@ -148,5 +159,21 @@ int launched_world_size();
 
 // Whether this build has the MPI backend (CMake found MPI).
 bool mpi_built();
+
+// A communicator over DEVICE buffers, for the CUDA backend's compute tier (comm/nccl/): NCCL, queued
+// on `cuda_stream` (the backend's compute stream, a cudaStream_t: kernels queued after a collective see
+// its result; the call itself does not wait), on the GPU that is current (the CUDA backend chose it by
+// local rank). Its ranks are `bootstrap`'s, which also carries its host-side work (the setup, barrier,
+// count checks, split and abort) and must outlive it. Every buffer of its collectives is device memory;
+// host values (losses, metrics) stay on `bootstrap`. A build without NCCL throws "built without NCCL".
+std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, void* cuda_stream);
+
+// Whether this build has the NCCL backend (CMake found the CUDA toolkit and NCCL).
+bool nccl_built();
+
+// The communicator for collectives over a backend's compute-tier buffers: NCCL over `world` when those
+// are device memory (the cuda backend) and the group has several ranks, else a duplicate of `world`
+// (host memory: the same backend; one rank: no collective moves device bytes, the pipeline copies).
+std::unique_ptr<Communicator> make_compute_comm(Communicator& world, bool device_buffers, void* cuda_stream);
 
 }  // namespace fpdt::comm

@@ -1,4 +1,5 @@
-// Choosing the world communicator: MPI when a launcher started this process, local otherwise.
+// Choosing the world communicator (MPI when a launcher started this process, local otherwise) and the
+// one for a backend's compute-tier buffers (NCCL over device memory).
 #include <cstdlib>
 
 #include "fpdt/base/log.h"
@@ -19,6 +20,11 @@ int launched_world_size() {
 }
 
 bool mpi_built() { return mpi::built(); }
+
+std::unique_ptr<Communicator> make_compute_comm(Communicator& world, bool device_buffers, void* cuda_stream) {
+  if (device_buffers && world.size() > 1) return make_nccl(world, cuda_stream);
+  return world.split(0, world.rank());
+}
 
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv) {
   const int launched = launched_world_size();

@@ -11,16 +11,19 @@
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
+#include "fpdt/kernels/cuda/device_choice.h"
 
 namespace fpdt::kernels {
 
 namespace cuda {
 
 CudaBackend::CudaBackend() {
+  int devices = 0;
+  FPDT_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  FPDT_CUDA_CHECK(cudaSetDevice(device_for_local_rank(local_rank_from_environment(), devices)));
   FPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FPDT_CUBLAS_CHECK(cublaslt().create(&lt_));
   FPDT_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
-  FPDT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_device_), sizeof(double)));
   FPDT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
   configure_attention();
   memory_ = make_device_memory(stream_);
@@ -31,7 +34,6 @@ CudaBackend::~CudaBackend() {
   memory_.reset();
   cudaFree(scratch_);
   cudaFreeHost(sum_host_);
-  cudaFree(sum_device_);
   cudaFree(lt_workspace_);
   cublaslt().destroy(lt_);
   cudaStreamDestroy(stream_);
@@ -54,6 +56,13 @@ std::unique_ptr<Backend> make_cuda_backend() {
   FPDT_CHECK(cuda_available(), "kernels", "no usable CUDA device",
              "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --backend cpu");
   return std::make_unique<cuda::CudaBackend>();
+}
+
+void* cuda_stream(Backend& backend) {
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  FPDT_CHECK(cuda_backend != nullptr, "kernels", "the " + backend.name() + " backend has no CUDA stream",
+             "collectives over device memory (NCCL) need --backend cuda");
+  return cuda_backend->stream();
 }
 
 bool cuda_built() { return true; }

@@ -11,9 +11,14 @@
 
 namespace fpdt::kernels {
 
-// A Backend over device pointers on the current CUDA device (fp32 storage and compute for now).
-// Every launch goes to the backend's own stream; the helpers below synchronise with it.
+// A Backend over device pointers (fp32 storage and compute for now) on this rank's GPU: it sets the
+// device by the launcher's local rank (cuda/device_choice.h; GPU 0 in a plain run). Every launch goes
+// to the backend's own stream; the helpers below synchronise with it.
 std::unique_ptr<Backend> make_cuda_backend();
+
+// The compute stream (a cudaStream_t) of a backend make_cuda_backend() made: what comm::make_nccl
+// queues its collectives on. Throws fpdt::Error for another backend, or in a build without CUDA.
+void* cuda_stream(Backend& backend);
 
 // True when this build has CUDA and a usable device is present (never throws).
 bool cuda_available();

@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 
 #include "fpdt/kernels/backend.h"
+#include "fpdt/kernels/cuda/gemm_plan.h"
 
 namespace fpdt::kernels::cuda {
 
@@ -29,6 +31,21 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
 }
 
+// linear.cu: the cuBLASLt descriptors and algorithm of each GEMM shape, made on its first call.
+struct GemmPlan;
+class GemmPlans {
+ public:
+  GemmPlans();
+  ~GemmPlans();
+  GemmPlans(const GemmPlans&) = delete;
+  GemmPlans& operator=(const GemmPlans&) = delete;
+  // The plan of `key`, made (descriptors and the heuristic's algorithm) when first asked for.
+  const GemmPlan& find(cublasLtHandle_t handle, const GemmKey& key);
+
+ private:
+  std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend();
@@ -38,6 +55,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   DeviceMemory& memory() override { return *memory_; }
+  cudaStream_t stream() const { return stream_; }
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 
@@ -51,7 +69,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;  // kLtWorkspaceBytes
-  double* sum_device_ = nullptr;
+  GemmPlans gemm_plans_;
   double* sum_host_ = nullptr;  // pinned
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;

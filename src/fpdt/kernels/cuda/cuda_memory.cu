@@ -1,33 +1,45 @@
 // The CUDA backend's memory (see cuda_memory.h). Each buffer is counted in its tier like the host's;
 // a copy queue records an event on the compute stream before each copy (so the copy starts after the
-// compute submitted before it) and one after it, which wait() makes the compute stream wait on.
+// compute submitted before it) and one after it, which wait() makes the compute stream wait on (and
+// through which it reports a copy that failed). The pinned offload store is allocated in pieces of
+// kPinnedPieceBytes (one cudaMallocHost of 100+ GB pins for minutes or fails outright); a copy that
+// crosses a piece's end is two copies. Uploads from pageable memory go through pinned staging slots,
+// so the host never waits inside the chunk loop for the device to reach an upload. Zero-byte
+// operations touch nothing (their pointers may be null).
 // --offload disk is refused for now: it needs a pinned bounce buffer and a file thread.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
+#include "fpdt/kernels/cuda/pieces.h"
 #include "fpdt/tensor/memory.h"
 
 namespace fpdt::kernels::cuda {
 
 namespace {
 
-// Device or pinned host bytes counted in `tier`; null data when only counted (a dry run).
+constexpr size_t kPinnedPieceBytes = size_t(1) << 30;  // one cudaMallocHost of the offload store
+constexpr size_t kStagingSlotBytes = size_t(256) << 10;  // one pinned staging slot of upload()
+constexpr size_t kStagingSlots = 64;                     // ~10 chunks' uploads in flight before a slot is reused
+
+// Device bytes counted in `tier`; null data when only counted (a dry run) or empty.
 class Allocation {
  public:
-  Allocation(Tier tier, bool pinned_host, size_t bytes, bool dry, const std::string& what, const std::string& hint)
-      : tier_(tier), pinned_host_(pinned_host), bytes_(bytes) {
+  Allocation(Tier tier, size_t bytes, bool dry, const std::string& what, const std::string& hint)
+      : tier_(tier), bytes_(bytes) {
     MemoryTiers::instance().reserve(tier, bytes, what, hint);
     if (dry || bytes == 0) return;
-    const cudaError_t status = pinned_host ? cudaMallocHost(&data_, bytes) : cudaMalloc(&data_, bytes);
+    const cudaError_t status = cudaMalloc(&data_, bytes);
     if (status != cudaSuccess) {
       MemoryTiers::instance().release(tier, bytes);
-      throw_cuda_error(status, pinned_host ? "cudaMallocHost" : "cudaMalloc", __FILE__, __LINE__);
+      throw_cuda_error(status, "cudaMalloc", __FILE__, __LINE__);
     }
   }
   ~Allocation() {
-    if (data_ != nullptr) pinned_host_ ? cudaFreeHost(data_) : cudaFree(data_);
+    if (data_ != nullptr) cudaFree(data_);
     MemoryTiers::instance().release(tier_, bytes_);
   }
   Allocation(const Allocation&) = delete;
@@ -36,9 +48,47 @@ class Allocation {
 
  private:
   Tier tier_;
-  bool pinned_host_;
   size_t bytes_;
   void* data_ = nullptr;
+};
+
+// Pinned host bytes counted in Tier::offload, in pieces of kPinnedPieceBytes (the last shorter); none
+// allocated in a dry run.
+class PinnedPieces {
+ public:
+  PinnedPieces(size_t bytes, bool dry, const std::string& what) : bytes_(bytes) {
+    MemoryTiers::instance().reserve(Tier::offload, bytes, what, "raise --offload-mem");
+    if (dry) return;
+    pieces_.reserve(pieces_for(bytes, kPinnedPieceBytes));
+    for (size_t begin = 0; begin < bytes; begin += kPinnedPieceBytes) {
+      void* piece = nullptr;
+      const cudaError_t status = cudaMallocHost(&piece, std::min(kPinnedPieceBytes, bytes - begin));
+      if (status != cudaSuccess) {
+        release();
+        throw Error("offload",
+                    "cannot pin " + format_bytes(static_cast<double>(bytes)) + " of host memory for " + what +
+                        " (failed after " + format_bytes(static_cast<double>(begin)) + "): " +
+                        cudaGetErrorString(status),
+                    "lower --offload-mem or --seq, or free host memory");
+      }
+      pieces_.push_back(piece);
+    }
+  }
+  ~PinnedPieces() { release(); }
+  PinnedPieces(const PinnedPieces&) = delete;
+  PinnedPieces& operator=(const PinnedPieces&) = delete;
+  char* piece(size_t index) const { return static_cast<char*>(pieces_[index]); }
+
+ private:
+  void release() {
+    for (void* piece : pieces_) cudaFreeHost(piece);
+    pieces_.clear();
+    MemoryTiers::instance().release(Tier::offload, bytes_);
+    bytes_ = 0;
+  }
+
+  size_t bytes_;
+  std::vector<void*> pieces_;
 };
 
 class CudaBuffer final : public DeviceBuffer {
@@ -53,24 +103,24 @@ class CudaBuffer final : public DeviceBuffer {
 class CudaStorage final : public OffloadStorage {
  public:
   CudaStorage(const OffloadConfig& config, size_t bytes, bool dry, const std::string& what)
-      : OffloadStorage(bytes), resident_(config.kind == OffloadKind::none) {
+      : OffloadStorage(bytes) {
     if (config.kind == OffloadKind::disk)
       throw Error("offload", "--offload disk is not available with the cuda backend yet",
                   "use --offload ram (pinned host memory) or none");
-    allocation_ = resident_ ? std::make_unique<Allocation>(Tier::compute, false, bytes, dry,
-                                                           "resident chunks with --offload none",
-                                                           "offload them: --offload ram")
-                            : std::make_unique<Allocation>(Tier::offload, true, bytes, dry, what,
-                                                           "raise --offload-mem");
+    if (config.kind == OffloadKind::none)
+      resident_ = std::make_unique<Allocation>(Tier::compute, bytes, dry, "resident chunks with --offload none",
+                                               "offload them: --offload ram");
+    else
+      pinned_ = std::make_unique<PinnedPieces>(bytes, dry, what);
   }
   void* resident(size_t offset) const override {
-    return resident_ ? static_cast<char*>(allocation_->data()) + offset : nullptr;
+    return resident_ ? static_cast<char*>(resident_->data()) + offset : nullptr;
   }
-  char* host(size_t offset) const { return static_cast<char*>(allocation_->data()) + offset; }
+  const PinnedPieces& pinned() const { return *pinned_; }
 
  private:
-  bool resident_;
-  std::unique_ptr<Allocation> allocation_;
+  std::unique_ptr<Allocation> resident_;  // kind none
+  std::unique_ptr<PinnedPieces> pinned_;  // kind ram
 };
 
 class CudaCopyQueue final : public CopyQueue {
@@ -88,16 +138,29 @@ class CudaCopyQueue final : public CopyQueue {
   }
 
   CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) override {
-    return submit(static_cast<CudaStorage&>(storage).host(offset), src, bytes, cudaMemcpyDeviceToHost);
+    const PinnedPieces& pinned = static_cast<CudaStorage&>(storage).pinned();
+    return submit(offset, bytes, [&](size_t piece, size_t in_piece, size_t done, size_t length) {
+      FPDT_CUDA_CHECK(cudaMemcpyAsync(pinned.piece(piece) + in_piece, static_cast<const char*>(src) + done, length,
+                                      cudaMemcpyDeviceToHost, copy_));
+    });
   }
   CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) override {
-    return submit(dst, static_cast<const CudaStorage&>(storage).host(offset), bytes, cudaMemcpyHostToDevice);
+    const PinnedPieces& pinned = static_cast<const CudaStorage&>(storage).pinned();
+    return submit(offset, bytes, [&](size_t piece, size_t in_piece, size_t done, size_t length) {
+      FPDT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, pinned.piece(piece) + in_piece, length,
+                                      cudaMemcpyHostToDevice, copy_));
+    });
   }
   // The compute stream waits (the host does not). An event's slot is reused kEvents copies later; a
-  // wait on an older copy then waits for a later one, which FIFO order makes harmless.
+  // wait on an older copy then waits for a later one, which FIFO order makes harmless. A copy that has
+  // failed by now (a bad address, a lost device) is thrown here, as the host queue throws a failed write.
   void wait(CopyEvent event) override {
     if (event == 0) return;
-    FPDT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_[event % kEvents], 0));
+    const cudaEvent_t done = done_[event % kEvents];
+    FPDT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+    const cudaError_t status = cudaEventQuery(done);
+    if (status != cudaSuccess && status != cudaErrorNotReady)
+      throw_cuda_error(status, "an offload copy (cudaMemcpyAsync on the copy stream)", __FILE__, __LINE__);
   }
   void wait_all() override {
     FPDT_CUDA_CHECK(cudaStreamSynchronize(copy_));
@@ -107,10 +170,15 @@ class CudaCopyQueue final : public CopyQueue {
  private:
   static constexpr size_t kEvents = 64;
 
-  CopyEvent submit(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  // The copies of [offset, offset + bytes) of the store, one per pinned piece it touches, after the
+  // compute submitted so far. Zero bytes submit nothing: the event is the last copy's (waiting on it
+  // keeps the FIFO promise for every copy before it).
+  template <typename CopyPart>
+  CopyEvent submit(size_t offset, size_t bytes, CopyPart&& copy_part) {
+    if (bytes == 0) return submitted_;
     FPDT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     FPDT_CUDA_CHECK(cudaStreamWaitEvent(copy_, compute_done_, 0));
-    FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_));
+    for_each_piece(offset, bytes, kPinnedPieceBytes, copy_part);
     const CopyEvent event = ++submitted_;
     FPDT_CUDA_CHECK(cudaEventRecord(done_[event % kEvents], copy_));
     return event;
@@ -123,13 +191,57 @@ class CudaCopyQueue final : public CopyQueue {
   CopyEvent submitted_ = 0;
 };
 
+// upload()'s pinned staging: kStagingSlots slots of kStagingSlotBytes, used in turn; a slot is written
+// again only after the device has copied it out (its event), which with 64 slots is ~10 chunks later.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  ~PinnedStaging() {
+    for (cudaEvent_t event : copied_)
+      if (event != nullptr) cudaEventDestroy(event);
+    if (arena_ != nullptr) cudaFreeHost(arena_);
+  }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+
+  // dst (device) = host bytes, staged; returns once `host` may be reused.
+  void upload(void* dst, const void* host, size_t bytes, cudaStream_t stream) {
+    if (arena_ == nullptr) {  // the first pageable upload
+      FPDT_CUDA_CHECK(cudaMallocHost(&arena_, kStagingSlots * kStagingSlotBytes));
+      for (cudaEvent_t& event : copied_) FPDT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+    for_each_piece(0, bytes, kStagingSlotBytes, [&](size_t, size_t, size_t done, size_t length) {
+      const size_t slot = next_slot_++ % kStagingSlots;
+      char* staged = static_cast<char*>(arena_) + slot * kStagingSlotBytes;
+      FPDT_CUDA_CHECK(cudaEventSynchronize(copied_[slot]));  // at once unless the slot is still being copied
+      std::memcpy(staged, static_cast<const char*>(host) + done, length);
+      FPDT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, staged, length, cudaMemcpyHostToDevice, stream));
+      FPDT_CUDA_CHECK(cudaEventRecord(copied_[slot], stream));
+    });
+  }
+
+ private:
+  void* arena_ = nullptr;  // (kStagingSlots, kStagingSlotBytes), pinned
+  cudaEvent_t copied_[kStagingSlots] = {};
+  size_t next_slot_ = 0;
+};
+
+bool is_pinned(const void* host) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    cudaGetLastError();  // an unknown pointer is pageable memory, not an error
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
 class CudaMemory final : public DeviceMemory {
  public:
   explicit CudaMemory(cudaStream_t compute) : compute_(compute) {}
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes, const std::string& what, const std::string& hint) override {
     const size_t rounded = transfer_bytes(bytes);
-    return std::make_unique<CudaBuffer>(std::make_unique<Allocation>(Tier::compute, false, rounded, false, what, hint),
+    return std::make_unique<CudaBuffer>(std::make_unique<Allocation>(Tier::compute, rounded, false, what, hint),
                                         rounded);
   }
   std::unique_ptr<OffloadStorage> allocate_offload(const OffloadConfig& config, size_t bytes, bool dry,
@@ -138,26 +250,36 @@ class CudaMemory final : public DeviceMemory {
   }
   std::unique_ptr<CopyQueue> make_copy_queue() override { return std::make_unique<CudaCopyQueue>(compute_); }
 
-  void fill_zero(void* dst, size_t bytes) override { FPDT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_)); }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes > 0) FPDT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));
+  }
   void copy(void* dst, const void* src, size_t bytes) override {
-    FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
+    if (bytes > 0) FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
   }
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                size_t rows) override {
+    if (row_bytes == 0 || rows == 0) return;
     FPDT_CUDA_CHECK(
         cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, compute_));
   }
-  // From pageable memory the call returns once the bytes are staged, so `host` may be reused.
+  // Pinned host memory is copied from directly; pageable memory through the staging slots (a plain
+  // cudaMemcpyAsync from it would hold the host until the device reached the copy).
   void upload(void* dst, const void* host, size_t bytes) override {
-    FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_));
+    if (bytes == 0) return;
+    if (is_pinned(host))
+      FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_));
+    else
+      staging_.upload(dst, host, bytes, compute_);
   }
   void download(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
     FPDT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, compute_));
     FPDT_CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
 
  private:
   cudaStream_t compute_;
+  PinnedStaging staging_;
 };
 
 }  // namespace

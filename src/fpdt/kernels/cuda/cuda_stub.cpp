@@ -15,6 +15,7 @@ namespace {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend() { no_cuda(); }
+void* cuda_stream(Backend&) { no_cuda(); }
 bool cuda_available() { return false; }
 bool cuda_built() { return false; }
 void load_cuda_libraries() { no_cuda(); }

@@ -1,11 +1,14 @@
 // CUDA kernels of the pointwise and small-reduction ops: embedding gather / scatter-add, RoPE,
 // SwiGLU, GELU, AdamW, Σx² and scaling. fp32 storage; math in fp32 except where the reference's
 // float64 matters (RoPE angles, AdamW, Σx²). Outputs follow the reference (= or += as documented
-// there). embedding_backward uses float atomics, so duplicate ids accumulate in an unspecified order
-// (not bitwise reproducible; within fp32 rounding).
+// there). No float atomics, so every result is bitwise reproducible: embedding_backward sorts the
+// tokens by id (a stable radix sort) and adds each row's tokens in token order, the reference's order,
+// so it is bitwise the reference's float sum; Σx² adds fixed partial sums in a fixed order.
 #include <algorithm>
 #include <cmath>
 #include <string>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
@@ -26,11 +29,26 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const f
   }
 }
 
-__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
-  const int64_t total = N * h;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / h, j = i % h;
-    atomicAdd(dtable + static_cast<int64_t>(ids[n]) * h + j, dout[i]);
+__global__ void iota_kernel(int32_t* values, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    values[i] = static_cast<int32_t>(i);
+}
+
+// ids_sorted (N): the ids in ascending order; tokens_sorted (N): their token indices, ascending within
+// an id (the sort is stable). Position p starting a run of id r (ids_sorted[p − 1] ≠ r) adds, for its
+// block's columns, the dout rows of the run in token order: dtable[r, j] += dout[n₀, j], += dout[n₁, j], …
+// — each addition rounded as the reference's.
+__global__ void embedding_backward_runs_kernel(float* dtable, const float* dout, const int32_t* ids_sorted,
+                                               const int32_t* tokens_sorted, int64_t N, int h) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t p = blockIdx.y; p < N; p += gridDim.y) {
+    const int32_t id = ids_sorted[p];
+    if ((p > 0 && ids_sorted[p - 1] == id) || j >= h) continue;
+    float* drow = dtable + static_cast<int64_t>(id) * h;  // (h)
+    float sum = drow[j];
+    for (int64_t q = p; q < N && ids_sorted[q] == id; ++q)
+      sum += dout[static_cast<int64_t>(tokens_sorted[q]) * h + j];
+    drow[j] = sum;
   }
 }
 
@@ -133,11 +151,18 @@ __device__ double block_sum_of_squares(const float* x, int64_t first, int64_t en
   return block_sum(sum, scratch);
 }
 
-// *result += Σ x² over the whole array, grid-strided (the CUDA blocks' sums added atomically).
-__global__ void sum_squares_kernel(double* result, const float* x, int64_t n) {
+// partial[b] = the Σ x² of CUDA block b over its grid-strided elements (the grid depends on n only).
+__global__ void grid_sum_squares_kernel(double* partial, const float* x, int64_t n) {
   const double sum = block_sum_of_squares(x, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, n,
                                           int64_t(gridDim.x) * blockDim.x);
-  if (threadIdx.x == 0) atomicAdd(result, sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// *result = partial[0] + partial[1] + … in order (one thread: at most 1024 terms).
+__global__ void sum_in_order_kernel(double* result, const double* partial, int count) {
+  double total = 0.0;
+  for (int b = 0; b < count; ++b) total += partial[b];
+  *result = total;
 }
 
 // sums[b] = Σ x² over block b of `block` floats: one CUDA block per sum, a fixed reduction tree.
@@ -180,7 +205,28 @@ void CudaBackend::embedding_forward(float* out, const int32_t* ids, const float*
 
 void CudaBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int h) {
   if (N * h == 0) return;
-  embedding_backward_kernel<<<blocks_for(N * h), kThreads, 0, stream_>>>(dtable, dout, ids, N, h);
+  FPDT_CHECK(N <= INT32_MAX, "kernels", "CUDA embedding_backward over more than 2^31 tokens in one call",
+             "pass fewer tokens per call");
+  const int items = static_cast<int>(N);
+  size_t sort_bytes = 0;
+  FPDT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, ids, static_cast<int32_t*>(nullptr),
+                                                  static_cast<const int32_t*>(nullptr),
+                                                  static_cast<int32_t*>(nullptr), items, 0, 32, stream_));
+  // Scratch: ids_sorted, tokens, tokens_sorted (N int32 each), then the sort's own bytes at a 256-byte boundary.
+  const size_t ints = 3 * static_cast<size_t>(N);
+  const size_t sort_offset_floats = (ints + 63) / 64 * 64;
+  float* base = scratch(sort_offset_floats + (sort_bytes + sizeof(float) - 1) / sizeof(float));
+  int32_t* ids_sorted = reinterpret_cast<int32_t*>(base);
+  int32_t* tokens = ids_sorted + N;
+  int32_t* tokens_sorted = tokens + N;
+  void* sort_scratch = base + sort_offset_floats;
+  iota_kernel<<<blocks_for(N), kThreads, 0, stream_>>>(tokens, N);
+  FPDT_CUDA_CHECK_LAUNCH();
+  FPDT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, ids, ids_sorted, tokens, tokens_sorted,
+                                                  items, 0, 32, stream_));
+  const dim3 grid(static_cast<unsigned>((h + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(std::min<int64_t>(N, 65535)));
+  embedding_backward_runs_kernel<<<grid, kThreads, 0, stream_>>>(dtable, dout, ids_sorted, tokens_sorted, N, h);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -232,17 +278,19 @@ void CudaBackend::adamw_update(float* param, float* m, float* v, const float* gr
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-// One block: the whole grid on it (atomic adds of the CUDA blocks' sums). Several: one CUDA block each,
-// all copied back at once.
+// One block: the grid's partial sums, then their sum in order. Several: one CUDA block each. Either
+// way the sums come back in one copy.
 void CudaBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t block) {
   const int64_t blocks = (n + block - 1) / block;
   if (blocks == 0) return;
   if (blocks == 1) {
-    FPDT_CUDA_CHECK(cudaMemsetAsync(sum_device_, 0, sizeof(double), stream_));
-    const unsigned grid = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
-    sum_squares_kernel<<<grid, kThreads, 0, stream_>>>(sum_device_, x, n);
+    const unsigned grid = std::min(blocks_for(n), 1024u);
+    double* partial = reinterpret_cast<double*>(scratch(2 * (static_cast<size_t>(grid) + 1)));  // (grid + 1)
+    grid_sum_squares_kernel<<<grid, kThreads, 0, stream_>>>(partial, x, n);
     FPDT_CUDA_CHECK_LAUNCH();
-    FPDT_CUDA_CHECK(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    sum_in_order_kernel<<<1, 1, 0, stream_>>>(partial + grid, partial, static_cast<int>(grid));
+    FPDT_CUDA_CHECK_LAUNCH();
+    FPDT_CUDA_CHECK(cudaMemcpyAsync(sum_host_, partial + grid, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     sums[0] = *sum_host_;
     return;

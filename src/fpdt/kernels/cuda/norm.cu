@@ -1,10 +1,11 @@
 // CUDA RMSNorm and LayerNorm, forward and backward (semantics: reference/norm.h). One block per
 // row for out / dx (row reductions in fp32 within a thread, summed across the block); dweight and
-// dbias by a separate column-sum kernel, one thread per column, deterministic (no atomics).
+// dbias as deterministic column sums over row tiles (column_sums.cuh; no atomics).
 // out, mean, rstd are overwritten (=); dx, dweight, dbias accumulate (+=). bias/dbias may be null.
 #include <cmath>
 
 #include "fpdt/kernels/cuda/block_reduce.cuh"
+#include "fpdt/kernels/cuda/column_sums.cuh"
 #include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 
@@ -13,7 +14,6 @@ namespace fpdt::kernels::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;
-constexpr int kColumnThreads = 256;
 
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* x, const float* weight, int h,
                                        float eps) {
@@ -44,22 +44,22 @@ __global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dout, const f
   for (int j = threadIdx.x; j < h; j += blockDim.x) dx_row[j] += dout_row[j] * weight[j] * r - coeff * x_row[j];
 }
 
-// dweight[j] += Σ_n dout[n, j] · x̂[n, j], x̂ = (x − mean) · rstd (mean null: RMSNorm);
-// dbias[j] += Σ_n dout[n, j] when dbias is non-null.
-__global__ void norm_backward_columns_kernel(float* dweight, float* dbias, const float* dout, const float* x,
-                                             const float* mean, const float* rstd, int64_t N, int h) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= h) return;
-  float dw = 0.0f, db = 0.0f;
-  for (int64_t n = 0; n < N; ++n) {
+// The terms of row n, column j: dweight's dout[n, j] · x̂[n, j], x̂ = (x − mean) · rstd (mean null:
+// RMSNorm), and with kOutputs = 2 dbias's dout[n, j].
+template <int kOutputs>
+struct NormGradientTerms {
+  const float* dout;  // (N, h)
+  const float* x;     // (N, h)
+  const float* mean;  // (N) or null
+  const float* rstd;  // (N)
+  int h;
+  __device__ void operator()(int64_t n, int j, float (&sum)[kOutputs]) const {
     const float dy = dout[n * h + j];
     const float xhat = (x[n * h + j] - (mean ? mean[n] : 0.0f)) * rstd[n];
-    dw += dy * xhat;
-    db += dy;
+    sum[0] += dy * xhat;
+    if constexpr (kOutputs == 2) sum[1] += dy;
   }
-  dweight[j] += dw;
-  if (dbias) dbias[j] += db;
-}
+};
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* x, const float* weight,
                                          const float* bias, int h, float eps) {
@@ -103,8 +103,6 @@ __global__ void layernorm_backward_dx_kernel(float* dx, const float* dout, const
   }
 }
 
-unsigned column_blocks(int h) { return static_cast<unsigned>((h + kColumnThreads - 1) / kColumnThreads); }
-
 }  // namespace
 
 void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t N, int h,
@@ -120,9 +118,8 @@ void CudaBackend::rmsnorm_backward(float* dx, float* dweight, const float* dout,
   if (N == 0) return;
   rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(dx, dout, x, weight, rstd, h);
   FPDT_CUDA_CHECK_LAUNCH();
-  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream_>>>(dweight, nullptr, dout, x, nullptr,
-                                                                              rstd, N, h);
-  FPDT_CUDA_CHECK_LAUNCH();
+  add_column_sums<1>(stream_, scratch(column_sums_scratch_floats(1, N, h)), ColumnOutputs<1>{{dweight}},
+                     NormGradientTerms<1>{dout, x, nullptr, rstd, h}, N, h);
 }
 
 void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
@@ -139,9 +136,12 @@ void CudaBackend::layernorm_backward(float* dx, float* dweight, float* dbias, co
   layernorm_backward_dx_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream_>>>(dx, dout, x, weight, mean,
                                                                                     rstd, h);
   FPDT_CUDA_CHECK_LAUNCH();
-  norm_backward_columns_kernel<<<column_blocks(h), kColumnThreads, 0, stream_>>>(dweight, dbias, dout, x, mean, rstd,
-                                                                              N, h);
-  FPDT_CUDA_CHECK_LAUNCH();
+  if (dbias)
+    add_column_sums<2>(stream_, scratch(column_sums_scratch_floats(2, N, h)), ColumnOutputs<2>{{dweight, dbias}},
+                       NormGradientTerms<2>{dout, x, mean, rstd, h}, N, h);
+  else
+    add_column_sums<1>(stream_, scratch(column_sums_scratch_floats(1, N, h)), ColumnOutputs<1>{{dweight}},
+                       NormGradientTerms<1>{dout, x, mean, rstd, h}, N, h);
 }
 
 }  // namespace fpdt::kernels::cuda

@@ -1,0 +1,98 @@
+# fpdt's libraries — OpenBLAS (target fpdt_openblas), OpenMP (OpenMP::OpenMP_CXX), nlohmann_json and,
+# for the tests, GoogleTest (fpdt_find_gtest) — from the system, or from FPDT_DEPS_PREFIX: a folder of
+# Debian packages unpacked with `dpkg -x` (scripts/prepare_gpu_carry.sh fetches them, scripts/gpu_check.sh
+# unpacks them) on a machine that has only a compiler, CMake and the CUDA toolkit. The system's copy wins
+# where it has one; the prefix fills the gaps.
+set(FPDT_DEPS_PREFIX "" CACHE PATH
+    "A root into which Debian packages were unpacked (dpkg -x): libraries missing on the system are taken from it")
+set(FPDT_GTEST_SOURCE_DIR "" CACHE PATH
+    "GoogleTest's source, built with the tests instead of a system GTest (default: <prefix>/usr/src/googletest)")
+set(fpdt_multiarch x86_64-linux-gnu)
+if(FPDT_DEPS_PREFIX)
+  if(NOT IS_DIRECTORY "${FPDT_DEPS_PREFIX}/usr")
+    message(FATAL_ERROR "FPDT_DEPS_PREFIX=${FPDT_DEPS_PREFIX} has no usr/ folder; hint: unpack the carried .deb files "
+                        "into it first (dpkg -x FILE.deb ${FPDT_DEPS_PREFIX}), as scripts/gpu_check.sh does")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${FPDT_DEPS_PREFIX}/usr")  # after the system's: nlohmann_json's config
+  if(NOT FPDT_GTEST_SOURCE_DIR AND IS_DIRECTORY "${FPDT_DEPS_PREFIX}/usr/src/googletest")
+    set(FPDT_GTEST_SOURCE_DIR "${FPDT_DEPS_PREFIX}/usr/src/googletest")
+  endif()
+endif()
+
+# OpenBLAS: pkg-config's openblas.pc where the system has it; else the library and cblas.h by path — the
+# system's, or Debian's openblas-pthread folders in the prefix (their .pc names /usr, not the prefix, and
+# `dpkg -x` runs no update-alternatives, so only these folders exist there).
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(OPENBLAS QUIET IMPORTED_TARGET openblas)
+endif()
+add_library(fpdt_openblas INTERFACE)
+if(TARGET PkgConfig::OPENBLAS)
+  target_link_libraries(fpdt_openblas INTERFACE PkgConfig::OPENBLAS)
+  message(STATUS "OpenBLAS: ${OPENBLAS_LINK_LIBRARIES} (pkg-config)")
+else()
+  set(openblas_roots /usr)
+  if(FPDT_DEPS_PREFIX)
+    list(APPEND openblas_roots "${FPDT_DEPS_PREFIX}/usr")
+  endif()
+  foreach(root ${openblas_roots})
+    list(APPEND openblas_library_dirs ${root}/lib/${fpdt_multiarch}/openblas-pthread ${root}/lib/${fpdt_multiarch}
+         ${root}/lib)
+    list(APPEND openblas_include_dirs ${root}/include/${fpdt_multiarch}/openblas-pthread ${root}/include/openblas
+         ${root}/include)
+  endforeach()
+  find_library(FPDT_OPENBLAS_LIBRARY NAMES openblas PATHS ${openblas_library_dirs} NO_DEFAULT_PATH)
+  find_path(FPDT_OPENBLAS_INCLUDE_DIR cblas.h PATHS ${openblas_include_dirs} NO_DEFAULT_PATH)
+  if(NOT FPDT_OPENBLAS_LIBRARY OR NOT FPDT_OPENBLAS_INCLUDE_DIR)
+    message(FATAL_ERROR "OpenBLAS not found (no pkg-config openblas; library: ${FPDT_OPENBLAS_LIBRARY}, cblas.h: "
+                        "${FPDT_OPENBLAS_INCLUDE_DIR}; searched ${openblas_library_dirs}); hint: apt-get install "
+                        "libopenblas-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libopenblas-pthread-dev unpacked>")
+  endif()
+  target_link_libraries(fpdt_openblas INTERFACE ${FPDT_OPENBLAS_LIBRARY})
+  target_include_directories(fpdt_openblas SYSTEM INTERFACE ${FPDT_OPENBLAS_INCLUDE_DIR})
+  message(STATUS "OpenBLAS: ${FPDT_OPENBLAS_LIBRARY} (by path)")
+endif()
+
+# OpenMP: the compiler's own; else GCC's runtime from the prefix (libgomp1 and libgcc-*-dev). Only omp.h is
+# taken from that GCC's include folder (copied into the build tree: the folder's other headers belong to
+# that GCC), and libgomp is linked by path, so the compiler's -fopenmp needs no spec file of its own.
+find_package(OpenMP COMPONENTS CXX)
+if(NOT OpenMP_CXX_FOUND)
+  set(omp_header "")
+  set(gomp_library "")
+  if(FPDT_DEPS_PREFIX AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    file(GLOB omp_header "${FPDT_DEPS_PREFIX}/usr/lib/gcc/${fpdt_multiarch}/*/include/omp.h")
+    file(GLOB gomp_library "${FPDT_DEPS_PREFIX}/usr/lib/${fpdt_multiarch}/libgomp.so.1")
+  endif()
+  if(NOT omp_header OR NOT gomp_library)
+    message(FATAL_ERROR "OpenMP not found for ${CMAKE_CXX_COMPILER}; hint: install GCC's libgomp (libgcc-12-dev) or "
+                        "libomp-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libgomp1 and libgcc-12-dev unpacked>")
+  endif()
+  list(GET omp_header 0 omp_header)
+  configure_file(${omp_header} ${CMAKE_BINARY_DIR}/deps/openmp/omp.h COPYONLY)
+  add_library(OpenMP::OpenMP_CXX INTERFACE IMPORTED)
+  target_compile_options(OpenMP::OpenMP_CXX INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp>)
+  target_include_directories(OpenMP::OpenMP_CXX SYSTEM INTERFACE ${CMAKE_BINARY_DIR}/deps/openmp)
+  target_link_libraries(OpenMP::OpenMP_CXX INTERFACE ${gomp_library} Threads::Threads)
+  message(STATUS "OpenMP: ${gomp_library} with ${omp_header} (from FPDT_DEPS_PREFIX)")
+endif()
+
+find_package(nlohmann_json 3 REQUIRED)
+
+# GoogleTest for the tests: built from FPDT_GTEST_SOURCE_DIR when given (no system GTest needed), else the
+# system's. Either way the targets are GTest::gtest and GTest::gtest_main.
+macro(fpdt_find_gtest)
+  if(FPDT_GTEST_SOURCE_DIR)
+    set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${FPDT_GTEST_SOURCE_DIR} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+    foreach(gtest_target gtest gtest_main)
+      if(NOT TARGET GTest::${gtest_target})
+        add_library(GTest::${gtest_target} ALIAS ${gtest_target})
+      endif()
+    endforeach()
+    message(STATUS "GoogleTest: built from ${FPDT_GTEST_SOURCE_DIR}")
+  else()
+    find_package(GTest REQUIRED)
+  endif()
+endmacro()

@@ -1,0 +1,160 @@
+// The CUDA backend's host-side decisions, which need no GPU and so run everywhere: what a GEMM of given
+// sizes does (k = 0 never reaches cuBLASLt), the operand alignments its heuristic is told, the key its
+// cached plans are found by (gemm_plan.h); how a byte range splits over pinned pieces and staging slots
+// (pieces.h); which GPU a rank takes (device_choice.h).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/cuda/device_choice.h"
+#include "fpdt/kernels/cuda/gemm_plan.h"
+#include "fpdt/kernels/cuda/pieces.h"
+#include "testing.h"
+
+namespace fpdt::kernels::cuda {
+namespace {
+
+TEST(GemmAction, EmptyInnerDimensionNeverReachesTheLibrary) {
+  EXPECT_EQ(gemm_action(16, 8, 0, 0.0f), GemmAction::zero_c);   // dx = 0 · w over 0 outputs
+  EXPECT_EQ(gemm_action(16, 8, 0, 1.0f), GemmAction::nothing);  // dw += xᵀ · dout over 0 tokens
+  EXPECT_EQ(gemm_action(0, 8, 0, 0.0f), GemmAction::nothing);   // nothing to write
+  EXPECT_EQ(gemm_action(16, 0, 5, 0.0f), GemmAction::nothing);
+  EXPECT_EQ(gemm_action(1, 1, 1, 0.0f), GemmAction::matmul);
+  EXPECT_THROW(gemm_action(16, 8, 0, 0.5f), Error);  // C = 0.5 · C: no caller needs it
+  EXPECT_THROW(gemm_action(-1, 8, 4, 0.0f), Error);
+}
+
+TEST(GemmAlignment, IsTheLargestPowerOfTwoDividingTheAddressUpTo256) {
+  alignas(256) static char buffer[4096];
+  EXPECT_EQ(alignment_bytes(buffer), 256u);
+  EXPECT_EQ(alignment_bytes(buffer + 512), 256u);
+  EXPECT_EQ(alignment_bytes(buffer + 128), 128u);
+  EXPECT_EQ(alignment_bytes(buffer + 64), 64u);
+  EXPECT_EQ(alignment_bytes(buffer + 4), 4u);
+  EXPECT_EQ(alignment_bytes(buffer + 1), 1u);
+  EXPECT_EQ(alignment_bytes(nullptr), 256u);
+  // A parameter tensor starts at a multiple of 64 bytes (tensor/memory.h): the heuristic is told at
+  // least 64, never more than the address has.
+  Rng rng(fpdt::testing::fresh_seed());
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t offset = 64 * rng.below(60);
+    const uint32_t alignment = alignment_bytes(buffer + offset);
+    EXPECT_GE(alignment, 64u) << offset;
+    EXPECT_EQ(offset % alignment, 0u) << offset;
+  }
+}
+
+TEST(GemmKey, EveryFieldTellsPlansApart) {
+  const GemmKey base{true, false, 64, 32, 16, 16, 16, 64, 256, 64, 128};
+  std::vector<GemmKey> keys{base};
+  auto vary = [&](auto change) {
+    GemmKey key = base;
+    change(key);
+    keys.push_back(key);
+  };
+  vary([](GemmKey& k) { k.trans_a = false; });
+  vary([](GemmKey& k) { k.trans_b = true; });
+  vary([](GemmKey& k) { k.m = 65; });
+  vary([](GemmKey& k) { k.n = 33; });
+  vary([](GemmKey& k) { k.k = 0; });
+  vary([](GemmKey& k) { k.lda = 17; });
+  vary([](GemmKey& k) { k.ldb = 17; });
+  vary([](GemmKey& k) { k.ldc = 65; });
+  vary([](GemmKey& k) { k.align_a = 64; });
+  vary([](GemmKey& k) { k.align_b = 256; });
+  vary([](GemmKey& k) { k.align_c = 4; });
+  std::unordered_set<GemmKey, GemmKeyHash> plans(keys.begin(), keys.end());
+  EXPECT_EQ(plans.size(), keys.size());
+  GemmKey same = base;
+  EXPECT_TRUE(plans.count(same) == 1 && same == base);
+  EXPECT_EQ(GemmKeyHash{}(same), GemmKeyHash{}(base));
+}
+
+struct Part {
+  size_t piece, in_piece, done, bytes;
+};
+std::vector<Part> parts_of(size_t offset, size_t bytes, size_t piece_bytes) {
+  std::vector<Part> parts;
+  for_each_piece(offset, bytes, piece_bytes, [&](size_t piece, size_t in_piece, size_t done, size_t length) {
+    parts.push_back({piece, in_piece, done, length});
+  });
+  return parts;
+}
+
+TEST(Pieces, SplitARangeAtEveryPieceBoundaryAndNowhereElse) {
+  EXPECT_TRUE(parts_of(123, 0, 64).empty());  // zero bytes: no copy at all
+  const auto inside = parts_of(70, 50, 64);   // [70, 120): inside piece 1
+  ASSERT_EQ(inside.size(), 1u);
+  EXPECT_EQ(inside[0].piece, 1u);
+  EXPECT_EQ(inside[0].in_piece, 6u);
+  const auto at_end = parts_of(64, 64, 64);  // exactly piece 1
+  ASSERT_EQ(at_end.size(), 1u);
+  EXPECT_EQ(at_end[0].piece, 1u);
+  EXPECT_EQ(at_end[0].bytes, 64u);
+  Rng rng(fpdt::testing::fresh_seed());
+  for (int trial = 0; trial < 500; ++trial) {
+    const size_t piece_bytes = 1 + rng.below(100), offset = rng.below(1000), bytes = rng.below(1000);
+    const auto parts = parts_of(offset, bytes, piece_bytes);
+    size_t covered = 0;
+    for (const Part& part : parts) {
+      ASSERT_EQ(part.done, covered) << "parts out of order";
+      ASSERT_GT(part.bytes, 0u);
+      ASSERT_LE(part.in_piece + part.bytes, piece_bytes) << "a part crosses its piece's end";
+      ASSERT_EQ(part.piece * piece_bytes + part.in_piece, offset + covered) << "a part at the wrong place";
+      covered += part.bytes;
+    }
+    EXPECT_EQ(covered, bytes);
+    EXPECT_LE(parts.size(), pieces_for(bytes, piece_bytes) + 1);
+  }
+}
+
+// Sets one environment variable for the scope, and restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str()); }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST(DeviceChoice, TheLaunchersLocalRankPicksTheGpu) {
+  const ScopedEnv a("OMPI_COMM_WORLD_LOCAL_RANK", nullptr), b("MPI_LOCALRANKID", nullptr),
+      c("MV2_COMM_WORLD_LOCAL_RANK", nullptr), d("SLURM_LOCALID", nullptr), e("LOCAL_RANK", nullptr);
+  EXPECT_EQ(local_rank_from_environment(), 0);  // a plain run
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_LOCAL_RANK", "3");
+    EXPECT_EQ(local_rank_from_environment(), 3);
+    EXPECT_EQ(device_for_local_rank(local_rank_from_environment(), 8), 3);
+  }
+  {
+    const ScopedEnv rank("SLURM_LOCALID", "1");
+    EXPECT_EQ(local_rank_from_environment(), 1);
+  }
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_LOCAL_RANK", "two");
+    EXPECT_THROW(local_rank_from_environment(), Error);
+  }
+  EXPECT_EQ(device_for_local_rank(5, 1), 0);  // one visible device per rank (CUDA_VISIBLE_DEVICES)
+  EXPECT_EQ(device_for_local_rank(0, 4), 0);
+  try {
+    device_for_local_rank(4, 4);
+    ADD_FAILURE() << "five ranks on a node of four GPUs must be refused";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("local rank 4 but only 4 GPUs"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(device_for_local_rank(0, 0), Error);
+}
+
+}  // namespace
+}  // namespace fpdt::kernels::cuda
