@@ -34,7 +34,7 @@ FaultInjection parse_fault_injection(const std::string& text);
 struct TrainSettings {
   std::string model = "llama-demo";   // preset name or path to a Hugging Face config.json (left at this
                                       // default, --resume continues the model of its checkpoint)
-  std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
+  std::string init_from;              // Hugging Face folder or GGUF file: its model and weights ("": random init)
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)

@@ -15,6 +15,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
@@ -164,11 +165,16 @@ const char* state_kind(pipeline::StateBuf buffer) {
   }
 }
 
-// The model a run trains: the --init-from folder's config.json; a resumed run's own, its latest
+// The model a run trains: the --init-from folder's config.json (or GGUF file's metadata); a resumed run's own, its latest
 // checkpoint's config.json (RoPE included), when --model is left at its default; else --model. With the
 // RoPE overrides of a context extension. A resumed run's model is checked against its checkpoint when
 // the checkpoint loads (load_checkpoint names a field that --model or --rope-* changed).
 model::ModelConfig run_model(const TrainSettings& s) {
+  if (model::is_gguf_path(s.init_from)) {  // --init-from excludes --resume (check_settings)
+    model::ModelConfig config = model::gguf_model_config(model::GgufFile(s.init_from));
+    model::override_rope(config, s.rope_theta, s.rope_scaling);
+    return config;
+  }
   std::string path = s.init_from.empty() ? "" : s.init_from + "/config.json";
   if (s.resume && s.model == TrainSettings{}.model) {
     const std::string latest = latest_checkpoint(s.out_dir);
@@ -239,9 +245,13 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
   if (s.dry_run) return;
   if (!s.init_from.empty()) {
     model::ParameterBlock whole(states_->layout(), "weights from --init-from", Tier::offload);
-    model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
+    if (model::is_gguf_path(s.init_from)) {
+      model::load_gguf_weights(model::GgufFile(s.init_from), config_, states_->layout(), whole);
+    } else {
+      model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
+      generation_config_ = model::read_generation_config(s.init_from);
+    }
     states_->load_weights(whole);
-    generation_config_ = model::read_generation_config(s.init_from);
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
