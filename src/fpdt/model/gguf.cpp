@@ -29,6 +29,7 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 4;
+constexpr const char* kTruncatedHint = "the file is truncated or corrupt: download it again";
 
 // Reads the header sequentially through a buffer, every read bounded by the file's size.
 class HeaderReader {
@@ -41,7 +42,7 @@ class HeaderReader {
   void bytes(void* dst, uint64_t count, const char* what) {
     if (count > remaining())
       throw Error(kModule, path_ + " ends inside its header (reading " + what + " at byte " + std::to_string(offset_) + ")",
-                  "the file is truncated or not a GGUF file: download it again");
+                  kTruncatedHint);
     auto* out = static_cast<uint8_t*>(dst);
     while (count > 0) {
       if (buffer_begin_ > offset_ || offset_ >= buffer_begin_ + buffer_.size()) fill();
@@ -64,7 +65,7 @@ class HeaderReader {
     if (length > remaining())
       throw Error(kModule, path_ + ": " + what + " at byte " + std::to_string(offset_) + " claims " +
                                std::to_string(length) + " bytes, more than the file holds",
-                  "the file is corrupt or not a GGUF file");
+                  kTruncatedHint);
     std::string text(length, '\0');
     bytes(text.data(), length, what);
     return text;
@@ -148,7 +149,7 @@ GgufValue read_value(HeaderReader& reader, GgufValueType type, const std::string
       // Every element takes at least one byte: a count beyond the file is corrupt, not a huge allocation.
       if (count > reader.remaining())
         throw Error(kModule, path + ": metadata '" + json::excerpt_text(key) + "' claims " + std::to_string(count) +
-                                 " elements, more than the file holds", "the file is corrupt");
+                                   " elements, more than the file holds", kTruncatedHint);
       value.items.reserve(static_cast<size_t>(count));
       for (uint64_t i = 0; i < count; ++i)
         value.items.push_back(read_value(reader, value.element_type, key, path, depth + 1));

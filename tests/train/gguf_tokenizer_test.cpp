@@ -1,0 +1,56 @@
+// The tokenizer of a GGUF file (train/gguf_tokenizer.h): the golden sets of tools/make_gguf_golden.py
+// (a byte-level BPE with control and user-defined tokens, pre-tokenizers llama-bpe and qwen2) give
+// transformers' converted tokenizer's ids on a multilingual text, and decode back to it; a tokenizer
+// model other than byte-level BPE is one clear error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "fpdt/tensor/safetensors.h"
+#include "fpdt/train/gguf_tokenizer.h"
+#include "testing.h"
+
+namespace fpdt::train {
+namespace {
+
+std::string golden_file(const std::string& name) { return std::string(FPDT_SOURCE_DIR) + "/tests/golden/gguf/" + name; }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), {}};
+}
+
+class GgufTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufTokenizer, IdsAreTransformersOnAMultilingualText) {
+  const model::GgufFile file(golden_file(GetParam() + ".gguf"));
+  const Tokenizer tokenizer = gguf_tokenizer(file);
+  const std::string text = read_bytes(golden_file("multilingual.txt"));
+  const std::vector<int32_t> want = SafetensorsReader(golden_file(GetParam() + ".golden.safetensors")).read_ints("golden.text_ids");
+  const std::vector<int32_t> ids = tokenizer.encode(text);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(tokenizer.decode(ids), text);
+  EXPECT_EQ(tokenizer.vocab_size(), 400);
+  EXPECT_EQ(tokenizer.end_of_document_token(), "<|im_end|>");
+  EXPECT_EQ(tokenizer.begin_of_text_id(), tokenizer.token_id("<|im_start|>"));
+  EXPECT_EQ(tokenizer.padding_id(), tokenizer.token_id("<|endoftext|>"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sets, GgufTokenizer, ::testing::Values("llama", "qwen2"));
+
+TEST(GgufTokenizerErrors, ATokenizerModelFpdtDoesNotReadIsOneClearError) {
+  testing::TempDir dir;
+  std::string bytes = read_bytes(golden_file("llama.gguf"));
+  // tokenizer.ggml.model "gpt2" → "t5xx" (the same length keeps the file well formed).
+  const std::string from = std::string("\x04\0\0\0\0\0\0\0gpt2", 12);
+  const size_t at = bytes.find(std::string("tokenizer.ggml.model") + std::string("\x08\0\0\0", 4) + from);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + std::strlen("tokenizer.ggml.model") + 4 + 8, 4, "t5xx");
+  testing::write_text_file(dir.file("t5.gguf"), bytes);
+  testing::expect_contains(testing::error_message([&] { gguf_tokenizer(model::GgufFile(dir.file("t5.gguf"))); }),
+                           {"[gguf]", "t5.gguf", "tokenizer.ggml.model is 't5xx'", "hint:"});
+}
+
+}  // namespace
+}  // namespace fpdt::train
