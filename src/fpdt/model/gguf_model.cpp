@@ -30,8 +30,11 @@ struct ArchKeys {
   }
 };
 
+// As transformers' GGUF loader reads general.architecture: llama.cpp writes Mistral models as "llama";
+// transformers takes one for "mistral" only when general.name is exactly "mistral".
 ModelType architecture_type(const GgufFile& file, const std::string& arch) {
-  if (arch == "llama") return ModelType::llama;
+  if (arch == "llama")
+    return file.find("general.name") && file.text("general.name") == "mistral" ? ModelType::mistral : ModelType::llama;
   if (arch == "mistral") return ModelType::mistral;
   if (arch == "qwen2") return ModelType::qwen2;
   if (arch == "gpt2") return ModelType::gpt2;
@@ -167,7 +170,7 @@ std::string gguf_name(const ModelConfig& config, const std::string& hf_name) {
   return "";
 }
 
-// llama.cpp's converter permutes the rows of q_proj and k_proj (llama and mistral) so that each head's
+// llama.cpp's converter permutes the rows of q_proj and k_proj (architecture llama) so that each head's
 // rotary pairs are adjacent: GGUF row 2i + j of a head holds Hugging Face row j·D/2 + i. Undone in place
 // on `rows` (heads·D rows of `columns`).
 void unpermute_rotary_rows(float* rows, int heads, int head_dim, int64_t columns) {
@@ -182,9 +185,9 @@ void unpermute_rotary_rows(float* rows, int heads, int head_dim, int64_t columns
   }
 }
 
-bool permuted_by_converter(const ModelConfig& config) {
-  return config.type == ModelType::llama || config.type == ModelType::mistral;
-}
+// llama.cpp's converter permutes q/k for its "llama" architecture, which transformers undoes (its
+// LlamaTensorProcessor); a file of architecture "mistral" is read as transformers reads it, unpermuted.
+bool permuted_by_converter(const GgufFile& file) { return file.text("general.architecture") == "llama"; }
 
 }  // namespace
 
@@ -193,7 +196,7 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   ModelConfig config;
   config.type = architecture_type(file, arch);
   config.name = file.find("general.name") ? file.text("general.name") : arch;
-  const ArchKeys keys{file, arch};
+  const ArchKeys keys{file, arch};  // a "mistral" read from "llama" keeps the llama.* keys
   if (config.type == ModelType::gpt2)
     read_gpt2(keys, config);
   else
@@ -241,13 +244,14 @@ void load_gguf_weights(const GgufFile& file, const ModelConfig& config, const Pa
       throw Error(kModule, file.path() + ": unexpected tensor '" + tensor.name + "' for a " + model_type_name(config.type) +
                                " model of " + std::to_string(config.layers) + " layers",
                   "fpdt reads the tensors of the llama, mistral, qwen2 and gpt2 architectures only");
+  const bool permuted = permuted_by_converter(file);
   for (const HfTensor& entry : map) {
     const GgufTensorInfo& tensor = *file.tensor(gguf_name(config, entry.hf_name));
     const ParameterInfo& info = layout.at(entry.internal_name);
     const int64_t columns = info.numel() / info.shape[0];
     float* rows = params.get(entry.internal_name) + entry.row_begin * columns;
     file.read(tensor, rows);
-    if (!permuted_by_converter(config) || entry.hf_shape.size() != 2) continue;
+    if (!permuted || entry.hf_shape.size() != 2) continue;
     if (entry.hf_name.ends_with("self_attn.q_proj.weight"))
       unpermute_rotary_rows(rows, config.heads, config.head_dim, columns);
     else if (entry.hf_name.ends_with("self_attn.k_proj.weight"))
