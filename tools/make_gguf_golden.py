@@ -145,6 +145,13 @@ def add_weight(writer, name, qtype, shape, rng, scale=0.05):
         writer.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
 
+def finish(writer):
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def write_gguf(path, arch, tokens, merges, types, seed):
     rng = np.random.default_rng(seed)
     spec = TYPES[arch]
@@ -183,10 +190,7 @@ def write_gguf(path, arch, tokens, merges, types, seed):
     writer.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     if "output" in spec:
         add_weight(writer, "output.weight", spec["output"], (vocab, H), rng, 0.3)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 def write_gpt2_gguf(path, tokens, merges, types, seed):
@@ -222,10 +226,7 @@ def write_gpt2_gguf(path, tokens, merges, types, seed):
         bias(p + "ffn_down", H)
     norm("output_norm")
     add_weight(writer, "output.weight", GPT2_TYPES["output"], (vocab, H), rng, 0.3)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 def add_tokenizer(writer, tokens, merges, types, pre):

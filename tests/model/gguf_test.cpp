@@ -18,22 +18,16 @@
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/dtype.h"
 #include "fpdt/tensor/safetensors.h"
+#include "model/gguf_golden.h"
 #include "testing.h"
 
 namespace fpdt::model {
 namespace {
 
-std::string golden_file(const std::string& name) { return std::string(FPDT_SOURCE_DIR) + "/tests/golden/gguf/" + name; }
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), {}};
-}
-
 // A copy of the llama golden file with `edit` applied to its bytes.
 template <typename Edit>
 std::string edited_copy(const testing::TempDir& dir, const std::string& name, Edit edit) {
-  std::string bytes = read_bytes(golden_file("llama.gguf"));
+  std::string bytes = testing::file_bytes(testing::gguf_golden("llama.gguf"));
   edit(bytes);
   const std::string path = dir.file(name);
   testing::write_text_file(path, bytes);
@@ -43,9 +37,9 @@ std::string edited_copy(const testing::TempDir& dir, const std::string& name, Ed
 class GgufGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufGolden, ConfigIsTransformers) {
-  const GgufFile file(golden_file(GetParam() + ".gguf"));
+  const GgufFile file(testing::gguf_golden(GetParam() + ".gguf"));
   const ModelConfig config = gguf_model_config(file);
-  const SafetensorsReader golden(golden_file(GetParam() + ".golden.safetensors"));
+  const SafetensorsReader golden(testing::gguf_golden(GetParam() + ".golden.safetensors"));
   const nlohmann::json want = nlohmann::json::parse(golden.metadata("config"));
   EXPECT_EQ(model_type_name(config.type), want["model_type"].get<std::string>());
   EXPECT_EQ(config.vocab_size, want["vocab_size"].get<int>());
@@ -73,9 +67,9 @@ TEST_P(GgufGolden, ConfigIsTransformers) {
 }
 
 TEST_P(GgufGolden, TensorsAreBitwiseTransformersAndSoIsTheLoss) {
-  const GgufFile file(golden_file(GetParam() + ".gguf"));
+  const GgufFile file(testing::gguf_golden(GetParam() + ".gguf"));
   const ModelConfig config = gguf_model_config(file);
-  const SafetensorsReader golden(golden_file(GetParam() + ".golden.safetensors"));
+  const SafetensorsReader golden(testing::gguf_golden(GetParam() + ".golden.safetensors"));
   auto backend = kernels::make_backend("cpu");
   Transformer model(config, *backend);
   load_gguf_weights(file, config, model.layout(), model.params());
@@ -131,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Sets, GgufGolden, ::testing::Values("llama", "qwen2", "
 TEST(GgufGolden, TheSetsTogetherHoldEveryTypeFpdtReads) {
   std::set<std::string> types;
   for (const char* set : {"llama", "qwen2"}) {
-    const GgufFile file(golden_file(std::string(set) + ".gguf"));
+    const GgufFile file(testing::gguf_golden(std::string(set) + ".gguf"));
     for (const GgufTensorInfo& tensor : file.tensors()) types.insert(*ggml_type_name(tensor.type));
   }
   for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"})
@@ -140,7 +134,7 @@ TEST(GgufGolden, TheSetsTogetherHoldEveryTypeFpdtReads) {
 
 TEST(Gguf, VersionTwoReadsAsThreeAndOtherVersionsAreRefused) {
   testing::TempDir dir;
-  const GgufFile three(golden_file("llama.gguf"));
+  const GgufFile three(testing::gguf_golden("llama.gguf"));
   EXPECT_EQ(three.version(), 3u);
   const auto with_version = [](uint32_t version) {
     return [version](std::string& bytes) { std::memcpy(bytes.data() + 4, &version, 4); };

@@ -9,25 +9,19 @@
 
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/gguf_tokenizer.h"
+#include "model/gguf_golden.h"
 #include "testing.h"
 
 namespace fpdt::train {
 namespace {
 
-std::string golden_file(const std::string& name) { return std::string(FPDT_SOURCE_DIR) + "/tests/golden/gguf/" + name; }
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), {}};
-}
-
 class GgufTokenizer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufTokenizer, IdsAreTransformersOnAMultilingualText) {
-  const model::GgufFile file(golden_file(GetParam() + ".gguf"));
+  const model::GgufFile file(testing::gguf_golden(GetParam() + ".gguf"));
   const Tokenizer tokenizer = gguf_tokenizer(file);
-  const std::string text = read_bytes(golden_file("multilingual.txt"));
-  const std::vector<int32_t> want = SafetensorsReader(golden_file(GetParam() + ".golden.safetensors")).read_ints("golden.text_ids");
+  const std::string text = testing::file_bytes(testing::gguf_golden("multilingual.txt"));
+  const std::vector<int32_t> want = SafetensorsReader(testing::gguf_golden(GetParam() + ".golden.safetensors")).read_ints("golden.text_ids");
   const std::vector<int32_t> ids = tokenizer.encode(text);
   EXPECT_EQ(ids, want);
   EXPECT_EQ(tokenizer.decode(ids), text);
@@ -41,7 +35,7 @@ INSTANTIATE_TEST_SUITE_P(Sets, GgufTokenizer, ::testing::Values("llama", "qwen2"
 
 TEST(GgufTokenizerErrors, ATokenizerModelFpdtDoesNotReadIsOneClearError) {
   testing::TempDir dir;
-  std::string bytes = read_bytes(golden_file("llama.gguf"));
+  std::string bytes = testing::file_bytes(testing::gguf_golden("llama.gguf"));
   // tokenizer.ggml.model "gpt2" → "t5xx" (the same length keeps the file well formed).
   const std::string from = std::string("\x04\0\0\0\0\0\0\0gpt2", 12);
   const size_t at = bytes.find(std::string("tokenizer.ggml.model") + std::string("\x08\0\0\0", 4) + from);

@@ -71,13 +71,23 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
                   "fpdt's yarn is transformers' (attention factor 0.1·ln(factor) + 1)");
 }
 
-void read_llama_like(const ArchKeys& keys, ModelConfig& config) {
-  const GgufFile& file = keys.file;
-  config.family = Family::llama;
+// The sizes every architecture states, and its norm epsilon (under `eps_key`).
+void read_sizes(const ArchKeys& keys, ModelConfig& config, const std::string& eps_key) {
   config.hidden = keys.positive("embedding_length");
   config.layers = keys.positive("block_count");
   config.ffn_hidden = keys.positive("feed_forward_length");
   config.heads = keys.positive("attention.head_count");
+  config.max_positions = keys.positive("context_length");
+  const std::optional<double> eps = keys.file.optional_real(keys.key(eps_key));
+  if (!eps) throw Error(kModule, keys.file.path() + " has no metadata '" + keys.key(eps_key) + "'",
+                        "the model's metadata is incomplete: convert it again");
+  config.norm_eps = *eps;
+}
+
+void read_llama_like(const ArchKeys& keys, ModelConfig& config) {
+  const GgufFile& file = keys.file;
+  config.family = Family::llama;
+  read_sizes(keys, config, "attention.layer_norm_rms_epsilon");
   config.kv_heads = file.find(keys.key("attention.head_count_kv")) ? keys.positive("attention.head_count_kv") : config.heads;
   if (file.find(keys.key("attention.key_length"))) {
     config.head_dim = keys.positive("attention.key_length");
@@ -97,11 +107,6 @@ void read_llama_like(const ArchKeys& keys, ModelConfig& config) {
     throw Error(kModule, file.path() + ": RoPE rotates " + std::to_string(keys.positive("rope.dimension_count")) +
                              " dims of heads of " + std::to_string(config.head_dim),
                 "fpdt implements RoPE over the whole head for llama, mistral and qwen2");
-  const std::optional<double> eps = file.optional_real(keys.key("attention.layer_norm_rms_epsilon"));
-  if (!eps) throw Error(kModule, file.path() + " has no metadata '" + keys.key("attention.layer_norm_rms_epsilon") + "'",
-                        "the model's metadata is incomplete: convert it again");
-  config.norm_eps = *eps;
-  config.max_positions = keys.positive("context_length");
   config.rope_theta = file.optional_real(keys.key("rope.freq_base")).value_or(10000.0);
   read_rope_scaling(keys, config);
   if (file.tensor("rope_freqs.weight"))
@@ -117,21 +122,13 @@ void read_llama_like(const ArchKeys& keys, ModelConfig& config) {
 void read_gpt2(const ArchKeys& keys, ModelConfig& config) {
   const GgufFile& file = keys.file;
   config.family = Family::gpt;
-  config.hidden = keys.positive("embedding_length");
-  config.layers = keys.positive("block_count");
-  config.ffn_hidden = keys.positive("feed_forward_length");
-  config.heads = keys.positive("attention.head_count");
+  read_sizes(keys, config, "attention.layer_norm_epsilon");
   config.kv_heads = config.heads;
   if (config.hidden % config.heads != 0)
     throw Error(kModule, file.path() + ": " + keys.key("embedding_length") + " is not divisible by the head count",
                 "the file is corrupt");
   config.head_dim = config.hidden / config.heads;
   config.rotary_dim = 0;
-  const std::optional<double> eps = file.optional_real(keys.key("attention.layer_norm_epsilon"));
-  if (!eps) throw Error(kModule, file.path() + " has no metadata '" + keys.key("attention.layer_norm_epsilon") + "'",
-                        "the model's metadata is incomplete: convert it again");
-  config.norm_eps = *eps;
-  config.max_positions = keys.positive("context_length");
 }
 
 std::optional<TokenIds> token_id(const GgufFile& file, const char* key) {

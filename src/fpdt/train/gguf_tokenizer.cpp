@@ -158,7 +158,15 @@ Tokenizer gguf_tokenizer(const model::GgufFile& file) {
        {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
         {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
         {"vocab", vocab}, {"merges", merge_list}}}};
-  return Tokenizer::from_json(root.dump(2) + "\n", config.dump(2) + "\n", "", file.path() + " (tokenizer.ggml.*)");
+  std::string tokenizer_json, config_json;
+  try {
+    tokenizer_json = root.dump(2) + "\n";
+    config_json = config.dump(2) + "\n";
+  } catch (const nlohmann::json::exception&) {  // a merge or the chat template (tokens are respelled)
+    throw Error(kModule, file.path() + ": tokenizer.ggml.merges or tokenizer.chat_template holds text that is not UTF-8",
+                "the file is corrupt");
+  }
+  return Tokenizer::from_json(tokenizer_json, config_json, "", file.path() + " (tokenizer.ggml.*)");
 }
 
 }  // namespace fpdt::train
