@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -113,6 +114,12 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The whole file as bytes ("" when it cannot be read).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
 
 inline void write_text_file(const std::string& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary);

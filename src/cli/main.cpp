@@ -1,10 +1,12 @@
-// The `fpdt` program: train | eval | sample | tokenize | inspect | plan. Each subcommand declares its options
+// The `fpdt` program: train | eval | sample | tokenize | inspect | convert | plan. Each subcommand declares its options
 // once, bound to the fields they set (base/options.h; train's in train/settings.h, the ones commands
 // share in plan/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fpdt/base/error.h"
@@ -13,6 +15,8 @@
 #include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/model/gguf.h"
+#include "fpdt/model/gguf_types.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
@@ -23,6 +27,7 @@
 #include "fpdt/train/trainer.h"
 #include "fpdt/base/options.h"
 #include "fpdt/plan/run_options.h"
+#include "convert_command.h"
 #include "eval_command.h"
 #include "plan_command.h"
 
@@ -188,8 +193,33 @@ void print_safetensors(const std::string& path) {
   std::printf("  %zu tensors, %lld elements\n", reader.names().size(), static_cast<long long>(total));
 }
 
+// A GGUF file: its metadata (arrays summarised), the model it describes and its tensors with their types.
+void print_gguf(const std::string& path) {
+  const model::GgufFile file(path);
+  std::printf("%s: GGUF version %u, %zu metadata entries, %zu tensors\n", path.c_str(), file.version(),
+              file.metadata().size(), file.tensors().size());
+  for (const auto& [key, value] : file.metadata()) std::printf("  metadata %s = %s\n", key.c_str(), value.describe().c_str());
+  const model::ModelConfig config = model::gguf_model_config(file);
+  std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
+              model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads, config.kv_heads,
+              config.vocab_size, static_cast<long long>(config.parameter_count()));
+  std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
+              model::describe_window(config).c_str());
+  std::map<std::string, int> types;
+  int64_t total = 0;
+  for (const model::GgufTensorInfo& tensor : file.tensors()) {
+    const std::string type = model::ggml_type_name(tensor.type).value_or("?");
+    ++types[type];
+    total += shape_numel(tensor.shape);
+    std::printf("  %-40s %-5s %s\n", tensor.name.c_str(), type.c_str(), shape_string(tensor.shape).c_str());
+  }
+  std::string summary;
+  for (const auto& [type, count] : types) summary += (summary.empty() ? "" : ", ") + std::to_string(count) + " " + type;
+  std::printf("  %zu tensors (%s), %lld elements\n", file.tensors().size(), summary.c_str(), static_cast<long long>(total));
+}
+
 int command_inspect(int argc, char** argv) {
-  OptionSet options("inspect", "Show what a checkpoint, safetensors file or token shard holds.", "PATH");
+  OptionSet options("inspect", "Show what a checkpoint, safetensors file, GGUF file or token shard holds.", "PATH");
   if (!options.parse(argc, argv)) return 0;
   if (options.positional().size() != 1) throw Error("cli", "fpdt inspect takes one path", "fpdt inspect PATH");
   const std::string path = options.positional()[0];
@@ -199,7 +229,7 @@ int command_inspect(int argc, char** argv) {
   if (!fs::exists(status)) throw Error("cli", "cannot open " + path + ": no such file or folder", "check the path");
   if (!fs::is_directory(status) && !fs::is_regular_file(status))
     throw Error("cli", path + " is neither a file nor a folder (a pipe, socket or device)",
-                "give a checkpoint folder, a .safetensors file or a token shard");
+                "give a checkpoint folder, a .safetensors or .gguf file or a token shard");
   if (fs::is_directory(status)) {
     const std::string folder = train::checkpoint_folder(path);
     const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
@@ -216,6 +246,10 @@ int command_inspect(int argc, char** argv) {
     std::printf("ignored config fields: %s\n", model::describe_ignored(config).c_str());
     for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
     for (const std::string& file : train::optimizer_files(folder)) print_safetensors(file);
+    return 0;
+  }
+  if (model::is_gguf_path(path)) {
+    print_gguf(path);
     return 0;
   }
   if (path.ends_with(".safetensors")) {
@@ -242,7 +276,8 @@ int usage(FILE* out) {
                "  eval       loss by context position and passkey retrieval of a checkpoint on long sequences\n"
                "  sample     generate text from a checkpoint\n"
                "  tokenize   turn text or FASTA files into token shards\n"
-               "  inspect    show what a checkpoint, safetensors file or shard holds\n"
+               "  inspect    show what a checkpoint, safetensors or GGUF file or shard holds\n"
+               "  convert    turn a GGUF file into a Hugging Face model folder\n"
                "  plan       predict memory, time and the longest trainable sequence of a configuration\n");
   return out == stdout ? 0 : 2;
 }
@@ -270,6 +305,7 @@ int main(int argc, char** argv) {
     if (command == "sample") return command_sample(argc - 2, argv + 2);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);
+    if (command == "convert") return command_convert(argc - 2, argv + 2);
     if (command == "plan") return command_plan(argc - 2, argv + 2);
     if (command == "--help" || command == "-h" || command == "help") return usage(stdout);
     fpdt::log::error("[cli] unknown command '" + command + "'; hint: fpdt --help lists the commands");

@@ -147,11 +147,6 @@ inline void expect_one_clear_error(const ProgramResult& result, std::initializer
   EXPECT_EQ(result.output.find("terminate called"), std::string::npos) << result.output;
 }
 
-inline std::string file_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
 // Every weight of a checkpoint folder's model.safetensors, tensors concatenated in file order.
 inline std::vector<float> checkpoint_weights(const std::string& folder) {
   SafetensorsReader reader(folder + "/model.safetensors");

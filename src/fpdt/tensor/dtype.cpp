@@ -1,6 +1,8 @@
 // DType sizes and names.
 #include "fpdt/tensor/dtype.h"
 
+#include <cstring>
+
 #include "fpdt/base/error.h"
 #include "fpdt/base/json.h"
 
@@ -42,6 +44,35 @@ DType dtype_from_name(const std::string& name, const std::string& where) {
     if (dtype_name(dtype) == name) return dtype;
   throw Error("tensor", "unknown dtype '" + json::excerpt_text(name) + "' in " + where,
               "supported: F32, F64, BF16, F16, I32, I64, U16, U32, U8");
+}
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+// IEEE half → float, exactly (every half is a float): normals, subnormals, zeros, inf and NaN.
+float f16_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  uint32_t word;
+  if (exponent == 0x1fu) {
+    word = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    word = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    word = sign;
+  } else {  // subnormal: mantissa · 2^-24
+    float value = static_cast<float>(mantissa) * 0x1p-24f;
+    std::memcpy(&word, &value, 4);
+    word |= sign;
+  }
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
 }
 
 }  // namespace fpdt

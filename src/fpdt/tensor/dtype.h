@@ -17,6 +17,11 @@ std::string dtype_name(DType dtype);
 // Inverse of dtype_name; throws fpdt::Error naming `where` for an unknown spelling.
 DType dtype_from_name(const std::string& name, const std::string& where);
 
+// 16-bit floats → float, exactly (every bf16 and every IEEE half is a float): normals, subnormals,
+// zeros, inf and NaN. Safetensors and GGUF weights are read through these.
+float bf16_to_float(uint16_t bits);
+float f16_to_float(uint16_t bits);
+
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }

@@ -17,35 +17,6 @@ namespace {
 constexpr const char* kModule = "safetensors";
 constexpr size_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
 
-float bf16_to_float(uint16_t bits) {
-  const uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, 4);
-  return value;
-}
-
-// IEEE half → float, exactly (every half is a float): normals, subnormals, zeros, inf and NaN.
-float f16_to_float(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu;
-  const uint32_t mantissa = bits & 0x3ffu;
-  uint32_t word;
-  if (exponent == 0x1fu) {
-    word = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    word = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    word = sign;
-  } else {  // subnormal: mantissa · 2^-24
-    float value = static_cast<float>(mantissa) * 0x1p-24f;
-    std::memcpy(&word, &value, 4);
-    word |= sign;
-  }
-  float value;
-  std::memcpy(&value, &word, 4);
-  return value;
-}
-
 // A shape extent or data offset: a whole number (json::integer) that is not negative.
 int64_t non_negative_integer(const nlohmann::json& value, const char* what) {
   const int64_t number = json::integer<int64_t>(value, what, kModule);

@@ -114,6 +114,17 @@ model::ModelConfig with_tokenizer_ids(model::ModelConfig config, const Tokenizer
 
 }  // namespace
 
+void write_hf_model_files(const std::string& dir, const model::ModelConfig& config, const model::ParameterLayout& layout,
+                          const model::ParameterBlock& weights, const Tokenizer* tokenizer,
+                          const std::string& generation_config) {
+  save_hf_safetensors(config, layout, weights, (fs::path(dir) / "model.safetensors").string());
+  write_text_atomic((fs::path(dir) / "config.json").string(),
+                    model::to_hf_config_json(tokenizer ? with_tokenizer_ids(config, *tokenizer) : config));
+  if (!generation_config.empty())
+    write_text_atomic((fs::path(dir) / model::kGenerationConfigFile).string(), generation_config);
+  if (tokenizer) tokenizer->save(dir);
+}
+
 void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
                      AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
                      const std::string& generation_config, comm::Communicator& world, int keep,
@@ -170,12 +181,8 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
   world.barrier();
 
   if (world.rank() == 0) {
-    save_hf_safetensors(config, layout, gathered ? *gathered : states.weights(),
-                        (temp_dir / "model.safetensors").string());
-    write_text_atomic((temp_dir / "config.json").string(),
-                      model::to_hf_config_json(with_tokenizer_ids(config, tokenizer)));
-    if (!generation_config.empty())
-      write_text_atomic((temp_dir / model::kGenerationConfigFile).string(), generation_config);
+    write_hf_model_files(temp_dir.string(), config, layout, gathered ? *gathered : states.weights(), &tokenizer,
+                         generation_config);
     const nlohmann::ordered_json trainer_state = {
         {"format", kStateFormat},
         {"version", kStateVersion},
@@ -186,7 +193,6 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
         {"optimizer", {{"zero_stage", states.zero().stage}, {"ranks", states.partition_ranks()}}},
         {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
     write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
-    tokenizer.save(temp_dir.string());
 
     std::error_code error;
     fs::remove_all(final_dir, error);

@@ -44,6 +44,15 @@ struct TrainerState {
   int optimizer_ranks = 0;     // the partition the optimizer's shards were saved in (0: version 1, whole moments)
 };
 
+// The files of a Hugging Face model folder in `dir` (an existing folder): model.safetensors (F32, HF
+// names), config.json (the generation token ids it leaves unset are the tokenizer's), generation_config.json
+// when given (its text, "" for none), and the tokenizer's tokenizer.json and tokenizer_config.json when
+// `tokenizer` is not null. Checkpoints hold these beside the optimizer's files; `fpdt convert` writes
+// only these. Throws fpdt::Error naming the path on any failure.
+void write_hf_model_files(const std::string& dir, const model::ModelConfig& config, const model::ParameterLayout& layout,
+                          const model::ParameterBlock& weights, const Tokenizer* tokenizer,
+                          const std::string& generation_config);
+
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
 // step folders and removes older ones. Collective over `world` (the states' ranks). Refuses (fpdt::Error
 // on every rank, nothing written or removed) weights or moments that are not finite, so every

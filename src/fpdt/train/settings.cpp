@@ -121,7 +121,9 @@ FaultInjection parse_fault_injection(const std::string& text) {
 void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = plan::options;
   run::model(set, s.model).unset_means(std::string(kDefaultModel) + "; with --resume the run's own");
-  set.add("init-from", "DIR", "start from a Hugging Face model folder (config.json + safetensors weights)", s.init_from);
+  set.add("init-from", "DIR|FILE.gguf",
+          "start from a Hugging Face model folder (config.json + safetensors weights) or a GGUF file (dequantized)",
+          s.init_from);
   run::rope(set, s.rope_theta, s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints (the newest two are kept), metrics.jsonl", s.out_dir);
@@ -208,7 +210,7 @@ void check_settings(const TrainSettings& s) {
                 "--init-from starts a new run from a Hugging Face folder; to continue it, give --resume and its --out "
                 "(the model comes from its checkpoint)");
   if (!s.init_from.empty() && !s.model.empty())
-    throw Error(kModule, "--init-from " + s.init_from + " brings its own config.json; --model " + s.model + " would be a second one",
+    throw Error(kModule, "--init-from " + s.init_from + " brings its own model (config.json or GGUF metadata); --model " + s.model + " would be a second one",
                 "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
   if (s.optimizer.warmup_steps > s.steps) {
     char last_lr[32];

@@ -37,7 +37,7 @@ inline constexpr const char* kDefaultModel = "llama-demo";
 struct TrainSettings {
   std::string model;                  // preset name or path to a Hugging Face config.json; "" (not
                                       // given): kDefaultModel, or with --resume the checkpoint's model
-  std::string init_from;              // Hugging Face folder: its config.json and weights ("": random init)
+  std::string init_from;              // Hugging Face folder or GGUF file: its model and weights ("": random init)
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)

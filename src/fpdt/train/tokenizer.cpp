@@ -15,6 +15,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/json.h"
 #include "fpdt/base/file_io.h"
+#include "fpdt/train/text/byte_level.h"
 #include "fpdt/train/text/normalize.h"
 #include "fpdt/train/text/regex.h"
 #include "fpdt/train/text/unicode.h"
@@ -37,25 +38,8 @@ constexpr size_t kMaxJsonDepth = 64;
 constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 constexpr size_t kWordCacheLimit = 1 << 16;
 
-// GPT-2's byte ↔ character map: printable Latin-1 bytes stand for themselves, the other 68 bytes for
-// U+0100 onwards in byte order, so every byte is a visible character.
-struct ByteAlphabet {
-  std::array<std::string, 256> byte_to_utf8;
-  std::unordered_map<char32_t, uint8_t> char_to_byte;
-  ByteAlphabet() {
-    int next = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
-      text::append_utf8(byte_to_utf8[b], cp);
-      char_to_byte[cp] = static_cast<uint8_t>(b);
-    }
-  }
-};
-const ByteAlphabet& byte_alphabet() {
-  static const ByteAlphabet alphabet;
-  return alphabet;
-}
+using text::ByteAlphabet;
+using text::byte_alphabet;
 
 bool first_invalid_utf8_in(std::string_view text) { return text::first_invalid_utf8(text) != text.size(); }
 

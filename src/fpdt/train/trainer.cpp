@@ -18,11 +18,13 @@
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
 #include "fpdt/train/sampler.h"
+#include "fpdt/train/gguf_tokenizer.h"
 #include "fpdt/train/shard_tokenizer.h"
 #include "fpdt/train/tokenizer.h"
 
@@ -162,11 +164,17 @@ const char* state_kind(pipeline::StateBuf buffer) {
   }
 }
 
-// The model a run trains: the --init-from folder's config.json; a resumed run's own, its checkpoint's
-// config.json (RoPE included), when --model is not given; else --model (kDefaultModel when not given).
-// With the RoPE overrides of a context extension. A resumed run's model must be its checkpoint's: that
-// is checked here, before anything is laid out (the error names the first field that differs).
+// The model a run trains: the --init-from folder's config.json or GGUF file's metadata; a resumed run's
+// own, its checkpoint's config.json (RoPE included), when --model is not given; else --model
+// (kDefaultModel when not given). With the RoPE overrides of a context extension. A resumed run's model
+// must be its checkpoint's: that is checked here, before anything is laid out (the error names the
+// first field that differs).
 model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoint) {
+  if (model::is_gguf_path(s.init_from)) {  // --init-from excludes --resume (check_settings)
+    model::ModelConfig config = model::gguf_model_config(model::GgufFile(s.init_from));
+    model::override_rope(config, s.rope_theta, s.rope_scaling);
+    return config;
+  }
   std::string path = s.init_from.empty() ? "" : path_in(s.init_from, "config.json");
   if (!checkpoint.empty() && s.model.empty()) {
     path = path_in(checkpoint, "config.json");
@@ -179,10 +187,11 @@ model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoi
   return config;
 }
 
-// An --init-from folder's model was trained with its own tokenizer: the shards must be of that one
-// (the one rule of shard_tokenizer.h). A folder without a tokenizer.json is the byte tokenizer's when
-// its vocabulary is (checkpoint_tokenizer); else nothing shows what its ids mean.
+// An --init-from model was trained with its own tokenizer: the shards must be of that one (the one rule
+// of shard_tokenizer.h). A GGUF file's is in its metadata; a folder without a tokenizer.json is the byte
+// tokenizer's when its vocabulary is (checkpoint_tokenizer); else nothing shows what its ids mean.
 void check_init_tokenizer(const std::string& folder, const model::ModelConfig& config, const ShardReader& shard) {
+  if (model::is_gguf_path(folder)) return check_made_by(kModule, shard, gguf_tokenizer(model::GgufFile(folder)), folder);
   if (!std::filesystem::exists(path_in(folder, kTokenizerFile)) && config.vocab_size != Tokenizer::bytes().vocab_size())
     throw Error(kModule,
                 folder + " holds no " + kTokenizerFile + ", so nothing says that its model (vocabulary " +
@@ -269,9 +278,13 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
   if (s.dry_run) return;
   if (!s.init_from.empty()) {
     model::ParameterBlock whole(states_->layout(), "weights from --init-from", Tier::offload);
-    model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
+    if (model::is_gguf_path(s.init_from)) {
+      model::load_gguf_weights(model::GgufFile(s.init_from), config_, states_->layout(), whole);
+    } else {
+      model::HfCheckpoint(s.init_from).load(config_, states_->layout(), whole);
+      generation_config_ = model::read_generation_config(s.init_from);
+    }
     states_->load_weights(whole);
-    generation_config_ = model::read_generation_config(s.init_from);
     log::info("weights from " + s.init_from);
   }
   if (s.resume) resume();
