@@ -50,10 +50,11 @@ def split_marks(args):
     return [a[len("--mark="):] for a in args if a.startswith("--mark=")], [a for a in args if not a.startswith("--mark=")]
 
 
-def draw_loss(axis, runs, marks):
-    """The loss by position of runs [(label, loss_by_position.json)] on one log-x axis."""
+def draw_loss(axis, runs, marks, first_position=1):
+    """The loss by position of runs [(label, loss_by_position.json)] on one log-x axis, from the bucket
+    that begins at first_position on (the first few positions' loss, a few tokens each, is mostly noise)."""
     for label, result in runs:
-        buckets = [b for b in result["buckets"] if b["tokens"] > 0]
+        buckets = [b for b in result["buckets"] if b["tokens"] > 0 and b["first"] >= first_position]
         xs = [(b["first"] * b["last"]) ** 0.5 for b in buckets]  # the bucket's middle on a log axis
         ys = [b["mean_loss"] for b in buckets]
         axis.plot(xs, ys, marker="o", markersize=4, label=f"{label} (mean {result['mean_loss']:.3f})")
@@ -68,7 +69,8 @@ def draw_loss(axis, runs, marks):
     axis.set_ylabel("held-out loss (nats/token)")
     sequences = runs[0][1]["sequences"]
     axis.set_title(f"loss by context position: {sequences} held-out sequence{'s' if sequences > 1 else ''} "
-                   f"of {seq:,} tokens", fontsize=10)
+                   f"of {seq:,} tokens" + (f" (positions from {first_position:,})" if first_position > 1 else ""),
+                   fontsize=10)
     axis.grid(True, which="major", alpha=0.3)
     axis.legend(fontsize=8)
 
@@ -132,7 +134,7 @@ def command_report(out_path, args):
     plt = pyplot()
     figure = plt.figure(figsize=(3.2 * len(runs), 7.2))
     grid = figure.add_gridspec(2, len(runs), height_ratios=[1.6, 1])
-    draw_loss(figure.add_subplot(grid[0, :]), [(label, loss) for label, loss, _ in runs], marks)
+    draw_loss(figure.add_subplot(grid[0, :]), [(label, loss) for label, loss, _ in runs], marks, first_position=64)
     for n, (label, _, passkey) in enumerate(runs):
         axis = figure.add_subplot(grid[1, n])
         draw_passkey(axis, passkey, f"passkey: {label}\nright/prompts, answer loss")
