@@ -132,7 +132,7 @@ def command_report(out_path, args):
         runs.append((label, json.load(open(f"{folder}/loss_by_position.json")),
                      json.load(open(f"{folder}/passkey.json"))))
     plt = pyplot()
-    figure = plt.figure(figsize=(3.2 * len(runs), 7.2))
+    figure = plt.figure(figsize=(max(7.5, 3.2 * len(runs)), 7.2))
     grid = figure.add_gridspec(2, len(runs), height_ratios=[1.6, 1])
     draw_loss(figure.add_subplot(grid[0, :]), [(label, loss) for label, loss, _ in runs], marks, first_position=64)
     for n, (label, _, passkey) in enumerate(runs):
