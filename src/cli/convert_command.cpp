@@ -46,7 +46,8 @@ int command_convert(int argc, char** argv) {
     tokenizer_note = refused.message();  // the weights are still of use: --init-from with shards' tokenizer
   }
 
-  const fs::path final_dir(out);
+  fs::path final_dir = fs::path(out).lexically_normal();
+  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "dir/"
   const fs::path temp_dir = final_dir.string() + ".partial";
   fs::remove_all(temp_dir, error);  // debris of an earlier killed conversion
   if (!fs::create_directories(temp_dir, error) || error)

@@ -201,7 +201,11 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   const GgufTensorInfo* embedding = file.tensor("token_embd.weight");
   if (embedding == nullptr || embedding->shape.size() != 2)
     throw Error(kModule, file.path() + " has no 2-D token_embd.weight", "is this a language model's GGUF file?");
-  config.vocab_size = file.find(keys.key("vocab_size")) ? keys.positive("vocab_size") : static_cast<int>(embedding->shape[0]);
+  // As transformers: the key, else the tokenizer's token count; a file with neither, the embedding's rows.
+  const std::vector<GgufValue>* tokens = file.array("tokenizer.ggml.tokens", GgufValueType::string);
+  config.vocab_size = file.find(keys.key("vocab_size")) ? keys.positive("vocab_size")
+                      : tokens != nullptr                 ? static_cast<int>(std::min<size_t>(tokens->size(), INT32_MAX))
+                                                          : static_cast<int>(embedding->shape[0]);
   config.tie_embeddings = file.tensor("output.weight") == nullptr;
   config.bos_token_id = token_id(file, "bos_token_id");
   config.eos_token_id = token_id(file, "eos_token_id");
