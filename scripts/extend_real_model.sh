@@ -37,8 +37,6 @@ started=$(date +%s)
 cpu_seconds() { times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'; }
 say() { printf '\n== %s (%d s wall, %s CPU s so far; load %s)\n' "$1" $(($(date +%s) - started)) "$(cpu_seconds)" \
           "$(cut -d' ' -f1-3 /proc/loadavg)"; }
-field() { $python -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-mib() { $python -c "import sys; print(f'{int(sys.argv[1]) / 2**20:,.0f} MiB')" "$1"; }
 # quietly COMMAND...: its output to the job's log; on failure the log's last lines, and the job stops.
 quietly() { "$@" >> "$log" 2>&1 || { tail -n 20 "$log" >&2; echo "failed: $* (the whole output: $log)" >&2; exit 1; }; }
 
