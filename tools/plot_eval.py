@@ -3,9 +3,12 @@ and the passkey-retrieval heat map.
 
 usage: /usr/bin/python3 tools/plot_eval.py loss OUT.png LABEL=loss_by_position.json ... [--mark=POS=TEXT ...]
        /usr/bin/python3 tools/plot_eval.py passkey OUT.png passkey.json
+       /usr/bin/python3 tools/plot_eval.py report OUT.png LABEL=EVAL_DIR ... [--mark=POS=TEXT ...]
        /usr/bin/python3 tools/plot_eval.py range FIRST LAST LABEL=loss_by_position.json ...
-`loss` and `passkey` need Debian's python3-matplotlib; `range` prints, per model, the mean loss over the
-context positions FIRST..LAST (token-weighted over the buckets inside that range) and needs nothing.
+`report` draws one figure of several evaluations (each EVAL_DIR an `fpdt eval --out` folder): their loss
+by position on top, their passkey grids below. `loss`, `passkey` and `report` need Debian's
+python3-matplotlib; `range` prints, per model, the mean loss over the context positions FIRST..LAST
+(token-weighted over the buckets inside that range) and needs nothing.
 """
 import json
 import sys
@@ -42,13 +45,16 @@ def pyplot():
     return plt
 
 
-def command_loss(out_path, args):
-    marks = [a[len("--mark="):] for a in args if a.startswith("--mark=")]
-    runs = load_labelled([a for a in args if not a.startswith("--mark=")])
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+def split_marks(args):
+    """(--mark=POS=TEXT values, the other arguments)."""
+    return [a[len("--mark="):] for a in args if a.startswith("--mark=")], [a for a in args if not a.startswith("--mark=")]
+
+
+def draw_loss(axis, runs, marks, first_position=1):
+    """The loss by position of runs [(label, loss_by_position.json)] on one log-x axis, from the bucket
+    that begins at first_position on (the first few positions' loss, a few tokens each, is mostly noise)."""
     for label, result in runs:
-        buckets = [b for b in result["buckets"] if b["tokens"] > 0]
+        buckets = [b for b in result["buckets"] if b["tokens"] > 0 and b["first"] >= first_position]
         xs = [(b["first"] * b["last"]) ** 0.5 for b in buckets]  # the bucket's middle on a log axis
         ys = [b["mean_loss"] for b in buckets]
         axis.plot(xs, ys, marker="o", markersize=4, label=f"{label} (mean {result['mean_loss']:.3f})")
@@ -62,23 +68,36 @@ def command_loss(out_path, args):
     axis.set_xlabel("context position (tokens seen; power-of-two buckets)")
     axis.set_ylabel("held-out loss (nats/token)")
     sequences = runs[0][1]["sequences"]
-    axis.set_title(f"loss by context position: {sequences} held-out sequences of {seq:,} tokens")
+    axis.set_title(f"loss by context position: {sequences} held-out sequence{'s' if sequences > 1 else ''} "
+                   f"of {seq:,} tokens" + (f" (positions from {first_position:,})" if first_position > 1 else ""),
+                   fontsize=10)
     axis.grid(True, which="major", alpha=0.3)
     axis.legend(fontsize=8)
+
+
+def command_loss(out_path, args):
+    marks, labelled = split_marks(args)
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+    draw_loss(axis, load_labelled(labelled), marks)
     figure.tight_layout()
     figure.savefig(out_path, dpi=120)
 
 
-def command_passkey(out_path, path):
-    result = json.load(open(path))
+def passkey_grid(result):
+    """(prompt lengths, depths, cells[depth][length]) of a passkey.json."""
     cells = result["cells"]
     lengths = sorted({c["length"] for c in cells})
     depths = sorted({c["depth"] for c in cells})
     grid = [[None] * len(lengths) for _ in depths]
     for c in cells:
         grid[depths.index(c["depth"])][lengths.index(c["length"])] = c
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(1.2 * len(lengths) + 2.5, 0.6 * len(depths) + 2))
+    return lengths, depths, grid
+
+
+def draw_passkey(axis, result, title):
+    """A passkey grid as a heat map of accuracy, each cell's right/prompts and answer loss written in it."""
+    lengths, depths, grid = passkey_grid(result)
     image = axis.imshow([[c["accuracy"] for c in row] for row in grid], vmin=0, vmax=1, cmap="RdYlGn",
                         aspect="auto")
     for i, row in enumerate(grid):
@@ -89,10 +108,40 @@ def command_passkey(out_path, path):
     axis.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
     axis.set_xlabel("prompt length (tokens)")
     axis.set_ylabel("depth of the number")
-    axis.set_title("passkey retrieval: greedy answers right / prompts\n(answer loss, nats/token)", fontsize=9)
+    axis.set_title(title, fontsize=9)
+    return image
+
+
+def command_passkey(out_path, path):
+    result = json.load(open(path))
+    lengths, depths, _ = passkey_grid(result)
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(1.2 * len(lengths) + 2.5, 0.6 * len(depths) + 2))
+    image = draw_passkey(axis, result, "passkey retrieval: greedy answers right / prompts\n(answer loss, nats/token)")
     figure.colorbar(image, label="accuracy")
     figure.tight_layout()
     figure.savefig(out_path, dpi=120)
+
+
+def command_report(out_path, args):
+    """Loss by position of every evaluation across the top, one passkey grid per evaluation below."""
+    marks, labelled = split_marks(args)
+    runs = []
+    for arg in labelled:
+        label, _, folder = arg.partition("=")
+        runs.append((label, json.load(open(f"{folder}/loss_by_position.json")),
+                     json.load(open(f"{folder}/passkey.json"))))
+    plt = pyplot()
+    figure = plt.figure(figsize=(max(7.5, 3.2 * len(runs)), 7.2))
+    grid = figure.add_gridspec(2, len(runs), height_ratios=[1.6, 1])
+    draw_loss(figure.add_subplot(grid[0, :]), [(label, loss) for label, loss, _ in runs], marks, first_position=64)
+    for n, (label, _, passkey) in enumerate(runs):
+        axis = figure.add_subplot(grid[1, n])
+        draw_passkey(axis, passkey, f"passkey: {label}\nright/prompts, answer loss")
+        if n > 0:
+            axis.set_ylabel("")
+    figure.tight_layout()
+    figure.savefig(out_path, dpi=100)
 
 
 def main(argv):
@@ -100,6 +149,8 @@ def main(argv):
         command_loss(argv[1], argv[2:])
     elif len(argv) == 3 and argv[0] == "passkey":
         command_passkey(argv[1], argv[2])
+    elif len(argv) >= 3 and argv[0] == "report":
+        command_report(argv[1], argv[2:])
     elif len(argv) >= 4 and argv[0] == "range":
         command_range(argv[1], argv[2], argv[3:])
     else:

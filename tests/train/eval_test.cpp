@@ -281,8 +281,9 @@ TEST(Eval, LossByPositionEqualsTrainingForwardBpe) {
   check_loss_by_position(checkpoint, data, dir, 40, 2);
 }
 
-// The grid's answers: right iff every answer token is the training forward's greedy prediction, and the
-// answer loss is the mean of its tokens' losses; P = 2 ranks, 2 chunks, byte and BPE tokenizers.
+// The grid's answers: right iff every answer token is the training forward's greedy prediction, the
+// answer loss is the mean of its tokens' losses, and the greedy answer is its predictions up to the first
+// wrong one; P = 2 ranks, 2 chunks, byte and BPE tokenizers.
 TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
   const uint64_t seed = testing::fresh_seed();
   for (const bool bpe : {false, true}) {
@@ -312,20 +313,26 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
         EXPECT_EQ(cell.depth, depth);
         int64_t correct = 0;
         double answer_loss = 0.0;
+        ASSERT_EQ(cell.answers.size(), 2u);
         for (int trial = 0; trial < 2; ++trial) {
-          const PasskeyPrompt prompt =
-              make_passkey_prompt(tokenizer, L, depth, std::to_string(10000 + numbers.below(90000)));
+          const std::string number = std::to_string(10000 + numbers.below(90000));
+          const PasskeyPrompt prompt = make_passkey_prompt(tokenizer, L, depth, number);
           std::vector<int32_t> targets(static_cast<size_t>(L), kIgnoreIndex);
           for (int64_t p = prompt.answer_begin - 1; p + 1 < L; ++p) targets[p] = prompt.tokens[p + 1];
           const TokenResults got = training_forward(
               checkpoint, model::Batch{1, L, prompt.tokens.data(), targets.data(), nullptr}, 2, 2);
           bool right = true;
           double loss = 0.0;
+          std::vector<int32_t> greedy;  // the predictions up to the first wrong one
           for (int64_t p = prompt.answer_begin - 1; p + 1 < L; ++p) {
+            if (right) greedy.push_back(got.predictions[p]);
             right = right && got.predictions[p] == targets[p];
             loss += got.losses[p];
           }
           correct += right ? 1 : 0;
+          EXPECT_EQ(cell.answers[trial].number, number);
+          EXPECT_EQ(cell.answers[trial].right, right);
+          EXPECT_EQ(cell.answers[trial].greedy, tokenizer.render(greedy)) << "L " << L << " depth " << depth;
           answer_loss += loss / static_cast<double>(L - prompt.answer_begin) / 2;
         }
         EXPECT_EQ(cell.correct, correct) << "L " << L << " depth " << depth;

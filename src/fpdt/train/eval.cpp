@@ -312,12 +312,18 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
           const std::string number = std::to_string(10000 + rng.below(90000));
           FPDT_ASSERT(static_cast<int64_t>(number.size()) == kPasskeyDigits);
           prompts.push_back(make_passkey_prompt(tokenizer, L, depth, number));
+          numbers.push_back(number);
         }
         cell.needle_depth = static_cast<double>(prompts.back().needle_begin) / static_cast<double>(L);
         result.passkey.push_back(cell);
       }
-      // Per prompt: answer tokens predicted wrongly, and their loss sum, over this rank's positions.
+      // Per prompt: answer tokens predicted wrongly, and their loss sum, over this rank's positions; and
+      // the predicted token at each answer position (0 at the positions of other ranks), prompt after prompt.
       std::vector<double> tallies(2 * prompts.size(), 0.0);
+      std::vector<size_t> answer_at(prompts.size() + 1, 0);  // prompt n's predictions: [answer_at[n], answer_at[n + 1])
+      for (size_t n = 0; n < prompts.size(); ++n)
+        answer_at[n + 1] = answer_at[n] + static_cast<size_t>(L - prompts[n].answer_begin);
+      std::vector<double> greedy(answer_at.back(), 0.0);
       std::vector<int32_t> inputs, targets;
       std::vector<float> losses;
       std::vector<int32_t> predictions;
@@ -340,21 +346,33 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
         for (size_t row = 0; row < rows; ++row) {
           const size_t at = row * static_cast<size_t>(L);
           double* tally = &tallies[2 * (first + row)];
+          const int64_t answer_begin = prompts[first + row].answer_begin;
           for_each_local_position(length_plan, [&](int64_t p) {
             const int32_t target = targets[at + static_cast<size_t>(p)];
             if (target == kIgnoreIndex) return;
             tally[0] += predictions[at + static_cast<size_t>(p)] != target ? 1.0 : 0.0;
             tally[1] += losses[at + static_cast<size_t>(p)];
+            greedy[answer_at[first + row] + static_cast<size_t>(p + 1 - answer_begin)] =
+                predictions[at + static_cast<size_t>(p)];
           });
         }
       }
       world.all_reduce_sum(tallies.data(), tallies.size());
+      world.all_reduce_sum(greedy.data(), greedy.size());  // token ids < 2^24: exact in a double sum of one
       PasskeyCell* cells = &result.passkey[result.passkey.size() - static_cast<size_t>(s.passkey_depths)];
       for (size_t n = 0; n < prompts.size(); ++n) {
         PasskeyCell& cell = cells[n / static_cast<size_t>(s.passkey_trials)];
         const double answer_tokens = static_cast<double>(L - prompts[n].answer_begin);
         cell.correct += tallies[2 * n] == 0.0 ? 1 : 0;
         cell.answer_loss += tallies[2 * n + 1] / answer_tokens / static_cast<double>(s.passkey_trials);
+        // The greedy answer: the predictions up to and including the first that misses its target.
+        std::vector<int32_t> answer;
+        for (size_t i = answer_at[n]; i < answer_at[n + 1]; ++i) {
+          answer.push_back(static_cast<int32_t>(greedy[i]));
+          const size_t p = static_cast<size_t>(prompts[n].answer_begin) + (i - answer_at[n]);
+          if (answer.back() != prompts[n].tokens[p]) break;
+        }
+        cell.answers.push_back({numbers[n], tokenizer.render(answer), tallies[2 * n] == 0.0});
       }
       char line[160];
       std::snprintf(line, sizeof line, "passkey: length %lld done, %.1f s", static_cast<long long>(L), timer.seconds());
@@ -394,6 +412,13 @@ nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings&
   return json;
 }
 
+nlohmann::ordered_json answers_json(const std::vector<PasskeyAnswer>& answers) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
+  for (const PasskeyAnswer& answer : answers)
+    json.push_back({{"number", answer.number}, {"greedy", answer.greedy}, {"right", answer.right}});
+  return json;
+}
+
 }  // namespace
 
 nlohmann::ordered_json loss_json(const EvalResult& result, const EvalSettings& settings) {
@@ -426,7 +451,8 @@ nlohmann::ordered_json passkey_json(const EvalResult& result, const EvalSettings
                      {"trials", cell.trials},
                      {"correct", cell.correct},
                      {"accuracy", cell.trials > 0 ? static_cast<double>(cell.correct) / static_cast<double>(cell.trials) : 0.0},
-                     {"answer_loss", cell.answer_loss}});
+                     {"answer_loss", cell.answer_loss},
+                     {"answers", answers_json(cell.answers)}});
   json["cells"] = cells;
   return json;
 }

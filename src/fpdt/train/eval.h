@@ -80,6 +80,15 @@ struct LossBucket {
   double mean() const { return tokens > 0 ? loss_sum / tokens : 0.0; }
 };
 
+// One prompt's number and the model's greedy answer to it: the argmax tokens at the answer's positions
+// up to and including the first wrong one. Up to there every earlier token is right, so these are the
+// tokens greedy decoding would generate; after a wrong token it would continue from another prefix.
+struct PasskeyAnswer {
+  std::string number;
+  std::string greedy;  // decoded
+  bool right = false;  // every answer token predicted
+};
+
 struct PasskeyCell {
   int64_t length_tokens = 0;
   double depth = 0.0;          // asked for
@@ -87,6 +96,7 @@ struct PasskeyCell {
   int64_t trials = 0;
   int64_t correct = 0;         // greedy answers equal to the number
   double answer_loss = 0.0;    // mean cross-entropy of the answer's tokens, nats
+  std::vector<PasskeyAnswer> answers;  // (trials)
 };
 
 struct EvalResult {
