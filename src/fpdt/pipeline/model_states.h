@@ -125,7 +125,8 @@ class ModelStates {
   // Unit `unit`'s part of a state array: the whole array's (from its own start) or the shard's.
   float* part(StateBuf buffer, int unit) const;
   bool sharded(StateBuf buffer) const;
-  kernels::Backend& gradient_backend() { return host_ ? *host_ : backend_; }
+  // The kernels that reach the optimizer's arrays (gradient shards, moments): the host's when offloaded.
+  kernels::Backend& optimizer_backend() { return host_ ? *host_ : backend_; }
   void gather(int unit, int slot);
   void reduce(int unit, int slot);
   float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "fpdt/kernels/backend.h"
 
@@ -17,6 +18,10 @@ std::unique_ptr<Backend> make_cuda_backend();
 
 // True when this build has CUDA and a usable device is present (never throws).
 bool cuda_available();
+
+// The current device's name as the driver reports it ("NVIDIA H200"); the trainer's MFU divides by
+// the peak stated for it (train/device_peaks.h).
+std::string cuda_device_name();
 
 // True when this build has the CUDA backend (a device may still be missing).
 bool cuda_built();
