@@ -1,7 +1,8 @@
 // The cpu-guarded backend (kernels/guarded/) runs what a GPU runs — `fpdt train` (llama-tiny, two chunks
 // offloaded to RAM, a checkpoint, a resume) and `fpdt eval` (loss by position, the passkey grid, the store
-// resident in the compute tier) — to the end, with the cpu backend's results bit for bit: no host code
-// touched compute-tier memory, which that backend makes a crash. And both refuse what they cannot run yet.
+// resident in the compute tier), and each ZeRO stage on one rank — to the end, with the cpu backend's
+// results bit for bit: no host code touched compute-tier memory, which that backend makes a crash. And
+// both refuse what they cannot run yet.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -71,14 +72,42 @@ TEST(Guarded, TrainResumeAndEvalEqualTheCpuBackendBitwise) {
   EXPECT_EQ(guarded.passkey, cpu.passkey);  // its answers are the argmax of the logits
 }
 
-TEST(Guarded, OneRankAndZeroStageZeroOnly) {
+// ZeRO on one rank: its gathers and reduce-scatters are compute-tier copies and adds (model_states.cpp),
+// with gradient accumulation so that the reduce-scatter adds.
+TEST(Guarded, ZeroStagesOnOneRankEqualTheCpuBackendBitwise) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  for (const std::string zero : {"1", "2", "3"}) {
+    SCOPED_TRACE("--zero " + zero);
+    std::vector<std::pair<int64_t, nlohmann::json>> steps[2];
+    std::string weights[2];
+    const std::string backends[2] = {"cpu", "cpu-guarded"};
+    for (int b = 0; b < 2; ++b) {
+      const std::string out = dir.file("zero" + zero + "-" + backends[b]);
+      const ProgramResult run =
+          run_fpdt("train --model llama-tiny --data " + setup.data_dir + " --out " + out +
+                   " --steps 2 --batch 1 --grad-accum 2 --seq 40 --chunks 2 --offload ram --eval-batches 1 --threads 2 "
+                   "--peak-gflops 100 --zero " + zero + " --backend " + backends[b], 300);
+      ASSERT_EQ(run.exit_status, 0) << run.output;
+      steps[b] = logged_steps(out + "/metrics.jsonl");
+      weights[b] = file_bytes(out + "/step_2/model.safetensors");
+    }
+    ASSERT_EQ(steps[0].size(), 2u);
+    EXPECT_EQ(steps[1], steps[0]);
+    EXPECT_FALSE(weights[0].empty());
+    EXPECT_TRUE(weights[1] == weights[0]) << "step_2/model.safetensors differs";
+  }
+}
+
+TEST(Guarded, OneRankAndNoOffloadedOptimizer) {
   TempDir dir;
   const TinySetup setup(dir, fresh_seed());
   for (const std::string backend : {"cpu-guarded", "cuda"}) {
     const std::string run = "train --model llama-tiny --data " + setup.data_dir + " --out " + dir.file("r") +
                             " --steps 1 --seq 32 --backend " + backend;
     expect_one_clear_error(run_fpdt(run + " --sp 2"), {"[train]", "runs on one rank", "NCCL", "hint:"});
-    expect_one_clear_error(run_fpdt(run + " --zero 1"), {"[train]", "ZeRO stage 0 only", "--zero 0"});
+    expect_one_clear_error(run_fpdt(run + " --zero 2 --offload-optimizer ram"),
+                           {"[train]", "does not offload the optimizer", "hint: drop --offload-optimizer"});
   }
 }
 

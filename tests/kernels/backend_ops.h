@@ -822,7 +822,7 @@ inline void check_adamw(OpCheck& t) {
   }
 }
 
-// sum_squares, scale_inplace, count_invalid
+// sum_squares, scale_inplace, add_inplace, count_invalid
 inline void check_elementwise(OpCheck& t) {
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
@@ -855,6 +855,13 @@ inline void check_elementwise(OpCheck& t) {
     // The product of two floats is exact in float64; the kernel rounds it once: ≤ 2^-24 relative.
     expect_close("scale_inplace" + tag, scaled, want_scaled, 0x1p-24);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], x[i] * alpha) << "one fp32 multiply, i=" << i << tag;
+
+    // add_inplace: one fp32 add per element, exact.
+    const auto y0 = random_normal<float>(t.rng, n, 3.0);
+    const auto sum_placed = t.place(y0);
+    t.backend.add_inplace(sum_placed->get(), x_placed->get(), n);
+    const auto added = sum_placed->host();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(added[i], y0[i] + scaled[i]) << "add_inplace, i=" << i << tag;
 
     // count_invalid: exact. NaN, ±inf and a few negative zeros and largest floats planted at fresh places.
     auto y = random_normal<float>(t.rng, n, 3.0);
@@ -894,7 +901,7 @@ inline const std::vector<Row>& rows() {
       {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
       {"head_results", {"cross_entropy_sums", "argmax_rows"}, check_head_results},
       {"adamw", {"adamw_update"}, check_adamw},
-      {"elementwise", {"sum_squares", "scale_inplace", "count_invalid"}, check_elementwise},
+      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid"}, check_elementwise},
   };
   return table;
 }

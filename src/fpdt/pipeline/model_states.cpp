@@ -188,6 +188,26 @@ std::vector<size_t> ModelStates::counts_bytes(int unit) const {
   return bytes;
 }
 
+// ---- ZeRO's collectives of a unit ------------------------------------------------------------------------
+// Over the group; with one rank, copies (and adds) in the compute tier: the communicator's would move the
+// bytes through host code, which cannot read a GPU's memory. The offloaded optimizer's gradient shards are
+// host memory, reduced by the communicator (one GPU does not offload it: train/settings.h).
+
+void ModelStates::all_gather_unit(int unit, const float* shard, float* into) {
+  if (comm_->size() > 1) return comm_->all_gather_v(shard, into, counts_bytes(unit).data());
+  if (into != shard) memory_.copy(into, shard, counts_[static_cast<size_t>(unit)][0] * sizeof(float));
+}
+
+void ModelStates::reduce_scatter_unit(int unit, const float* full, float* shard, bool add) {
+  if (comm_->size() > 1 || host_)
+    return comm_->reduce_scatter_sum(full, shard, counts_[static_cast<size_t>(unit)].data(), add);
+  const size_t n = counts_[static_cast<size_t>(unit)][0];
+  if (add)
+    backend_.add_inplace(shard, full, static_cast<int64_t>(n));
+  else if (shard != full)
+    memory_.copy(shard, full, n * sizeof(float));
+}
+
 // ---- a pass ---------------------------------------------------------------------------------------------
 
 void ModelStates::begin_pass(bool backward) {
@@ -211,7 +231,7 @@ void ModelStates::gather(int unit, int slot) {
   gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, shard, into, updated] {
     if (updated != 0) optimizer_queue_->wait(updated);  // the offloaded update of this unit
     const trace::Span span("gather weights", "comm");
-    comm_->all_gather_v(shard, into, counts_bytes(unit).data());
+    all_gather_unit(unit, shard, into);
   });
 }
 
@@ -221,7 +241,7 @@ void ModelStates::reduce(int unit, int slot) {
   const bool add = reduced_[static_cast<size_t>(unit)] != 0;
   queue_->wait(queue_->submit([this, unit, full, shard, add] {
     const trace::Span span("reduce-scatter gradients", "comm");
-    comm_->reduce_scatter_sum(full, shard, counts_[static_cast<size_t>(unit)].data(), add);
+    reduce_scatter_unit(unit, full, shard, add);
   }));
   reduced_[static_cast<size_t>(unit)] = 1;
   gradient_in_[static_cast<size_t>(unit)] = -1;
@@ -286,8 +306,8 @@ void ModelStates::reduce_gradients() {
   } else if (zero_.stage == 1) {
     float* gradients = arrays_[static_cast<size_t>(StateBuf::gradients)];
     for (size_t u = 0; u < layout_.units().size(); ++u)
-      comm_->reduce_scatter_sum(gradients + layout_.units()[u].begin, part(StateBuf::gradients, static_cast<int>(u)),
-                                counts_[u].data());
+      reduce_scatter_unit(static_cast<int>(u), gradients + layout_.units()[u].begin,
+                          part(StateBuf::gradients, static_cast<int>(u)), false);
   }
 }
 
@@ -373,7 +393,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
         weights_ready_[static_cast<size_t>(unit)] = queue_->submit([this, unit, whole, mine, updated] {
           optimizer_queue_->wait(updated);
           const trace::Span span("gather weights", "comm");
-          comm_->all_gather_v(mine, whole, counts_bytes(unit).data());
+          all_gather_unit(unit, mine, whole);
         });
       }
     }
@@ -383,8 +403,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
   if (zero_.stage == 1 || zero_.stage == 2) {
     float* whole = arrays_[static_cast<size_t>(StateBuf::weights)];
     for (int unit = 0; unit < units; ++unit)
-      comm_->all_gather_v(part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin,
-                          counts_bytes(unit).data());
+      all_gather_unit(unit, part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin);
   }
 }
 
@@ -433,9 +452,14 @@ void ModelStates::gather_weights(model::ParameterBlock& whole) {
                      static_cast<size_t>(layout_.total_numel()) * sizeof(float));
     return;
   }
-  for (size_t u = 0; u < own_.size(); ++u)
-    comm_->all_gather_v(part(StateBuf::weights, static_cast<int>(u)), whole.data() + layout_.units()[u].begin,
-                        counts_bytes(static_cast<int>(u)).data());
+  for (size_t u = 0; u < own_.size(); ++u) {
+    const float* mine = part(StateBuf::weights, static_cast<int>(u));
+    float* into = whole.data() + layout_.units()[u].begin;  // host memory
+    if (comm_->size() > 1)
+      comm_->all_gather_v(mine, into, counts_bytes(static_cast<int>(u)).data());
+    else
+      memory_.download(into, mine, static_cast<size_t>(own_[u].size()) * sizeof(float));
+  }
 }
 
 void ModelStates::load_weights(const model::ParameterBlock& whole) {

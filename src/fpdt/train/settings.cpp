@@ -45,16 +45,16 @@ struct BoundOptions {
 }  // namespace
 
 void check_runnable(const std::string& module, const std::string& backend, const std::string& mode, int ranks,
-                    int zero) {
+                    bool offload_optimizer) {
   if (backend == "cuda" || backend == "cpu-guarded") {
     if (ranks > 1)
       throw Error(module, "--backend " + backend + " runs on one rank, but --sp x --dp asks for " + str(ranks) +
                               ": there is no NCCL communicator yet",
                   "use --sp 1 --dp 1 with --backend " + backend + ", or --backend cpu on several ranks");
-    if (zero > 0)
-      throw Error(module, "--backend " + backend + " trains at ZeRO stage 0 only, not --zero " + str(zero) +
-                              ": one rank holds every state anyway, and the stages' one-rank collectives copy on the host",
-                  "use --zero 0");
+    if (offload_optimizer)
+      throw Error(module, "--backend " + backend + " does not offload the optimizer yet: its reduce-scatter would "
+                              "read the compute tier on the host",
+                  "drop --offload-optimizer (one GPU's ZeRO stages keep every state in its memory)");
   }
   if (mode == "fpdt-reference")
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
@@ -201,7 +201,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.zero);
+  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer == "ram");
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");

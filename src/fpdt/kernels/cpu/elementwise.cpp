@@ -1,5 +1,5 @@
 // Fast fp32 elementwise helpers for the model and trainer (reference/elementwise.h): sums of squares in
-// float64 (gradient norms), in-place scaling and counts of invalid values (finiteness checks). sum_squares is deterministic whatever the thread count:
+// float64 (gradient norms), in-place scaling and adding, and counts of invalid values (finiteness checks). sum_squares is deterministic whatever the thread count:
 // each block's sum adds a fixed set of slices, each summed in a fixed order; the threads share the
 // blocks, or a single block's slices.
 #include <immintrin.h>
@@ -69,6 +69,11 @@ void CpuBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t bl
 void CpuBackend::scale_inplace(float* x, float alpha, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 // A vectorised count on the OpenMP team: it runs over the weights after every step, and a serial scan

@@ -145,6 +145,9 @@ void GuardedBackend::sum_squares(double* sums, const float* x, int64_t n, int64_
   cpu_.sum_squares(sums, readable(x), n, block);
 }
 void GuardedBackend::scale_inplace(float* x, float alpha, int64_t n) { cpu_.scale_inplace(readable(x), alpha, n); }
+void GuardedBackend::add_inplace(float* y, const float* x, int64_t n) {
+  cpu_.add_inplace(readable(y), readable(x), n);
+}
 void GuardedBackend::count_invalid(int64_t* count, const float* x, int64_t n, bool negative_invalid) {
   cpu_.count_invalid(count, readable(x), n, negative_invalid);
 }

@@ -2,7 +2,8 @@
 // the backend cannot read (guarded_memory.h). Each op translates its pointer operands to their readable
 // mappings and runs CpuBackend's op, so results are the cpu backend's, bit for bit; a host dereference of
 // compute-tier memory anywhere else — what would crash on a GPU — is a SIGSEGV here. The stand-in for
-// one GPU: `fpdt train/eval --backend cpu-guarded` runs what `--backend cuda` runs (one rank, ZeRO 0).
+// one GPU: `fpdt train/eval --backend cpu-guarded` runs what `--backend cuda` runs (one rank, no
+// offloaded optimizer: train/settings.h check_runnable).
 #pragma once
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
