@@ -259,6 +259,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     model::HfCheckpoint(result.checkpoint).load(config, model.layout(), weights);
     model.states().load_weights(weights);
   }
+  // The offload peak reported is the forward's, as the dry run lays it out, not the loading's host blocks.
+  MemoryTiers::instance().reset_peak(Tier::offload);
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
