@@ -4,8 +4,8 @@
 // the parallel paths). Each row is one op family; its tolerances stand next to its comparisons, with
 // their reasons. The error measure is the norm-wise relative error of testing.h; an accumulating (+=)
 // output is compared by its increment, so a wrong term cannot hide behind the initial content.
-// backend_ops_test.cpp runs the rows on the host backends (reference, cpu) and checks that the table
-// names every op of backend_ops.inc; backend_ops_cuda_test.cpp runs them on cuda (label `cuda`).
+// backend_ops_test.cpp runs the rows on the host backends (reference, cpu, cpu-guarded) and checks that
+// the table names every op of backend_ops.inc; backend_ops_cuda_test.cpp runs them on cuda (label `cuda`).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -22,6 +24,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
+#include "fpdt/kernels/guarded/guarded_memory.h"
 #include "fpdt/kernels/reference/activation.h"
 #include "fpdt/kernels/reference/adamw.h"
 #include "fpdt/kernels/reference/attention.h"
@@ -43,8 +46,8 @@ using testing::relative_error;
 using testing::to_double;
 
 // ---------------------------------------------------------------------------------------------
-// Where the backend under test keeps its tensors: host memory (reference, cpu) or device memory
-// (cuda), reached by copies.
+// Where the backend under test keeps its tensors: host memory (reference, cpu), device memory (cuda) or
+// guarded memory (cpu-guarded: the host cannot read it), the last two reached by copies.
 struct Memory {
   void* (*alloc)(size_t bytes);
   void (*release)(void* ptr);
@@ -52,8 +55,24 @@ struct Memory {
   void (*to_host)(void* host_dst, const void* src, size_t bytes);
 };
 
+// guarded_memory()'s buffers by handle, for Memory's plain functions.
+inline std::map<void*, std::unique_ptr<DeviceBuffer>>& guarded_buffers() {
+  static std::map<void*, std::unique_ptr<DeviceBuffer>> buffers;
+  return buffers;
+}
+
 inline Memory memory_of(const std::string& backend) {
   if (backend == "cuda") return {cuda_device_alloc, cuda_device_free, cuda_copy_to_device, cuda_copy_to_host};
+  if (backend == "cpu-guarded")
+    return {[](size_t bytes) {
+              auto buffer = guarded_memory().allocate(bytes, "conformance test tensor", "");
+              void* handle = buffer->data();
+              guarded_buffers()[handle] = std::move(buffer);
+              return handle;
+            },
+            [](void* handle) { guarded_buffers().erase(handle); },
+            [](void* dst, const void* src, size_t bytes) { guarded_memory().upload(dst, src, bytes); },
+            [](void* dst, const void* src, size_t bytes) { guarded_memory().download(dst, src, bytes); }};
   auto copy = [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); };
   return {[](size_t bytes) { return std::malloc(bytes); }, [](void* ptr) { std::free(ptr); }, copy, copy};
 }
@@ -755,6 +774,59 @@ inline void check_cross_entropy(OpCheck& t) {
   }
 }
 
+// cross_entropy_sums, argmax_rows (results in host memory)
+inline void check_head_results(OpCheck& t) {
+  for (const int64_t N : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{5003}}) {
+    for (const bool with_mask : {false, true}) {
+      const std::string tag = " [N=" + std::to_string(N) + (with_mask ? " mask" : "") + "]";
+      const auto losses = random_uniform<float>(t.rng, N, 0.0, 12.0), mask = random_uniform<float>(t.rng, N, 0.0, 1.0);
+      std::vector<int32_t> targets(static_cast<size_t>(N));
+      for (auto& target : targets) target = t.rng.below(3) == 0 ? kIgnoreIndex : static_cast<int32_t>(t.rng.below(50));
+      const auto losses_placed = t.place(losses), mask_placed = t.place(mask);
+      const auto targets_placed = t.place(targets);
+      const double initial[2] = {t.rng.uniform(-5.0, 5.0), t.rng.uniform(0.0, 5.0)};
+      double got[2] = {initial[0], initial[1]};
+      t.backend.cross_entropy_sums(got, losses_placed->get(), targets_placed->get(),
+                                   with_mask ? mask_placed->get() : nullptr, N);
+      const auto losses64 = to_double(losses), mask64 = to_double(mask);
+      double want[2] = {initial[0], initial[1]};
+      reference::cross_entropy_sums(want, losses64.data(), targets.data(), with_mask ? mask64.data() : nullptr, N);
+      // Float64 sums of ≤ 5003 fp32 values, only their order differs between backends (≤ N · 1.1e-16
+      // of the sum of magnitudes, ~5.6e-13): 1e-12 of the magnitudes plus the initial values.
+      double magnitude[2] = {std::abs(initial[0]), std::abs(initial[1])};
+      for (int64_t n = 0; n < N; ++n) {
+        magnitude[0] += losses[n];
+        magnitude[1] += targets[n] != kIgnoreIndex ? (with_mask ? mask[n] : 1.0f) : 0.0f;
+      }
+      for (int k = 0; k < 2; ++k) {
+        std::printf("[ error    ] cross_entropy_sums[%d]%s: %.3e of %.3e (tolerance 1e-12 relative)\n", k,
+                    tag.c_str(), std::abs(got[k] - want[k]), magnitude[k]);
+        EXPECT_LE(std::abs(got[k] - want[k]), 1e-12 * magnitude[k]) << k << tag;
+      }
+      if (!with_mask) {
+        EXPECT_EQ(got[1], want[1]) << "a count of whole rows is exact" << tag;
+      }
+    }
+  }
+  // argmax: exact. Rows of fresh normals (no ties), a constant row (index 0) and a row whose maximum
+  // appears twice (the first), across the widths of one thread, a block and several per thread.
+  for (const int V : {1, 7, 256, 1000, 4099}) {
+    const int64_t N = 9;
+    const std::string tag = " [N=9 V=" + std::to_string(V) + "]";
+    auto x = random_normal<float>(t.rng, N * V, 3.0);
+    std::fill(x.begin() + V, x.begin() + 2 * V, 0.25f);
+    if (V > 1) {
+      const int64_t first = t.rng.below(static_cast<uint64_t>(V - 1));
+      x[2 * V + first] = x[2 * V + V - 1] = 100.0f;
+    }
+    const auto x_placed = t.place(x);
+    std::vector<int32_t> got(static_cast<size_t>(N), -7), want(static_cast<size_t>(N));
+    t.backend.argmax_rows(got.data(), x_placed->get(), N, V);
+    reference::argmax_rows(want.data(), x.data(), N, V);
+    EXPECT_EQ(got, want) << "argmax_rows" << tag;
+  }
+}
+
 // adamw_update
 inline void check_adamw(OpCheck& t) {
   // One step from random state. fp32 kernels round m, v and the update a few times (6e-8 each);
@@ -780,7 +852,7 @@ inline void check_adamw(OpCheck& t) {
   }
 }
 
-// sum_squares, scale_inplace
+// sum_squares, scale_inplace, add_inplace, count_invalid
 inline void check_elementwise(OpCheck& t) {
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
@@ -818,6 +890,27 @@ inline void check_elementwise(OpCheck& t) {
     // The product of two floats is exact in float64; the kernel rounds it once: ≤ 2^-24 relative.
     expect_close("scale_inplace" + tag, scaled, want_scaled, 0x1p-24);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], x[i] * alpha) << "one fp32 multiply, i=" << i << tag;
+
+    // add_inplace: one fp32 add per element, exact.
+    const auto y0 = random_normal<float>(t.rng, n, 3.0);
+    const auto sum_placed = t.place(y0);
+    t.backend.add_inplace(sum_placed->get(), x_placed->get(), n);
+    const auto added = sum_placed->host();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(added[i], y0[i] + scaled[i]) << "add_inplace, i=" << i << tag;
+
+    // count_invalid: exact. NaN, ±inf and a few negative zeros and largest floats planted at fresh places.
+    auto y = random_normal<float>(t.rng, n, 3.0);
+    const float planted[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(), -0.0f, std::numeric_limits<float>::max(),
+                             -std::numeric_limits<float>::max()};
+    for (int k = 0; k < 12 && n > 0; ++k) y[t.rng.below(static_cast<uint64_t>(n))] = planted[k % 6];
+    const auto y_placed = t.place(y);
+    for (const bool negative_invalid : {false, true}) {
+      int64_t got = -1;
+      t.backend.count_invalid(&got, y_placed->get(), n, negative_invalid);
+      EXPECT_EQ(got, reference::count_invalid(y.data(), n, negative_invalid))
+          << "count_invalid" << tag << (negative_invalid ? " negatives too" : "");
+    }
   }
 }
 
@@ -841,8 +934,9 @@ inline const std::vector<Row>& rows() {
        {"attention_chunk_forward", "attention_chunk_delta", "attention_chunk_backward"},
        check_attention_chunk},
       {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
+      {"head_results", {"cross_entropy_sums", "argmax_rows"}, check_head_results},
       {"adamw", {"adamw_update"}, check_adamw},
-      {"elementwise", {"sum_squares", "scale_inplace"}, check_elementwise},
+      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid"}, check_elementwise},
   };
   return table;
 }
@@ -852,7 +946,9 @@ inline const std::vector<Row>& rows() {
 class BackendOps : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
 
 inline std::string row_test_name(const ::testing::TestParamInfo<BackendOps::ParamType>& info) {
-  return std::get<0>(info.param) + "_" + rows()[std::get<1>(info.param)].name;
+  std::string backend = std::get<0>(info.param);
+  std::replace(backend.begin(), backend.end(), '-', '_');  // test names are identifiers: cpu_guarded
+  return backend + "_" + rows()[std::get<1>(info.param)].name;
 }
 
 TEST_P(BackendOps, MatchesReference) {

@@ -1,4 +1,5 @@
-// The Backend conformance table (backend_ops.h) on the host backends, reference and cpu: every op
+// The Backend conformance table (backend_ops.h) on the host backends, reference, cpu and cpu-guarded
+// (its tensors in memory only its ops reach): every op
 // against the float64 reference at several shapes. Also checks that the table's rows name every op
 // of the Backend interface (backend_ops.inc), so a new op cannot go untested.
 #include <algorithm>
@@ -11,7 +12,7 @@ namespace fpdt::kernels::conformance {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Host, BackendOps,
-                         ::testing::Combine(::testing::Values("reference", "cpu"),
+                         ::testing::Combine(::testing::Values("reference", "cpu", "cpu-guarded"),
                                             ::testing::Range<size_t>(0, rows().size())),
                          row_test_name);
 
@@ -32,7 +33,7 @@ std::set<std::string> interface_ops() {
 
 TEST(BackendOpsTable, CoversEveryOpOnce) {
   const std::set<std::string> interface = interface_ops();
-  EXPECT_EQ(interface.size(), 24u) << "backend_ops.inc changed: add its new ops to a row of backend_ops.h";
+  EXPECT_EQ(interface.size(), 28u) << "backend_ops.inc changed: add its new ops to a row of backend_ops.h";
   std::multiset<std::string> tested;
   for (const Row& row : rows()) tested.insert(row.ops.begin(), row.ops.end());
   for (const std::string& op : interface) EXPECT_EQ(tested.count(op), 1u) << op;

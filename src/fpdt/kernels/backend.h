@@ -1,6 +1,7 @@
 // The kernel interface the model computes through. A Backend is one implementation of every op
 // (fp32): `reference` runs the scalar spec kernels, `cpu` the fast ones, `cuda` GPU kernels on device
-// pointers (built when nvcc is found; not yet driven by the model or pipeline).
+// pointers (built when nvcc is found), `cpu-guarded` the cpu kernels over compute-tier memory the
+// host cannot read (the CPU's proof that the pipeline never dereferences it, as a GPU needs).
 // The model never names a kernel namespace, so a faster attention or a GPU backend drops in here.
 // The ops are listed once, in backend_ops.inc; their parameter structs are in ops.h.
 #pragma once
@@ -25,8 +26,9 @@ class Backend {
 #include "fpdt/kernels/backend_ops.inc"  // every op (it undefines FPDT_BACKEND_OP)
 };
 
-// "reference", "cpu" or "cuda" (device pointers; kernels/cuda, a clear error in builds without
-// CUDA); throws fpdt::Error for any other name.
+// "reference", "cpu", "cuda" (device pointers; kernels/cuda, a clear error in builds without CUDA) or
+// "cpu-guarded" (the cpu kernels over memory only the backend can read: guarded/guarded_backend.h);
+// throws fpdt::Error for any other name.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace fpdt::kernels

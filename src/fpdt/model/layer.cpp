@@ -182,18 +182,17 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = logits ? logits + begin * V : scratch.logits;
     backend_.linear_forward(chunk_logits, saved.norm + begin * h, w.head, nullptr, count, h, V, false);
-    if (per_token.predictions != nullptr)
-      for (int64_t i = 0; i < count; ++i) {
-        const float* row = chunk_logits + i * V;
-        per_token.predictions[begin + i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
-      }
+    if (per_token.predictions != nullptr) backend_.argmax_rows(per_token.predictions + begin, chunk_logits, count, V);
     if (targets == nullptr) continue;
     const int32_t* chunk_targets = targets + begin;
     const float* chunk_mask = mask ? mask + begin : nullptr;
     backend_.cross_entropy_forward(scratch.losses, scratch.lse, chunk_logits, chunk_targets, chunk_mask, count, V);
-    for (int64_t i = 0; i < count; ++i) stats.loss_sum += scratch.losses[i];
-    if (per_token.losses != nullptr) std::copy(scratch.losses, scratch.losses + count, per_token.losses + begin);
-    stats.count += counted_targets(chunk_targets, chunk_mask, count);
+    double sums[2] = {stats.loss_sum, stats.count};
+    backend_.cross_entropy_sums(sums, scratch.losses, chunk_targets, chunk_mask, count);
+    stats.loss_sum = sums[0];
+    stats.count = sums[1];
+    if (per_token.losses != nullptr)
+      backend_.memory().download(per_token.losses + begin, scratch.losses, static_cast<size_t>(count) * sizeof(float));
     if (dx == nullptr) continue;
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
     backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,

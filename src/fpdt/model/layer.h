@@ -89,8 +89,8 @@ struct HeadScratch {
   float* lse;     // (chunk_tokens)
 };
 
-// Per-token results of the LM head over n tokens, written when non-null. The argmax is read from
-// the logits where they are (host memory on the CPU backends, like the losses summed here).
+// Per-token results of the LM head over n tokens (host memory), written when non-null. Like the loss
+// sums, they come back through backend ops and copies: the logits and losses stay in the backend's memory.
 struct TokenResults {
   float* losses = nullptr;         // (n) mask · cross-entropy of each token (0 where its target is ignored)
   int32_t* predictions = nullptr;  // (n) argmax of its logits (the lowest id among equals): the greedy next token

@@ -14,7 +14,16 @@
 namespace fpdt::pipeline {
 
 namespace {
+
 constexpr const char* kModule = "zero";
+
+// Whether no element of x (n) is invalid, asked of the backend that holds x.
+bool none_invalid(kernels::Backend& backend, const float* x, int64_t n, bool negative_invalid) {
+  int64_t invalid = 0;
+  backend.count_invalid(&invalid, x, n, negative_invalid);
+  return invalid == 0;
+}
+
 }  // namespace
 
 void check_zero(const ZeroConfig& zero) {
@@ -105,22 +114,23 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
     optimizer_queue_ = std::make_unique<WorkQueue>();
   }
 
-  // The weights as init_parameters makes them: one stream of random numbers over the units in order.
+  // The weights as init_parameters makes them: one stream of random numbers over the units in order,
+  // each unit made in host memory and uploaded (whole below stage 3, this rank's share at 3).
   Rng rng(seed);
-  if (zero_.stage <= 2) {
-    model::init_parameters(config_, layout_, 0, layout_.total_numel(), whole_weights_->data(), rng);
-  } else {
-    int64_t largest = 0;
-    for (const model::ParameterUnit& unit : layout_.units()) largest = std::max(largest, unit.numel());
-    Buffer staging(Tier::offload, static_cast<size_t>(largest) * sizeof(float), "ZeRO-3 initialisation (one unit)",
-                   "raise --offload-mem");
-    for (size_t u = 0; u < units; ++u) {
-      const model::ParameterUnit& unit = layout_.units()[u];
-      std::memset(staging.data(), 0, static_cast<size_t>(unit.numel()) * sizeof(float));
-      model::init_parameters(config_, layout_, unit.begin, unit.end, staging.as<float>(), rng);
+  int64_t largest = 0;
+  for (const model::ParameterUnit& unit : layout_.units()) largest = std::max(largest, unit.numel());
+  Buffer staging(Tier::offload, static_cast<size_t>(largest) * sizeof(float), "weight initialisation (one unit)",
+                 "raise --offload-mem");
+  for (size_t u = 0; u < units; ++u) {
+    const model::ParameterUnit& unit = layout_.units()[u];
+    std::memset(staging.data(), 0, static_cast<size_t>(unit.numel()) * sizeof(float));
+    model::init_parameters(config_, layout_, unit.begin, unit.end, staging.as<float>(), rng);
+    if (zero_.stage <= 2)
+      memory_.upload(arrays_[static_cast<size_t>(StateBuf::weights)] + unit.begin, staging.as<float>(),
+                     static_cast<size_t>(unit.numel()) * sizeof(float));
+    else
       memory_.upload(part(StateBuf::weights, static_cast<int>(u)), staging.as<float>() + own_[u].begin,
                      static_cast<size_t>(own_[u].size()) * sizeof(float));
-    }
   }
   if (arrays_[static_cast<size_t>(StateBuf::master)] != nullptr)
     for (size_t u = 0; u < units; ++u)
@@ -178,6 +188,26 @@ std::vector<size_t> ModelStates::counts_bytes(int unit) const {
   return bytes;
 }
 
+// ---- ZeRO's collectives of a unit ------------------------------------------------------------------------
+// Over the group; with one rank, copies (and adds) in the compute tier: the communicator's would move the
+// bytes through host code, which cannot read a GPU's memory. The offloaded optimizer's gradient shards are
+// host memory, reduced by the communicator (one GPU does not offload it: train/settings.h).
+
+void ModelStates::all_gather_unit(int unit, const float* shard, float* into) {
+  if (comm_->size() > 1) return comm_->all_gather_v(shard, into, counts_bytes(unit).data());
+  if (into != shard) memory_.copy(into, shard, counts_[static_cast<size_t>(unit)][0] * sizeof(float));
+}
+
+void ModelStates::reduce_scatter_unit(int unit, const float* full, float* shard, bool add) {
+  if (comm_->size() > 1 || host_)
+    return comm_->reduce_scatter_sum(full, shard, counts_[static_cast<size_t>(unit)].data(), add);
+  const size_t n = counts_[static_cast<size_t>(unit)][0];
+  if (add)
+    backend_.add_inplace(shard, full, static_cast<int64_t>(n));
+  else if (shard != full)
+    memory_.copy(shard, full, n * sizeof(float));
+}
+
 // ---- a pass ---------------------------------------------------------------------------------------------
 
 void ModelStates::begin_pass(bool backward) {
@@ -201,7 +231,7 @@ void ModelStates::gather(int unit, int slot) {
   gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, shard, into, updated] {
     if (updated != 0) optimizer_queue_->wait(updated);  // the offloaded update of this unit
     const trace::Span span("gather weights", "comm");
-    comm_->all_gather_v(shard, into, counts_bytes(unit).data());
+    all_gather_unit(unit, shard, into);
   });
 }
 
@@ -211,7 +241,7 @@ void ModelStates::reduce(int unit, int slot) {
   const bool add = reduced_[static_cast<size_t>(unit)] != 0;
   queue_->wait(queue_->submit([this, unit, full, shard, add] {
     const trace::Span span("reduce-scatter gradients", "comm");
-    comm_->reduce_scatter_sum(full, shard, counts_[static_cast<size_t>(unit)].data(), add);
+    reduce_scatter_unit(unit, full, shard, add);
   }));
   reduced_[static_cast<size_t>(unit)] = 1;
   gradient_in_[static_cast<size_t>(unit)] = -1;
@@ -276,8 +306,8 @@ void ModelStates::reduce_gradients() {
   } else if (zero_.stage == 1) {
     float* gradients = arrays_[static_cast<size_t>(StateBuf::gradients)];
     for (size_t u = 0; u < layout_.units().size(); ++u)
-      comm_->reduce_scatter_sum(gradients + layout_.units()[u].begin, part(StateBuf::gradients, static_cast<int>(u)),
-                                counts_[u].data());
+      reduce_scatter_unit(static_cast<int>(u), gradients + layout_.units()[u].begin,
+                          part(StateBuf::gradients, static_cast<int>(u)), false);
   }
 }
 
@@ -298,7 +328,7 @@ double ModelStates::gradient_norm() {
   for (size_t u = 0; u < own_.size(); ++u) {
     const size_t first = mine.size();
     mine.resize(first + static_cast<size_t>((own_[u].size() + kShardBlockFloats - 1) / kShardBlockFloats));
-    gradient_backend().sum_squares(mine.data() + first, part(StateBuf::gradients, static_cast<int>(u)),
+    optimizer_backend().sum_squares(mine.data() + first, part(StateBuf::gradients, static_cast<int>(u)),
                                    own_[u].size(), kShardBlockFloats);
   }
   double total = 0.0;
@@ -325,7 +355,7 @@ double ModelStates::gradient_norm() {
 
 void ModelStates::scale_gradients(float coefficient) {
   for (size_t u = 0; u < own_.size(); ++u)
-    gradient_backend().scale_inplace(part(StateBuf::gradients, static_cast<int>(u)), coefficient, own_[u].size());
+    optimizer_backend().scale_inplace(part(StateBuf::gradients, static_cast<int>(u)), coefficient, own_[u].size());
 }
 
 void ModelStates::adamw_update(kernels::AdamWParams hyper) {
@@ -353,9 +383,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
         update_unit(unit, *host_, StateBuf::master);
         const float* master = part(StateBuf::master, unit);
         const int64_t n = own_[static_cast<size_t>(unit)].size();
-        bool finite = true;
-        for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(master[i]);
-        update_finite_[static_cast<size_t>(unit)] = finite;
+        update_finite_[static_cast<size_t>(unit)] = none_invalid(*host_, master, n, false);
         memory_.upload(part(StateBuf::weights, unit), master, static_cast<size_t>(n) * sizeof(float));
       });
       if (zero_.stage == 2) {
@@ -365,7 +393,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
         weights_ready_[static_cast<size_t>(unit)] = queue_->submit([this, unit, whole, mine, updated] {
           optimizer_queue_->wait(updated);
           const trace::Span span("gather weights", "comm");
-          comm_->all_gather_v(mine, whole, counts_bytes(unit).data());
+          all_gather_unit(unit, mine, whole);
         });
       }
     }
@@ -375,8 +403,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
   if (zero_.stage == 1 || zero_.stage == 2) {
     float* whole = arrays_[static_cast<size_t>(StateBuf::weights)];
     for (int unit = 0; unit < units; ++unit)
-      comm_->all_gather_v(part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin,
-                          counts_bytes(unit).data());
+      all_gather_unit(unit, part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin);
   }
 }
 
@@ -398,32 +425,20 @@ bool everywhere(comm::Communicator& comm, bool mine) {
   return bad == 0.0;
 }
 
-// Whether all n floats are finite: a vectorised count on the OpenMP team. Runs after every step, and
-// a serial scan of a small model's weights had left the other core idle for ~2 % of its step.
-bool all_finite(const float* x, int64_t n) {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  int64_t nonfinite = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nonfinite) if (n >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) nonfinite += !(std::fabs(x[i]) <= kMax);  // NaN compares false
-  return nonfinite == 0;
-}
-
 }  // namespace
 
-// The states are host-addressable where these run (the CPU backend; the trainer refuses the others).
 bool ModelStates::weights_finite() {
   bool finite = finish_update();
   for (size_t u = 0; u < own_.size(); ++u)
-    finite &= all_finite(part(StateBuf::weights, static_cast<int>(u)), own_[u].size());
+    finite &= none_invalid(backend_, part(StateBuf::weights, static_cast<int>(u)), own_[u].size(), false);
   return everywhere(*comm_, finite);
 }
 
 bool ModelStates::moments_valid() {
   bool valid = finish_update();
   for (size_t u = 0; u < own_.size(); ++u) {
-    const float* m = part(StateBuf::m, static_cast<int>(u));
-    const float* v = part(StateBuf::v, static_cast<int>(u));
-    for (int64_t i = 0; i < own_[u].size(); ++i) valid &= std::isfinite(m[i]) && std::isfinite(v[i]) && v[i] >= 0.0f;
+    valid &= none_invalid(optimizer_backend(), part(StateBuf::m, static_cast<int>(u)), own_[u].size(), false);
+    valid &= none_invalid(optimizer_backend(), part(StateBuf::v, static_cast<int>(u)), own_[u].size(), true);
   }
   return everywhere(*comm_, valid);
 }
@@ -437,9 +452,14 @@ void ModelStates::gather_weights(model::ParameterBlock& whole) {
                      static_cast<size_t>(layout_.total_numel()) * sizeof(float));
     return;
   }
-  for (size_t u = 0; u < own_.size(); ++u)
-    comm_->all_gather_v(part(StateBuf::weights, static_cast<int>(u)), whole.data() + layout_.units()[u].begin,
-                        counts_bytes(static_cast<int>(u)).data());
+  for (size_t u = 0; u < own_.size(); ++u) {
+    const float* mine = part(StateBuf::weights, static_cast<int>(u));
+    float* into = whole.data() + layout_.units()[u].begin;  // host memory
+    if (comm_->size() > 1)
+      comm_->all_gather_v(mine, into, counts_bytes(static_cast<int>(u)).data());
+    else
+      memory_.download(into, mine, static_cast<size_t>(own_[u].size()) * sizeof(float));
+  }
 }
 
 void ModelStates::load_weights(const model::ParameterBlock& whole) {

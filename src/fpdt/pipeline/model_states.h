@@ -75,7 +75,8 @@ class ModelStates {
   size_t bytes(Tier tier) const;
 
   // The whole weights (below stage 3) and gradients (below stage 2); throw fpdt::Error at stages that
-  // shard them.
+  // shard them. Blocks of compute-tier handles: for backend ops; the host reads them through
+  // gather_weights (a GPU's, or cpu-guarded's, would crash it).
   model::ParameterBlock& weights();
   model::ParameterBlock& gradients();
 
@@ -125,9 +126,13 @@ class ModelStates {
   // Unit `unit`'s part of a state array: the whole array's (from its own start) or the shard's.
   float* part(StateBuf buffer, int unit) const;
   bool sharded(StateBuf buffer) const;
-  kernels::Backend& gradient_backend() { return host_ ? *host_ : backend_; }
+  // The kernels that reach the optimizer's arrays (gradient shards, moments): the host's when offloaded.
+  kernels::Backend& optimizer_backend() { return host_ ? *host_ : backend_; }
   void gather(int unit, int slot);
   void reduce(int unit, int slot);
+  // ZeRO's collectives of `unit` (all_gather_v, reduce_scatter_sum); with one rank, compute-tier copies.
+  void all_gather_unit(int unit, const float* shard, float* into);
+  void reduce_scatter_unit(int unit, const float* full, float* shard, bool add);
   float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }
   std::vector<size_t> counts_bytes(int unit) const;
 

@@ -18,7 +18,11 @@ Option& model(OptionSet& set, std::string& field) {
 }
 
 Option& backend(OptionSet& set, std::string& field) {
-  return set.add("backend", "cpu|reference", "kernel backend", field).choices({"cpu", "reference", "cuda"});
+  return set.add("backend", "NAME",
+                 "kernel backend: cpu, reference, cuda (one GPU), or cpu-guarded (a test mode: cpu kernels over memory "
+                 "the host cannot read, as on a GPU)",
+                 field)
+      .choices({"cpu", "reference", "cuda", "cpu-guarded"});
 }
 
 Option& seq(OptionSet& set, int64_t& field) {

@@ -136,10 +136,11 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
   const fs::path final_dir = fs::path(run_dir) / name;
   const fs::path temp_dir = fs::path(run_dir) / (name + ".partial");
   const model::ParameterLayout& layout = states.layout();
-  // The consolidated weights: every rank takes part in assembling them when they are sharded.
+  // The consolidated weights in host memory: every rank takes part in assembling them when they are
+  // sharded; below stage 3 rank 0 downloads its whole copy.
   std::optional<model::ParameterBlock> gathered;
-  if (states.zero().stage >= 3) {
-    gathered.emplace(layout, "checkpoint weights (gathered from the shards)", Tier::offload);
+  if (states.zero().stage >= 3 || world.rank() == 0) {
+    gathered.emplace(layout, "checkpoint weights (gathered from the compute tier)", Tier::offload);
     states.gather_weights(*gathered);
   }
   if (world.rank() == 0) {
@@ -181,8 +182,7 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
   world.barrier();
 
   if (world.rank() == 0) {
-    write_hf_model_files(temp_dir.string(), config, layout, gathered ? *gathered : states.weights(), &tokenizer,
-                         generation_config);
+    write_hf_model_files(temp_dir.string(), config, layout, *gathered, &tokenizer, generation_config);
     const nlohmann::ordered_json trainer_state = {
         {"format", kStateFormat},
         {"version", kStateVersion},

@@ -192,7 +192,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     declare_eval_options(bound, copy);
     bound.check();
   }
-  check_runnable(kModule, s.backend, s.mode);
+  check_runnable(kModule, s.backend, s.mode, s.sp);
   if (s.sp != world.size())
     throw Error(kModule, "--sp " + str(s.sp) + " ranks, but the job has " + str(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt eval --sp P ...)");
@@ -247,7 +247,13 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     result.peak_rss_bytes = peak_rss_bytes();
     return result;
   }
-  model::HfCheckpoint(result.checkpoint).load(config, model.layout(), model.params());
+  {  // read in host memory, then into the model's states (the compute tier may be a GPU's)
+    model::ParameterBlock weights(model.layout(), "checkpoint weights (read before upload)", Tier::offload);
+    model::HfCheckpoint(result.checkpoint).load(config, model.layout(), weights);
+    model.states().load_weights(weights);
+  }
+  // The offload peak reported is the forward's, as the dry run lays it out, not the loading's host blocks.
+  MemoryTiers::instance().reset_peak(Tier::offload);
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +

@@ -175,6 +175,22 @@ MachineRates measure_machine_rates(int threads) {
   return rates;
 }
 
+// NVIDIA's datasheets (dense; the bf16 Tensor Core figures they print are with 2:4 sparsity, twice
+// these). A name's more specific variant comes before it ("H200 NVL" before "H200").
+std::optional<DevicePeak> stated_device_peak(const std::string& device_name) {
+  static const std::pair<const char*, DevicePeak> kListed[] = {
+      {"H200 NVL", {"NVIDIA H200 NVL", 60e3, 835.5e3}},
+      {"H200", {"NVIDIA H200 (SXM)", 67e3, 989.5e3}},
+      {"H100 NVL", {"NVIDIA H100 NVL", 60e3, 835.5e3}},
+      {"H100 PCIe", {"NVIDIA H100 PCIe", 51e3, 756e3}},
+      {"H100", {"NVIDIA H100 (SXM)", 67e3, 989.5e3}},
+      {"A100", {"NVIDIA A100", 19.5e3, 312e3}},
+  };
+  for (const auto& [part, peak] : kListed)
+    if (device_name.find(part) != std::string::npos) return peak;
+  return std::nullopt;
+}
+
 namespace {
 
 // The lines of `path` that log steps 1 .. keep_through_step, whole lines only; nullopt when they are

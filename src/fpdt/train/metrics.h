@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "fpdt/model/config.h"
@@ -55,8 +56,19 @@ struct MachineRates {
   int vector_bits = 0;          // of the FMA peak: 512 or 256
   double sgemm_gflops = 0.0;
   double load_average = -1.0;   // 1-minute, when measured
+  std::string peak_stated_for;  // --backend cuda: the GPU whose stated fp32 peak fma_peak_gflops is
 };
 MachineRates measure_machine_rates(int threads);
+
+// A GPU's dense peaks as its vendor states them, found by the name its driver reports (cuda_device_name):
+// MFU on --backend cuda divides by fp32_gflops (fpdt's CUDA kernels compute in fp32, no TF32); bf16 is
+// there for the bf16 kernels to come. nullopt for a GPU not listed (then --peak-gflops gives the figure).
+struct DevicePeak {
+  std::string device;  // as listed: "NVIDIA H200 (SXM)"
+  double fp32_gflops = 0.0;
+  double bf16_gflops = 0.0;
+};
+std::optional<DevicePeak> stated_device_peak(const std::string& device_name);
 double measure_fma_peak_gflops(int threads, int* vector_bits = nullptr);
 double measure_sgemm_gflops(int threads);
 

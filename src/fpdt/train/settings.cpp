@@ -43,11 +43,18 @@ struct BoundOptions {
 
 }  // namespace
 
-void check_runnable(const std::string& module, const std::string& backend, const std::string& mode) {
-  if (backend == "cuda")
-    throw Error(module, "the cuda backend's kernels are built, but the model and pipeline do not keep tensors in GPU "
-                        "memory yet (issue 8)",
-                "run with --backend cpu");
+void check_runnable(const std::string& module, const std::string& backend, const std::string& mode, int ranks,
+                    bool offload_optimizer) {
+  if (backend == "cuda" || backend == "cpu-guarded") {
+    if (ranks > 1)
+      throw Error(module, "--backend " + backend + " runs on one rank, but --sp x --dp asks for " + str(ranks) +
+                              ": there is no NCCL communicator yet",
+                  "use --sp 1 --dp 1 with --backend " + backend + ", or --backend cpu on several ranks");
+    if (offload_optimizer)
+      throw Error(module, "--backend " + backend + " does not offload the optimizer yet: its reduce-scatter would "
+                              "read the compute tier on the host",
+                  "drop --offload-optimizer (one GPU's ZeRO stages keep every state in its memory)");
+  }
   if (mode == "fpdt-reference")
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
                             module + " does not run",
@@ -201,7 +208,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  check_runnable(kModule, s.backend, s.mode);
+  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer == "ram");
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");

@@ -92,8 +92,12 @@ void declare_train_options(OptionSet& set, TrainSettings& settings);
 // --overwrite, ...). Throws one fpdt::Error naming the option.
 void check_settings(const TrainSettings& settings);
 
-// What the `train` and `eval` of this build cannot run: --backend cuda, --mode fpdt-reference.
-void check_runnable(const std::string& module, const std::string& backend, const std::string& mode);
+// What the `train` and `eval` of this build cannot run: --mode fpdt-reference; a backend whose compute
+// tier the host cannot read (cuda, cpu-guarded) on more than one rank (sp × dp = `ranks`: there is no
+// NCCL communicator yet) or with the optimizer offloaded (its reduce-scatter reads the compute tier on
+// the host).
+void check_runnable(const std::string& module, const std::string& backend, const std::string& mode, int ranks,
+                    bool offload_optimizer = false);
 // The pipeline options that `train` and `eval` share, against the sequence (every chunk must hold real
 // tokens; a chunk is cut evenly over the sp ranks: with u chunks, c = ⌈S / (P·u)⌉ tokens per rank and
 // chunk); throws one fpdt::Error of `module` naming the option.

@@ -18,6 +18,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
@@ -100,6 +101,8 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   }
   if (s.peak_gflops > 0) {
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " (given)");
+  } else if (!rates.peak_stated_for.empty()) {
+    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " fp32, stated for " + rates.peak_stated_for);
   } else {
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
@@ -335,6 +338,14 @@ void Trainer::build_model() {
   sp_group_ = dry_world_ ? comm::make_dry(s.sp, world_.rank() % s.sp) : world_.split(dp_index_, world_.rank());
   if (s.peak_gflops > 0) {
     rates_.fma_peak_gflops = s.peak_gflops;
+  } else if (s.backend == "cuda" && !s.dry_run) {  // MFU against the GPU's peak, not the host's
+    const std::string device = kernels::cuda_device_name();
+    const std::optional<DevicePeak> peak = stated_device_peak(device);
+    if (!peak)
+      throw Error(kModule, "no peak rate is listed for the GPU '" + device + "', so MFU has nothing to divide by",
+                  "give its fp32 peak with --peak-gflops (GFLOP/s per rank)");
+    rates_.fma_peak_gflops = peak->fp32_gflops;
+    rates_.peak_stated_for = peak->device;
   } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
   }
@@ -586,7 +597,9 @@ TrainResult Trainer::finish() {
     model::ParameterBlock weights(states_->layout(), "weights for the sample", Tier::offload);
     states_->gather_weights(weights);
     if (world_.rank() == 0) {
-      model::Transformer sampler(config_, *backend_, s.seed);
+      // The sampler computes on the host's kernels, whatever backend trained (its arena is host memory).
+      const auto host = kernels::make_backend("cpu");
+      model::Transformer sampler(config_, *host, s.seed);
       std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
       SampleSettings sample;
       sample.new_tokens = s.sample_tokens;

@@ -2,6 +2,7 @@
 // row is read once in tiles of kTileFloats (L1-resident): tile max, rescale the running sum if the
 // max grew, add the tile's exp sum (an online softmax over the vocabulary). No (N, V) buffer exists;
 // the backward writes dlogits element by element after reading that element, so it may alias logits.
+// The host's sums (O(N)) are the reference's loop; the argmax runs the reference per row on the team.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/vec_math.h"
+#include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -147,6 +149,16 @@ void CpuBackend::cross_entropy_backward(float* dlogits, const float* logits, con
     softmax_row_scaled(drow, row, V, lse[n], weight);
     drow[target] -= weight;  // − weight · onehot(target)
   }
+}
+
+void CpuBackend::cross_entropy_sums(double* sums, const float* losses, const int32_t* targets, const float* mask,
+                                    int64_t N) {
+  reference::cross_entropy_sums(sums, losses, targets, mask, N);
+}
+
+void CpuBackend::argmax_rows(int32_t* indices, const float* x, int64_t N, int V) {
+#pragma omp parallel for schedule(static) if (N * V >= (int64_t{1} << 16))
+  for (int64_t n = 0; n < N; ++n) reference::argmax_rows(indices + n, x + n * V, 1, V);
 }
 
 }  // namespace fpdt::kernels::cpu

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "fpdt/kernels/backend.h"
 
@@ -22,6 +23,10 @@ void* cuda_stream(Backend& backend);
 
 // True when this build has CUDA and a usable device is present (never throws).
 bool cuda_available();
+
+// The current device's name as the driver reports it ("NVIDIA H200"); the trainer's MFU divides by
+// the peak stated for it (train/device_peaks.h).
+std::string cuda_device_name();
 
 // True when this build has the CUDA backend (a device may still be missing).
 bool cuda_built();

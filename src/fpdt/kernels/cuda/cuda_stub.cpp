@@ -18,6 +18,7 @@ std::unique_ptr<Backend> make_cuda_backend() { no_cuda(); }
 void* cuda_stream(Backend&) { no_cuda(); }
 bool cuda_available() { return false; }
 bool cuda_built() { return false; }
+std::string cuda_device_name() { no_cuda(); }
 void load_cuda_libraries() { no_cuda(); }
 void* cuda_device_alloc(size_t) { no_cuda(); }
 void cuda_device_free(void*) noexcept {}

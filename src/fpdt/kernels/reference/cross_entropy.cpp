@@ -3,6 +3,7 @@
 // backward reads each logit before writing the same element, so dlogits may alias logits.
 #include "fpdt/kernels/reference/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "fpdt/kernels/reference/reference_backend.h"
@@ -52,6 +53,24 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int
   }
 }
 
+template <typename T>
+void cross_entropy_sums(double* sums, const T* losses, const int32_t* targets, const T* mask, int64_t N) {
+  double count = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    sums[0] += static_cast<double>(losses[n]);
+    if (targets[n] != kIgnoreIndex) count += mask ? static_cast<double>(mask[n]) : 1.0;
+  }
+  sums[1] += count;
+}
+
+template <typename T>
+void argmax_rows(int32_t* indices, const T* x, int64_t N, int V) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* row = x + n * V;
+    indices[n] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+  }
+}
+
 template void cross_entropy_forward<float>(float*, float*, const float*, const int32_t*, const float*, int64_t,
                                            int);
 template void cross_entropy_forward<double>(double*, double*, const double*, const int32_t*, const double*,
@@ -60,6 +79,11 @@ template void cross_entropy_backward<float>(float*, const float*, const float*, 
                                             double, int64_t, int);
 template void cross_entropy_backward<double>(double*, const double*, const double*, const int32_t*,
                                              const double*, double, int64_t, int);
+
+template void cross_entropy_sums<float>(double*, const float*, const int32_t*, const float*, int64_t);
+template void cross_entropy_sums<double>(double*, const double*, const int32_t*, const double*, int64_t);
+template void argmax_rows<float>(int32_t*, const float*, int64_t, int);
+template void argmax_rows<double>(int32_t*, const double*, int64_t, int);
 
 void ReferenceBackend::cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                                              const float* mask, int64_t N, int V) {
@@ -70,6 +94,14 @@ void ReferenceBackend::cross_entropy_backward(float* dlogits, const float* logit
                                               const int32_t* targets, const float* mask, double dloss_scale,
                                               int64_t N, int V) {
   reference::cross_entropy_backward(dlogits, logits, lse, targets, mask, dloss_scale, N, V);
+}
+
+void ReferenceBackend::cross_entropy_sums(double* sums, const float* losses, const int32_t* targets, const float* mask,
+                                          int64_t N) {
+  reference::cross_entropy_sums(sums, losses, targets, mask, N);
+}
+void ReferenceBackend::argmax_rows(int32_t* indices, const float* x, int64_t N, int V) {
+  reference::argmax_rows(indices, x, N, V);
 }
 
 }  // namespace fpdt::kernels::reference

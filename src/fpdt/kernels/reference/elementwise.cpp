@@ -2,6 +2,7 @@
 #include "fpdt/kernels/reference/elementwise.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "fpdt/kernels/reference/reference_backend.h"
 
@@ -19,10 +20,26 @@ void scale_inplace(T* x, T alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
+template <typename T>
+void add_inplace(T* y, const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+template <typename T>
+int64_t count_invalid(const T* x, int64_t n, bool negative_invalid) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += !std::isfinite(x[i]) || (negative_invalid && x[i] < T(0));
+  return count;
+}
+
 template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
 template void scale_inplace<float>(float*, float, int64_t);
 template void scale_inplace<double>(double*, double, int64_t);
+template void add_inplace<float>(float*, const float*, int64_t);
+template void add_inplace<double>(double*, const double*, int64_t);
+template int64_t count_invalid<float>(const float*, int64_t, bool);
+template int64_t count_invalid<double>(const double*, int64_t, bool);
 
 void ReferenceBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t block) {
   for (int64_t begin = 0; begin < n; begin += block)
@@ -30,5 +47,11 @@ void ReferenceBackend::sum_squares(double* sums, const float* x, int64_t n, int6
 }
 
 void ReferenceBackend::scale_inplace(float* x, float alpha, int64_t n) { reference::scale_inplace(x, alpha, n); }
+
+void ReferenceBackend::add_inplace(float* y, const float* x, int64_t n) { reference::add_inplace(y, x, n); }
+
+void ReferenceBackend::count_invalid(int64_t* count, const float* x, int64_t n, bool negative_invalid) {
+  *count = reference::count_invalid(x, n, negative_invalid);
+}
 
 }  // namespace fpdt::kernels::reference

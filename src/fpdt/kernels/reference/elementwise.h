@@ -1,6 +1,8 @@
 // Reference reductions and scalings over flat arrays (the spec of the optimizer's helpers).
 //   sum_squares:   Σ x[i]², accumulated in float64 (the Backend op: one such sum per block of the array)
 //   scale_inplace: x[i] *= alpha
+//   add_inplace:   y[i] += x[i]
+//   count_invalid: the number of x[i] that are NaN or ±inf (or, with negative_invalid, < 0)
 #pragma once
 
 #include <cstdint>
@@ -12,5 +14,11 @@ double sum_squares(const T* x, int64_t n);
 
 template <typename T>
 void scale_inplace(T* x, T alpha, int64_t n);
+
+template <typename T>
+void add_inplace(T* y, const T* x, int64_t n);
+
+template <typename T>
+int64_t count_invalid(const T* x, int64_t n, bool negative_invalid);
 
 }  // namespace fpdt::kernels::reference
