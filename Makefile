@@ -25,9 +25,6 @@ SAN_PACKAGES = clang-14 libclang-rt-14-dev libomp-14-dev
 # included) also writes it to build-*/sanitizer-logs/, which must stay empty. Leaks inside the MPI
 # library (not ours) are suppressed; its plugins are unloaded at MPI_Finalize, so the stacks of
 # their allocations are taken in full (fast_unwind_on_malloc=0) for the suppressions to match.
-# ASan's stack frames are several times larger: check-asan runs with a 64 MiB stack, since the
-# tokenizer's regex engine recurses once per repetition, up to its limit of 5000 (about 3 MiB of
-# stack without ASan, more than the usual 8 MiB with it).
 ASAN_ENV = ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0:log_path=$(CURDIR)/build-asan/sanitizer-logs/asan \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/sanitizer-logs/ubsan \
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
@@ -76,7 +73,7 @@ SANITIZER_LOGS_EMPTY = if [ -n "$$(ls -A sanitizer-logs)" ]; then cat sanitizer-
 check-asan: build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS)
 	rm -rf build-asan/sanitizer-logs && mkdir -p build-asan/sanitizer-logs
-	ulimit -s 65536 && cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda; \
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda; \
 	  status=$$?; $(SANITIZER_LOGS_EMPTY); exit $$status
 
 check-tsan: build-tsan/CMakeCache.txt

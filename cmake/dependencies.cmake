@@ -1,4 +1,4 @@
-# fpdt's libraries — OpenBLAS (target fpdt_openblas), OpenMP (OpenMP::OpenMP_CXX), nlohmann_json and,
+# fpdt's libraries — OpenBLAS (target fpdt_openblas), Oniguruma (fpdt_oniguruma), OpenMP (OpenMP::OpenMP_CXX), nlohmann_json and,
 # for the tests, GoogleTest (fpdt_find_gtest) — from the system, or from FPDT_DEPS_PREFIX: a folder of
 # Debian packages unpacked with `dpkg -x` (scripts/prepare_gpu_carry.sh fetches them, scripts/gpu_check.sh
 # unpacks them) on a machine that has only a compiler, CMake and the CUDA toolkit. The system's copy wins
@@ -51,6 +51,38 @@ else()
   target_link_libraries(fpdt_openblas INTERFACE ${FPDT_OPENBLAS_LIBRARY})
   target_include_directories(fpdt_openblas SYSTEM INTERFACE ${FPDT_OPENBLAS_INCLUDE_DIR})
   message(STATUS "OpenBLAS: ${FPDT_OPENBLAS_LIBRARY} (by path)")
+endif()
+
+# Oniguruma (the regex library of Hugging Face tokenizers, for the pre-tokenizer patterns:
+# train/text/oniguruma.h): pkg-config's oniguruma.pc where the system has it; else libonig and oniguruma.h
+# by path, the system's or the prefix's (libonig5, libonig-dev).
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(ONIGURUMA QUIET IMPORTED_TARGET oniguruma)
+endif()
+add_library(fpdt_oniguruma INTERFACE)
+if(TARGET PkgConfig::ONIGURUMA)
+  target_link_libraries(fpdt_oniguruma INTERFACE PkgConfig::ONIGURUMA)
+else()
+  set(onig_roots /usr)
+  if(FPDT_DEPS_PREFIX)
+    list(APPEND onig_roots "${FPDT_DEPS_PREFIX}/usr")
+  endif()
+  set(onig_library_dirs "")
+  set(onig_include_dirs "")
+  foreach(root ${onig_roots})
+    list(APPEND onig_library_dirs ${root}/lib/${fpdt_multiarch} ${root}/lib)
+    list(APPEND onig_include_dirs ${root}/include)
+  endforeach()
+  find_library(FPDT_ONIGURUMA_LIBRARY NAMES onig PATHS ${onig_library_dirs} NO_DEFAULT_PATH)
+  find_path(FPDT_ONIGURUMA_INCLUDE_DIR oniguruma.h PATHS ${onig_include_dirs} NO_DEFAULT_PATH)
+  if(NOT FPDT_ONIGURUMA_LIBRARY OR NOT FPDT_ONIGURUMA_INCLUDE_DIR)
+    message(FATAL_ERROR "Oniguruma not found (no pkg-config oniguruma; library: ${FPDT_ONIGURUMA_LIBRARY}, oniguruma.h: "
+                        "${FPDT_ONIGURUMA_INCLUDE_DIR}); hint: apt-get install libonig-dev, or pass "
+                        "-DFPDT_DEPS_PREFIX=<folder with libonig5 and libonig-dev unpacked>")
+  endif()
+  target_link_libraries(fpdt_oniguruma INTERFACE ${FPDT_ONIGURUMA_LIBRARY})
+  target_include_directories(fpdt_oniguruma SYSTEM INTERFACE ${FPDT_ONIGURUMA_INCLUDE_DIR})
+  message(STATUS "Oniguruma: ${FPDT_ONIGURUMA_LIBRARY} (by path)")
 endif()
 
 # OpenMP: the compiler's own; else GCC's runtime from the prefix (libgomp1 and libgcc-*-dev). Only omp.h is

@@ -15,6 +15,7 @@ packages=(
   libopenblas0-pthread libopenblas-pthread-dev  # libopenblas.so, cblas.h (openblas-pthread folders)
   libgfortran5 libquadmath0                     # what libopenblas.so.0 loads
   libgomp1 "libgcc-${gcc_major}-dev"            # OpenMP where the compiler has none: libgomp.so.1, omp.h
+  libonig5 libonig-dev                          # Oniguruma: the tokenizer's pre-tokenizer patterns
   nlohmann-json3-dev                            # headers and its CMake config
   googletest                                    # GoogleTest's source (/usr/src/googletest)
 )

@@ -1,4 +1,4 @@
-"""Writes src/fpdt/train/text/unicode_tables.inc (the Unicode data of the tokenizer's regex engine) and
+"""Writes src/fpdt/train/text/unicode_tables.inc (the general categories behind the tokenizer's white space) and
 normalization_tables.inc (of its NFC normalizer), and checks both against the `tokenizers` library.
 
 The `tokenizers` library (0.23) matches pre-tokenizer regexes with Oniguruma, whose tables are Unicode

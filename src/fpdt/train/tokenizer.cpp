@@ -17,7 +17,7 @@
 #include "fpdt/base/file_io.h"
 #include "fpdt/train/text/byte_level.h"
 #include "fpdt/train/text/normalize.h"
-#include "fpdt/train/text/regex.h"
+#include "fpdt/train/text/oniguruma.h"
 #include "fpdt/train/text/unicode.h"
 
 namespace fpdt::train {

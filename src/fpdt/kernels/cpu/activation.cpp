@@ -1,17 +1,15 @@
 // Fast fp32 SwiGLU and GELU (tanh form), forward and backward (semantics: reference/activation.h).
 // AVX2/FMA, 8 floats at a time, OpenMP over blocks; the last partial block runs through padded
 // copies so every element sees the same arithmetic. All outputs are overwritten (=).
-//   sigmoid(x) = 1 / (1 + exp(−x)) with a Cephes-style vector exp (≈ 2 ulp), 1 − sigmoid without cancellation;
+//   sigmoid(x) = 1 / (1 + exp(−x)) with simd.h's vector exp (≈ 2 ulp), 1 − sigmoid without cancellation;
 //   gelu(x) = 0.5 x (1 + tanh(u)) = x · sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x³), which avoids
 //   the cancellation of 1 + tanh(u) for negative x.
-#include <immintrin.h>
-
 #include <array>
 #include <cmath>
 #include <cstring>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
-#include "fpdt/kernels/cpu/vec_math.h"
+#include "fpdt/kernels/cpu/simd.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -21,15 +19,13 @@ constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below this one thread is faster
 
-#if defined(__AVX2__) && defined(__FMA__)
-
 // sigmoid(x) = 1 / (1 + e), e = exp(−x), and 1 − sigmoid(x) = e · sigmoid(x), both to a few ulp:
 // forming 1 − sigmoid(x) by subtraction would lose everything below 6e−8 for x ≳ 16, where
 // silu' and gelu' still differ from 1 by ~1e−6. When e overflows to +inf, e · 0 is NaN and the
 // min with 1 (which returns its second operand for NaN) gives the right 1 − sigmoid = 1.
 inline __m256 sigmoid8(__m256 x, __m256* one_minus) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  const __m256 e = vexp(_mm256_sub_ps(_mm256_setzero_ps(), x));
   const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, e));
   if (one_minus) *one_minus = _mm256_min_ps(_mm256_mul_ps(e, sig), one);
   return sig;
@@ -75,11 +71,7 @@ void map8(const std::array<float*, kOut>& outs, const std::array<const float*, k
   }
 }
 
-#endif  // __AVX2__ && __FMA__
-
 }  // namespace
-
-#if defined(__AVX2__) && defined(__FMA__)
 
 void CpuBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   map8<1, 2>({out}, {gate, up}, n, [](__m256* y, const __m256* x) {
@@ -118,44 +110,5 @@ void CpuBackend::gelu_backward(float* dx, const float* dout, const float* x, int
     y[0] = _mm256_mul_ps(in[0], _mm256_fmadd_ps(two_x_du, spread, sig));
   });
 }
-
-#else  // portable scalar fallback (a build without AVX2/FMA), same formulas with expf
-
-namespace {
-inline float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float gelu_sigmoid1(float x) { return sigmoid1(2.0f * kGeluC * x * (1.0f + kGeluA * x * x)); }
-// 1 − sigmoid(x) = sigmoid(−x), without the cancellation of the subtraction.
-inline float one_minus_sigmoid1(float x) { return sigmoid1(-x); }
-}  // namespace
-
-void CpuBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] * sigmoid1(gate[i]) * up[i];
-}
-
-void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                 int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i], sig = sigmoid1(g), d = dout[i], u = up[i];
-    dgate[i] = d * u * sig * (1.0f + g * one_minus_sigmoid1(g));
-    dup[i] = d * g * sig;
-  }
-}
-
-void CpuBackend::gelu_forward(float* out, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * gelu_sigmoid1(x[i]);
-}
-
-void CpuBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i], sig = gelu_sigmoid1(v), du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx[i] = dout[i] * (sig + 2.0f * v * du * sig * gelu_sigmoid1(-v));
-  }
-}
-
-#endif
 
 }  // namespace fpdt::kernels::cpu

@@ -2,15 +2,10 @@
 // corrections, step size) are computed once in double; each element is updated in float with AVX2
 // and FMA, eight at a time, and the tail runs the very same float operations, so an element's result
 // does not depend on where it sits in the array.
-#include <immintrin.h>
-
 #include <cmath>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
-
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
-#endif
+#include "fpdt/kernels/cpu/simd.h"
 
 namespace fpdt::kernels::cpu {
 

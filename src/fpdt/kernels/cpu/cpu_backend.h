@@ -3,17 +3,18 @@
 // the reference on fresh random inputs. Each op is defined in its family's file (cpu/norm.cpp
 // defines rmsnorm_forward).
 //
-// Attention (flash_attention.cpp) is FlashAttention-2-style: exact (q block, kv block) kernels that
-// FPDT feeds one chunk pair at a time and merges by log-sum-exp, and the full-sequence attention as
-// one block. It never materialises a (Cq, Ck) matrix: scratch is a few tiles of 96–192 tokens per
-// thread plus a capped packed copy of K/V or Q/dO (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32
-// storage and compute, LSE in fp32. Masking (one rule for every block, ops.h): key j of the kv block
-// is visible from query i iff position_visible(q_begin + i, kv_begin + j, window) and, with document
-// ids, q_doc_ids[b, i] == kv_doc_ids[b, j]. A block wholly above the causal diagonal or before the
-// window is skipped outright, and inside a block so are the tiles outside the mask; a block
-// (or row) with no visible key gives the empty softmax (out 0, lse −inf), or with accumulate leaves
-// out and lse untouched, bit for bit. The backward is deterministic: the result does not depend on
-// the thread count or timing (dq sums its kv tiles in order).
+// Attention (flash_attention*.cpp; the design: flash_attention.h) is FlashAttention-2-style: exact
+// (q block, kv block) kernels that FPDT feeds one chunk pair at a time and merges by log-sum-exp,
+// and the full-sequence attention as one block. It never materialises a (Cq, Ck) matrix: scratch is
+// a few tiles of 96–192 tokens per thread plus a capped packed copy of K/V or Q/dO
+// (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32 storage and compute, LSE in fp32.
+// Masking (one rule for every block, ops.h): key j of the kv block is visible from query i iff
+// position_visible(q_begin + i, kv_begin + j, window) and, with document ids, q_doc_ids[b, i] ==
+// kv_doc_ids[b, j]. A block wholly above the causal diagonal or before the window is skipped
+// outright, and inside a block so are the tiles outside the mask; a block (or row) with no visible
+// key gives the empty softmax (out 0, lse −inf), or with accumulate leaves out and lse untouched,
+// bit for bit. The backward is deterministic: the result does not depend on the thread count or
+// timing (dq sums its kv tiles in order).
 #pragma once
 
 #include <cstdint>

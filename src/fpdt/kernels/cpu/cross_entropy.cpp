@@ -3,14 +3,12 @@
 // max grew, add the tile's exp sum (an online softmax over the vocabulary). No (N, V) buffer exists;
 // the backward writes dlogits element by element after reading that element, so it may alias logits.
 // The host's sums (O(N)) are the reference's loop; the argmax runs the reference per row on the team.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
-#include "fpdt/kernels/cpu/vec_math.h"
+#include "fpdt/kernels/cpu/simd.h"
 #include "fpdt/kernels/reference/cross_entropy.h"
 
 namespace fpdt::kernels::cpu {
@@ -19,8 +17,6 @@ namespace {
 
 constexpr int kTileFloats = 1024;                     // 4 KiB of a row, stays in L1 for the second read
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;  // below N·V of this one thread is faster
-
-#if defined(__AVX2__) && defined(__FMA__)
 
 // The last `count` (< 8) floats of a row, padded with `fill`.
 inline __m256 load_partial(const float* x, int count, float fill) {
@@ -59,11 +55,11 @@ double tile_exp_sum(const float* x, int count, float shift) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int i = 0;
   for (; i + 16 <= count; i += 16) {
-    acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
-    acc1 = _mm256_add_ps(acc1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s)));
+    acc0 = _mm256_add_ps(acc0, vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+    acc1 = _mm256_add_ps(acc1, vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s)));
   }
-  for (; i + 8 <= count; i += 8) acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
-  if (i < count) acc1 = _mm256_add_ps(acc1, exp8(_mm256_sub_ps(load_partial(x + i, count - i, -INFINITY), s)));
+  for (; i + 8 <= count; i += 8) acc0 = _mm256_add_ps(acc0, vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+  if (i < count) acc1 = _mm256_add_ps(acc1, vexp(_mm256_sub_ps(load_partial(x + i, count - i, -INFINITY), s)));
   return horizontal_sum(_mm256_add_ps(acc0, acc1));
 }
 
@@ -72,33 +68,13 @@ void softmax_row_scaled(float* drow, const float* row, int V, float lse, float w
   const __m256 l = _mm256_set1_ps(lse);
   const __m256 w = _mm256_set1_ps(weight);
   int i = 0;
-  for (; i + 8 <= V; i += 8) _mm256_storeu_ps(drow + i, _mm256_mul_ps(w, exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), l))));
+  for (; i + 8 <= V; i += 8) _mm256_storeu_ps(drow + i, _mm256_mul_ps(w, vexp(_mm256_sub_ps(_mm256_loadu_ps(row + i), l))));
   if (i < V) {
     alignas(32) float padded[8];
-    _mm256_store_ps(padded, _mm256_mul_ps(w, exp8(_mm256_sub_ps(load_partial(row + i, V - i, -INFINITY), l))));
+    _mm256_store_ps(padded, _mm256_mul_ps(w, vexp(_mm256_sub_ps(load_partial(row + i, V - i, -INFINITY), l))));
     std::memcpy(drow + i, padded, static_cast<size_t>(V - i) * sizeof(float));
   }
 }
-
-#else  // portable scalar fallback (a build without AVX2/FMA)
-
-float tile_max(const float* x, int count) {
-  float m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = std::max(m, x[i]);
-  return m;
-}
-
-double tile_exp_sum(const float* x, int count, float shift) {
-  float sum = 0.0f;
-  for (int i = 0; i < count; ++i) sum += std::exp(x[i] - shift);
-  return sum;
-}
-
-void softmax_row_scaled(float* drow, const float* row, int V, float lse, float weight) {
-  for (int i = 0; i < V; ++i) drow[i] = weight * std::exp(row[i] - lse);
-}
-
-#endif  // __AVX2__ && __FMA__
 
 }  // namespace
 

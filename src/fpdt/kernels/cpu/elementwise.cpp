@@ -2,17 +2,12 @@
 // float64 (gradient norms), in-place scaling and adding, and counts of invalid values (finiteness checks). sum_squares is deterministic whatever the thread count:
 // each block's sum adds a fixed set of slices, each summed in a fixed order; the threads share the
 // blocks, or a single block's slices.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
-
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
-#endif
+#include "fpdt/kernels/cpu/simd.h"
 
 namespace fpdt::kernels::cpu {
 

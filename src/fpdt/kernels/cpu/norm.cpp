@@ -3,17 +3,12 @@
 // Backward is one pass over row blocks (dx, and each block's float64 dweight/dbias partials), then the
 // partials summed in block order by column blocks; the blocks depend on N alone, so results do not
 // depend on the thread count. Heap: the partials, ≤ 64·2·h doubles, kept by the calling thread.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
-
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "fpdt's CPU kernels need AVX2 and FMA: build with -mavx2 -mfma (FPDT_NATIVE=OFF) or on an AVX2 machine"
-#endif
+#include "fpdt/kernels/cpu/simd.h"
 
 namespace fpdt::kernels::cpu {
 

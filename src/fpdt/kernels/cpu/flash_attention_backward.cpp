@@ -1,0 +1,438 @@
+// The CPU flash attention's backward (the design: flash_attention.h): one task per (b, kv head, 192
+// keys) goes over the 96-query tiles and q heads that see its keys, on the Q and dO of its group packed
+// once per call; dk and dv of its keys are added to once (+=), dq a tile at a time in kv-tile order
+// (+=), so the result does not depend on the threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/cpu/flash_attention_mask.h"
+
+namespace fpdt::kernels::cpu::flash {
+
+namespace {
+
+// Turn counters of the backward dq accumulation, grown on demand like the workspace.
+class Counters {
+ public:
+  std::atomic<int32_t>* zeroed(size_t count) {
+    if (count > capacity_) {
+      data_ = std::make_unique<std::atomic<int32_t>[]>(count);
+      capacity_ = count;
+    }
+    for (size_t i = 0; i < count; ++i) data_[i].store(0, std::memory_order_relaxed);
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::atomic<int32_t>[]> data_;
+  size_t capacity_ = 0;
+};
+
+struct BackwardScratch {
+  float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (0 past nk)
+  float* vt;        // [key panel][D][kPanel] Vᵀ (0 past nk)
+  float* kp;        // [D panel][kBwdKeys][kPanel] K × scale, by panels of kPanel head dims (0 past D)
+  float* dkt;       // [key panel][D][kPanel] dKᵀ accumulator (unscaled)
+  float* dvt;       // [key panel][D][kPanel] dVᵀ accumulator
+  float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
+  float* dpp;       // [key panel][kBwdQueries][kPanel] dP, then dS
+  float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
+  float* dq;        // [D panel][kBwdQueries][kPanel] this pair's dQ tile
+  float* lse2;      // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
+  float* delta;     // (kBwdQueries)
+  int32_t* q_docs;  // (kBwdQueries)
+  int32_t* k_docs;  // (kBwdKeys), padded to whole panels
+
+  BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
+  static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
+
+ private:
+  static size_t carve(Carver carve, int D, BackwardScratch* s) {
+    const size_t key_panels = kBwdKeys / kPanel;
+    float* slices[11];
+    const size_t sizes[11] = {
+        key_panels * D * kPanel,
+        key_panels * D * kPanel,
+        static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
+        key_panels * D * kPanel,
+        key_panels * D * kPanel,
+        key_panels * kBwdQueries * kPanel,
+        key_panels * kBwdQueries * kPanel,
+        static_cast<size_t>(kBwdQueries) * kBwdKeys,
+        static_cast<size_t>(panels(D)) * kBwdQueries * kPanel,
+        kBwdQueries,
+        kBwdQueries,
+    };
+    for (int i = 0; i < 11; ++i) slices[i] = carve.take(sizes[i]);
+    int32_t* q_docs = carve.take_ints(kBwdQueries);
+    int32_t* k_docs = carve.take_ints(kBwdKeys);
+    if (s) {
+      s->kt = slices[0];
+      s->vt = slices[1];
+      s->kp = slices[2];
+      s->dkt = slices[3];
+      s->dvt = slices[4];
+      s->sp = slices[5];
+      s->dpp = slices[6];
+      s->ds = slices[7];
+      s->dq = slices[8];
+      s->lse2 = slices[9];
+      s->delta = slices[10];
+      s->q_docs = q_docs;
+      s->k_docs = k_docs;
+    }
+    return carve.used();
+  }
+};
+
+// P and dS of one key panel of a pair from S and dP, for the rows [begin, end) of the q tile.
+// Query i sees key j (of the kv tile) iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window
+// (with a window), and docs match.
+template <bool kMasked>
+void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_rel, int nk, int64_t window,
+                          bool has_docs) {
+  float* sp = s.sp + panel * kBwdQueries * kPanel;
+  float* dpp = s.dpp + panel * kBwdQueries * kPanel;
+  float* ds = s.ds + panel * kPanel;
+  const VecI j0 = ilanes<Vec>(panel * kPanel), j1 = ilanes<Vec>(panel * kPanel + kLanes);
+  VecI k_doc0 = iset<Vec>(0), k_doc1 = iset<Vec>(0);
+  if (kMasked && has_docs) {
+    k_doc0 = iload<Vec>(s.k_docs + panel * kPanel);
+    k_doc1 = iload<Vec>(s.k_docs + panel * kPanel + kLanes);
+  }
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const Vec lse2 = vbroadcast<Vec>(s.lse2 + i);
+    const Vec delta = vbroadcast<Vec>(s.delta + i);
+    Vec p0 = vexp2(vsub(vload<Vec>(sp + i * kPanel), lse2));
+    Vec p1 = vexp2(vsub(vload<Vec>(sp + i * kPanel + kLanes), lse2));
+    if constexpr (kMasked) {
+      // visible iff j < limit, limit = min(q_rel + i, nk − 1) + 1
+      const VecI limit = iset<Vec>(clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys));
+      Mask vis0 = greater(limit, j0), vis1 = greater(limit, j1);
+      if (window > 0) {  // visible iff j > before, before = q_rel + i − window (clamped)
+        const VecI before = iset<Vec>(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
+        keep(vis0, vis1, greater(j0, before), greater(j1, before));
+      }
+      if (has_docs) {
+        const VecI q_doc = iset<Vec>(s.q_docs[i]);
+        keep(vis0, vis1, equal(k_doc0, q_doc), equal(k_doc1, q_doc));
+      }
+      p0 = zero_unless(vis0, p0);
+      p1 = zero_unless(vis1, p1);
+    }
+    const Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
+    const Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
+    vstore(sp + i * kPanel, p0);
+    vstore(sp + i * kPanel + kLanes, p1);
+    vstore(dpp + i * kPanel, ds0);
+    vstore(dpp + i * kPanel + kLanes, ds1);
+    vstore(ds + i * kBwdKeys, ds0);
+    vstore(ds + i * kBwdKeys + kLanes, ds1);
+  }
+}
+
+// Waits until it is kv tile `turn`'s turn to add into this (b, q head, q tile)'s dq.
+void wait_for_turn(const std::atomic<int32_t>& counter, int32_t turn) {
+  int spins = 0;
+  while (counter.load(std::memory_order_acquire) != turn) {
+    if (++spins < 256) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+struct BackwardArgs {
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* lse;
+  const float* delta;
+  const AttentionChunkParams* p;
+  std::atomic<int32_t>* counters;  // (B, H, q tiles)
+  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows]:
+  // tile t of q head hg of group g at (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
+  const float* packed_q;
+  const float* packed_do;
+  int64_t first_group;
+  int64_t tile_floats;
+};
+
+// The q tiles [first, end) the backward task of kv tile `kv_tile` visits: from the first whose last
+// row (as if the q tile were whole) is causally at or after the kv tile's first key; with a window, up
+// to the last whose first row is within the window of the kv tile's last key (as if it were whole).
+// Both bounds grow with kv_tile, so the visitors of a q tile are consecutive kv tiles, and they add
+// into its dq in order: first_visitor(q_tile), first_visitor + 1, …
+struct QTileRange {
+  int64_t first, end;
+};
+QTileRange visited_q_tiles(const AttentionChunkParams& p, int64_t kv_tile, int64_t q_tiles) {
+  const int64_t k_first = p.kv_begin + kv_tile * kBwdKeys;
+  const int64_t first = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
+  if (p.window == 0) return {first, q_tiles};
+  const int64_t last_row = k_first + kBwdKeys - 1 + p.window - 1 - p.q_begin;  // of the q block, that sees a key
+  const int64_t end = last_row < 0 ? 0 : std::min(q_tiles, last_row / kBwdQueries + 1);
+  return {first, std::max(first, end)};
+}
+
+// The first kv tile whose backward task visits q tile `q_tile` (kv tile 0 without a window).
+int64_t first_visitor(const AttentionChunkParams& p, int64_t q_tile, int64_t q_tiles) {
+  if (p.window == 0) return 0;
+  int64_t lo = 0, hi = ceil_div(p.Ck, kBwdKeys);  // bisection: the ranges' ends grow with the kv tile
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (visited_q_tiles(p, mid, q_tiles).end > q_tile) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
+// that may see them and every q head of the group.
+void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile, BackwardScratch& s) {
+  const AttentionChunkParams& p = *args.p;
+  const int D = p.D;
+  const int group = p.H / p.Hkv;
+  const int64_t kv_lo = kv_tile * kBwdKeys;
+  const int nk = static_cast<int>(std::min<int64_t>(kBwdKeys, p.Ck - kv_lo));
+  const int panels_k = (nk + kPanel - 1) / kPanel;
+  const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
+  const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
+  const QTileRange visits = visited_q_tiles(p, kv_tile, q_tiles);
+  const bool has_docs = p.q_doc_ids != nullptr;
+  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+  const int d_panels = panels(D);
+  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
+  const float scale = static_cast<float>(p.scale);
+
+  DocRange k_docs;
+  if (has_docs) {
+    const int32_t* docs = p.kv_doc_ids + b * p.Ck + kv_lo;
+    for (int j = 0; j < kBwdKeys; ++j) s.k_docs[j] = docs[std::min(j, nk - 1)];
+    k_docs = doc_range(docs, nk);
+  }
+  bool packed = false;
+  auto pack_kv = [&] {
+    const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+    for (int panel = 0; panel < panels_k; ++panel) {
+      const int j0 = panel * kPanel, count = std::min(kPanel, nk - j0), next = std::clamp(nk - j0 - kPanel, 0, kPanel);
+      transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, next, D,
+                           qk_scale);
+      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f);
+    }
+    std::fill(s.dkt, s.dkt + panels_k * D * kPanel, 0.0f);
+    std::fill(s.dvt, s.dvt + panels_k * D * kPanel, 0.0f);
+    for (int j = 0; j < nk; ++j) {
+      const float* k_row = k_rows + j * k_row_stride;
+      for (int dp = 0; dp < d_panels; ++dp) {
+        float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
+        for (int c = 0; c < kPanel; ++c) {
+          const int d = dp * kPanel + c;
+          dst[c] = d < D ? k_row[d] * scale : 0.0f;
+        }
+      }
+    }
+    packed = true;
+  };
+
+  for (int64_t q_tile = visits.first; q_tile < visits.end; ++q_tile) {
+    const int64_t q_lo = q_tile * kBwdQueries;
+    const TokenTile queries =
+        token_tile(q_lo, kBwdQueries, p.Cq, p.q_begin, has_docs ? p.q_doc_ids + b * p.Cq : nullptr, s.q_docs);
+    const int mq = queries.count;
+    const int64_t q_first = queries.first, q_last = queries.last;
+    const DocRange q_docs = queries.docs;
+    TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
+    if (mask == TileMask::full && nk % kPanel != 0) mask = TileMask::mask;  // padding keys of the last panel
+    if (mask != TileMask::skip && !packed) pack_kv();
+    const int32_t turn = static_cast<int32_t>(kv_tile - first_visitor(p, q_tile, q_tiles));  // into this dq tile
+    // Per key panel, the rows [begin, end) of the q tile that may see its keys by position, and whether
+    // they need the mask: on the diagonal a key panel skips the queries before its first key, so the
+    // pair is computed down to kRows × kPanel blocks, not whole. Both bounds grow with the panel, and
+    // a panel is left out only by position (classify judges documents by the whole tiles' ranges), so
+    // those come first or last: the key panels a row group needs are consecutive, and its dQ reads the
+    // keys [dq_keys[g].begin, dq_keys[g].end).
+    Span rows[kBwdPanels], dq_keys[kBwdQueries / kRows];
+    if (mask != TileMask::skip) {
+      for (int panel = 0; panel < panels_k; ++panel) {
+        const int64_t panel_first = k_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, k_last);
+        Span& range = rows[panel];
+        range = rows_seeing(q_first, mq, panel_first, panel_last, p.window);
+        if (range.end <= range.begin) continue;
+        const TileMask panel_mask = mask == TileMask::full ? TileMask::full
+                                                            : classify(q_first + range.begin, q_first + range.end - 1,
+                                                                       panel_first, panel_last, p.window, has_docs,
+                                                                       q_docs, k_docs);
+        if (panel_mask == TileMask::skip) range = {};
+        range.masked = panel_mask != TileMask::full || panel_last - panel_first + 1 < kPanel;  // or padding keys
+      }
+      for (int g = 0; g * kRows < mq; ++g) {
+        int first = panels_k, end = 0;
+        for (int panel = 0; panel < panels_k; ++panel) {
+          if (rows[panel].begin <= g * kRows && g * kRows < rows[panel].end) {
+            first = std::min(first, panel);
+            end = panel + 1;
+          }
+        }
+        dq_keys[g] = first < end ? Span{first * kPanel, std::min(nk, end * kPanel)} : Span{};
+      }
+    }
+
+    for (int hg = 0; hg < group; ++hg) {
+      const int h = kv_head * group + hg;
+      if (mask != TileMask::skip) {
+        const int64_t slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
+        const float* q_tile_packed = args.packed_q + slot * args.tile_floats;    // [D group][i][kRows]
+        const float* do_tile_packed = args.packed_do + slot * args.tile_floats;  // [D group][i][kRows]
+        const float* lse = args.lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
+        const float* delta = args.delta + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
+        for (int i = 0; i < mq; ++i) {
+          s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
+          s.delta[i] = delta[i];
+        }
+        // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
+        for (int panel = 0; panel < panels_k; ++panel) {
+          const Span range = rows[panel];
+          if (range.end <= range.begin) continue;
+          panel_gemm<Layout::grouped, Store::overwrite>(
+              range.end - range.begin, D, q_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
+              s.kt + panel * D * kPanel, s.sp + (panel * kBwdQueries + range.begin) * kPanel);
+          panel_gemm<Layout::grouped, Store::overwrite>(
+              range.end - range.begin, D, do_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
+              s.vt + panel * D * kPanel, s.dpp + (panel * kBwdQueries + range.begin) * kPanel);
+        }
+        for (int panel = 0; panel < panels_k; ++panel) {
+          const Span range = rows[panel];
+          if (range.end <= range.begin) continue;
+          if (range.masked) {
+            probabilities_and_ds<true>(s, panel, range, q_first - k_first, nk, p.window, has_docs);
+          } else {
+            probabilities_and_ds<false>(s, panel, range, 0, nk, 0, false);
+          }
+        }
+        // dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel);  dKᵀ += Qᵀ · dS_panel
+        for (int panel = 0; panel < panels_k; ++panel) {
+          const Span range = rows[panel];
+          if (range.end <= range.begin) continue;
+          panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
+                                                        0, kBwdQueries * kRows,
+                                                        s.sp + (panel * kBwdQueries + range.begin) * kPanel,
+                                                        s.dvt + panel * D * kPanel);
+          panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, q_tile_packed + range.begin * kRows,
+                                                        0, kBwdQueries * kRows,
+                                                        s.dpp + (panel * kBwdQueries + range.begin) * kPanel,
+                                                        s.dkt + panel * D * kPanel);
+        }
+        // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
+        // the keys it may see (none: zero)
+        for (int g = 0; g * kRows < mq; ++g) {
+          const Span keys = dq_keys[g];
+          for (int dp = 0; dp < d_panels; ++dp)
+            panel_gemm<Layout::rows, Store::overwrite>(std::min(kRows, mq - g * kRows), keys.end - keys.begin,
+                                                       s.ds + g * kRows * kBwdKeys + keys.begin, kBwdKeys, 0,
+                                                       s.kp + (dp * kBwdKeys + keys.begin) * kPanel,
+                                                       s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
+        }
+      }
+      std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
+      wait_for_turn(counter, turn);
+      if (mask != TileMask::skip) {
+        const int full_panels = D / kPanel;
+        for (int i = 0; i < mq; ++i) {
+          float* dq_row = args.dq + ((b * p.Cq + q_lo + i) * p.H + h) * D;
+          if (i + kPrefetchRows < mq) prefetch_row(dq_row + kPrefetchRows * p.H * D, D);
+          for (int dp = 0; dp < full_panels; ++dp) {
+            const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
+            float* dst = dq_row + dp * kPanel;
+            vstore(dst, vadd(vload<Vec>(dst), vload<Vec>(src)));
+            vstore(dst + kLanes, vadd(vload<Vec>(dst + kLanes), vload<Vec>(src + kLanes)));
+          }
+          for (int d = full_panels * kPanel; d < D; ++d)
+            dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel];
+        }
+      }
+      counter.store(turn + 1, std::memory_order_release);
+    }
+  }
+
+  if (!packed) return;  // no pair of this task was visible
+  for (int j = 0; j < nk; ++j) {
+    const int64_t row = (b * p.Ck + kv_lo + j) * p.Hkv + kv_head;
+    float* dk_row = args.dk + row * D;
+    float* dv_row = args.dv + row * D;
+    if (j + kPrefetchRows < nk) {
+      prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
+      prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
+    }
+    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * D * kPanel + j % kPanel, D, scale);
+    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * D * kPanel + j % kPanel, D, 1.0f);
+  }
+}
+
+}  // namespace
+
+void backward_block(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
+                    const AttentionChunkParams& p) {
+  // Q and dO are packed per (b, kv head) group first (their rows are H·D floats apart in place; see
+  // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
+  // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
+  const int D = p.D;
+  const int group_heads = p.H / p.Hkv;
+  const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
+  const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
+  const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
+  const int64_t tile_floats = static_cast<int64_t>(row_groups(D)) * kBwdQueries * kRows;
+  const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
+  const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / group_floats, 1, groups);
+  thread_local Counters counters;
+  const size_t per_thread = round_up16(BackwardScratch::floats(D));
+  const int threads = omp_get_max_threads();
+  float* scratch = kernel_workspace().floats(per_thread * threads + batch * group_floats);
+  float* packed_q = scratch + per_thread * threads;
+  float* packed_do = packed_q + batch * group_floats / 2;
+  BackwardArgs args{dq,       dk,        dv, dout,
+                    lse,      delta,     &p, counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
+                    packed_q, packed_do, 0,  tile_floats};
+  for (int64_t first = 0; first < groups; first += batch) {
+    const int64_t count = std::min(batch, groups - first);
+    const int64_t head_tiles = count * group_heads * q_tiles;
+    run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;  // slot = (group − first)·group_heads + hg
+      const int64_t g = first + slot / group_heads;
+      const int64_t h = (g % p.Hkv) * group_heads + slot % group_heads, b = g / p.Hkv;
+      const int64_t q_lo = q_tile * kBwdQueries;
+      const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+      const int64_t row_stride = static_cast<int64_t>(p.H) * D;
+      const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
+      const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      for (int i = 0; i < mq; ++i) {
+        if (i + kPrefetchRows < mq) {
+          prefetch_row(q_rows + (i + kPrefetchRows) * row_stride, D);
+          prefetch_row(do_rows + (i + kPrefetchRows) * row_stride, D);
+        }
+        pack_row_by_groups(packed_q + t * tile_floats + i * kRows, kBwdQueries * kRows, q_rows + i * row_stride, D);
+        pack_row_by_groups(packed_do + t * tile_floats + i * kRows, kBwdQueries * kRows, do_rows + i * row_stride, D);
+      }
+    });
+    args.first_group = first;
+    // Task t: kv tile t / count (the first tiles have the most q tiles under a causal mask), then the
+    // group. A task waits only on the same group's lower kv tiles, handed out earlier.
+    run_tasks(kv_tiles * count, scratch, per_thread, [&](int64_t t, float* mine) {
+      BackwardScratch s(mine, D);
+      const int64_t g = first + t % count;
+      backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / count, s);
+    });
+  }
+}
+
+}  // namespace fpdt::kernels::cpu::flash

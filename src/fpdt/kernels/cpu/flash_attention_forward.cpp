@@ -1,0 +1,292 @@
+// The CPU flash attention's forward (the design: flash_attention.h): one task per (b, q head, 192
+// queries) runs the online softmax over the 96-key tiles its queries may see, on the K and V of its
+// (b, kv head) group packed once per call. out and lse are overwritten (=), or merged into by
+// log-sum-exp with accumulate.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/cpu/flash_attention_mask.h"
+
+namespace fpdt::kernels::cpu::flash {
+
+namespace {
+
+struct ForwardScratch {
+  float* qt;        // [panel][D][kPanel] Qᵀ of the task's queries, times scale·log2 e; zero past mq
+  float* st;        // [panel][kFwdKeys][kPanel] Sᵀ, then Pᵀ, of one kv tile
+  float* ot;        // [panel][D][kPanel] Oᵀ accumulator (unnormalised)
+  float* m;         // (kFwdQueries) running max, log2 units
+  float* l;         // (kFwdQueries) running sum
+  float* alpha;     // (kFwdQueries) rescale of this step
+  float* m_init;    // (kFwdQueries) m at the start (accumulate mode)
+  int32_t* q_docs;  // (kFwdQueries)
+  int32_t* k_docs;  // (kFwdKeys)
+
+  ForwardScratch(float* base, int D) { carve(Carver(base), D, this); }
+  static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
+
+ private:
+  static size_t carve(Carver carve, int D, ForwardScratch* s) {
+    const size_t panels_q = kFwdQueries / kPanel;
+    float* qt = carve.take(panels_q * D * kPanel);
+    float* st = carve.take(panels_q * kFwdKeys * kPanel);
+    float* ot = carve.take(panels_q * D * kPanel);
+    float* m = carve.take(kFwdQueries);
+    float* l = carve.take(kFwdQueries);
+    float* alpha = carve.take(kFwdQueries);
+    float* m_init = carve.take(kFwdQueries);
+    int32_t* q_docs = carve.take_ints(kFwdQueries);
+    int32_t* k_docs = carve.take_ints(kFwdKeys);
+    if (s) *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, q_docs, k_docs};
+    return carve.used();
+  }
+  ForwardScratch(float* qt, float* st, float* ot, float* m, float* l, float* alpha, float* m_init, int32_t* q_docs,
+                 int32_t* k_docs)
+      : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
+};
+
+// Online softmax of nk keys of a kv tile over one panel of kPanel queries. sp: the panel's Sᵀ rows
+// (nk × kPanel), replaced by Pᵀ; k_first_rel: the first key's position minus the task's first query's;
+// k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task.
+template <bool kMasked>
+void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, const int32_t* k_docs,
+                   int64_t window, bool has_docs) {
+  Vec mx0 = vload<Vec>(s.m + i0), mx1 = vload<Vec>(s.m + i0 + kLanes);
+  const Vec m_old0 = mx0, m_old1 = mx1;
+  const Vec neg_inf = vset<Vec>(-kInf);
+  if constexpr (kMasked) {
+    // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), i < k_first_rel + j + window
+    // (with a window), and docs match.
+    const VecI i_lane0 = ilanes<Vec>(i0), i_lane1 = ilanes<Vec>(i0 + kLanes);
+    VecI q_doc0 = iset<Vec>(0), q_doc1 = iset<Vec>(0);
+    if (has_docs) {
+      q_doc0 = iload<Vec>(s.q_docs + i0);
+      q_doc1 = iload<Vec>(s.q_docs + i0 + kLanes);
+    }
+    for (int j = 0; j < nk; ++j) {
+      // visible iff i > first_visible − 1, with the threshold clamped into int32 range
+      const VecI threshold = iset<Vec>(clamp_to_int(k_first_rel + j - 1, -1, kFwdQueries));
+      Mask vis0 = greater(i_lane0, threshold), vis1 = greater(i_lane1, threshold);
+      if (window > 0) {  // visible iff i < end, the end clamped into int32 range
+        const VecI end = iset<Vec>(clamp_to_int(k_first_rel + j + window, -1, kFwdQueries + 1));
+        keep(vis0, vis1, greater(end, i_lane0), greater(end, i_lane1));
+      }
+      if (has_docs) {
+        const VecI k_doc = iset<Vec>(k_docs[j]);
+        keep(vis0, vis1, equal(q_doc0, k_doc), equal(q_doc1, k_doc));
+      }
+      const Vec s0 = select(vis0, vload<Vec>(sp + j * kPanel), neg_inf);
+      const Vec s1 = select(vis1, vload<Vec>(sp + j * kPanel + kLanes), neg_inf);
+      vstore(sp + j * kPanel, s0);
+      vstore(sp + j * kPanel + kLanes, s1);
+      mx0 = vmax(mx0, s0);
+      mx1 = vmax(mx1, s1);
+    }
+  } else {
+    for (int j = 0; j < nk; ++j) {
+      mx0 = vmax(mx0, vload<Vec>(sp + j * kPanel));
+      mx1 = vmax(mx1, vload<Vec>(sp + j * kPanel + kLanes));
+    }
+  }
+  // A query that has seen nothing yet keeps m = −inf; subtract 0 instead so that 2^(−inf) = 0.
+  const Vec use0 = select(equal(mx0, neg_inf), vset<Vec>(0.0f), mx0);
+  const Vec use1 = select(equal(mx1, neg_inf), vset<Vec>(0.0f), mx1);
+  const Vec alpha0 = vexp2(vsub(m_old0, use0));
+  const Vec alpha1 = vexp2(vsub(m_old1, use1));
+  Vec sum0 = vset<Vec>(0.0f), sum1 = vset<Vec>(0.0f);
+  for (int j = 0; j < nk; ++j) {
+    const Vec p0 = vexp2(vsub(vload<Vec>(sp + j * kPanel), use0));
+    const Vec p1 = vexp2(vsub(vload<Vec>(sp + j * kPanel + kLanes), use1));
+    vstore(sp + j * kPanel, p0);
+    vstore(sp + j * kPanel + kLanes, p1);
+    sum0 = vadd(sum0, p0);
+    sum1 = vadd(sum1, p1);
+  }
+  vstore(s.m + i0, mx0);
+  vstore(s.m + i0 + kLanes, mx1);
+  vstore(s.alpha + i0, alpha0);
+  vstore(s.alpha + i0 + kLanes, alpha1);
+  vstore(s.l + i0, vfma(vload<Vec>(s.l + i0), alpha0, sum0));
+  vstore(s.l + i0 + kLanes, vfma(vload<Vec>(s.l + i0 + kLanes), alpha1, sum1));
+}
+
+// One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
+// k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
+// (both packed once per call by attention_chunk_forward).
+void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
+                  const float* k_head, const float* v_head, ForwardScratch& s) {
+  const int D = p.D;
+  const int mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
+  const int panels_q = (mq + kPanel - 1) / kPanel;
+  const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
+  const int64_t q_row_stride = static_cast<int64_t>(p.H) * D;
+  const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;  // row i at + i·q_row_stride
+  float* out_rows = out + ((b * p.Cq + q_lo) * p.H + h) * D;
+  float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
+  const bool has_docs = p.q_doc_ids != nullptr;
+
+  // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
+  // Qᵀ is zero there, so those columns stay finite.
+  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
+  for (int i = 0; i < panels_q * kPanel; ++i) {
+    const bool resume = accumulate && i < mq && lse_row[i] > -kInf;
+    s.m[i] = resume ? lse_row[i] * kLog2e : -kInf;
+    s.l[i] = resume ? 1.0f : 0.0f;
+    s.m_init[i] = s.m[i];
+  }
+  for (int panel = 0; panel < panels_q; ++panel) {
+    const int64_t i0 = static_cast<int64_t>(panel) * kPanel;
+    const int count = static_cast<int>(std::min<int64_t>(kPanel, mq - i0));
+    const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
+    transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
+                         qk_scale);
+    float* ot = s.ot + panel * D * kPanel;
+    if (!accumulate) {
+      std::fill(ot, ot + D * kPanel, 0.0f);
+      continue;
+    }
+    transpose_into_panel(ot, out_rows + i0 * q_row_stride, q_row_stride, count, next, D, 1.0f);
+    for (int c = 0; c < count; ++c)  // a row that has seen nothing yet starts from 0, not from out
+      if (s.m_init[i0 + c] == -kInf)
+        for (int d = 0; d < D; ++d) ot[d * kPanel + c] = 0.0f;
+  }
+  DocRange q_docs;
+  if (has_docs) {
+    const int32_t* docs = p.q_doc_ids + b * p.Cq + q_lo;
+    for (int i = 0; i < kFwdQueries; ++i) s.q_docs[i] = docs[std::min(i, mq - 1)];
+    q_docs = doc_range(docs, mq);
+  }
+
+  // kv tiles that some query of the task may see: causally, kv_begin + kv_lo <= q_last; with a window,
+  // the tile's last key after q_first − window.
+  const int64_t kv_tiles =
+      q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
+  const int64_t first_tile = p.window == 0 ? 0 : std::max<int64_t>(0, q_first - p.window + 1 - p.kv_begin) / kFwdKeys;
+  for (int64_t tile = first_tile; tile < kv_tiles; ++tile) {
+    const int64_t kv_lo = tile * kFwdKeys;
+    const TokenTile kv =
+        token_tile(kv_lo, kFwdKeys, p.Ck, p.kv_begin, has_docs ? p.kv_doc_ids + b * p.Ck : nullptr, s.k_docs);
+    const int nk = kv.count;
+    const int64_t k_first = kv.first, k_last = kv.last;
+    const DocRange k_docs = kv.docs;
+    const TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
+    if (mask == TileMask::skip) continue;
+    // Per panel, the keys [begin, end) of the tile that some of its queries may see by position (begin
+    // a whole key group), and whether they need the mask: on the diagonal a panel skips the keys after
+    // its last query, so the tile is computed down to kPanel × kRows blocks, not whole.
+    Span keys[kFwdPanels];
+    for (int panel = 0; panel < panels_q; ++panel) {
+      const int64_t panel_first = q_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, q_last);
+      Span& range = keys[panel];
+      range = keys_seen(panel_first, panel_last, k_first, nk, p.window);
+      if (mask == TileMask::full || range.end <= range.begin) continue;
+      const TileMask panel_mask = classify(panel_first, panel_last, k_first + range.begin, k_first + range.end - 1,
+                                           p.window, has_docs, q_docs, k_docs);
+      if (panel_mask == TileMask::skip) range = {};
+      range.masked = panel_mask == TileMask::mask;
+    }
+
+    // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
+    // rows stay in L1 while the Qᵀ panels stream past.
+    const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
+    for (int j0 = 0; j0 < nk; j0 += kRows)
+      for (int panel = 0; panel < panels_q; ++panel)
+        if (keys[panel].begin <= j0 && j0 < keys[panel].end)
+          panel_gemm<Layout::packed, Store::overwrite>(std::min(kRows, keys[panel].end - j0), D, k_tile + j0 * D, 0, 0,
+                                                       s.qt + panel * D * kPanel, s.st + (panel * kFwdKeys + j0) * kPanel);
+    const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
+    for (int panel = 0; panel < panels_q; ++panel) {
+      const Span range = keys[panel];
+      if (range.end <= range.begin) continue;
+      float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
+      const int n = range.end - range.begin;
+      if (range.masked) {
+        softmax_panel<true>(sp, n, panel * kPanel, s, k_first + range.begin - q_first, s.k_docs + range.begin,
+                            p.window, has_docs);
+      } else {
+        softmax_panel<false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false);
+      }
+      // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel)
+      panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp,
+                                                 s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
+    }
+  }
+
+  for (int i = 0; i < mq; ++i) {
+    const float l = s.l[i];
+    float* out_row = out_rows + i * q_row_stride;
+    if (l == 0.0f) {  // nothing visible, ever
+      if (!accumulate) {
+        for (int d = 0; d < D; ++d) out_row[d] = 0.0f;
+        lse_row[i] = -kInf;
+      }
+      continue;
+    }
+    if (accumulate && l == 1.0f && s.m[i] == s.m_init[i]) continue;  // this block added nothing
+    if (i + kPrefetchRows < mq) prefetch_row(out_row + kPrefetchRows * q_row_stride, D);
+    column_to_row<false>(out_row, s.ot + (i / kPanel) * D * kPanel + i % kPanel, D, 1.0f / l);
+    lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
+  }
+}
+
+}  // namespace
+
+void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+  // K and V are packed per (b, kv head) group into contiguous tiles first: read in place, their rows
+  // are H·D floats apart, one or two per 4 KiB page, and a task's streaming over them stalls on TLB
+  // and cache misses (measured: 15 % of the forward at D = 64). Groups go in batches whose packed
+  // copy fits the pack budget, so this scratch is O(Ck·D), whatever H.
+  const int D = p.D;
+  const int group_heads = p.H / p.Hkv;
+  const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
+  const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
+  const int64_t k_floats = kv_tiles * kFwdKeys * D;                      // per group
+  const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;  // per group
+  const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;
+  const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / (k_floats + v_floats), 1, groups);
+  const size_t per_thread = round_up16(ForwardScratch::floats(D));
+  const int threads = omp_get_max_threads();
+  float* scratch = kernel_workspace().floats(per_thread * threads + batch * (k_floats + v_floats));
+  float* packed_k = scratch + per_thread * threads;  // [group in batch][kv tile][key group][D][kRows]
+  float* packed_v = packed_k + batch * k_floats;     // [group in batch][kv tile][D group][kFwdKeys][kRows]
+  for (int64_t first = 0; first < groups; first += batch) {
+    const int64_t count = std::min(batch, groups - first);
+    run_tasks(count * kv_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      const int64_t g = first + t / kv_tiles, tile = t % kv_tiles;
+      const int64_t b = g / p.Hkv, kv_head = g % p.Hkv;
+      const int64_t kv_lo = tile * kFwdKeys;
+      const int nk = static_cast<int>(std::min<int64_t>(kFwdKeys, p.Ck - kv_lo));
+      const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+      const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      float* k_dst = packed_k + (g - first) * k_floats + kv_lo * D;
+      float* v_dst = packed_v + (g - first) * v_floats + tile * row_groups(D) * kFwdKeys * kRows;
+      for (int j = 0; j < nk; ++j) {
+        const float* k_row = k_rows + j * k_row_stride;
+        float* k_column = k_dst + (j / kRows) * D * kRows + j % kRows;
+        for (int d = 0; d < D; ++d) k_column[d * kRows] = k_row[d];
+        if (j + kPrefetchRows < nk) {
+          prefetch_row(k_row + kPrefetchRows * k_row_stride, D);
+          prefetch_row(v_rows + (j + kPrefetchRows) * k_row_stride, D);
+        }
+        pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D);
+      }
+    });
+    // Task t: q tile from the last (the most kv tiles under a causal mask) to the first, then the
+    // q heads of the batch, those sharing a kv head next to each other.
+    const int64_t heads = count * group_heads;
+    run_tasks(q_tiles * heads, scratch, per_thread, [&](int64_t t, float* mine) {
+      ForwardScratch s(mine, D);
+      const int64_t q_tile = q_tiles - 1 - t / heads;
+      const int64_t g = first + (t % heads) / group_heads;
+      const int b = static_cast<int>(g / p.Hkv);
+      const int h = static_cast<int>(g % p.Hkv) * group_heads + static_cast<int>(t % group_heads);
+      forward_task(out, lse, p, accumulate, b, h, q_tile * kFwdQueries, packed_k + (g - first) * k_floats,
+                   packed_v + (g - first) * v_floats, s);
+    });
+  }
+}
+
+}  // namespace fpdt::kernels::cpu::flash
