@@ -510,8 +510,8 @@ inline void check_attention(OpCheck& t) {
     reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
                                   to_double(q).data(), to_double(k).data(), to_double(v).data(), out_want.data(),
                                   lse_want.data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
-    if (s.window == 1) {
-      // A query sees only itself: P = 1, Δ = dO·O = dO·v = dP, so dS = P (dP − Δ) and the exact dq and dk are
+    if (s.window == 1 || s.S == 1) {
+      // Each query sees only itself (a window of 1, or one token): P = 1, Δ = dO·O = dO·v = dP, so dS = P (dP − Δ) and the exact dq and dk are
       // 0. What is left is the rounding of the two dot products over D: a dot product a·b rounds D partial
       // sums of typical size √i·‖a‖‖b‖/D, a standard deviation of u‖a‖‖b‖/√6; the two, u‖dO‖‖v‖/√3 (that of
       // one rounding, fp32_bound's unit), times scale·‖k‖ (dq) or scale·‖q‖ (dk): an absolute bound on
