@@ -1,5 +1,5 @@
 // Shared helpers for the test suite: fresh random inputs (the seed is printed, and FPDT_TEST_SEED
-// replays it), and the one error measure every comparison uses.
+// replays it), the one error measure every comparison uses, and (tolerances.h) the fp32 bounds on it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
+#include "tolerances.h"
 
 namespace fpdt::testing {
 

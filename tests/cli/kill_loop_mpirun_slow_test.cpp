@@ -82,7 +82,7 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         due = true;
       }
-      if (due) pid = find_rank_process(victim, killed);
+      if (due) pid = find_rank_process(victim, job);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_FALSE(ended) << "the run completed after " << kills << " kills; lengthen it\n"
@@ -91,6 +91,9 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
     ::kill(pid, SIGKILL);
     const JobEnd end = wait_for_job(job, 60);
     ASSERT_TRUE(end.ended) << "the job did not end after rank " << victim << " was killed";
+    // mpirun ends without waiting for its ranks to exit: the next attempt starts once they are gone (one
+    // still exiting holds the run folder's lock, and is no rank of the next job).
+    ASSERT_TRUE(wait_until_no_process_mentions(killed, 60)) << "a rank outlived its job by 60 s";
     ++kills;
     const bool mid_save = save_in_progress(killed);
     mid_saves += mid_save ? 1 : 0;

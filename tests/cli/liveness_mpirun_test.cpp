@@ -27,7 +27,7 @@ Stopped signal_a_rank(int victim, int signal, double comm_timeout) {
   pid_t pid = 0;
   for (int attempt = 0; attempt < 6000 && pid == 0; ++attempt) {
     const std::string lines = file_bytes(out + "/metrics.jsonl");
-    if (std::count(lines.begin(), lines.end(), '\n') >= 3) pid = find_rank_process(victim, out);
+    if (std::count(lines.begin(), lines.end(), '\n') >= 3) pid = find_rank_process(victim, mpirun);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Stopped stopped;

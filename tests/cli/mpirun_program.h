@@ -1,6 +1,7 @@
 // Helpers for tests that run `fpdt` under mpirun (*_mpirun_test.cpp, which CMake gives FPDT_MPIEXEC,
 // FPDT_MPIEXEC_NUMPROC_FLAG and FPDT_MPIEXEC_FLAGS): the launcher's command prefix, running a job to
 // completion, starting one in the background, finding the process of one rank, waiting with a timeout.
+// (mpirun ends once it has signalled its ranks, without waiting for them to exit.)
 #pragma once
 
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,19 +47,55 @@ inline pid_t start_fpdt_mpirun(int ranks, const std::vector<std::string>& args, 
   return start_program(command[0], std::vector<std::string>(command.begin() + 1, command.end()), log_path);
 }
 
-// The pid of the process of MPI rank `rank` whose command line mentions `marker`, or 0.
-inline pid_t find_rank_process(int rank, const std::string& marker) {
+// The parent of process `pid` (from /proc/<pid>/stat: the field after the command name, which is in
+// parentheses and may itself hold spaces or parentheses), or 0 when it has gone.
+inline pid_t parent_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = line.rfind(')');
+  if (name_end == std::string::npos || name_end + 4 > line.size()) return 0;
+  return static_cast<pid_t>(std::atol(line.c_str() + name_end + 4));  // ") S <ppid>"
+}
+
+// The pid of the fpdt process of MPI rank `rank` that the mpirun `job` started (one of its children), or
+// 0. Only the job's own children: a rank of an earlier job on the same run folder can outlive its mpirun
+// (mpirun ends once it has sent the kill, and a process in uninterruptible disk I/O dies only when the I/O
+// is done), and killing that one would leave this job running.
+inline pid_t find_rank_process(int rank, pid_t job) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (parent_of(pid) != job) continue;
     std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
     const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
     const std::string environment((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
-    if (command.find(marker) == std::string::npos || command.find("fpdt") == std::string::npos) continue;
-    if (environment.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
-      return static_cast<pid_t>(std::stol(name));
+    // mpirun's forked child has its environment until it execs fpdt with the rank's.
+    if (command.rfind(fpdt_binary() + '\0', 0) != 0) continue;
+    if (environment.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos) return pid;
   }
   return 0;
+}
+
+// Waits up to timeout_seconds until no live process (zombies are dead) has `marker` in its command line;
+// whether none has.
+inline bool wait_until_no_process_mentions(const std::string& marker, double timeout_seconds) {
+  auto any_alive = [&] {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream cmdline(entry.path() / "cmdline");  // empty for a zombie
+      const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      if (command.find(marker) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (any_alive()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 struct JobEnd {

@@ -215,7 +215,7 @@ TEST(TrainMpirun, KilledRankEndsTheJobWithinSecondsNamingTheRank) {
   for (int attempt = 0; attempt < 6000 && victim == 0; ++attempt) {
     std::ifstream metrics(out + "/metrics.jsonl");
     const std::string lines((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
-    if (std::count(lines.begin(), lines.end(), '\n') >= 3) victim = find_rank_process(1, out);
+    if (std::count(lines.begin(), lines.end(), '\n') >= 3) victim = find_rank_process(1, mpirun);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GT(victim, 0) << "rank 1 never got going";

@@ -1,11 +1,13 @@
-// The main of every *_mpi_test.cpp program: MPI comes up through comm::make_world, rank 0 prints
-// GoogleTest's usual report, other ranks print only their failures (prefixed with their rank), and
-// the exit code is agreed: non-zero on every rank when any rank failed a test.
+// The main of every *_mpi_test.cpp program: the fpdt program's OpenBLAS kernel set (blas_test_core.h),
+// then MPI comes up through comm::make_world, rank 0 prints GoogleTest's usual report, other ranks print
+// only their failures (prefixed with their rank), and the exit code is agreed: non-zero on every rank
+// when any rank failed a test.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <memory>
 
+#include "blas_test_core.h"
 #include "comm/mpi_testing.h"
 #include "fpdt/comm/communicator.h"
 
@@ -38,6 +40,7 @@ Communicator& world() { return *g_world; }
 }  // namespace fpdt::comm::testing
 
 int main(int argc, char** argv) {
+  if (!fpdt::testing::run_the_programs_blas_core(argv)) return 1;
   std::unique_ptr<fpdt::comm::Communicator> world;
   try {
     world = fpdt::comm::make_world(&argc, &argv);

@@ -118,11 +118,13 @@ struct OpCheck {
 inline void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
                          double tolerance) {
   const double error = relative_error(got, want);
-  std::printf("[ error    ] %s: %.3e (tolerance %.0e)\n", what.c_str(), error, tolerance);
+  std::printf("[ error    ] %s: %.3e (tolerance %.2e)\n", what.c_str(), error, tolerance);
   EXPECT_LE(error, tolerance) << what;  // NaN fails too
 }
 
-// An accumulating output: the increment got − initial against want − initial, in float64.
+// An accumulating output: the increment got − initial against want − initial, in float64, within
+// `tolerance` (the increment's own bound) plus the one rounding of initial + increment, which is u of the
+// sum: relative to the increment, the bound of one rounding times ‖want‖ / ‖want − initial‖.
 inline void expect_close_increment(const std::string& what, const std::vector<float>& got,
                                    const std::vector<float>& initial, const std::vector<double>& want,
                                    double tolerance) {
@@ -130,8 +132,11 @@ inline void expect_close_increment(const std::string& what, const std::vector<fl
   for (size_t i = 0; i < got.size() && i < initial.size(); ++i) got_increment[i] = double{got[i]} - initial[i];
   for (size_t i = 0; i < want.size() && i < initial.size(); ++i) want_increment[i] = want[i] - initial[i];
   const double error = relative_error(got_increment, want_increment);
-  std::printf("[ error    ] %s (increment): %.3e (tolerance %.0e)\n", what.c_str(), error, tolerance);
-  EXPECT_LE(error, tolerance) << what;
+  const std::vector<double> zero(want.size(), 0.0);
+  const double sum_over_increment = relative_error(want, zero) / std::max(relative_error(want_increment, zero), 1e-300);
+  const double bound = tolerance + testing::fp32_bound({.against = testing::Against::float64}) * sum_over_increment;
+  std::printf("[ error    ] %s (increment): %.3e (tolerance %.2e)\n", what.c_str(), error, bound);
+  EXPECT_LE(error, bound) << what;
 }
 
 // An optional accumulating output (a null pointer skips it): its increment when the op was given it,
@@ -301,9 +306,10 @@ inline void check_norm(OpCheck& t) {
 
 // linear_forward, linear_backward
 inline void check_linear(OpCheck& t) {
-  // fp32 GEMMs accumulate over K ≤ 1100 terms (I, O or N): typically ~√K · 6e-8 ≈ 2e-6 norm-wise (the
-  // linear worst case K · 6e-8 is never approached on random data); 1e-5 leaves margin.
-  constexpr double kTolerance = 1e-5;
+  // One fp32 GEMM against float64: each output a sum over I (forward), O (dx) or N (dw, dbias).
+  auto bound = [](int64_t summation) {
+    return testing::fp32_bound({.summation = static_cast<double>(summation), .against = testing::Against::float64});
+  };
   struct Shape {
     int64_t N;
     int I, O;
@@ -331,9 +337,9 @@ inline void check_linear(OpCheck& t) {
         reference::linear_forward(want.data(), x64.data(), w64.data(), with_bias ? bias64.data() : nullptr, s.N, s.I,
                                   s.O, accumulate);
         if (accumulate) {
-          expect_close_increment(what + tag, out->host(), initial, want, kTolerance);
+          expect_close_increment(what + tag, out->host(), initial, want, bound(s.I));
         } else {
-          expect_close(what + tag, out->host(), want, kTolerance);
+          expect_close(what + tag, out->host(), want, bound(s.I));
         }
       }
     // dx overwritten (with dbias), dx accumulated (without), no dx at all (with dbias).
@@ -354,14 +360,14 @@ inline void check_linear(OpCheck& t) {
                                  with_dbias ? dbias_want.data() : nullptr, dout64.data(), x64.data(), w64.data(), s.N,
                                  s.I, s.O, mode == Dx::accumulate);
       if (mode == Dx::overwrite) {
-        expect_close(what + " dx" + tag, dx->host(), dx_want, kTolerance);
+        expect_close(what + " dx" + tag, dx->host(), dx_want, bound(s.O));
       } else {
         expect_increment_or_untouched(mode == Dx::accumulate, what + " dx" + tag, dx->host(), dx_initial, dx_want,
-                                      kTolerance);
+                                      bound(s.O));
       }
-      expect_close_increment(what + " dw" + tag, dw->host(), dw_initial, dw_want, kTolerance);
+      expect_close_increment(what + " dw" + tag, dw->host(), dw_initial, dw_want, bound(s.N));
       expect_increment_or_untouched(with_dbias, what + " dbias" + tag, dbias->host(), dbias_initial, dbias_want,
-                                    kTolerance);
+                                    bound(s.N));
     }
   }
   // Empty inner dimensions (cuda: cuBLASLt refuses k = 0, so such a GEMM must never reach it, not even
@@ -476,13 +482,14 @@ inline void check_activation(OpCheck& t) {
 }
 
 // attention_forward, attention_backward (full sequence)
+// The attention kernels' sums in a row, for their bounds against float64 (each a sum over D or the S keys):
+// forward, the score q·k, its exp (a polynomial or expf, a few ulps: as much as one more sum), the
+// softmax's normaliser and P·V; backward, the score and P again (from the lse), dP = dO·V, Δ = dO·O,
+// dS = P (dP − Δ) and the products dS·K, dSᵀ·Q, Pᵀ·dO.
+inline constexpr double kAttentionForwardSums = 4;
+inline constexpr double kAttentionBackwardSums = 6;
+
 inline void check_attention(OpCheck& t) {
-  // fp32 kernels against the float64 reference on the same inputs. The forward rounds each score, its
-  // exp (a polynomial or expf, ≤ 2e-7 relative) and fp32 sums over ≤ a few hundred keys: ~1e-7–1e-6.
-  // The backward adds the fp32 recomputation of P from the fp32 lse, five fp32 products and
-  // dS = P (dP − Δ), which cancels: ~1e-6.
-  constexpr double kForwardTolerance = 1e-5;
-  constexpr double kBackwardTolerance = 1e-4;
   struct Shape {
     int B;
     int64_t S;
@@ -533,8 +540,13 @@ inline void check_attention(OpCheck& t) {
     std::vector<double> out_want(q_size), lse_want(lse_size);
     reference::attention_forward(out_want.data(), lse_want.data(), to_double(q).data(), to_double(k).data(),
                                  to_double(v).data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
-    expect_close("attention_forward out" + tag, out->host(), out_want, kForwardTolerance);
-    expect_close("attention_forward lse" + tag, lse->host(), lse_want, kForwardTolerance);
+    const double summation = static_cast<double>(std::max<int64_t>(s.S, s.D));
+    const double forward_bound = testing::fp32_bound(
+        {.summation = summation, .depth = kAttentionForwardSums, .against = testing::Against::float64});
+    const double backward_bound = testing::fp32_bound(
+        {.summation = summation, .depth = kAttentionForwardSums + kAttentionBackwardSums, .against = testing::Against::float64});
+    expect_close("attention_forward out" + tag, out->host(), out_want, forward_bound);
+    expect_close("attention_forward lse" + tag, lse->host(), lse_want, forward_bound);
 
     // Backward from the backend's own out and lse; the reference from its float64 ones.
     const auto dq = t.place(std::vector<float>(q_size, 7.0f));
@@ -547,9 +559,41 @@ inline void check_attention(OpCheck& t) {
     reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
                                   to_double(q).data(), to_double(k).data(), to_double(v).data(), out_want.data(),
                                   lse_want.data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
-    expect_close("attention_backward dq" + tag, dq->host(), dq_want, kBackwardTolerance);
-    expect_close("attention_backward dk" + tag, dk->host(), dk_want, kBackwardTolerance);
-    expect_close("attention_backward dv" + tag, dv->host(), dv_want, kBackwardTolerance);
+    if (s.window == 1 || s.S == 1) {
+      // Each query sees only itself (a window of 1, or one token): P = 1, Δ = dO·O = dO·v = dP, so dS = P (dP − Δ) and the exact dq and dk are
+      // 0. What is left is the rounding of the two dot products over D: a dot product a·b rounds D partial
+      // sums of typical size √i·‖a‖‖b‖/D, a standard deviation of u‖a‖‖b‖/√6; the two, u‖dO‖‖v‖/√3 (that of
+      // one rounding, fp32_bound's unit), times scale·‖k‖ (dq) or scale·‖q‖ (dk): an absolute bound on
+      // ‖got − want‖ over all rows.
+      double dq_scale = 0.0, dk_scale = 0.0;
+      auto norm = [&](const std::vector<float>& values, size_t row) {
+        double sum = 0.0;
+        for (int d = 0; d < s.D; ++d) sum += double{values[row * s.D + d]} * values[row * s.D + d];
+        return std::sqrt(sum);
+      };
+      for (int64_t row = 0; row < static_cast<int64_t>(s.B) * s.S; ++row)
+        for (int h = 0; h < s.H; ++h) {
+          const size_t q_row = static_cast<size_t>(row * s.H + h), kv_row = static_cast<size_t>(row * s.Hkv + h / (s.H / s.Hkv));
+          const double cancelled = scale * norm(dout, q_row) * norm(v, kv_row);
+          dq_scale += std::pow(cancelled * norm(k, kv_row), 2);
+          dk_scale += std::pow(cancelled * norm(q, q_row), 2);
+        }
+      const double rounding = testing::fp32_bound({.against = testing::Against::float64});
+      for (const auto& [what, got, want, bound] :
+           {std::tuple{"dq", dq->host(), &dq_want, rounding * std::sqrt(dq_scale)},
+            std::tuple{"dk", dk->host(), &dk_want, rounding * std::sqrt(dk_scale)}}) {
+        std::vector<double> difference(got.size());
+        for (size_t i = 0; i < got.size(); ++i) difference[i] = got[i] - (*want)[i];
+        const double error = relative_error(difference, std::vector<double>(got.size(), 0.0));
+        std::printf("[ error    ] attention_backward %s%s: %.3e absolute (tolerance %.2e)\n", what, tag.c_str(), error,
+                    bound);
+        EXPECT_LE(error, bound) << what << tag;
+      }
+    } else {
+      expect_close("attention_backward dq" + tag, dq->host(), dq_want, backward_bound);
+      expect_close("attention_backward dk" + tag, dk->host(), dk_want, backward_bound);
+    }
+    expect_close("attention_backward dv" + tag, dv->host(), dv_want, backward_bound);
   }
 }
 
@@ -557,12 +601,13 @@ inline void check_attention(OpCheck& t) {
 // list of kv chunks merged by LSE (the FPDT pattern), then Δ and the backward of every block from the
 // final out and lse.
 inline void check_attention_chunk(OpCheck& t) {
-  // Against reference/attention_chunk (float64 inside, fp32 out: one more rounding, 6e-8). Forward and
-  // backward as for full attention (check_attention); Δ is one dot product over D ≤ 256 per row: fp32
-  // ~√D · 6e-8 ≈ 1e-6.
-  constexpr double kForwardTolerance = 1e-5;
-  constexpr double kDeltaTolerance = 1e-5;
-  constexpr double kBackwardTolerance = 1e-4;
+  // Against reference/attention_chunk (float64 inside, fp32 out: one more rounding in a row). The forward
+  // as full attention's (kAttentionForwardSums) plus one merge (rescale and add) per block so far; Δ is
+  // one dot product over D per row; the backward starts from equal out, lse and Δ, so its sums are
+  // kAttentionBackwardSums. Sums run over D, the keys (dq) or the q chunk's tokens (dk, dv).
+  auto bound = [](double summation, double depth) {
+    return testing::fp32_bound({.summation = summation, .depth = depth + 1, .against = testing::Against::float64});
+  };
   struct Range {
     int64_t begin, tokens;  // global positions [begin, begin + tokens)
   };
@@ -650,14 +695,19 @@ inline void check_attention_chunk(OpCheck& t) {
     const auto out = t.place(std::vector<float>(q_size, 7.0f));
     const auto lse = t.place(std::vector<float>(stat_size, 7.0f));
     std::vector<float> out_want(q_size, 7.0f), lse_want(stat_size, 7.0f);
+    double keys = 0;
     for (size_t n = 0; n < blocks.size(); ++n) {
       const bool accumulate = n > 0;
       t.backend.attention_chunk_forward(out->get(), lse->get(), blocks[n].backend, accumulate);
       reference::attention_chunk_forward(out_want.data(), lse_want.data(), blocks[n].host, accumulate);
       const std::string step = " after block " + std::to_string(n) + tag;
-      expect_close("attention_chunk_forward out" + step, out->host(), to_double(out_want), kForwardTolerance);
-      expect_close_lse("attention_chunk_forward lse" + step, lse->host(), to_double(lse_want), kForwardTolerance);
+      keys += static_cast<double>(c.kv[n].tokens);
+      const double forward_bound = bound(std::max<double>(keys, c.D), kAttentionForwardSums + static_cast<double>(n + 1));
+      expect_close("attention_chunk_forward out" + step, out->host(), to_double(out_want), forward_bound);
+      expect_close_lse("attention_chunk_forward lse" + step, lse->host(), to_double(lse_want), forward_bound);
     }
+    const double backward_bound = bound(std::max({keys, static_cast<double>(c.D), static_cast<double>(Cq)}),
+                                        kAttentionBackwardSums);
     if (blocks.size() == 1 && !block_has_visible_pair(c.q.begin, Cq, c.kv[0].begin, c.kv[0].tokens, c.window)) {
       // Nothing visible: the empty softmax when overwriting, and untouched bits when merging.
       for (const float value : out->host()) EXPECT_EQ(value, 0.0f) << tag;
@@ -676,7 +726,7 @@ inline void check_attention_chunk(OpCheck& t) {
     t.backend.attention_chunk_delta(delta->get(), dout_placed->get(), final_out->get(), c.B, Cq, c.H, c.D);
     std::vector<float> delta_want(stat_size);
     reference::attention_chunk_delta(delta_want.data(), dout.data(), out_want.data(), c.B, Cq, c.H, c.D);
-    expect_close("attention_chunk_delta" + tag, delta->host(), to_double(delta_want), kDeltaTolerance);
+    expect_close("attention_chunk_delta" + tag, delta->host(), to_double(delta_want), bound(c.D, 1));
     const auto final_delta = t.place(delta_want);
 
     const auto dq_initial = random_normal<float>(t.rng, q_size);  // dq, dk, dv accumulate (+=)
@@ -697,9 +747,9 @@ inline void check_attention_chunk(OpCheck& t) {
       any_visible |= visible;
       if (visible) {
         expect_close_increment("attention_chunk_backward dk" + step, dk->host(), dk_initial, to_double(dk_want),
-                               kBackwardTolerance);
+                               backward_bound);
         expect_close_increment("attention_chunk_backward dv" + step, dv->host(), dv_initial, to_double(dv_want),
-                               kBackwardTolerance);
+                               backward_bound);
       } else {  // a block with nothing visible adds nothing
         EXPECT_EQ(dk->host(), dk_initial) << step;
         EXPECT_EQ(dv->host(), dv_initial) << step;
@@ -707,7 +757,7 @@ inline void check_attention_chunk(OpCheck& t) {
     }
     if (any_visible) {
       expect_close_increment("attention_chunk_backward dq (all blocks)" + tag, dq->host(), dq_initial,
-                             to_double(dq_want), kBackwardTolerance);
+                             to_double(dq_want), backward_bound);
     } else {
       EXPECT_EQ(dq->host(), dq_initial) << tag;
     }

@@ -1,14 +1,13 @@
-// OpenBLAS's kernel set against the CPU: the rule that picks the set to restart with (every case), and
-// what the process itself runs: in this test binary (no restart: it only ever loads OpenBLAS's own
-// choice) the description names the loaded set. The restart itself: tests/cli/commands_test.cpp.
+// OpenBLAS's kernel set against the CPU: the rule that picks the set to restart with (every case), the
+// sets a CPU can execute, and what the process itself runs: this test program, like every one of the
+// suite, starts with fpdt's restart rule (tests/test_main.cpp), so it runs the set `fpdt` runs here, and
+// the description names the loaded set. The restart of `fpdt` itself: tests/cli/commands_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "fpdt/kernels/cpu/blas_core.h"
-
-extern "C" char* openblas_get_corename(void);
 
 namespace fpdt::kernels::cpu {
 namespace {
@@ -32,8 +31,27 @@ TEST(BlasCore, AnOlderSetThanTheCpuIsReplacedByTheCpusOwn) {
   EXPECT_EQ(matching_blas_core("Prescott", VectorIsa::older), "");
 }
 
+TEST(BlasCore, ACpuRunsTheSetsUpToItsVectors) {
+  EXPECT_TRUE(cpu_runs_blas_core("Prescott"));  // SSE3: every x86-64 CPU this builds for
+  EXPECT_EQ(cpu_runs_blas_core("Haswell"), cpu_isa() >= VectorIsa::avx2);
+  EXPECT_EQ(cpu_runs_blas_core("SkylakeX"), cpu_isa() >= VectorIsa::avx512);
+  // Each newer AVX-512 set needs what the one before needs, and more.
+  EXPECT_TRUE(!cpu_runs_blas_core("Cooperlake") || cpu_runs_blas_core("SkylakeX"));
+  EXPECT_TRUE(!cpu_runs_blas_core("SapphireRapids") || cpu_runs_blas_core("Cooperlake"));
+}
+
+// The set fpdt would run here: unless the user chose one (OPENBLAS_CORETYPE, set before the program
+// started: OpenBLAS takes it as fpdt does), one that uses the CPU's widest vectors — the restart's when
+// OpenBLAS took an older one.
+TEST(BlasCore, ThisProgramRunsTheSetFpdtRuns) {
+  const bool users = std::getenv("OPENBLAS_CORETYPE") != nullptr && std::getenv("FPDT_BLAS_CORE_REPLACED") == nullptr;
+  if (!users && blas_kernels_selectable()) {
+    EXPECT_EQ(matching_blas_core(loaded_blas_core(), cpu_isa()), "") << loaded_blas_core() << ": fpdt would restart";
+  }
+}
+
 TEST(BlasCore, TheDescriptionNamesTheLoadedSet) {
-  const std::string loaded = openblas_get_corename();
+  const std::string loaded = loaded_blas_core();
   const std::string described = describe_blas_core();
   EXPECT_EQ(described.rfind(loaded, 0), 0u) << described;
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {

@@ -50,15 +50,22 @@ TEST_P(BackendAgreement, FastAndReferenceBackendsGiveTheSameLossAndGradients) {
   RandomBatch data(rng, 2, 29, config.vocab_size, true);
   const LossStats a = fast.forward_backward(data.batch);
   const LossStats b = slow.forward_backward(data.batch);
-  // Same maths in fp32 with different summation orders: 1e-5 relative on the loss and 1e-4 on the
-  // gradients, the bars the PyTorch parity test uses.
-  EXPECT_NEAR(a.mean(), b.mean(), 1e-5 * b.mean());
+  // Same maths in fp32 with different summation orders (the reference backend rounds each kernel's
+  // outputs to fp32 too): bounded by what the model's sums are.
+  const int64_t tokens = data.batch.B * data.batch.T;
+  const double loss_bound = testing::fp32_bound(testing::transformer_loss_reordering(config, tokens, data.batch.T, b.count));
+  const double grad_bound = testing::fp32_bound(testing::transformer_reordering(config, tokens, data.batch.T, true));
+  EXPECT_NEAR(a.mean(), b.mean(), loss_bound * b.mean());
   EXPECT_DOUBLE_EQ(a.count, b.count);
-  for (const ParameterInfo& info : fast.layout().tensors())
-    EXPECT_LE(testing::relative_error(fast.grads().get(info.name), slow.grads().get(info.name),
-                                      static_cast<size_t>(info.numel())),
-              1e-4)
-        << info.name;
+  double worst_gradient = 0.0;
+  for (const ParameterInfo& info : fast.layout().tensors()) {
+    const double error = testing::relative_error(fast.grads().get(info.name), slow.grads().get(info.name),
+                                                 static_cast<size_t>(info.numel()));
+    EXPECT_LE(error, grad_bound) << info.name;
+    worst_gradient = std::max(worst_gradient, error);
+  }
+  std::printf("[ error    ] loss %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
+              std::abs(a.mean() - b.mean()) / b.mean(), loss_bound, worst_gradient, grad_bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BackendAgreement, ::testing::Values(Family::llama, Family::gpt),

@@ -22,6 +22,8 @@ constexpr const char* kReplacedCoreVariable = "FPDT_BLAS_CORE_REPLACED";
 
 }  // namespace
 
+std::string loaded_blas_core() { return openblas_get_corename(); }
+
 bool blas_kernels_selectable() { return std::strstr(openblas_get_config(), "DYNAMIC_ARCH") != nullptr; }
 
 VectorIsa blas_core_isa(const std::string& core) {
@@ -41,6 +43,12 @@ VectorIsa cpu_isa() {
   return VectorIsa::older;
 }
 
+bool cpu_runs_blas_core(const std::string& core) {
+  if (blas_core_isa(core) > cpu_isa()) return false;
+  if ((core == "Cooperlake" || core == "SapphireRapids") && !__builtin_cpu_supports("avx512bf16")) return false;
+  return core != "SapphireRapids" || (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16"));
+}
+
 std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
   if (blas_core_isa(loaded) >= cpu) return "";
   switch (cpu) {
@@ -52,7 +60,7 @@ std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
 }
 
 std::string describe_blas_core() {
-  const std::string core = openblas_get_corename();
+  const std::string core = loaded_blas_core();
   if (const char* replaced = std::getenv(kReplacedCoreVariable))
     return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return core + " (OPENBLAS_CORETYPE)";
@@ -61,7 +69,7 @@ std::string describe_blas_core() {
 
 void restart_with_matching_blas_core(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr || !blas_kernels_selectable()) return;
-  const std::string loaded = openblas_get_corename();
+  const std::string loaded = loaded_blas_core();
   const std::string better = matching_blas_core(loaded, cpu_isa());
   if (better.empty()) return;
   setenv("OPENBLAS_CORETYPE", better.c_str(), 1);

@@ -15,11 +15,19 @@ namespace fpdt::kernels::cpu {
 // The widest vector instructions a kernel set uses or a CPU offers, in increasing order.
 enum class VectorIsa { older, avx2, avx512 };
 
+// The kernel set the loaded OpenBLAS runs, by the name openblas_get_corename() gives it.
+std::string loaded_blas_core();
+
 // Of an OpenBLAS kernel set, by the name openblas_get_corename() gives it ("SkylakeX", "Haswell", ...).
 VectorIsa blas_core_isa(const std::string& core);
 // Of this CPU, as far as the operating system lets programs use it (AVX-512 here means F, BW, DQ and
 // VL: what OpenBLAS's SkylakeX set needs).
 VectorIsa cpu_isa();
+
+// Whether this CPU can execute the kernels of `core`: its widest vectors (blas_core_isa), and the
+// instructions beside them that the newer AVX-512 sets use — AVX512-BF16 (Cooperlake, SapphireRapids) and
+// AMX-BF16 (SapphireRapids).
+bool cpu_runs_blas_core(const std::string& core);
 
 // Whether the loaded OpenBLAS chooses its kernel set at load (a DYNAMIC_ARCH build, which reads
 // OPENBLAS_CORETYPE); a build for one CPU has only the set it was built for.

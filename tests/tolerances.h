@@ -1,0 +1,87 @@
+// The fp32 error bounds of the numerics tests (invariances, parity, goldens, backend conformance), each
+// stated from what the comparison reorders — the terms of the longest sum, the rounded stages in a row,
+// the precision of the other side — by one formula, fp32_bound, derived below. Bitwise checks stay bitwise.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "fpdt/model/config.h"
+
+namespace fpdt::testing {
+
+// u: one fp32 rounding to nearest moves a value by at most 2^-24 ≈ 6.0e-8 of itself.
+inline constexpr double kFp32Rounding = 0x1p-24;
+
+// The other side of a comparison: fp32 summed in another order (both sides round), or a reference
+// computed in float64 (only our side rounds; its own rounding, ~1e-16, is nothing here).
+enum class Against { fp32, float64 };
+
+// What an fp32 result is made of.
+struct Reordering {
+  double summation = 1;     // terms in the longest sum behind one output: a GEMM's inner dimension, the
+                            // keys of a softmax, the vocabulary of a log-sum-exp, the tokens of a weight
+                            // gradient
+  double depth = 1;         // such sums in a row between the inputs and the output (1: one kernel)
+  Against against = Against::fp32;
+  double averaged_over = 1; // the result is the mean of this many outputs whose errors are independent
+                            // (a loss: the mean over its tokens)
+  double conditioning = 1;  // how much the stages amplify a relative error (≥ 1; 1 for sums of products
+                            // and smooth maps; more where a stage subtracts nearly equal values — each
+                            // call site that sets it says why)
+};
+
+// The bound on relative_error (norm-wise, relative) between the two sides. Derivation: an output made of
+// `depth` sums in a row of `summation` terms each carries, to first order, N = summation·depth rounding
+// errors δ, each of at most u relative to the partial sum it rounds (Higham, Accuracy and Stability of
+// Numerical Algorithms, §3.1). Another order changes which partial sums are rounded: the same number of
+// errors of the same size, not the same errors. Added worst case, N·u (γ_N) is ~1e-3 for a model's
+// gradients: no test could tell a wrong kernel from rounding. On random data the δ are independent with
+// mean zero (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019), a δ uniform in [−u, u] has variance u²/3,
+// so one side's error has a standard deviation of u·√(N/3) relative to the output, and the difference of
+// two fp32 sides u·√(2N/3) (their errors are independent). A mean over M outputs with independent errors
+// divides that by √M. The bound is kStandardDeviations (6) of them: a Gaussian tail of 2·10⁻⁹, and the
+// norm-wise measure, an average over many outputs, stays near one standard deviation (times the
+// conditioning of the stages, which the first-order model leaves out: tests measure 1–3 there).
+inline constexpr double kStandardDeviations = 6.0;
+
+inline double fp32_bound(const Reordering& r) {
+  const double sides = r.against == Against::fp32 ? 2.0 : 1.0;
+  return kStandardDeviations * kFp32Rounding * std::sqrt(sides * r.summation * r.depth / (3.0 * r.averaged_over)) *
+         r.conditioning;
+}
+
+// The sums in a row of one transformer layer's forward: the norm's statistics, the q/k/v projection, the
+// scores QKᵀ, the softmax's normaliser, P·V, the output projection, the second norm, the MLP's up (and
+// gate, beside it: not in a row) and down projections. Elementwise steps (RoPE, the activation, the
+// residual adds) round once per value, not once per term: nothing beside these sums. The head adds the
+// final norm, the LM head and the loss's log-sum-exp.
+inline constexpr double kSumsPerLayer = 9;
+inline constexpr double kSumsInHead = 3;
+
+// What `config`'s forward (its logits, per-token losses) or its weight gradients reorder, over `tokens`
+// tokens (B·T) with at most `keys` keys per query: the longest sum is the widest of the hidden size, the
+// MLP, the heads' concatenation, the keys and the vocabulary — and for gradients the tokens, summed into
+// every weight gradient; the backward retraces the forward's sums in reverse (dX and dW of a linear are
+// beside each other, not in a row), so gradients are twice as deep.
+inline Reordering transformer_reordering(const model::ModelConfig& config, int64_t tokens, int64_t keys,
+                                         bool gradients, Against against = Against::fp32) {
+  Reordering r;
+  r.summation = std::max({static_cast<double>(config.hidden), static_cast<double>(config.ffn_hidden),
+                          static_cast<double>(config.q_dim()), static_cast<double>(keys),
+                          static_cast<double>(config.vocab_size), gradients ? static_cast<double>(tokens) : 0.0});
+  r.depth = (kSumsPerLayer * config.layers + kSumsInHead) * (gradients ? 2 : 1);
+  r.against = against;
+  return r;
+}
+
+// The same for the mean loss over `counted` targets (each token's loss rounds independently).
+inline Reordering transformer_loss_reordering(const model::ModelConfig& config, int64_t tokens, int64_t keys,
+                                              double counted, Against against = Against::fp32) {
+  Reordering r = transformer_reordering(config, tokens, keys, false, against);
+  r.averaged_over = counted;
+  return r;
+}
+
+}  // namespace fpdt::testing
