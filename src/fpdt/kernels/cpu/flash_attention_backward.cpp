@@ -245,10 +245,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     packed = true;
   };
 
+  const int32_t* row_q_docs = has_docs ? p.q_doc_ids + b * p.Cq : nullptr;  // (Cq) or null
   for (int64_t q_tile = visits.first; q_tile < visits.end; ++q_tile) {
     const int64_t q_lo = q_tile * kBwdQueries;
-    const TokenTile queries =
-        token_tile(q_lo, kBwdQueries, p.Cq, p.q_begin, has_docs ? p.q_doc_ids + b * p.Cq : nullptr, s.q_docs);
+    const TokenTile queries = token_tile(q_lo, kBwdQueries, p.Cq, p.q_begin, row_q_docs, s.q_docs);
     const int mq = queries.count;
     const int64_t q_first = queries.first, q_last = queries.last;
     const DocRange q_docs = queries.docs;

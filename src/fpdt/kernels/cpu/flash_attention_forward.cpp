@@ -164,10 +164,10 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   const int64_t kv_tiles =
       q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
   const int64_t first_tile = p.window == 0 ? 0 : std::max<int64_t>(0, q_first - p.window + 1 - p.kv_begin) / kFwdKeys;
+  const int32_t* row_kv_docs = has_docs ? p.kv_doc_ids + b * p.Ck : nullptr;  // (Ck) or null
   for (int64_t tile = first_tile; tile < kv_tiles; ++tile) {
     const int64_t kv_lo = tile * kFwdKeys;
-    const TokenTile kv =
-        token_tile(kv_lo, kFwdKeys, p.Ck, p.kv_begin, has_docs ? p.kv_doc_ids + b * p.Ck : nullptr, s.k_docs);
+    const TokenTile kv = token_tile(kv_lo, kFwdKeys, p.Ck, p.kv_begin, row_kv_docs, s.k_docs);
     const int nk = kv.count;
     const int64_t k_first = kv.first, k_last = kv.last;
     const DocRange k_docs = kv.docs;
