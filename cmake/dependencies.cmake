@@ -60,6 +60,14 @@ if(PKG_CONFIG_FOUND)
   pkg_check_modules(ONIGURUMA QUIET IMPORTED_TARGET oniguruma)
 endif()
 add_library(fpdt_oniguruma INTERFACE)
+# libonig also exports regcomp, regexec and regfree (its "binary compatible" POSIX API, another regex_t):
+# first in the loader's lookup order, they would replace glibc's for every caller in the process —
+# GoogleTest's death-test matchers stopped matching anything. glibc's libc.so.6 linked before it comes
+# first (tests/train/tokenizer_test.cpp checks that regcomp is glibc's).
+find_file(FPDT_LIBC_SHARED_OBJECT libc.so.6 PATHS /lib/${fpdt_multiarch} /usr/lib/${fpdt_multiarch} NO_DEFAULT_PATH)
+if(FPDT_LIBC_SHARED_OBJECT)  # the object itself: -lc names a linker script, which ld reads last
+  target_link_libraries(fpdt_oniguruma INTERFACE ${FPDT_LIBC_SHARED_OBJECT})
+endif()
 if(TARGET PkgConfig::ONIGURUMA)
   target_link_libraries(fpdt_oniguruma INTERFACE PkgConfig::ONIGURUMA)
 else()

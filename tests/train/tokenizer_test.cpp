@@ -4,6 +4,8 @@
 // parsing; and tokenize_files (stream order, train/val split, the tokenizer recorded, input errors).
 #include "fpdt/train/tokenizer.h"
 
+#include <dlfcn.h>
+#include <regex.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/train/shard.h"
 #include "fpdt/train/text/normalize.h"
+#include "fpdt/train/text/oniguruma.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -198,6 +201,27 @@ TEST(Tokenizer, EndOfDocumentToken) {
   EXPECT_EQ(padded.padding_id(), padded.token_id("<|endoftext|>"));
   // Fingerprints tell tokenizers apart.
   EXPECT_NE(Tokenizer::load(kFixtures + "/gpt2").fingerprint(), Tokenizer::load(kFixtures + "/gpt2_prefix").fingerprint());
+}
+
+// libonig exports regcomp, regexec and regfree too (cmake/dependencies.cmake): in a program that links
+// it, the process's POSIX regex functions must stay glibc's (GoogleTest's death-test matchers call them).
+TEST(Tokenizer, PosixRegexFunctionsStayGlibcsBesideOniguruma) {
+  for (const char* name : {"regcomp", "regexec", "regfree"}) {
+    Dl_info info{};
+    void* found = dlsym(RTLD_DEFAULT, name);
+    ASSERT_NE(found, nullptr) << name;
+    ASSERT_NE(dladdr(found, &info), 0) << name;
+    EXPECT_NE(std::string(info.dli_fname).find("libc.so"), std::string::npos) << name << " comes from " << info.dli_fname;
+  }
+  regex_t compiled;
+  ASSERT_EQ(regcomp(&compiled, "b+c", REG_EXTENDED), 0);
+  regmatch_t match{};
+  EXPECT_EQ(regexec(&compiled, "abbbcd", 1, &match, 0), 0);
+  EXPECT_EQ(match.rm_so, 1);
+  EXPECT_EQ(match.rm_eo, 5);
+  regfree(&compiled);
+  // The tokenizer's own patterns go through onig_new, unaffected.
+  EXPECT_EQ(text::Regex("\\p{L}+").find_all("ab 12 cd").size(), 2u);
 }
 
 TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
