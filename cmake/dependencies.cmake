@@ -1,7 +1,8 @@
-# fpdt's libraries — OpenBLAS (target fpdt_openblas), Oniguruma (fpdt_oniguruma), OpenMP (OpenMP::OpenMP_CXX), nlohmann_json and,
-# for the tests, GoogleTest (fpdt_find_gtest) — from the system, or from FPDT_DEPS_PREFIX: a folder of
-# Debian packages unpacked with `dpkg -x` (scripts/prepare_gpu_carry.sh fetches them, scripts/gpu_check.sh
-# unpacks them) on a machine that has only a compiler, CMake and the CUDA toolkit. The system's copy wins
+# fpdt's libraries — OpenBLAS (target fpdt_openblas), Oniguruma (fpdt_oniguruma), OpenMP
+# (OpenMP::OpenMP_CXX), nlohmann_json and, for the tests, GoogleTest (fpdt_find_gtest) — from the system,
+# or from FPDT_DEPS_PREFIX: a folder of Debian packages unpacked with `dpkg -x`
+# (scripts/prepare_gpu_carry.sh fetches them, scripts/gpu_check.sh unpacks them) on a machine that has
+# only a compiler, CMake and the CUDA toolkit. The system's copy wins
 # where it has one; the prefix fills the gaps.
 set(FPDT_DEPS_PREFIX "" CACHE PATH
     "A root into which Debian packages were unpacked (dpkg -x): libraries missing on the system are taken from it")
@@ -19,79 +20,67 @@ if(FPDT_DEPS_PREFIX)
   endif()
 endif()
 
-# OpenBLAS: pkg-config's openblas.pc where the system has it; else the library and cblas.h by path — the
-# system's, or Debian's openblas-pthread folders in the prefix (their .pc names /usr, not the prefix, and
-# `dpkg -x` runs no update-alternatives, so only these folders exist there).
+# fpdt_library(TARGET NAME PC LIBRARY HEADER SUBDIR HINT): the INTERFACE target TARGET of a C library,
+# from pkg-config's PC.pc where the system has it; else LIBRARY and HEADER by path, in the system's /usr
+# and the prefix's usr/, under lib/<multiarch>[/SUBDIR], lib and include/<multiarch>/SUBDIR,
+# include/NAME, include ("" SUBDIR: none). HINT ends the error when neither finds it.
 find_package(PkgConfig QUIET)
-if(PKG_CONFIG_FOUND)
-  pkg_check_modules(OPENBLAS QUIET IMPORTED_TARGET openblas)
-endif()
-add_library(fpdt_openblas INTERFACE)
-if(TARGET PkgConfig::OPENBLAS)
-  target_link_libraries(fpdt_openblas INTERFACE PkgConfig::OPENBLAS)
-  message(STATUS "OpenBLAS: ${OPENBLAS_LINK_LIBRARIES} (pkg-config)")
-else()
-  set(openblas_roots /usr)
+function(fpdt_library target name pc library header subdir hint)
+  add_library(${target} INTERFACE)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(${target}_pc QUIET IMPORTED_TARGET ${pc})
+  endif()
+  if(TARGET PkgConfig::${target}_pc)
+    target_link_libraries(${target} INTERFACE PkgConfig::${target}_pc)
+    message(STATUS "${name}: ${${target}_pc_LINK_LIBRARIES} (pkg-config)")
+    return()
+  endif()
+  set(roots /usr)
   if(FPDT_DEPS_PREFIX)
-    list(APPEND openblas_roots "${FPDT_DEPS_PREFIX}/usr")
+    list(APPEND roots "${FPDT_DEPS_PREFIX}/usr")
   endif()
-  foreach(root ${openblas_roots})
-    list(APPEND openblas_library_dirs ${root}/lib/${fpdt_multiarch}/openblas-pthread ${root}/lib/${fpdt_multiarch}
-         ${root}/lib)
-    list(APPEND openblas_include_dirs ${root}/include/${fpdt_multiarch}/openblas-pthread ${root}/include/openblas
-         ${root}/include)
+  set(library_dirs "")
+  set(include_dirs "")
+  foreach(root ${roots})
+    if(subdir)
+      list(APPEND library_dirs ${root}/lib/${fpdt_multiarch}/${subdir})
+      list(APPEND include_dirs ${root}/include/${fpdt_multiarch}/${subdir})
+    endif()
+    list(APPEND library_dirs ${root}/lib/${fpdt_multiarch} ${root}/lib)
+    list(APPEND include_dirs ${root}/include/${pc} ${root}/include)
   endforeach()
-  find_library(FPDT_OPENBLAS_LIBRARY NAMES openblas PATHS ${openblas_library_dirs} NO_DEFAULT_PATH)
-  find_path(FPDT_OPENBLAS_INCLUDE_DIR cblas.h PATHS ${openblas_include_dirs} NO_DEFAULT_PATH)
-  if(NOT FPDT_OPENBLAS_LIBRARY OR NOT FPDT_OPENBLAS_INCLUDE_DIR)
-    message(FATAL_ERROR "OpenBLAS not found (no pkg-config openblas; library: ${FPDT_OPENBLAS_LIBRARY}, cblas.h: "
-                        "${FPDT_OPENBLAS_INCLUDE_DIR}; searched ${openblas_library_dirs}); hint: apt-get install "
-                        "libopenblas-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libopenblas-pthread-dev unpacked>")
+  string(TOUPPER "FPDT_${pc}" cache)
+  find_library(${cache}_LIBRARY NAMES ${library} PATHS ${library_dirs} NO_DEFAULT_PATH)
+  find_path(${cache}_INCLUDE_DIR ${header} PATHS ${include_dirs} NO_DEFAULT_PATH)
+  if(NOT ${cache}_LIBRARY OR NOT ${cache}_INCLUDE_DIR)
+    message(FATAL_ERROR "${name} not found (no pkg-config ${pc}; library: ${${cache}_LIBRARY}, ${header}: "
+                        "${${cache}_INCLUDE_DIR}; searched ${library_dirs}); hint: ${hint}")
   endif()
-  target_link_libraries(fpdt_openblas INTERFACE ${FPDT_OPENBLAS_LIBRARY})
-  target_include_directories(fpdt_openblas SYSTEM INTERFACE ${FPDT_OPENBLAS_INCLUDE_DIR})
-  message(STATUS "OpenBLAS: ${FPDT_OPENBLAS_LIBRARY} (by path)")
-endif()
+  target_link_libraries(${target} INTERFACE ${${cache}_LIBRARY})
+  target_include_directories(${target} SYSTEM INTERFACE ${${cache}_INCLUDE_DIR})
+  message(STATUS "${name}: ${${cache}_LIBRARY} (by path)")
+endfunction()
 
-# Oniguruma (the regex library of Hugging Face tokenizers, for the pre-tokenizer patterns:
-# train/text/oniguruma.h): pkg-config's oniguruma.pc where the system has it; else libonig and oniguruma.h
-# by path, the system's or the prefix's (libonig5, libonig-dev).
-if(PKG_CONFIG_FOUND)
-  pkg_check_modules(ONIGURUMA QUIET IMPORTED_TARGET oniguruma)
-endif()
-add_library(fpdt_oniguruma INTERFACE)
-# libonig also exports regcomp, regexec and regfree (its "binary compatible" POSIX API, another regex_t):
-# first in the loader's lookup order, they would replace glibc's for every caller in the process —
-# GoogleTest's death-test matchers stopped matching anything. glibc's libc.so.6 linked before it comes
-# first (tests/train/tokenizer_test.cpp checks that regcomp is glibc's).
+# OpenBLAS: Debian's openblas-pthread folders in the prefix (their .pc names /usr, not the prefix, and
+# `dpkg -x` runs no update-alternatives, so only these folders exist there).
+fpdt_library(fpdt_openblas OpenBLAS openblas openblas cblas.h openblas-pthread
+             "apt-get install libopenblas-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libopenblas-pthread-dev unpacked>")
+
+# Oniguruma, the regex library of Hugging Face tokenizers, for the pre-tokenizer patterns
+# (train/text/oniguruma.h). libonig also exports regcomp, regexec and regfree (its "binary compatible"
+# POSIX API, another regex_t): first in the loader's lookup order, they would replace glibc's for every
+# caller in the process — GoogleTest's death-test matchers stopped matching anything. glibc's libc.so.6
+# linked before it comes first (tests/train/tokenizer_test.cpp checks that regcomp is glibc's); the
+# object itself, as -lc names a linker script, which ld reads last.
+add_library(fpdt_libc_first INTERFACE)
 find_file(FPDT_LIBC_SHARED_OBJECT libc.so.6 PATHS /lib/${fpdt_multiarch} /usr/lib/${fpdt_multiarch} NO_DEFAULT_PATH)
-if(FPDT_LIBC_SHARED_OBJECT)  # the object itself: -lc names a linker script, which ld reads last
-  target_link_libraries(fpdt_oniguruma INTERFACE ${FPDT_LIBC_SHARED_OBJECT})
+if(FPDT_LIBC_SHARED_OBJECT)
+  target_link_libraries(fpdt_libc_first INTERFACE ${FPDT_LIBC_SHARED_OBJECT})
 endif()
-if(TARGET PkgConfig::ONIGURUMA)
-  target_link_libraries(fpdt_oniguruma INTERFACE PkgConfig::ONIGURUMA)
-else()
-  set(onig_roots /usr)
-  if(FPDT_DEPS_PREFIX)
-    list(APPEND onig_roots "${FPDT_DEPS_PREFIX}/usr")
-  endif()
-  set(onig_library_dirs "")
-  set(onig_include_dirs "")
-  foreach(root ${onig_roots})
-    list(APPEND onig_library_dirs ${root}/lib/${fpdt_multiarch} ${root}/lib)
-    list(APPEND onig_include_dirs ${root}/include)
-  endforeach()
-  find_library(FPDT_ONIGURUMA_LIBRARY NAMES onig PATHS ${onig_library_dirs} NO_DEFAULT_PATH)
-  find_path(FPDT_ONIGURUMA_INCLUDE_DIR oniguruma.h PATHS ${onig_include_dirs} NO_DEFAULT_PATH)
-  if(NOT FPDT_ONIGURUMA_LIBRARY OR NOT FPDT_ONIGURUMA_INCLUDE_DIR)
-    message(FATAL_ERROR "Oniguruma not found (no pkg-config oniguruma; library: ${FPDT_ONIGURUMA_LIBRARY}, oniguruma.h: "
-                        "${FPDT_ONIGURUMA_INCLUDE_DIR}); hint: apt-get install libonig-dev, or pass "
-                        "-DFPDT_DEPS_PREFIX=<folder with libonig5 and libonig-dev unpacked>")
-  endif()
-  target_link_libraries(fpdt_oniguruma INTERFACE ${FPDT_ONIGURUMA_LIBRARY})
-  target_include_directories(fpdt_oniguruma SYSTEM INTERFACE ${FPDT_ONIGURUMA_INCLUDE_DIR})
-  message(STATUS "Oniguruma: ${FPDT_ONIGURUMA_LIBRARY} (by path)")
-endif()
+fpdt_library(fpdt_onig Oniguruma oniguruma onig oniguruma.h ""
+             "apt-get install libonig-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libonig5 and libonig-dev unpacked>")
+add_library(fpdt_oniguruma INTERFACE)
+target_link_libraries(fpdt_oniguruma INTERFACE fpdt_libc_first fpdt_onig)
 
 # OpenMP: the compiler's own; else GCC's runtime from the prefix (libgomp1 and libgcc-*-dev). Only omp.h is
 # taken from that GCC's include folder (copied into the build tree: the folder's other headers belong to
