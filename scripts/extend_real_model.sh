@@ -33,8 +33,9 @@ trained_length=8192  # SmolLM2's max_position_embeddings
 fpdt=$build/fpdt
 log=$run/job.log
 started=$(date +%s)
-# CPU seconds of the finished children of this script (bash's `times`, second line).
-cpu_seconds() { times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'; }
+# CPU seconds of the finished children of this script: cutime + cstime of its /proc stat, in clock ticks
+# (`times` would not do: $(...) runs it in a subshell, which has no finished children).
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($14 + $15) / hz }' "/proc/$$/stat"; }
 say() { printf '\n== %s (%d s wall, %s CPU s so far; load %s)\n' "$1" $(($(date +%s) - started)) "$(cpu_seconds)" \
           "$(cut -d' ' -f1-3 /proc/loadavg)"; }
 # quietly COMMAND...: its output to the job's log; on failure the log's last lines, and the job stops.
