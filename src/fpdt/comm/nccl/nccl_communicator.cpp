@@ -18,14 +18,14 @@
 #include "fpdt/comm/communicator.h"
 #include "fpdt/comm/nccl/nccl_sum.h"
 #include "fpdt/comm/text.h"
+#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::comm {
 
 namespace {
 
-[[noreturn]] void throw_nccl_error(const char* library, const char* text, const char* statement, const char* file,
-                                   int line) {
-  throw Error("comm", detail::cat(library, " call failed: ", statement, ": ", text, " (", file, ":", line, ")"),
+[[noreturn]] void throw_nccl_error(const char* text, const char* statement, const char* file, int line) {
+  throw Error("comm", detail::cat("NCCL call failed: ", statement, ": ", text, " (", file, ":", line, ")"),
               "if another rank failed first, its message names it; NCCL_DEBUG=WARN says more");
 }
 
@@ -33,14 +33,7 @@ namespace {
   do {                                                                                                \
     const ncclResult_t fpdt_nccl_status_ = (call);                                                    \
     if (fpdt_nccl_status_ != ncclSuccess)                                                             \
-      throw_nccl_error("NCCL", ncclGetErrorString(fpdt_nccl_status_), #call, __FILE__, __LINE__);     \
-  } while (0)
-
-#define FPDT_NCCL_CUDA_CHECK(call)                                                                    \
-  do {                                                                                                \
-    const cudaError_t fpdt_nccl_cuda_status_ = (call);                                                \
-    if (fpdt_nccl_cuda_status_ != cudaSuccess)                                                        \
-      throw_nccl_error("CUDA", cudaGetErrorString(fpdt_nccl_cuda_status_), #call, __FILE__, __LINE__); \
+      throw_nccl_error(ncclGetErrorString(fpdt_nccl_status_), #call, __FILE__, __LINE__);     \
   } while (0)
 
 class NcclCommunicator final : public Communicator {
@@ -63,7 +56,7 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   void barrier() override {
-    FPDT_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     bootstrap_.barrier();
   }
 
@@ -87,7 +80,7 @@ class NcclCommunicator final : public Communicator {
     const auto* from = static_cast<const char*>(send);
     auto* to = static_cast<char*>(recv);
     if (send_counts[me] > 0)
-      FPDT_NCCL_CUDA_CHECK(cudaMemcpyAsync(to + recv_displs[me], from + send_displs[me], send_counts[me],
+      FPDT_CUDA_CHECK(cudaMemcpyAsync(to + recv_displs[me], from + send_displs[me], send_counts[me],
                                            cudaMemcpyDeviceToDevice, stream_));
     FPDT_NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < size(); ++j) {
@@ -124,7 +117,7 @@ class NcclCommunicator final : public Communicator {
   // Stream-ordered device scratch: freed on the stream after the work queued with it.
   std::shared_ptr<void> scratch(size_t bytes) override {
     void* memory = nullptr;
-    FPDT_NCCL_CUDA_CHECK(cudaMallocAsync(&memory, std::max<size_t>(bytes, 1), stream_));
+    FPDT_CUDA_CHECK(cudaMallocAsync(&memory, std::max<size_t>(bytes, 1), stream_));
     const cudaStream_t stream = stream_;
     return std::shared_ptr<void>(memory, [stream](void* pointer) { cudaFreeAsync(pointer, stream); });
   }
@@ -135,7 +128,7 @@ class NcclCommunicator final : public Communicator {
     nccl::sum_blocks_on_stream(dst, blocks, ranks, n, add, stream_);
   }
   void copy_bytes(void* dst, const void* src, size_t bytes) override {
-    FPDT_NCCL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
  private:
