@@ -902,7 +902,7 @@ inline void check_adamw(OpCheck& t) {
   }
 }
 
-// sum_squares, scale_inplace, add_inplace, count_invalid
+// sum_squares, scale_inplace, add_inplace, count_invalid, round_to_bf16
 inline void check_elementwise(OpCheck& t) {
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
@@ -961,6 +961,44 @@ inline void check_elementwise(OpCheck& t) {
       EXPECT_EQ(got, reference::count_invalid(y.data(), n, negative_invalid))
           << "count_invalid" << tag << (negative_invalid ? " negatives too" : "");
     }
+
+    // round_to_bf16 against the rule itself, in float64: the result is one of the two bf16 values
+    // around x (x with its low 16 bits cleared, and the next one away from zero), the nearer, the
+    // one with an even last bit on a tie; ±inf and NaN stay, a float past bf16's largest rounds to inf.
+    // Fresh ties and near-ties planted beside the specials.
+    auto r = random_normal<float>(t.rng, n, 3.0);
+    for (int k = 0; k < 24 && n > 0; ++k) {
+      const size_t i = t.rng.below(static_cast<uint64_t>(n));
+      uint32_t bits;
+      std::memcpy(&bits, &r[i], 4);
+      bits = (bits & 0xffff0000u) | (k % 3 == 0 ? 0x8000u : k % 3 == 1 ? 0x7fffu : 0x8001u);
+      std::memcpy(&r[i], &bits, 4);
+      if (k < 6) r[i] = planted[k];
+    }
+    const auto r_placed = t.place(r);
+    t.backend.round_to_bf16(r_placed->get(), n);
+    const auto rounded = r_placed->host();
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = r[static_cast<size_t>(i)], got = rounded[static_cast<size_t>(i)];
+      if (std::isnan(x)) {
+        ASSERT_TRUE(std::isnan(got)) << "round_to_bf16 keeps NaN, i=" << i << tag;
+        continue;
+      }
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      const uint32_t low_bits = bits & 0xffff0000u;
+      float low, high;
+      std::memcpy(&low, &low_bits, 4);
+      const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
+      std::memcpy(&high, &high_bits, 4);
+      // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
+      const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
+      const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
+      const bool low_even = ((low_bits >> 16) & 1u) == 0;
+      const float want = std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+          << "round_to_bf16(" << x << ") = " << got << ", want " << want << ", i=" << i << tag;
+    }
   }
 }
 
@@ -986,7 +1024,8 @@ inline const std::vector<Row>& rows() {
       {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
       {"head_results", {"cross_entropy_sums", "argmax_rows"}, check_head_results},
       {"adamw", {"adamw_update"}, check_adamw},
-      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid"}, check_elementwise},
+      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid", "round_to_bf16"},
+       check_elementwise},
   };
   return table;
 }

@@ -7,6 +7,14 @@
 
 namespace fpdt::kernels {
 
+// The arithmetic of a run's GEMMs and attention (the run spec's precision word; DESIGN.md §4). fp32:
+// everything fp32. bf16, the standard mixed-precision recipe: each product's inputs are rounded to
+// bf16 (round_to_bf16, dtype.h) and accumulate in fp32 — linear's x, w and dout; attention's q, k, v,
+// the probabilities P and dO, and dS in the backward — while biases, softmax statistics, LSE, Δ, norms,
+// losses and every gradient accumulator stay fp32. The ops that take it state it in backend_ops.inc;
+// every other op is fp32 in both. The pipeline rounds the activations it keeps (round_to_bf16 op).
+enum class Precision : uint8_t { fp32, bf16 };
+
 // Target id of a position that adds nothing to the loss (PyTorch's ignore_index).
 inline constexpr int32_t kIgnoreIndex = -100;
 
@@ -48,6 +56,7 @@ struct AttentionChunkParams {
   int64_t kv_begin = 0;  // global position of kv token 0
   double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
   int64_t window = 0;    // sliding window in tokens; 0: none
+  Precision precision = Precision::fp32;  // the products' input rounding (Precision above)
 };
 
 // The attention mask by position, one rule for every backend and op: the key at global position k is
@@ -68,7 +77,7 @@ constexpr bool block_has_visible_pair(int64_t q_begin, int64_t Cq, int64_t kv_be
 // document ids — how the cpu and cuda backends run attention_forward / attention_backward.
 inline AttentionChunkParams whole_sequence_block(const float* q, const float* k, const float* v, const int32_t* doc_ids,
                                                  int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                                 int64_t window) {
+                                                 int64_t window, Precision precision = Precision::fp32) {
   AttentionChunkParams p;
   p.q = q;
   p.k = k;
@@ -82,6 +91,7 @@ inline AttentionChunkParams whole_sequence_block(const float* q, const float* k,
   p.D = D;
   p.scale = scale;
   p.window = window;
+  p.precision = precision;
   return p;
 }
 

@@ -22,6 +22,24 @@ DType dtype_from_name(const std::string& name, const std::string& where);
 float bf16_to_float(uint16_t bits);
 float f16_to_float(uint16_t bits);
 
+// float → bf16, rounded to nearest, ties to even (what every bf16 unit does: AVX512-BF16's
+// vcvtneps2bf16, CUDA's __float2bfloat16_rn): ±inf stay, a NaN stays a quiet NaN of its sign, a float
+// beyond bf16's largest finite value rounds to ±inf. Inline: the bf16 kernels call it per element.
+inline uint16_t float_to_bf16(float value) {
+  uint32_t word;
+  __builtin_memcpy(&word, &value, 4);
+  if ((word & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((word >> 16) | 0x0040u);  // NaN
+  const uint32_t rounding = 0x7fffu + ((word >> 16) & 1u);
+  return static_cast<uint16_t>((word + rounding) >> 16);
+}
+// The float nearest to `value` that bf16 holds: bf16_to_float(float_to_bf16(value)), without the table.
+inline float round_to_bf16(float value) {
+  const uint32_t word = static_cast<uint32_t>(float_to_bf16(value)) << 16;
+  float rounded;
+  __builtin_memcpy(&rounded, &word, 4);
+  return rounded;
+}
+
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }

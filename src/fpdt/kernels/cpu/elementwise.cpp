@@ -8,6 +8,7 @@
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/simd.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -64,6 +65,11 @@ void CpuBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t bl
 void CpuBackend::scale_inplace(float* x, float alpha, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void CpuBackend::round_to_bf16(float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) x[i] = fpdt::round_to_bf16(x[i]);
 }
 
 void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {

@@ -22,6 +22,7 @@ std::string shape_text(const AttentionChunkParams& p) {
 
 void CpuBackend::validate(const AttentionChunkParams& p) {
   const std::string shape = " (" + shape_text(p) + ")";
+  if (p.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cpu backend yet");
   FPDT_CHECK(p.B >= 0 && p.Cq >= 0 && p.Ck >= 0, "attention", "negative batch or token count" + shape,
              "check the chunk plan");
   FPDT_CHECK(p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0, "attention",
@@ -88,15 +89,16 @@ void CpuBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const
 
 void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                   int64_t window) {
-  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window),
+                                   int64_t window, Precision precision) {
+  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision),
                           /*accumulate=*/false);
 }
 
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                     const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
-                                    int64_t S, int Hq, int Hkv, int D, double scale, int64_t window) {
-  const AttentionChunkParams p = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
+                                    int64_t S, int Hq, int Hkv, int D, double scale, int64_t window,
+                                    Precision precision) {
+  const AttentionChunkParams p = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
   validate(p);
   const size_t q_elements = static_cast<size_t>(B) * S * Hq * D;
   const size_t kv_elements = static_cast<size_t>(B) * S * Hkv * D;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 
 namespace fpdt::kernels::cpu {
@@ -103,7 +104,8 @@ CpuBackend::CpuBackend() { openblas_set_num_threads(1); }
 
 // Dimensions go to BLAS as 32-bit ints: a chunk's token count N stays far below 2^31.
 void CpuBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I, int O,
-                                bool accumulate) {
+                                bool accumulate, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_forward: bf16 is not built on the cpu backend yet");
   if (N == 0 || O == 0) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
@@ -123,7 +125,8 @@ void CpuBackend::linear_forward(float* out, const float* x, const float* w, cons
 }
 
 void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, const float* w,
-                                 int64_t N, int I, int O, bool accumulate_dx) {
+                                 int64_t N, int I, int O, bool accumulate_dx, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_backward: bf16 is not built on the cpu backend yet");
   if (N == 0) return;
   if (dx && I > 0) {
     // dx (N, I) = dout (N, O) · w (O, I) + beta · dx

@@ -384,6 +384,7 @@ void CudaBackend::configure_attention() {
 
 void CudaBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
                                           bool accumulate) {
+  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cuda backend yet");
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
   dispatch_head_dim(params.D, [&](auto dl) {
@@ -406,6 +407,7 @@ void CudaBackend::attention_chunk_delta(float* delta, const float* dout, const f
 
 void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                            const float* delta, const AttentionChunkParams& params) {
+  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cuda backend yet");
   validate(params);
   if (params.B == 0 || !block_has_visible_pair(params.q_begin, params.Cq, params.kv_begin, params.Ck, params.window))
     return;
@@ -423,15 +425,17 @@ void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, cons
 // Full-sequence attention = one chunk pair (q block = kv block = the whole sequence).
 void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                     const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                    int64_t window) {
-  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window), false);
+                                    int64_t window, Precision precision) {
+  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision),
+                          false);
 }
 
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                      const float* k, const float* v, const float* out, const float* lse,
                                      const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                     int64_t window) {
-  const AttentionChunkParams params = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
+                                     int64_t window, Precision precision) {
+  const AttentionChunkParams params =
+      whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
   validate(params);
   float* delta = scratch(static_cast<size_t>(B) * Hq * S);  // (B, Hq, S)
   FPDT_CUDA_CHECK(cudaMemsetAsync(dq, 0, sizeof(float) * B * S * Hq * D, stream_));

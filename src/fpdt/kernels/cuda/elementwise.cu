@@ -9,6 +9,7 @@
 #include <string>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
@@ -177,6 +178,11 @@ __global__ void scale_kernel(float* x, float alpha, int64_t n) {
     x[i] *= alpha;
 }
 
+__global__ void round_to_bf16_kernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
 // x (N, H, D) rotated in place by sign · angle (sign = +1 forward, −1 backward).
 void rope_rotate(cudaStream_t stream, float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope,
                  double sign) {
@@ -305,6 +311,12 @@ void CudaBackend::sum_squares(double* sums, const float* x, int64_t n, int64_t b
 void CudaBackend::scale_inplace(float* x, float alpha, int64_t n) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, alpha, n);
+  FPDT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::round_to_bf16(float* x, int64_t n) {
+  if (n == 0) return;
+  round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 

@@ -133,7 +133,8 @@ struct BiasGradientTerms {
 
 // Row-major (N, O) = (N, I)·(O, I)ᵀ is column-major outᵀ (O, N) = w·xᵀ with w read transposed.
 void CudaBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
-                                 int O, bool accumulate) {
+                                 int O, bool accumulate, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_forward: bf16 is not built on the cuda backend yet");
   lt_sgemm(gemm_plans_, lt_, stream_, lt_workspace_, true, false, O, N, I, w, I, x, I, out, O, 1.0f,
            accumulate ? 1.0f : 0.0f);
   if (bias && N * O > 0) {
@@ -145,7 +146,9 @@ void CudaBackend::linear_forward(float* out, const float* x, const float* w, con
 // dx (N, I) = dout·w: column-major dxᵀ (I, N) = w(I, O as stored)·doutᵀ.
 // dw (O, I) += doutᵀ·x: column-major dwᵀ (I, O) = xᵀ (I, N)·dout (N, O).
 void CudaBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                  const float* w, int64_t N, int I, int O, bool accumulate_dx) {
+                                  const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                  Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_backward: bf16 is not built on the cuda backend yet");
   if (dx)
     lt_sgemm(gemm_plans_, lt_, stream_, lt_workspace_, false, false, I, N, O, w, I, dout, O, dx, I, 1.0f,
              accumulate_dx ? 1.0f : 0.0f);

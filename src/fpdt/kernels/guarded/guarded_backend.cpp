@@ -55,13 +55,14 @@ void GuardedBackend::layernorm_backward(float* dx, float* dweight, float* dbias,
 }
 
 void GuardedBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
-                                    int O, bool accumulate) {
-  cpu_.linear_forward(readable(out), readable(x), readable(w), readable(bias), N, I, O, accumulate);
+                                    int O, bool accumulate, Precision precision) {
+  cpu_.linear_forward(readable(out), readable(x), readable(w), readable(bias), N, I, O, accumulate, precision);
 }
 void GuardedBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                     const float* w, int64_t N, int I, int O, bool accumulate_dx) {
+                                     const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                     Precision precision) {
   cpu_.linear_backward(readable(dx), readable(dw), readable(dbias), readable(dout), readable(x), readable(w), N, I, O,
-                       accumulate_dx);
+                       accumulate_dx, precision);
 }
 
 // The RoPE table is a host parameter (ops.h).
@@ -88,17 +89,17 @@ void GuardedBackend::gelu_backward(float* dx, const float* dout, const float* x,
 
 void GuardedBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                        const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                       int64_t window) {
+                                       int64_t window, Precision precision) {
   cpu_.attention_forward(readable(out), readable(lse), readable(q), readable(k), readable(v), readable(doc_ids), B, S,
-                         Hq, Hkv, D, scale, window);
+                         Hq, Hkv, D, scale, window, precision);
 }
 void GuardedBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                         const float* k, const float* v, const float* out, const float* lse,
                                         const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                        int64_t window) {
+                                        int64_t window, Precision precision) {
   cpu_.attention_backward(readable(dq), readable(dk), readable(dv), readable(dout), readable(q), readable(k),
                           readable(v), readable(out), readable(lse), readable(doc_ids), B, S, Hq, Hkv, D, scale,
-                          window);
+                          window, precision);
 }
 
 void GuardedBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
@@ -145,6 +146,7 @@ void GuardedBackend::sum_squares(double* sums, const float* x, int64_t n, int64_
   cpu_.sum_squares(sums, readable(x), n, block);
 }
 void GuardedBackend::scale_inplace(float* x, float alpha, int64_t n) { cpu_.scale_inplace(readable(x), alpha, n); }
+void GuardedBackend::round_to_bf16(float* x, int64_t n) { cpu_.round_to_bf16(readable(x), n); }
 void GuardedBackend::add_inplace(float* y, const float* x, int64_t n) {
   cpu_.add_inplace(readable(y), readable(x), n);
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/kernels/reference/reference_backend.h"
 
 namespace fpdt::kernels::reference {
@@ -120,14 +121,16 @@ template void attention_backward<double>(double*, double*, double*, const double
 
 void ReferenceBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                          const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                                         double scale, int64_t window) {
+                                         double scale, int64_t window, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "attention_forward: bf16 is not built on the reference backend yet");
   reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
 }
 
 void ReferenceBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                           const float* k, const float* v, const float* out, const float* lse,
                                           const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                                          double scale, int64_t window) {
+                                          double scale, int64_t window, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "attention_backward: bf16 is not built on the reference backend yet");
   reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale, window);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/kernels/reference/reference_backend.h"
 
 namespace fpdt::kernels::reference {
@@ -108,6 +109,7 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
 
 void ReferenceBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
                                                bool accumulate) {
+  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the reference backend yet");
   reference::attention_chunk_forward(out, lse, params, accumulate);
 }
 
@@ -118,6 +120,7 @@ void ReferenceBackend::attention_chunk_delta(float* delta, const float* dout, co
 
 void ReferenceBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                                 const float* delta, const AttentionChunkParams& params) {
+  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the reference backend yet");
   reference::attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
 }
 

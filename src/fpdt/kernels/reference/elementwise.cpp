@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fpdt/kernels/reference/reference_backend.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::kernels::reference {
 
@@ -36,6 +37,10 @@ template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
 template void scale_inplace<float>(float*, float, int64_t);
 template void scale_inplace<double>(double*, double, int64_t);
+void round_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = fpdt::round_to_bf16(x[i]);
+}
+
 template void add_inplace<float>(float*, const float*, int64_t);
 template void add_inplace<double>(double*, const double*, int64_t);
 template int64_t count_invalid<float>(const float*, int64_t, bool);
@@ -49,6 +54,7 @@ void ReferenceBackend::sum_squares(double* sums, const float* x, int64_t n, int6
 void ReferenceBackend::scale_inplace(float* x, float alpha, int64_t n) { reference::scale_inplace(x, alpha, n); }
 
 void ReferenceBackend::add_inplace(float* y, const float* x, int64_t n) { reference::add_inplace(y, x, n); }
+void ReferenceBackend::round_to_bf16(float* x, int64_t n) { reference::round_to_bf16(x, n); }
 
 void ReferenceBackend::count_invalid(int64_t* count, const float* x, int64_t n, bool negative_invalid) {
   *count = reference::count_invalid(x, n, negative_invalid);

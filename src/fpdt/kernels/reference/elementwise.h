@@ -2,6 +2,7 @@
 //   sum_squares:   Σ x[i]², accumulated in float64 (the Backend op: one such sum per block of the array)
 //   scale_inplace: x[i] *= alpha
 //   add_inplace:   y[i] += x[i]
+//   round_to_bf16: x[i] = the nearest bf16 value, ties to even (fp32 only: tensor/dtype.h)
 //   count_invalid: the number of x[i] that are NaN or ±inf (or, with negative_invalid, < 0)
 #pragma once
 
@@ -17,6 +18,8 @@ void scale_inplace(T* x, T alpha, int64_t n);
 
 template <typename T>
 void add_inplace(T* y, const T* x, int64_t n);
+
+void round_to_bf16(float* x, int64_t n);
 
 template <typename T>
 int64_t count_invalid(const T* x, int64_t n, bool negative_invalid);

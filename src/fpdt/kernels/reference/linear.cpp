@@ -3,6 +3,7 @@
 // always accumulate (+=). bias/dbias may be null (no bias); dx may be null (input needs no gradient).
 #include "fpdt/kernels/reference/linear.h"
 
+#include "fpdt/base/error.h"
 #include "fpdt/kernels/reference/reference_backend.h"
 
 namespace fpdt::kernels::reference {
@@ -61,12 +62,15 @@ template void linear_backward<double>(double*, double*, double*, const double*, 
                                       int64_t, int, int, bool);
 
 void ReferenceBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
-                                      int O, bool accumulate) {
+                                      int O, bool accumulate, Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_forward: bf16 is not built on the reference backend yet");
   reference::linear_forward(out, x, w, bias, N, I, O, accumulate);
 }
 
 void ReferenceBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                       const float* w, int64_t N, int I, int O, bool accumulate_dx) {
+                                       const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                       Precision precision) {
+  if (precision != Precision::fp32) throw Error("kernels", "linear_backward: bf16 is not built on the reference backend yet");
   reference::linear_backward(dx, dw, dbias, dout, x, w, N, I, O, accumulate_dx);
 }
 
