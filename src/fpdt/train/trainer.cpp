@@ -399,6 +399,7 @@ TrainResult Trainer::dry_run() {
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
+  result.chunk_plan = model_->plan();
   for (int64_t micro = 0; micro < settings_.grad_accum; ++micro) result.offload_per_step += model_->traffic();
   return result;
 }
