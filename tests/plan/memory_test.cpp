@@ -92,7 +92,7 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
           config.mode = Mode::fpdt;
           config.recompute = recompute;
           config.zero_stage = 0;
-          config.precision = DType::f32;
+          config.precision = Precision::fp32;
           const PlanResult plan = make_plan(config, cpu);
           SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B));
           const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
@@ -195,7 +195,7 @@ TEST(CostModel, SmallestChunkThatHides) {
   EXPECT_NEAR(automatic.prefetch.min_hiding_chunk_tokens, (4 * q + 8 * Hq + 4 * q) * F / (10 * q * bw), 1e-6);
   // A slow disk needs a longer chunk.
   config.chunk_tokens = 0;
-  config.offload = OffloadTier::disk;
+  config.offload = OffloadKind::disk;
   EXPECT_GT(make_plan(config, a100).shape.C, chunk);
 }
 
