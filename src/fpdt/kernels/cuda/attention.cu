@@ -6,7 +6,9 @@
 // GQA group). Scores are recomputed in each. fp32 arithmetic throughout; in bf16 (ops.h Precision) each
 // product's inputs are rounded to nearest bf16 — q, k, v and dO as their tiles reach shared memory, P
 // before P·V and Pᵀ·dO, dS before dS·K and dSᵀ·Q — while the softmax statistics, LSE, Δ and the
-// accumulators stay fp32. CUDA cores, not tensor cores (mma.sync is the next step). Head dim D ≤ 256
+// accumulators stay fp32; the forward's online softmax then runs in log2 units against a running max
+// lifted to an integer (reference/attention_chunk.h's m*), so the P̃ it rounds are the spec's bits
+// whatever the tiling. CUDA cores, not tensor cores (mma.sync is the next step). Head dim D ≤ 256
 // (one instantiation per ⌈D/32⌉).
 // Masking is ops.h's position_visible (causal, sliding window) plus document ids; each kernel streams
 // only the tiles its rows can see by position, so with a window W the work per row is O(W).
@@ -66,7 +68,12 @@ __device__ inline void visible_kv_rows(const AttentionChunkParams& p, int64_t ro
   *begin = p.window == 0 ? 0 : max(static_cast<int64_t>(0), p.q_begin + row0 - p.window + 1 - p.kv_begin);
 }
 
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
 // Shared memory: q (16, D) | k (32, D+1) | v (32, D+1).
+// The online softmax per row: scores s in its units — natural (fp32), log2 (bf16) — the running max m
+// (in bf16 lifted to an integer, ⌈·⌉: the spec's m* = ln 2·⌈m / ln 2⌉, so a tile's P̃ = 2^(s − m) differ
+// from the final anchor's by exact powers of two and round to the same bits), l = Σ P̃ (fp32, unrounded).
 template <int kDL>
 __global__ void __launch_bounds__(kWarps * 32)
     chunk_forward_kernel(float* out, float* lse, const AttentionChunkParams p, bool accumulate) {
@@ -79,6 +86,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const bool bf16 = p.precision == Precision::bf16;
+  const float score_scale = static_cast<float>(p.scale) * (bf16 ? kLog2e : 1.0f);
+  auto softmax_exp = [bf16](float x) { return bf16 ? exp2f(x) : expf(x); };
   load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDL];
@@ -103,12 +112,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (i >= p.Cq) continue;  // warp-uniform
       const int64_t j = tile0 + lane;
       float s = -INFINITY;
-      if (j < p.Ck && visible(p, b, i, j))
-        s = static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
-      const float m_new = fmaxf(m[r], warp_max(s));
+      if (j < p.Ck && visible(p, b, i, j)) s = score_scale * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
+      float m_new = fmaxf(m[r], warp_max(s));
       if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
-      const float prob = s == -INFINITY ? 0.0f : expf(s - m_new);
-      const float correction = expf(m[r] - m_new);
+      if (bf16) m_new = ceilf(m_new);
+      const float prob = s == -INFINITY ? 0.0f : softmax_exp(s - m_new);
+      const float correction = softmax_exp(m[r] - m_new);
       l[r] = l[r] * correction + warp_sum(prob);  // the fp32 probabilities
       const float prob_input = product_input(prob, bf16);
 #pragma unroll
@@ -141,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       continue;
     }
-    const float block_lse = m[r] + logf(l[r]);
+    const float block_lse = (bf16 ? m[r] * kLn2 : m[r]) + logf(l[r]);  // natural units
     const float old_lse = accumulate ? *row_lse : -INFINITY;
     __syncwarp();  // every lane has read the old lse before lane 0 overwrites it
     if (old_lse == -INFINITY) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/bf16.cuh"
