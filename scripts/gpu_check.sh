@@ -87,7 +87,8 @@ PY
   } | tee -a "$OUT/summary.txt"
 }
 trap print_summary EXIT
-trap 'exit 143' TERM INT  # the summary still prints
+# A signal (the device tool's time limit, ^C) ends the check FAILED, and the summary still prints.
+trap 'overall=143; summary+=("interrupted  by a signal: the stage running then and the ones after it did not finish"); exit 143' TERM INT
 : >"$OUT/summary.txt"
 for log in configure build tests rerun sanitizer bench; do : >"$OUT/$log.log"; done
 
