@@ -84,7 +84,7 @@ TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
   const auto x_mag = magnitudes(rounded_to_bf16(x)), w_mag = magnitudes(rounded_to_bf16(w)),
              dout_mag = magnitudes(rounded_to_bf16(dout));
   std::vector<double> out_mag(N * O), dx_mag(N * I), dw_mag(int64_t{O} * I, 0.0);
-  reference::linear_forward(out_mag.data(), x_mag.data(), w_mag.data(), nullptr, N, I, O, false);
+  reference::linear_forward<double>(out_mag.data(), x_mag.data(), w_mag.data(), nullptr, N, I, O, false);
   reference::linear_backward<double>(dx_mag.data(), dw_mag.data(), nullptr, dout_mag.data(), x_mag.data(),
                                      w_mag.data(), N, I, O, false);
   // bf16 rounding moves each input by up to 2^-8 of itself; over random terms a product's relative error
