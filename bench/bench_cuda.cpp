@@ -1,7 +1,9 @@
 // Benchmarks of the CUDA backend (issue 8), one JSON line per measurement on stdout:
 //   gemm: cuBLASLt M=N=K GEMM in fp32 (CUBLAS_COMPUTE_32F) and bf16 (fp32 accumulation), TFLOP/s
-//   attention_chunk_fwd / attention_chunk_bwd: CudaBackend's fp32 chunk kernels on one fully visible
-//     (q chunk, kv chunk) pair (q_begin = C, kv_begin = 0), FLOPs 4·B·H·C²·D forward and 2.5× that
+//   linear_fwd: CudaBackend::linear_forward at N=I=O (the same n as gemm's), fp32 and bf16 — in bf16 with
+//     its rounding launch (x and w to bf16 copies) and fp32 output, what a bf16 run's GEMM costs
+//   attention_chunk_fwd / attention_chunk_bwd: CudaBackend's chunk kernels in fp32 and bf16 on one fully
+//     visible (q chunk, kv chunk) pair (q_begin = C, kv_begin = 0), FLOPs 4·B·H·C²·D forward and 2.5× that
 //     backward (the FlashAttention convention; our backward recomputes scores, so it does more work).
 // Inputs are constant fill (values do not matter for speed). Timing: CUDA events around cuBLASLt on
 // one stream; wall clock between device synchronisations for the backend (it owns its stream).
@@ -113,9 +115,31 @@ double seconds_per_call(F&& f, int iters) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
 }
 
-void attention_bench(const Options& o) {
+const char* precision_name(fpdt::kernels::Precision precision) {
+  return precision == fpdt::kernels::Precision::bf16 ? "bf16" : "fp32";
+}
+
+// out (n, n) = x (n, n) · w (n, n)ᵀ through the backend, fp32 output.
+void linear_bench(fpdt::kernels::Backend& backend, int64_t n, fpdt::kernels::Precision precision, int iters) {
   using namespace fpdt::kernels;
-  auto backend = make_cuda_backend();
+  const size_t bytes = sizeof(float) * n * n;
+  auto alloc = [bytes] {
+    float* ptr = static_cast<float*>(cuda_device_alloc(bytes));
+    FPDT_CUDA_CHECK(cudaMemset(ptr, 0x3c, bytes));
+    return ptr;
+  };
+  float *x = alloc(), *w = alloc(), *out = alloc();
+  const int dim = static_cast<int>(n);
+  const double s = seconds_per_call(
+      [&] { backend.linear_forward(out, x, w, nullptr, n, dim, dim, false, precision); }, iters);
+  std::printf("{\"bench\": \"linear_fwd\", \"dtype\": \"%s\", \"n\": %lld, \"ms\": %.3f, \"tflops\": %.2f}\n",
+              precision_name(precision), static_cast<long long>(n), s * 1e3, 2.0 * n * n * n / s / 1e12);
+  std::fflush(stdout);
+  for (float* ptr : {x, w, out}) cuda_device_free(ptr);
+}
+
+void attention_bench(fpdt::kernels::Backend& backend, const Options& o, fpdt::kernels::Precision precision) {
+  using namespace fpdt::kernels;
   const int64_t C = o.chunk;
   const int H = o.heads, D = o.head_dim;
   const size_t tensor_bytes = sizeof(float) * C * H * D, stat_bytes = sizeof(float) * H * C;
@@ -138,17 +162,19 @@ void attention_bench(const Options& o) {
   params.q_begin = C;  // every key visible: a full block
   params.kv_begin = 0;
   params.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  params.precision = precision;
   const double fwd_flops = 4.0 * H * C * C * D;
-  const double fwd_s = seconds_per_call([&] { backend->attention_chunk_forward(out, lse, params, false); }, o.iters);
-  backend->attention_chunk_delta(delta, dout, out, 1, C, H, D);
+  const double fwd_s = seconds_per_call([&] { backend.attention_chunk_forward(out, lse, params, false); }, o.iters);
+  backend.attention_chunk_delta(delta, dout, out, 1, C, H, D);
   const double bwd_s =
-      seconds_per_call([&] { backend->attention_chunk_backward(dq, dk, dv, dout, lse, delta, params); }, o.iters);
-  std::printf("{\"bench\": \"attention_chunk_fwd\", \"dtype\": \"fp32\", \"chunk\": %lld, \"heads\": %d, "
+      seconds_per_call([&] { backend.attention_chunk_backward(dq, dk, dv, dout, lse, delta, params); }, o.iters);
+  std::printf("{\"bench\": \"attention_chunk_fwd\", \"dtype\": \"%s\", \"chunk\": %lld, \"heads\": %d, "
               "\"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
-              static_cast<long long>(C), H, D, fwd_s * 1e3, fwd_flops / fwd_s / 1e12);
-  std::printf("{\"bench\": \"attention_chunk_bwd\", \"dtype\": \"fp32\", \"chunk\": %lld, \"heads\": %d, "
+              precision_name(precision), static_cast<long long>(C), H, D, fwd_s * 1e3, fwd_flops / fwd_s / 1e12);
+  std::printf("{\"bench\": \"attention_chunk_bwd\", \"dtype\": \"%s\", \"chunk\": %lld, \"heads\": %d, "
               "\"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
-              static_cast<long long>(C), H, D, bwd_s * 1e3, 2.5 * fwd_flops / bwd_s / 1e12);
+              precision_name(precision), static_cast<long long>(C), H, D, bwd_s * 1e3, 2.5 * fwd_flops / bwd_s / 1e12);
+  std::fflush(stdout);
   for (float* ptr : {q, k, v, out, dout, dq, dk, dv, lse, delta}) cuda_device_free(ptr);
 }
 
@@ -164,7 +190,12 @@ int main(int argc, char** argv) {
                   type == CUDA_R_32F ? "fp32" : "bf16", static_cast<long long>(n), gemm_tflops(n, type, options.iters));
       std::fflush(stdout);
     }
-    attention_bench(options);
+    const auto backend = fpdt::kernels::make_cuda_backend();
+    for (const auto precision : {fpdt::kernels::Precision::fp32, fpdt::kernels::Precision::bf16})
+      linear_bench(*backend, precision == fpdt::kernels::Precision::fp32 ? options.gemm / 2 : options.gemm, precision,
+                   options.iters);
+    for (const auto precision : {fpdt::kernels::Precision::fp32, fpdt::kernels::Precision::bf16})
+      attention_bench(*backend, options, precision);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_cuda: %s\n", error.what());
     return 1;

@@ -1,9 +1,14 @@
 # The peer side of bench/peer_torch.sh: training steps of Hugging Face LlamaForCausalLM with SDPA
-# attention in fp32, built from the same config.json fpdt reads, on random token ids — forward with the
-# shifted cross-entropy, backward, gradient clipping at 1 and one AdamW step, as `fpdt train` does.
+# attention, built from the same config.json fpdt reads, on random token ids — forward with the shifted
+# cross-entropy, backward, gradient clipping at 1 and one AdamW step, as `fpdt train` does. --precision
+# fp32 runs everything in fp32; bf16 is what a torch user trains with: torch.autocast("cpu", bfloat16)
+# over the forward and the loss (GEMMs and attention on bf16 inputs, oneDNN's bf16 kernels; fp32 master
+# weights, gradients and AdamW — the standard mixed-precision recipe fpdt's bf16 follows).
 # Prints one JSON line: the last step's seconds (wall and the process's CPU time), tokens/s, the process's
 # peak RSS and the load average.
 #   usage: peer_torch.py --config FILE --batch B --seq T --threads N [--steps K] [--checkpointing]
+#                        [--precision fp32|bf16]
+import contextlib
 import argparse
 import json
 import os
@@ -22,6 +27,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2, help="steps run; the last one is reported")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of every layer")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: torch.autocast(cpu, bfloat16) over the forward and the loss")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -37,13 +44,20 @@ def main():
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1))
     inputs, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
+    def autocast():
+        if args.precision == "bf16":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     seconds, cpu_seconds = [], []
     loss = None
     for _ in range(args.steps):
         start, cpu_start = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
-        logits = model(input_ids=inputs).logits  # (B, T, V)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, config.vocab_size), targets.view(-1))
+        with autocast():
+            logits = model(input_ids=inputs).logits  # (B, T, V); bf16 under autocast
+            # the loss in fp32 in both precisions (as transformers' own loss upcasts)
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, config.vocab_size), targets.view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -53,7 +67,8 @@ def main():
 
     tokens = args.batch * args.seq
     print(json.dumps({
-        "tool": "torch", "torch": torch.__version__, "transformers": transformers.__version__,
+        "tool": "torch" if args.precision == "fp32" else "torch-bf16", "precision": args.precision,
+        "torch": torch.__version__, "transformers": transformers.__version__,
         "attention": model.config._attn_implementation, "checkpointing": args.checkpointing,
         "batch": args.batch, "seq": args.seq, "threads": torch.get_num_threads(),
         "step_seconds": seconds[-1], "steps_seconds": seconds, "tokens_per_second": tokens / seconds[-1],

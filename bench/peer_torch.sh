@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # fpdt side by side with the peer a user would pick instead: PyTorch (PyPI wheel, tools/reference_env.sh)
-# training Hugging Face LlamaForCausalLM with SDPA attention, fp32, from the same config.json, with the
-# same threads — one forward + backward + clipping + AdamW step (bench/peer_torch.py), alternated with
-# `fpdt train` on the same shape, RUNS times each; the step reported is each process's last: of 2 steps
+# training Hugging Face LlamaForCausalLM with SDPA attention from the same config.json, with the same
+# threads, in fp32 ("torch") and under torch.autocast bf16 ("torch-bf16", what a torch user trains with;
+# TORCH_BF16=0 leaves it out) — one forward + backward + clipping + AdamW step (bench/peer_torch.py),
+# alternated with `fpdt train` on the same shape (and, when this fpdt takes --precision, `fpdt train
+# --precision bf16` as "fpdt-bf16"), RUNS times each; the step reported is each process's last: of 2 steps
 # (the first pays for allocation and page faults), at 32K of 1 (a step of a minute or more, whose first
 # touch of its memory is under 2 % of it: the runs that fit in the time a shared machine allows).
 #   shapes:   T = 2K, 8K, 32K of a 2-layer Llama h 512, 8 heads, f 1376 (configs/peer_llama.json), batch
@@ -14,7 +16,7 @@
 # Prints medians, ratios and the load range — of wall time, and of the process's CPU time over the step,
 # which a shared machine moves less (both tools wait passively). bench/results/peer_torch.json keeps the
 # shapes of earlier runs that this one did not run (each with its date); the table lists them all.
-#   usage: bench/peer_torch.sh [BUILD_DIR]      RUNS=3 SHAPES="t2k t8k t32k demo" MEMORY=1 override
+#   usage: bench/peer_torch.sh [BUILD_DIR]      RUNS=3 SHAPES="t2k t8k t32k demo" MEMORY=1 TORCH_BF16=1 override
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -22,6 +24,9 @@ fpdt=$build/fpdt
 runs=${RUNS:-3}
 shapes=${SHAPES:-"t2k t8k t32k demo"}
 threads=2
+torch_bf16=${TORCH_BF16:-1}
+fpdt_bf16=0  # fpdt's own bf16 rows, once `fpdt train` has --precision (issue 28)
+"$fpdt" train --help 2>&1 | grep -q -- '--precision' && fpdt_bf16=1
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 python=$(tools/reference_env.sh)
 bash scripts/get_corpus.sh "$fpdt" data >/dev/null
@@ -48,19 +53,20 @@ shape_args() {
 
 steps_of() { if [ "$1" = t32k ]; then echo 1; else echo 2; fi; }
 
-run_torch() {  # shape run [--checkpointing]
+run_torch() {  # shape run precision [--checkpointing]
   local config batch seq
   read -r config batch seq _ <<< "$(shape_args "$1")"
   "$python" bench/peer_torch.py --config "$config" --batch "$batch" --seq "$seq" --threads $threads --steps "$(steps_of "$1")" \
-    ${3:-} 2> "$work/torch_$1_$2.err" | tail -n 1 |
+    --precision "$3" ${4:-} 2> "$work/torch_$1_$2_$3.err" | tail -n 1 |
     python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['shape']='$1'; d['run']=$2; print(json.dumps(d))" \
     >> "$results"
 }
 
-run_fpdt() {  # shape run [resident]
+run_fpdt() {  # shape run [resident|bf16]
   local config batch seq extra out tool=fpdt
   read -r config batch seq extra <<< "$(shape_args "$1")"
-  if [ -n "${3:-}" ]; then extra=${extra/--offload disk:$work/--offload none}; tool=fpdt-resident; fi
+  if [ "${3:-}" = resident ]; then extra=${extra/--offload disk:$work/--offload none}; tool=fpdt-resident; fi
+  if [ "${3:-}" = bf16 ]; then extra="$extra --precision bf16"; tool=fpdt-bf16; fi
   out=$work/${tool}_$1_$2
   # shellcheck disable=SC2086
   "$fpdt" train --model "$config" --data data/kjv --batch "$batch" --seq "$seq" --steps "$(steps_of "$1")" \
@@ -85,11 +91,15 @@ for shape in $shapes; do
     before=$(wc -l < "$results")
     # the runs of one round in a rotated order (each goes first once in every len(order) rounds)
     order=(torch fpdt); [ "$shape" = t32k ] && order+=(fpdt-resident)
+    [ "$torch_bf16" = 1 ] && order+=(torch-bf16)
+    [ "$fpdt_bf16" = 1 ] && order+=(fpdt-bf16)
     for i in $(seq 0 $((${#order[@]} - 1))); do
       case ${order[$(((i + run - 1) % ${#order[@]}))]} in
-        torch) run_torch "$shape" "$run" ;;
+        torch) run_torch "$shape" "$run" fp32 ;;
+        torch-bf16) run_torch "$shape" "$run" bf16 ;;
         fpdt) run_fpdt "$shape" "$run" ;;
         fpdt-resident) run_fpdt "$shape" "$run" resident ;;
+        fpdt-bf16) run_fpdt "$shape" "$run" bf16 ;;
       esac
     done
     tail -n +$((before + 1)) "$results" | python3 -c "
@@ -105,8 +115,8 @@ done
 # give the 'without' points when they include t8k and t32k), fpdt dry runs with --offload disk.
 if [ "${MEMORY:-1}" = 1 ]; then
   for shape in t8k t32k; do
-    grep -q "\"tool\": \"torch\".*\"checkpointing\": false.*\"shape\": \"$shape\"" "$results" || run_torch "$shape" 0
-    run_torch "$shape" 0 --checkpointing
+    grep -q "\"tool\": \"torch\".*\"checkpointing\": false.*\"shape\": \"$shape\"" "$results" || run_torch "$shape" 0 fp32
+    run_torch "$shape" 0 fp32 --checkpointing
   done
   for seq in 32768 1048576 4194304; do
     "$fpdt" train --model bench/configs/peer_llama.json --data data/kjv --batch 1 --seq $seq --threads $threads \
@@ -134,10 +144,12 @@ today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UT
 def med(shape, tool, key):
     values = [r[key] for r in timed if r["shape"] == shape and r["tool"] == tool and r.get(key) is not None]
     return statistics.median(values) if values else None
+peers = ("torch", "torch-bf16")
 for shape in dict.fromkeys(r["shape"] for r in timed):
     loads = [r["load_average"] for r in timed if r["shape"] == shape]
     t, tr = med(shape, "torch", "step_seconds"), med(shape, "torch", "peak_rss_bytes")
-    for tool in dict.fromkeys(r["tool"] for r in timed if r["shape"] == shape and r["tool"] != "torch"):
+    tb = med(shape, "torch-bf16", "step_seconds")
+    for tool in dict.fromkeys(r["tool"] for r in timed if r["shape"] == shape and r["tool"] not in peers):
         f, fr = med(shape, tool, "step_seconds"), med(shape, tool, "peak_rss_bytes")
         entry = {"fpdt": tool, "torch_step_seconds": t, "fpdt_step_seconds": f, "speedup": t / f,
                  "torch_tokens_per_second": med(shape, "torch", "tokens_per_second"),
@@ -145,18 +157,24 @@ for shape in dict.fromkeys(r["shape"] for r in timed):
                  "fpdt_peak_rss_bytes": fr, "fpdt_mfu": med(shape, tool, "mfu"),
                  "fpdt_sgemm_ratio": med(shape, tool, "sgemm_ratio"),
                  "torch_cpu_seconds": med(shape, "torch", "cpu_seconds"), "fpdt_cpu_seconds": med(shape, tool, "cpu_seconds"),
+                 "torch_bf16_step_seconds": tb, "torch_bf16_over_fpdt": tb / f if tb else None,
+                 "torch_bf16_cpu_seconds": med(shape, "torch-bf16", "cpu_seconds"),
+                 "torch_bf16_peak_rss_bytes": med(shape, "torch-bf16", "peak_rss_bytes"),
                  "load_min": min(loads), "load_max": max(loads), "date": today, "medians_of": runs,
-                 "runs": [r for r in timed if r["shape"] == shape and r["tool"] in ("torch", tool)]}
+                 "runs": [r for r in timed if r["shape"] == shape and r["tool"] in peers + (tool,)]}
         summary["shapes"][shape if tool == "fpdt" else f"{shape} ({tool})"] = entry
-print(f"| shape | torch step s | fpdt step s | torch / fpdt | torch tok/s | fpdt tok/s | CPU s torch / fpdt | "
-      f"torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load | runs | date |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print(f"| shape | torch step s | torch bf16 step s | fpdt step s | torch / fpdt | torch bf16 / fpdt | torch tok/s | "
+      f"fpdt tok/s | CPU s torch / fpdt | CPU s torch bf16 | torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load | "
+      f"runs | date |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for shape, e in summary["shapes"].items():
     t, f, tr, fr = e["torch_step_seconds"], e["fpdt_step_seconds"], e["torch_peak_rss_bytes"], e["fpdt_peak_rss_bytes"]
+    tb, tb_cpu = e.get("torch_bf16_step_seconds"), e.get("torch_bf16_cpu_seconds")  # absent in earlier runs
     cpu = (f"{e['torch_cpu_seconds']:.2f} / {e['fpdt_cpu_seconds']:.2f} = {e['torch_cpu_seconds'] / e['fpdt_cpu_seconds']:.2f}"
            if e.get("fpdt_cpu_seconds") and e.get("torch_cpu_seconds") else "—")
-    print(f"| {shape} | {t:.3f} | {f:.3f} | {t / f:.2f} | {e['torch_tokens_per_second']:.0f} | "
-          f"{e['fpdt_tokens_per_second']:.0f} | {cpu} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
+    print(f"| {shape} | {t:.3f} | {f'{tb:.3f}' if tb else '—'} | {f:.3f} | {t / f:.2f} | {f'{tb / f:.2f}' if tb else '—'} | "
+          f"{e['torch_tokens_per_second']:.0f} | {e['fpdt_tokens_per_second']:.0f} | {cpu} | "
+          f"{f'{tb_cpu:.2f}' if tb_cpu else '—'} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
           f"{e['load_min']:.1f}–{e['load_max']:.1f} | {e.get('medians_of', '?')} | {e.get('date', 'earlier')} |")
 
 budget = 16 * 2**30

@@ -1,7 +1,9 @@
 // The Backend conformance table (backend_ops.h) on the cuda backend: every op against the float64
-// reference at several shapes, inputs copied to the device and results back. Label `cuda`: run only
+// reference at several shapes, inputs copied to the device and results back; then what is particular
+// to the CUDA bf16 paths (operands rounded once, where the kernels read them). Label `cuda`: run only
 // on GPU machines (ctest -L cuda, scripts/gpu_check.sh); without a usable device every test FAILS
 // with a message, it never skips.
+#include "fpdt/tensor/dtype.h"
 #include "kernels/backend_ops.h"
 
 namespace fpdt::kernels::conformance {
@@ -23,6 +25,184 @@ TEST(CudaBackendLimits, RejectsHeadDimAbove256) {
   params.D = 512;
   float* none = nullptr;
   EXPECT_THROW(backend->attention_chunk_forward(none, none, params, false), Error);
+}
+
+std::vector<float> rounded_to_bf16(std::vector<float> values) {
+  for (float& value : values) value = round_to_bf16(value);
+  return values;
+}
+
+std::vector<double> magnitudes(const std::vector<float>& values) {
+  std::vector<double> result(values.size());
+  for (size_t i = 0; i < values.size(); ++i) result[i] = std::fabs(double{values[i]});
+  return result;
+}
+
+// Two GEMMs over the same bf16-valued operands (their products exact in fp32), summed in any order with
+// any rounding of the additions: the bf16 one on tensor cores, which truncate their sums (an addition errs
+// by less than 2u there, u = 2^-24), the fp32 one on CUDA cores (at most u). Each output then differs by at
+// most (2 + 1)·(K − 1)·u·Σ_k |a_k b_k| to first order (Higham, Accuracy and Stability of Numerical
+// Algorithms, §3.1, for any summation tree); 4·K·u bounds it. `magnitude` is Σ_k |a_k b_k| per output.
+void expect_within_sum_bound(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                             const std::vector<double>& magnitude, int64_t K) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(got.size(), magnitude.size()) << what;
+  const double per_term = 4.0 * static_cast<double>(K) * testing::kFp32Rounding;
+  double worst = 0.0;  // the largest |got − want| / (per_term · Σ|a b|)
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = per_term * magnitude[i], difference = std::fabs(double{got[i]} - want[i]);
+    if (!(difference <= bound)) {
+      ADD_FAILURE() << what << ": output " << i << " differs by " << difference << ", bound " << bound;
+      return;
+    }
+    worst = std::max(worst, bound > 0 ? difference / bound : 0.0);
+  }
+  std::printf("[ error    ] %s: at most %.3f of the bound 4·K·u·Σ|a·b| (K = %lld)\n", what.c_str(), worst,
+              static_cast<long long>(K));
+}
+
+// The CUDA bf16 paths round each product's input once, where the kernel reads it (linear: the copies
+// cuBLASLt reads; attention: the tiles in shared memory). So (1) inputs that are already bf16 values
+// give the same bits as the raw ones, (2) on bf16-valued inputs the bf16 GEMM is the fp32 one up to the
+// order and rounding of its fp32 sums (expect_within_sum_bound), and (3) on raw inputs it is not the
+// fp32 GEMM: the rounding took place. The backend_ops.h rows check both paths against the
+// float64 reference; these pin where the CUDA kernels round.
+TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const auto backend = make_backend("cuda");
+  const Memory memory = memory_of("cuda");
+  Rng rng(fresh_seed());
+  const int64_t N = 300;
+  const int I = 136, O = 72;
+  const auto x = random_normal<float>(rng, N * I), w = random_normal<float>(rng, int64_t{O} * I, 0.05);
+  const auto dout = random_normal<float>(rng, N * O);
+  const Placed<float> x_raw(memory, x), w_raw(memory, w), dout_raw(memory, dout);
+  const Placed<float> x_bf16(memory, rounded_to_bf16(x)), w_bf16(memory, rounded_to_bf16(w)),
+      dout_bf16(memory, rounded_to_bf16(dout));
+  // Σ|a·b| of each output over the bf16-valued operands, by the reference GEMMs on magnitudes: forward
+  // Σ_i |x||w| (K = I), dx Σ_o |dout||w| (K = O), dw Σ_n |dout||x| (K = N).
+  const auto x_mag = magnitudes(rounded_to_bf16(x)), w_mag = magnitudes(rounded_to_bf16(w)),
+             dout_mag = magnitudes(rounded_to_bf16(dout));
+  std::vector<double> out_mag(N * O), dx_mag(N * I), dw_mag(int64_t{O} * I, 0.0);
+  reference::linear_forward<double>(out_mag.data(), x_mag.data(), w_mag.data(), nullptr, N, I, O, false);
+  reference::linear_backward<double>(dx_mag.data(), dw_mag.data(), nullptr, dout_mag.data(), x_mag.data(),
+                                     w_mag.data(), N, I, O, false);
+  // bf16 rounding moves each input by up to 2^-8 of itself; over random terms a product's relative error
+  // is ~2^-8 and the norm-wise error of a sum of them ~1e-3. 1e-4 is far above fp32's reordering (~1e-6)
+  // and far below that: an unrounded operand cannot pass.
+  constexpr double kRoundingSeen = 1e-4;
+
+  auto forward = [&](const Placed<float>& x_in, const Placed<float>& w_in, Precision precision) {
+    const Placed<float> out(memory, std::vector<float>(N * O, 7.0f));
+    backend->linear_forward(out.get(), x_in.get(), w_in.get(), nullptr, N, I, O, false, precision);
+    return out.host();
+  };
+  const auto bf16_raw = forward(x_raw, w_raw, Precision::bf16);
+  EXPECT_EQ(bf16_raw, forward(x_bf16, w_bf16, Precision::bf16)) << "linear_forward bf16: bf16-valued inputs differ";
+  const auto fp32_on_bf16 = forward(x_bf16, w_bf16, Precision::fp32);
+  expect_within_sum_bound("linear_forward bf16 vs fp32 on bf16-valued x, w", bf16_raw, fp32_on_bf16, out_mag, I);
+  EXPECT_GT(relative_error(bf16_raw, forward(x_raw, w_raw, Precision::fp32)), kRoundingSeen)
+      << "linear_forward bf16 on raw inputs equals fp32: nothing was rounded";
+
+  struct Gradients {
+    std::vector<float> dx, dw, dbias;
+  };
+  auto backward = [&](const Placed<float>& x_in, const Placed<float>& w_in, const Placed<float>& dout_in,
+                      Precision precision) {
+    const Placed<float> dx(memory, std::vector<float>(N * I, 7.0f));
+    const Placed<float> dw(memory, std::vector<float>(int64_t{O} * I, 0.0f)), dbias(memory, std::vector<float>(O, 0.0f));
+    backend->linear_backward(dx.get(), dw.get(), dbias.get(), dout_in.get(), x_in.get(), w_in.get(), N, I, O, false,
+                             precision);
+    return Gradients{dx.host(), dw.host(), dbias.host()};
+  };
+  const Gradients raw = backward(x_raw, w_raw, dout_raw, Precision::bf16);
+  const Gradients pre = backward(x_bf16, w_bf16, dout_bf16, Precision::bf16);
+  EXPECT_EQ(raw.dx, pre.dx) << "linear_backward bf16 dx: bf16-valued inputs differ";
+  EXPECT_EQ(raw.dw, pre.dw) << "linear_backward bf16 dw: bf16-valued inputs differ";
+  const Gradients fp32_on_bf16_grads = backward(x_bf16, w_bf16, dout_bf16, Precision::fp32);
+  expect_within_sum_bound("linear_backward bf16 vs fp32 dx", raw.dx, fp32_on_bf16_grads.dx, dx_mag, O);
+  expect_within_sum_bound("linear_backward bf16 vs fp32 dw", raw.dw, fp32_on_bf16_grads.dw, dw_mag, N);
+  // dbias is fp32 in both precisions: the same column sums of the same (unrounded) dout, bit for bit.
+  EXPECT_EQ(raw.dbias, backward(x_raw, w_raw, dout_raw, Precision::fp32).dbias) << "linear_backward bf16 dbias";
+  const Gradients fp32_raw = backward(x_raw, w_raw, dout_raw, Precision::fp32);
+  EXPECT_GT(relative_error(raw.dx, fp32_raw.dx), kRoundingSeen) << "linear_backward bf16 dx: nothing was rounded";
+  EXPECT_GT(relative_error(raw.dw, fp32_raw.dw), kRoundingSeen) << "linear_backward bf16 dw: nothing was rounded";
+}
+
+// Attention in bf16: q, k, v, dO rounded as their tiles are loaded (so bf16-valued inputs give the same
+// bits), the softmax statistics fp32 (so on bf16-valued inputs the LSE is the fp32 kernel's up to fp32
+// rounding: the same scores, in log2 units against a power-of-two anchor), and P rounded before P·V: out
+// moves from the fp32 kernel's by at most u_bf16 = 2^-8 of Σ_j p_j |v_jd| ≤ max_j |v_jd| (each p_j moves
+// by at most 2^-8 of itself, the normaliser is unrounded), plus both sides' fp32 sums over the keys (a few
+// 1e-6 of the same scale).
+TEST(CudaBf16, AttentionRoundsOperandsOnLoadAndKeepsTheSoftmaxFp32) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const auto backend = make_backend("cuda");
+  const Memory memory = memory_of("cuda");
+  Rng rng(fresh_seed());
+  const int B = 2, H = 4, Hkv = 2, D = 80;
+  const int64_t Cq = 70, Ck = 90;
+  const size_t q_size = size_t{B} * Cq * H * D, kv_size = size_t{B} * Ck * Hkv * D, stat_size = size_t{B} * H * Cq;
+  const auto q = random_normal<float>(rng, q_size), k = random_normal<float>(rng, kv_size),
+             v = random_normal<float>(rng, kv_size), dout = random_normal<float>(rng, q_size);
+  const Placed<float> q_raw(memory, q), k_raw(memory, k), v_raw(memory, v), dout_raw(memory, dout);
+  const Placed<float> q_bf16(memory, rounded_to_bf16(q)), k_bf16(memory, rounded_to_bf16(k)),
+      v_bf16(memory, rounded_to_bf16(v)), dout_bf16(memory, rounded_to_bf16(dout));
+  // q_begin 60, kv_begin 0: the diagonal crosses the block (masked and visible pairs; the last rows see every key).
+  auto params = [&](const Placed<float>& q_in, const Placed<float>& k_in, const Placed<float>& v_in,
+                    Precision precision) {
+    return AttentionChunkParams{.q = q_in.get(), .k = k_in.get(), .v = v_in.get(), .B = B, .Cq = Cq, .Ck = Ck,
+                                .H = H, .Hkv = Hkv, .D = D, .q_begin = 60, .kv_begin = 0,
+                                .scale = 1.0 / std::sqrt(static_cast<double>(D)), .precision = precision};
+  };
+  struct Forward {
+    std::vector<float> out, lse;
+  };
+  auto forward = [&](const AttentionChunkParams& p) {
+    const Placed<float> out(memory, std::vector<float>(q_size, 7.0f)), lse(memory, std::vector<float>(stat_size, 7.0f));
+    backend->attention_chunk_forward(out.get(), lse.get(), p, false);
+    return Forward{out.host(), lse.host()};
+  };
+  const Forward raw = forward(params(q_raw, k_raw, v_raw, Precision::bf16));
+  const Forward pre = forward(params(q_bf16, k_bf16, v_bf16, Precision::bf16));
+  EXPECT_EQ(raw.out, pre.out) << "attention forward bf16: bf16-valued q, k, v differ";
+  EXPECT_EQ(raw.lse, pre.lse) << "attention forward bf16 lse: bf16-valued q, k, v differ";
+  const Forward fp32 = forward(params(q_bf16, k_bf16, v_bf16, Precision::fp32));
+  // The LSE: the scores' sum over D, then the softmax's over the keys, exp and log — fp32 on both sides.
+  expect_close("attention forward bf16 lse vs fp32 on bf16-valued inputs", raw.lse, to_double(fp32.lse),
+               testing::fp32_bound({.summation = static_cast<double>(std::max<int64_t>(Ck, D)), .depth = 3}));
+  float v_max = 0.0f;
+  for (const float value : rounded_to_bf16(v)) v_max = std::max(v_max, std::fabs(value));
+  const double per_element = (0x1p-8 + 1e-5) * v_max;
+  double largest = 0.0;
+  for (size_t i = 0; i < q_size; ++i) largest = std::max(largest, std::fabs(double{raw.out[i]} - fp32.out[i]));
+  std::printf("[ error    ] attention forward bf16 vs fp32 on bf16-valued inputs: max %.3e (bound %.3e)\n", largest,
+              per_element);
+  EXPECT_LE(largest, per_element) << "P's rounding moved out further than 2^-8 of max |v|";
+  EXPECT_GT(largest, 0.0) << "attention forward bf16: P was not rounded";
+
+  // Backward from the same out, lse and Δ (fp32: the delta op takes no precision): bf16-valued q, k, v
+  // and dO give the same bits; against fp32 the rounding of P and dS shows.
+  const Placed<float> out(memory, raw.out), lse(memory, raw.lse), delta(memory, std::vector<float>(stat_size));
+  backend->attention_chunk_delta(delta.get(), dout_raw.get(), out.get(), B, Cq, H, D);
+  struct Backward {
+    std::vector<float> dq, dk, dv;
+  };
+  auto backward = [&](const AttentionChunkParams& p, const Placed<float>& dout_in) {
+    const Placed<float> dq(memory, std::vector<float>(q_size, 0.0f)), dk(memory, std::vector<float>(kv_size, 0.0f)),
+        dv(memory, std::vector<float>(kv_size, 0.0f));
+    backend->attention_chunk_backward(dq.get(), dk.get(), dv.get(), dout_in.get(), lse.get(), delta.get(), p);
+    return Backward{dq.host(), dk.host(), dv.host()};
+  };
+  const Backward grads_raw = backward(params(q_raw, k_raw, v_raw, Precision::bf16), dout_raw);
+  const Backward grads_pre = backward(params(q_bf16, k_bf16, v_bf16, Precision::bf16), dout_bf16);
+  EXPECT_EQ(grads_raw.dq, grads_pre.dq) << "attention backward bf16 dq: bf16-valued inputs differ";
+  EXPECT_EQ(grads_raw.dk, grads_pre.dk) << "attention backward bf16 dk: bf16-valued inputs differ";
+  EXPECT_EQ(grads_raw.dv, grads_pre.dv) << "attention backward bf16 dv: bf16-valued inputs differ";
+  const Backward grads_fp32 = backward(params(q_bf16, k_bf16, v_bf16, Precision::fp32), dout_bf16);
+  EXPECT_NE(grads_raw.dv, grads_fp32.dv) << "attention backward bf16 dv: P was not rounded";
+  EXPECT_NE(grads_raw.dq, grads_fp32.dq) << "attention backward bf16 dq: dS was not rounded";
+  EXPECT_NE(grads_raw.dk, grads_fp32.dk) << "attention backward bf16 dk: dS was not rounded";
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The CUDA backend's host-side decisions, which need no GPU and so run everywhere: what a GEMM of given
-// sizes does (k = 0 never reaches cuBLASLt), the operand alignments its heuristic is told, the key its
-// cached plans are found by (gemm_plan.h); how a byte range splits over pinned pieces and staging slots
+// sizes does (k = 0 never reaches cuBLASLt), the operand alignments its heuristic is told, where bf16
+// operand copies lie in their scratch, the key its cached plans are found by (gemm_plan.h); how a byte range splits over pinned pieces and staging slots
 // (pieces.h); which GPU a rank takes (device_choice.h).
 #include <gtest/gtest.h>
 
@@ -50,14 +50,39 @@ TEST(GemmAlignment, IsTheLargestPowerOfTwoDividingTheAddressUpTo256) {
   }
 }
 
+// A bf16 GEMM's operands are copied one after another into one scratch buffer (linear.cu gemm_inputs):
+// each copy must hold its 2 bytes per value and end where the next may start at cuBLASLt's largest
+// alignment, wasting less than that alignment.
+TEST(GemmBf16Copies, EachCopyHoldsItsValuesAndKeepsTheNextAligned) {
+  EXPECT_EQ(bf16_copy_bytes(0), 0u);  // an operand over no values takes no room
+  EXPECT_EQ(bf16_copy_bytes(1), 256u);
+  EXPECT_EQ(bf16_copy_bytes(128), 256u);
+  EXPECT_EQ(bf16_copy_bytes(129), 512u);
+  EXPECT_THROW(bf16_copy_bytes(-1), Error);
+  alignas(256) static char scratch[1 << 16];
+  Rng rng(fpdt::testing::fresh_seed());
+  for (int trial = 0; trial < 200; ++trial) {
+    size_t offset = 0;
+    for (int operand = 0; operand < 3; ++operand) {
+      const int64_t values = static_cast<int64_t>(rng.below(5000));
+      const size_t bytes = bf16_copy_bytes(values);
+      EXPECT_GE(bytes, 2u * values) << values;
+      EXPECT_LT(bytes, 2u * values + kMaxGemmAlignmentBytes) << values;
+      EXPECT_EQ(alignment_bytes(scratch + offset), kMaxGemmAlignmentBytes) << "copy " << operand << " misaligned";
+      offset += bytes;
+    }
+  }
+}
+
 TEST(GemmKey, EveryFieldTellsPlansApart) {
-  const GemmKey base{true, false, 64, 32, 16, 16, 16, 64, 256, 64, 128};
+  const GemmKey base{GemmInputs::fp32, true, false, 64, 32, 16, 16, 16, 64, 256, 64, 128};
   std::vector<GemmKey> keys{base};
   auto vary = [&](auto change) {
     GemmKey key = base;
     change(key);
     keys.push_back(key);
   };
+  vary([](GemmKey& k) { k.inputs = GemmInputs::bf16; });  // same shape, bf16 operands: its own plan
   vary([](GemmKey& k) { k.trans_a = false; });
   vary([](GemmKey& k) { k.trans_b = true; });
   vary([](GemmKey& k) { k.m = 65; });

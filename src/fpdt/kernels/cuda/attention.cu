@@ -1,10 +1,15 @@
-// CUDA attention chunk kernels in fp32 (semantics: reference/attention_chunk.h), FlashAttention-2
-// style: a block owns 16 rows (4 warps × 4 rows), streams the other side in tiles of 32 rows
-// through shared memory, and keeps an online softmax per row. Lane j scores tile row j (padded
-// shared rows, conflict-free); lane t owns output dims t, t+32, … . Backward is two kernels, so
-// nothing needs atomics: dQ (rows = q, tiles over kv) and dK/dV (rows = kv, tiles over q and over
-// the q heads of the GQA group). Scores are recomputed in each — correct first; the mma.sync /
-// bf16 version is the next step (issue 8). Head dim D ≤ 256 (one instantiation per ⌈D/32⌉).
+// CUDA attention chunk kernels (semantics: reference/attention_chunk.h), FlashAttention-2 style: a
+// block owns 16 rows (4 warps × 4 rows), streams the other side in tiles of 32 rows through shared
+// memory, and keeps an online softmax per row. Lane j scores tile row j (padded shared rows,
+// conflict-free); lane t owns output dims t, t+32, … . Backward is two kernels, so nothing needs
+// atomics: dQ (rows = q, tiles over kv) and dK/dV (rows = kv, tiles over q and over the q heads of the
+// GQA group). Scores are recomputed in each. fp32 arithmetic throughout; in bf16 (ops.h Precision) each
+// product's inputs are rounded to nearest bf16 — q, k, v and dO as their tiles reach shared memory, P
+// before P·V and Pᵀ·dO, dS before dS·K and dSᵀ·Q — while the softmax statistics, LSE, Δ and the
+// accumulators stay fp32; the forward's online softmax then runs in log2 units against a running max
+// lifted to an integer (reference/attention_chunk.h's m*), so the P̃ it rounds are the spec's bits
+// whatever the tiling. CUDA cores, not tensor cores (mma.sync is the next step). Head dim D ≤ 256
+// (one instantiation per ⌈D/32⌉).
 // Masking is ops.h's position_visible (causal, sliding window) plus document ids; each kernel streams
 // only the tiles its rows can see by position, so with a window W the work per row is O(W).
 #include <algorithm>
@@ -13,6 +18,7 @@
 #include <type_traits>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/bf16.cuh"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
@@ -33,14 +39,19 @@ __device__ inline bool visible(const AttentionChunkParams& p, int b, int64_t i, 
   return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
 }
 
+// A product's input as the precision has it: itself in fp32, its nearest bf16 value in bf16. `bf16` is
+// the same for every thread of a launch.
+__device__ inline float product_input(float x, bool bf16) { return bf16 ? nearest_bf16(x) : x; }
+
 // Loads `rows` rows of a (B, C, heads, D) tensor at head `head`, from row `first`, into shared
-// memory with row stride `stride` (zero past C).
+// memory with row stride `stride` (zero past C), each value as product_input has it.
 __device__ inline void load_rows(float* dst, int stride, const float* src, int b, int64_t C, int heads, int head,
-                                 int D, int64_t first, int rows) {
+                                 int D, int64_t first, int rows, bool bf16) {
   for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
     const int r = idx / D, d = idx % D;
     const int64_t i = first + r;
-    dst[r * stride + d] = i < C ? src[((b * C + i) * heads + head) * static_cast<int64_t>(D) + d] : 0.0f;
+    dst[r * stride + d] =
+        i < C ? product_input(src[((b * C + i) * heads + head) * static_cast<int64_t>(D) + d], bf16) : 0.0f;
   }
 }
 
@@ -57,7 +68,12 @@ __device__ inline void visible_kv_rows(const AttentionChunkParams& p, int64_t ro
   *begin = p.window == 0 ? 0 : max(static_cast<int64_t>(0), p.q_begin + row0 - p.window + 1 - p.kv_begin);
 }
 
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
 // Shared memory: q (16, D) | k (32, D+1) | v (32, D+1).
+// The online softmax per row: scores s in its units — natural (fp32), log2 (bf16) — the running max m
+// (in bf16 lifted to an integer, ⌈·⌉: the spec's m* = ln 2·⌈m / ln 2⌉, so a tile's P̃ = 2^(s − m) differ
+// from the final anchor's by exact powers of two and round to the same bits), l = Σ P̃ (fp32, unrounded).
 template <int kDL>
 __global__ void __launch_bounds__(kWarps * 32)
     chunk_forward_kernel(float* out, float* lse, const AttentionChunkParams p, bool accumulate) {
@@ -69,7 +85,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int b = blockIdx.y / p.H, head = blockIdx.y % p.H, kv_head = head / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows);
+  const bool bf16 = p.precision == Precision::bf16;
+  const float score_scale = static_cast<float>(p.scale) * (bf16 ? kLog2e : 1.0f);
+  auto softmax_exp = [bf16](float x) { return bf16 ? exp2f(x) : expf(x); };
+  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDL];
 #pragma unroll
@@ -83,8 +102,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   visible_kv_rows(p, row0, &kv_begin, &kv_end);
   for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
     __syncthreads();
-    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
-    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
+    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -93,17 +112,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (i >= p.Cq) continue;  // warp-uniform
       const int64_t j = tile0 + lane;
       float s = -INFINITY;
-      if (j < p.Ck && visible(p, b, i, j))
-        s = static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
-      const float m_new = fmaxf(m[r], warp_max(s));
+      if (j < p.Ck && visible(p, b, i, j)) s = score_scale * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
+      float m_new = fmaxf(m[r], warp_max(s));
       if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
-      const float prob = s == -INFINITY ? 0.0f : expf(s - m_new);
-      const float correction = expf(m[r] - m_new);
-      l[r] = l[r] * correction + warp_sum(prob);
+      if (bf16) m_new = ceilf(m_new);
+      const float prob = s == -INFINITY ? 0.0f : softmax_exp(s - m_new);
+      const float correction = softmax_exp(m[r] - m_new);
+      l[r] = l[r] * correction + warp_sum(prob);  // the fp32 probabilities
+      const float prob_input = product_input(prob, bf16);
 #pragma unroll
       for (int t = 0; t < kDL; ++t) acc[r][t] *= correction;
       for (int jj = 0; jj < kTile; ++jj) {
-        const float pj = __shfl_sync(kFull, prob, jj);
+        const float pj = __shfl_sync(kFull, prob_input, jj);
         if (pj == 0.0f) continue;  // warp-uniform
 #pragma unroll
         for (int t = 0; t < kDL; ++t) {
@@ -130,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       continue;
     }
-    const float block_lse = m[r] + logf(l[r]);
+    const float block_lse = (bf16 ? m[r] * kLn2 : m[r]) + logf(l[r]);  // natural units
     const float old_lse = accumulate ? *row_lse : -INFINITY;
     __syncwarp();  // every lane has read the old lse before lane 0 overwrites it
     if (old_lse == -INFINITY) {
@@ -180,8 +200,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int b = blockIdx.y / p.H, head = blockIdx.y % p.H, kv_head = head / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows);
-  load_rows(do_s, D, dout, b, p.Cq, p.H, head, D, row0, kBlockRows);
+  const bool bf16 = p.precision == Precision::bf16;
+  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
+  load_rows(do_s, D, dout, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
 
   float acc[kRowsPerWarp][kDL];
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp];
@@ -198,8 +219,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   visible_kv_rows(p, row0, &kv_begin, &kv_end);
   for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
     __syncthreads();
-    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
-    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile);
+    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
+    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -212,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float prob =
             expf(static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D) - row_lse[r]);
         const float dprob = dot_shared(do_s + local * D, v_s + lane * (D + 1), D);
-        dscore = prob * (dprob - row_delta[r]);
+        dscore = product_input(prob * (dprob - row_delta[r]), bf16);
       }
       for (int jj = 0; jj < kTile; ++jj) {
         const float ds = __shfl_sync(kFull, dscore, jj);
@@ -254,8 +275,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int b = blockIdx.y / p.Hkv, kv_head = blockIdx.y % p.Hkv, group = p.H / p.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  load_rows(k_s, D, p.k, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows);
-  load_rows(v_s, D, p.v, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows);
+  const bool bf16 = p.precision == Precision::bf16;
+  load_rows(k_s, D, p.k, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows, bf16);
+  load_rows(v_s, D, p.v, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows, bf16);
 
   float dk_acc[kRowsPerWarp][kDL], dv_acc[kRowsPerWarp][kDL];
 #pragma unroll
@@ -272,8 +294,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int head = kv_head * group + g;
     for (int64_t tile0 = q_first; tile0 < q_end; tile0 += kTile) {
       __syncthreads();
-      load_rows(q_s, D + 1, p.q, b, p.Cq, p.H, head, D, tile0, kTile);
-      load_rows(do_s, D + 1, dout, b, p.Cq, p.H, head, D, tile0, kTile);
+      load_rows(q_s, D + 1, p.q, b, p.Cq, p.H, head, D, tile0, kTile, bf16);
+      load_rows(do_s, D + 1, dout, b, p.Cq, p.H, head, D, tile0, kTile, bf16);
       if (threadIdx.x < kTile) {
         const int64_t i = tile0 + threadIdx.x;
         const int64_t stat = (static_cast<int64_t>(b) * p.H + head) * p.Cq + i;
@@ -287,11 +309,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t j = row0 + local;
         if (j >= p.Ck) continue;  // warp-uniform
         const int64_t i = tile0 + lane;
-        float prob = 0.0f, dscore = 0.0f;
+        float prob = 0.0f, dscore = 0.0f;  // as the products dV += P·dO and dK += dS·Q take them
         if (i < p.Cq && lse_s[lane] != -INFINITY && visible(p, b, i, j)) {
-          prob = expf(scale * dot_shared(q_s + lane * (D + 1), k_s + local * D, D) - lse_s[lane]);
+          const float fp32_prob = expf(scale * dot_shared(q_s + lane * (D + 1), k_s + local * D, D) - lse_s[lane]);
           const float dprob = dot_shared(do_s + lane * (D + 1), v_s + local * D, D);
-          dscore = prob * (dprob - delta_s[lane]);
+          prob = product_input(fp32_prob, bf16);
+          dscore = product_input(fp32_prob * (dprob - delta_s[lane]), bf16);
         }
         // Unrolled at most 4 deep: fully unrolled, the 32 steps of D = 64 (kDL = 2) took 255 registers and
         // spilled 572 bytes (ptxas -v, sm_90); 4 deep it needs no spill at any head dim.
@@ -384,7 +407,6 @@ void CudaBackend::configure_attention() {
 
 void CudaBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
                                           bool accumulate) {
-  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cuda backend yet");
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
   dispatch_head_dim(params.D, [&](auto dl) {
@@ -407,7 +429,6 @@ void CudaBackend::attention_chunk_delta(float* delta, const float* dout, const f
 
 void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                            const float* delta, const AttentionChunkParams& params) {
-  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cuda backend yet");
   validate(params);
   if (params.B == 0 || !block_has_visible_pair(params.q_begin, params.Cq, params.kv_begin, params.Ck, params.window))
     return;

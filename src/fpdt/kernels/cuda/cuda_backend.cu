@@ -1,7 +1,7 @@
 // CudaBackend's construction and scratch (the class: cuda_backend_impl.h; its ops: the .cu file of
 // each family), make_cuda_backend(), cuda_available() and the device-memory helpers of
-// cuda_backend.h. GEMMs are cuBLASLt in strict fp32 (linear.cu); bf16 storage with fp32 accumulation
-// is the next step (issue 8).
+// cuda_backend.h. GEMMs are cuBLASLt, in strict fp32 or on bf16 operands with fp32 accumulation
+// (linear.cu); storage is fp32.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -32,22 +32,23 @@ CudaBackend::CudaBackend() {
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   memory_.reset();
-  cudaFree(scratch_);
+  cudaFree(operand_scratch_.data);
+  cudaFree(scratch_.data);
   cudaFreeHost(sum_host_);
   cudaFree(lt_workspace_);
   cublaslt().destroy(lt_);
   cudaStreamDestroy(stream_);
 }
 
-float* CudaBackend::scratch(size_t floats) {
-  if (floats > scratch_floats_) {
+void* CudaBackend::grow(Scratch& scratch, size_t bytes) {
+  if (bytes > scratch.bytes) {
     FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    FPDT_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    FPDT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), floats * sizeof(float)));
-    scratch_floats_ = floats;
+    FPDT_CUDA_CHECK(cudaFree(scratch.data));
+    scratch = Scratch{};
+    FPDT_CUDA_CHECK(cudaMalloc(&scratch.data, bytes));
+    scratch.bytes = bytes;
   }
-  return scratch_;
+  return scratch.data;
 }
 
 }  // namespace cuda

@@ -12,8 +12,8 @@
 
 namespace fpdt::kernels {
 
-// A Backend over device pointers (fp32 storage and compute for now) on this rank's GPU: it sets the
-// device by the launcher's local rank (cuda/device_choice.h; GPU 0 in a plain run). Every launch goes
+// A Backend over device pointers (fp32 storage; GEMMs and attention in fp32 or bf16) on this rank's GPU:
+// it sets the device by the launcher's local rank (cuda/device_choice.h; GPU 0 in a plain run). Every launch goes
 // to the backend's own stream; the helpers below synchronise with it.
 std::unique_ptr<Backend> make_cuda_backend();
 

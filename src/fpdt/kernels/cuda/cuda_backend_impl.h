@@ -1,6 +1,7 @@
-// The CudaBackend class: the Backend interface over DEVICE pointers on the current GPU, fp32 storage
-// and compute. It owns one stream (every launch and cuBLASLt call goes to it), a cuBLASLt handle and
-// workspace, and a scratch buffer. Each op is defined in the .cu file of its family (norm.cu defines
+// The CudaBackend class: the Backend interface over DEVICE pointers on the current GPU, fp32 storage;
+// GEMMs and attention compute in fp32 or bf16 (ops.h Precision). It owns one stream (every launch and
+// cuBLASLt call goes to it), a cuBLASLt handle and workspace, and two scratch buffers (fp32 values, and
+// the bf16 copies of GEMM operands). Each op is defined in the .cu file of its family (norm.cu defines
 // rmsnorm_forward, linear.cu the GEMMs); construction and the device-memory helpers are in
 // cuda_backend.cu. Ops return without waiting, except sum_squares (a host double: it synchronises).
 // Internal to kernels/cuda: it names CUDA types, so only .cu files include it (the rest of the code
@@ -11,9 +12,11 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cuda/gemm_plan.h"
@@ -62,17 +65,28 @@ class CudaBackend final : public Backend {
  private:
   // attention.cu: raises the dynamic shared-memory limit of every attention kernel (once, at creation).
   static void configure_attention();
-  // Device scratch of at least `floats` floats; grows (synchronously, outside the steady state) only
-  // when a larger request first arrives.
-  float* scratch(size_t floats);
+  // Device memory that grows (synchronously, outside the steady state) only when a larger request first
+  // arrives; what it held is then lost.
+  struct Scratch {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  void* grow(Scratch& scratch, size_t bytes);
+  // Device scratch of at least `floats` floats (attention's Δ, column sums' partial sums).
+  float* scratch(size_t floats) { return static_cast<float*>(grow(scratch_, floats * sizeof(float))); }
+  // linear.cu: the operands as a GEMM reads them — in fp32 the arrays themselves; in bf16 their copies,
+  // rounded to nearest bf16 by one launch into operand_scratch_ (gemm_plan.h bf16_copy_bytes lays them
+  // out). operands[i] = (values, count); a null array stays null (an operand the call does not read).
+  std::array<const void*, 3> gemm_inputs(Precision precision,
+                                         const std::array<std::pair<const float*, int64_t>, 3>& operands);
 
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;  // kLtWorkspaceBytes
   GemmPlans gemm_plans_;
   double* sum_host_ = nullptr;  // pinned
-  float* scratch_ = nullptr;
-  size_t scratch_floats_ = 0;
+  Scratch scratch_;
+  Scratch operand_scratch_;  // gemm_inputs' bf16 copies
   std::unique_ptr<DeviceMemory> memory_;  // cuda_memory.cu: buffers, storage and copy streams
 };
 

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/bf16.cuh"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_check.h"
@@ -180,7 +181,7 @@ __global__ void scale_kernel(float* x, float alpha, int64_t n) {
 
 __global__ void round_to_bf16_kernel(float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+    x[i] = nearest_bf16(x[i]);
 }
 
 // x (N, H, D) rotated in place by sign · angle (sign = +1 forward, −1 backward).
