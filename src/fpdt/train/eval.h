@@ -17,7 +17,7 @@
 
 #include "fpdt/base/options.h"
 #include "fpdt/comm/communicator.h"
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/tokenizer.h"
 
 namespace fpdt::train {
 

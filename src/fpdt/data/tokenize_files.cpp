@@ -13,9 +13,9 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
-#include "fpdt/train/shard.h"
-#include "fpdt/train/text/unicode.h"
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/shard.h"
+#include "fpdt/data/text/unicode.h"
+#include "fpdt/data/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -2,7 +2,7 @@
 // runs it: added tokens split out (leftmost-longest), pre-tokenizers (Split by regex, ByteLevel) cut
 // the rest into words, and each word is merged by BPE rank (lowest rank first, leftmost among equals).
 // Decoding maps byte-level characters back to bytes and converts them as Rust's from_utf8_lossy.
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -13,12 +13,12 @@
 #include <utility>
 
 #include "fpdt/base/error.h"
-#include "fpdt/base/json.h"
 #include "fpdt/base/file_io.h"
-#include "fpdt/train/text/byte_level.h"
-#include "fpdt/train/text/normalize.h"
-#include "fpdt/train/text/oniguruma.h"
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/base/json.h"
+#include "fpdt/data/text/byte_level.h"
+#include "fpdt/data/text/normalize.h"
+#include "fpdt/data/text/oniguruma.h"
+#include "fpdt/data/text/unicode.h"
 
 namespace fpdt::train {
 
