@@ -33,7 +33,6 @@ constexpr const char* kSupportedHint =
 // The pattern the ByteLevel pre-tokenizer splits with when use_regex is true (GPT-2's).
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-constexpr size_t kMaxJsonDepth = 64;
 // Largest vocabulary (1 + the largest id) accepted: real ones are ≤ 256K; this bounds the id table.
 constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 constexpr size_t kWordCacheLimit = 1 << 16;
@@ -50,27 +49,6 @@ uint64_t fnv1a(std::string_view text) {
     hash *= 0x100000001b3ull;
   }
   return hash;
-}
-
-// Deepest nesting of arrays/objects in a JSON text (strings skipped), so a hostile file cannot
-// exhaust the stack of the recursive parser.
-size_t json_depth(std::string_view text) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 struct AddedToken {
@@ -401,14 +379,10 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   }
   if (size == 0) fail("has an empty vocabulary", "pass a trained tokenizer.json");
 
-  json config = json::object();
-  if (!config_text.empty()) {
-    try {
-      config = json::parse(config_text);
-    } catch (const json::exception& error) {
-      fail("its tokenizer_config.json is not valid JSON: " + fpdt::json::excerpt_text(error.what(), 240), "fix or remove tokenizer_config.json");
-    }
-  }
+  // Parsed by base/json.h, whose nesting limit keeps a hostile file from recursing off the stack.
+  const json config = config_text.empty() ? json::object()
+                                          : fpdt::json::parse(config_text, origin + ": its " + kTokenizerConfigFile, kModule,
+                                                              "fix or remove tokenizer_config.json");
   const std::string bos = config_token(config, "bos_token"), pad = config_token(config, "pad_token");
   bos_id = bos.empty() ? -1 : id_of(bos);
   pad_id = pad.empty() ? -1 : id_of(pad);
@@ -653,10 +627,12 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   impl->json_text = tokenizer_json;
   impl->config_text = config_json;
   impl->origin = origin;
-  if (json_depth(tokenizer_json) > kMaxJsonDepth)
-    impl->fail("nests arrays/objects more than " + std::to_string(kMaxJsonDepth) + " deep", "pass a Hugging Face tokenizer.json");
+  // Malformed or nested past base/json.h's limit: "<origin>: not a valid tokenizer.json, it is not valid
+  // JSON: ..." (or "... it nests JSON deeper than 64 levels").
+  const json root = fpdt::json::parse(tokenizer_json, origin + ": not a valid tokenizer.json, it", kModule,
+                                      "pass a Hugging Face tokenizer.json");
   try {
-    impl->parse(json::parse(tokenizer_json));
+    impl->parse(root);
   } catch (const json::exception& error) {
     impl->fail("is not a valid tokenizer.json: " + fpdt::json::excerpt_text(error.what(), 240), "pass a Hugging Face tokenizer.json");
   }
