@@ -14,6 +14,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/data/shard.h"
+#include "fpdt/data/tokenize_files.h"
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/blas_core.h"

@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/data/fasta.h"
 #include "fpdt/data/shard.h"
 #include "fpdt/data/text/normalize.h"
 #include "fpdt/data/text/oniguruma.h"
+#include "fpdt/data/tokenize_files.h"
 #include "testing.h"
 
 namespace fpdt::train {
