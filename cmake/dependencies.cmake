@@ -67,10 +67,10 @@ fpdt_library(fpdt_openblas OpenBLAS openblas openblas cblas.h openblas-pthread
              "apt-get install libopenblas-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libopenblas-pthread-dev unpacked>")
 
 # Oniguruma, the regex library of Hugging Face tokenizers, for the pre-tokenizer patterns
-# (train/text/oniguruma.h). libonig also exports regcomp, regexec and regfree (its "binary compatible"
+# (data/text/oniguruma.h). libonig also exports regcomp, regexec and regfree (its "binary compatible"
 # POSIX API, another regex_t): first in the loader's lookup order, they would replace glibc's for every
 # caller in the process — GoogleTest's death-test matchers stopped matching anything. glibc's libc.so.6
-# linked before it comes first (tests/train/tokenizer_test.cpp checks that regcomp is glibc's); the
+# linked before it comes first (tests/data/tokenizer_test.cpp checks that regcomp is glibc's); the
 # object itself, as -lc names a linker script, which ld reads last.
 add_library(fpdt_libc_first INTERFACE)
 find_file(FPDT_LIBC_SHARED_OBJECT libc.so.6 PATHS /lib/${fpdt_multiarch} /usr/lib/${fpdt_multiarch} NO_DEFAULT_PATH)

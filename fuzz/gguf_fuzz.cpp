@@ -1,7 +1,7 @@
 // Fuzz target: a GGUF file, read as `fpdt inspect`, `convert` and `--init-from` read it — the container,
 // every metadata value described, the model config, the tokenizer, and the weights of a small model.
+#include "fpdt/data/gguf_tokenizer.h"
 #include "fpdt/model/gguf.h"
-#include "fpdt/train/gguf_tokenizer.h"
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

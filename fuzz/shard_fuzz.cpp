@@ -2,7 +2,7 @@
 // then read whole, as the data loader and `fpdt inspect` do.
 #include <vector>
 
-#include "fpdt/train/shard.h"
+#include "fpdt/data/shard.h"
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/tokenizer.h"
 #include "fuzz_target.h"
 
 namespace {

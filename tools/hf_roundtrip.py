@@ -58,7 +58,7 @@ TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def read_shard(path):
-    """The tokens of an fpdt token shard (src/fpdt/train/shard.h: a 48-byte header, then uint16 tokens)."""
+    """The tokens of an fpdt token shard (src/fpdt/data/shard.h: a 48-byte header, then uint16 tokens)."""
     data = open(path, "rb").read()
     assert data[:8] == b"FPDTSHRD", path
     return np.frombuffer(data[48:], dtype="<u2").astype(np.int64)

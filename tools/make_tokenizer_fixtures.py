@@ -1,5 +1,5 @@
-"""Writes the tokenizer fixtures and golden ids under tests/train/fixtures/tokenizers/ with the
-`tokenizers` library itself, so that tests/train/tokenizer_test.cpp can check fpdt's C++ encoder and
+"""Writes the tokenizer fixtures and golden ids under tests/data/fixtures/tokenizers/ with the
+`tokenizers` library itself, so that tests/data/tokenizer_test.cpp can check fpdt's C++ encoder and
 decoder against the library without Python:
 
   <name>/tokenizer.json    small byte-level BPE tokenizers trained here (vocab 500), one per
@@ -24,7 +24,7 @@ import sys
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "..", "tests", "train", "fixtures", "tokenizers")
+OUT = os.path.join(HERE, "..", "tests", "data", "fixtures", "tokenizers")
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 

@@ -1,4 +1,4 @@
-"""Writes src/fpdt/train/text/unicode_tables.inc (the general categories behind the tokenizer's white space) and
+"""Writes src/fpdt/data/text/unicode_tables.inc (the general categories behind the tokenizer's white space) and
 normalization_tables.inc (of its NFC normalizer), and checks both against the `tokenizers` library.
 
 The `tokenizers` library (0.23) matches pre-tokenizer regexes with Oniguruma, whose tables are Unicode
@@ -25,7 +25,7 @@ import sys
 import unicodedata2 as ud
 from tokenizers import Regex, normalizers, pre_tokenizers
 
-TEXT = os.path.join(os.path.dirname(__file__), "..", "src", "fpdt", "train", "text")
+TEXT = os.path.join(os.path.dirname(__file__), "..", "src", "fpdt", "data", "text")
 OUT = os.path.join(TEXT, "unicode_tables.inc")
 NORMALIZATION_OUT = os.path.join(TEXT, "normalization_tables.inc")
 DERIVED_AGE = "/usr/share/unicode/DerivedAge.txt"

@@ -1,5 +1,5 @@
 // `fpdt convert FILE.gguf --out DIR` (see convert_command.h): the model read by model/gguf.h, its
-// tokenizer by train/gguf_tokenizer.h, the folder written by train::write_hf_model_files under a
+// tokenizer by data/gguf_tokenizer.h, the folder written by train::write_hf_model_files under a
 // temporary name and renamed when complete, so a failed conversion leaves nothing at DIR.
 #include "convert_command.h"
 
@@ -10,9 +10,9 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/options.h"
+#include "fpdt/data/gguf_tokenizer.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/train/checkpoint.h"
-#include "fpdt/train/gguf_tokenizer.h"
 
 namespace fpdt::cli {
 

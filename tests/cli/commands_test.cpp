@@ -6,8 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/cpu/blas_core.h"
-#include "fpdt/train/tokenizer.h"
 
 #include "fpdt_program.h"
 
@@ -119,7 +119,7 @@ TEST(Commands, TokenizeTrainAndSampleWithAHuggingFaceTokenizer) {
   // The Llama-3-style fixture tokenizer (501 ids): shards record it, the checkpoint carries it, and
   // sample encodes the prompt and decodes the ids with it (printed with --ids).
   TempDir dir;
-  const std::string tokenizer = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/llama3";
+  const std::string tokenizer = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/llama3";
   write_text_file(dir.file("model.json"), R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
       "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})");

@@ -9,10 +9,10 @@
 #include <mutex>
 
 #include "fpdt/comm/threads/thread_communicator.h"
+#include "fpdt/data/data_loader.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/transformer.h"
-#include "fpdt/train/data_loader.h"
-#include "fpdt/train/tokenizer.h"
 #include "fpdt/train/trainer.h"
 #include "fpdt_program.h"
 

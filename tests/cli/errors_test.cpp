@@ -198,7 +198,7 @@ class TokenizerErrors : public TrainErrors {
  protected:
   void SetUp() override {
     TrainErrors::SetUp();
-    const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+    const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/";
     std::string text;
     for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth.\n";
     write_text_file(dir_.file("text.txt"), text);
@@ -253,7 +253,7 @@ TEST_F(TokenizerErrors, ResumingOnShardsOfAnotherTokenizer) {
 }
 
 TEST_F(TokenizerErrors, UnsupportedOrMalformedTokenizerFiles) {
-  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/";
   expect_one_clear_error(run_fpdt("tokenize --tokenizer " + fixtures + "wordpiece --out " + dir_.file("x") + " " +
                                   dir_.file("text.txt")),
                          {"[tokenizer]", "model type 'WordPiece' is not supported"});

@@ -130,7 +130,7 @@ TEST_F(EvalCommand, BadInputGetsOneClearError) {
   expect_one_clear_error(run_fpdt(eval_args("--seq 1M")), {"[eval]", "val.bin holds", "fewer than one sequence of --seq 1048576"});
   expect_one_clear_error(run_fpdt(eval_args("--seq 256 --sequences 1000")), {"[eval]", "--sequences 1000 asks for more"});
   // Data of another vocabulary: shards of a BPE tokenizer for a byte-level checkpoint.
-  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/";
   write_text_file(dir_.file("text.txt"), std::string(2000, 'a') + " In the beginning God created the heaven.\n");
   const ProgramResult made = run_fpdt("tokenize --tokenizer " + fixtures + "gpt2 --val-fraction 0.5 --out " +
                                       dir_.file("bpe") + " " + dir_.file("text.txt"));

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
-#include "fpdt/train/tokenizer.h"
 #include "fpdt_program.h"
 #include "model/gguf_golden.h"
 

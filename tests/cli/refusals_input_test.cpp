@@ -92,7 +92,7 @@ TEST(TokenizeRefusals, ExistingShardsAreKeptUnlessOverwrite) {
   EXPECT_EQ(file_bytes(dir.file("out/train.bin")), train);
   EXPECT_EQ(file_bytes(dir.file("out/val.bin")), val);
   // Another tokenizer's files are not replaced silently either.
-  const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/gpt2";
+  const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/gpt2";
   std::filesystem::remove(dir.file("out/train.bin"));
   std::filesystem::remove(dir.file("out/val.bin"));
   expect_refused(run_fpdt("tokenize --tokenizer " + gpt2 + " --out " + dir.file("out") + " " + dir.file("b.txt"), kLimitSeconds),

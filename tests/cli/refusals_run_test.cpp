@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 std::string golden(const std::string& set) { return std::string(FPDT_SOURCE_DIR) + "/tests/golden/" + set; }
 std::string tokenizer_fixture(const std::string& name) {
-  return std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/" + name;
+  return std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/" + name;
 }
 
 // Every entry under `dir` by relative path: a file's bytes (so its size too), "<folder>" for a folder.

@@ -540,7 +540,7 @@ TEST(ModelConfig, MalformedConfigJsonNamesTheFileAndField) {
 }
 
 TEST(ModelConfig, DocsHoldTheFieldTable) {
-  // docs/hf_config.md shows the table config.cpp reads by; they must not drift apart.
+  // docs/hf_config.md shows the table hf_config.cpp reads by (hf_fields.cpp); they must not drift apart.
   std::ifstream file(std::string(FPDT_SOURCE_DIR) + "/docs/hf_config.md");
   ASSERT_TRUE(file) << "docs/hf_config.md is missing";
   std::stringstream text;

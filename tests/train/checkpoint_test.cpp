@@ -311,7 +311,7 @@ TEST(Checkpoint, CarriesItsTokenizer) {
   model::ModelConfig config = model::preset("llama-tiny");
   config.vocab_size = 512;
   Fixture fixture(testing::fresh_seed(), config);
-  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers";
+  const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers";
   const Tokenizer tokenizer = Tokenizer::load(fixtures + "/llama3");  // 500 ids, the model has more
   ASSERT_LE(tokenizer.vocab_size(), fixture.config.vocab_size);
   fixture.tokenizer = Tokenizer::load(fixtures + "/llama3");

@@ -11,14 +11,14 @@
 #include <tuple>
 
 #include "fpdt/comm/threads/thread_communicator.h"
+#include "fpdt/data/data_loader.h"
+#include "fpdt/data/shard.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
-#include "fpdt/train/data_loader.h"
 #include "fpdt/train/eval.h"
-#include "fpdt/train/shard.h"
-#include "fpdt/train/tokenizer.h"
 #include "fpdt/train/trainer.h"
 #include "testing.h"
 
@@ -277,7 +277,7 @@ TEST(Eval, LossByPositionEqualsTrainingForwardBpe) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
   TempDir dir;
-  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/train/fixtures/tokenizers/gpt2");
+  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
   const Checkpoint checkpoint = written_checkpoint(dir, bpe, seed);
   const std::string data = random_shard(dir, bpe, 2 * 40 + 1, rng);
   check_loss_by_position(checkpoint, data, dir, 40, 2);
@@ -292,7 +292,7 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
     SCOPED_TRACE(bpe ? "bpe" : "bytes");
     Rng rng(seed);
     TempDir dir;
-    const Tokenizer bpe_tokenizer = Tokenizer::load(kSource + "/tests/train/fixtures/tokenizers/gpt2");
+    const Tokenizer bpe_tokenizer = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
     const Tokenizer& tokenizer = bpe ? bpe_tokenizer : byte_tokenizer();
     const Checkpoint checkpoint = written_checkpoint(dir, tokenizer, seed);
     const std::string data = random_shard(dir, tokenizer, 400, rng);
@@ -347,7 +347,7 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
 // Golden: the byte tokenizer's prompts as text and a BPE tokenizer's as ids; and the layout's rules.
 TEST(Eval, PasskeyPromptLayoutGolden) {
   const Tokenizer& bytes = byte_tokenizer();
-  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/train/fixtures/tokenizers/gpt2");
+  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
   std::string text;
   for (const auto& [tokenizer, name, length] :
        {std::tuple{&bytes, "bytes", int64_t{800}}, std::tuple{&bpe, "gpt2 fixture", int64_t{300}}})

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/data/data_loader.h"
 #include "fpdt/kernels/ops.h"
-#include "fpdt/train/data_loader.h"
 #include "pipeline/pipeline_testing.h"
 #include "testing.h"
 

@@ -1,8 +1,8 @@
 // Model configuration: the shape of a decoder-only transformer of the Llama family (RMSNorm, RoPE,
 // SwiGLU, GQA; Hugging Face model types llama, mistral, qwen2) or the GPT family (LayerNorm, GELU,
-// learned positions, biases; gpt2), from a preset name or a Hugging Face config.json read field by
-// field (config.cpp holds the table of every field: used, harmless or refused). validate() refuses
-// impossible shapes with one sentence.
+// learned positions, biases; gpt2), from a preset name (presets.cpp) or a Hugging Face config.json
+// read field by field (hf_config.cpp; hf_fields.cpp holds the table of every field: used, harmless or
+// refused; RoPE's parameters are rope_parameters.cpp's). validate() refuses impossible shapes in one sentence.
 #pragma once
 
 #include <cstdint>
@@ -101,12 +101,12 @@ struct ModelConfig {
   int64_t non_embedding_parameter_count() const;
 };
 
-// Presets: "llama-tiny", "gpt-tiny", "llama-demo", and the paper's models "gpt-2.7b", "gpt-6.7b",
+// Presets (presets.cpp): "llama-tiny", "gpt-tiny", "llama-demo", and the paper's models "gpt-2.7b", "gpt-6.7b",
 // "gpt-13b", "gpt-30b", "llama3-8b", "llama3-70b". Throws fpdt::Error listing them for an unknown one.
 ModelConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Hugging Face config.json (model_type "llama", "mistral", "qwen2" or "gpt2"), read by the field
+// Hugging Face config.json (hf_config.cpp; model_type "llama", "mistral", "qwen2" or "gpt2"), read by the field
 // table: every field is used, kept (the generation token ids, checked against the vocabulary),
 // harmless (ignored: dropout, dtype, ...) or refused; a field outside the table is one transformers
 // ignores for the type, and is listed in ignored_fields. Throws fpdt::Error naming the file and the
@@ -131,7 +131,7 @@ std::optional<ConfigDifference> config_difference(const ModelConfig& saved, cons
 inline constexpr const char* kGenerationConfigFile = "generation_config.json";
 std::string read_generation_config(const std::string& folder);
 
-// Context extension: replaces the RoPE base and/or scaling of a RoPE model. `scaling_json` is a
+// Context extension (rope_parameters.cpp): replaces the RoPE base and/or scaling of a RoPE model. `scaling_json` is a
 // rope_parameters object as in config.json ({"rope_type": "yarn", "factor": 4, ...}), read by the
 // same rules; "" keeps the config's. Throws fpdt::Error for a GPT model or a bad value.
 void override_rope(ModelConfig& config, std::optional<double> theta, const std::string& scaling_json);
@@ -146,7 +146,7 @@ std::string describe_ignored(const ModelConfig& config);
 // "none", or "16 tokens (layers 1-3)" / "4096 tokens (all layers)".
 std::string describe_window(const ModelConfig& config);
 
-// The field table as a Markdown table (docs/hf_config.md holds it; a test keeps the two equal).
+// The field table as a Markdown table (hf_fields.cpp; docs/hf_config.md holds it; a test keeps the two equal).
 std::string hf_field_table_markdown();
 
 // What --model names: a preset (a word without '/' that is a preset's name), else a path: a Hugging

@@ -3,7 +3,7 @@
 // gguf_model_config turns an architecture's keys (llama, mistral, qwen2, gpt2) into a ModelConfig;
 // load_gguf_weights dequantizes the tensors (gguf_types.h) into fp32 parameters under their Hugging
 // Face names, undoing llama.cpp's permutation of the q/k rows (the tokenizer the metadata describes is
-// train/gguf_tokenizer.h's). What fpdt does not read (an architecture, a tensor type, a version) is one
+// data/gguf_tokenizer.h's). What fpdt does not read (an architecture, a tensor type, a version) is one
 // fpdt::Error naming the file and the key or tensor.
 #pragma once
 

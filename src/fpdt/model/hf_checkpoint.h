@@ -1,5 +1,5 @@
 // Hugging Face weights in and out: the one place that knows Hugging Face tensor names and checkpoint
-// folders (the fields of config.json are config.cpp's table).
+// folders (the fields of config.json are hf_fields.cpp's table).
 //   hf_tensor_map        each Hugging Face tensor ↔ rows of one of our tensors (parameters.h)
 //   HfCheckpoint         a folder's weights as transformers' from_pretrained finds them: model.safetensors,
 //                        or the shards model.safetensors.index.json names; F32, BF16 or F16; names

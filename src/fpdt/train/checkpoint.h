@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "fpdt/comm/communicator.h"
+#include "fpdt/data/data_loader.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/model/config.h"
 #include "fpdt/pipeline/model_states.h"
-#include "fpdt/train/data_loader.h"
 #include "fpdt/train/optimizer.h"
-#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -17,8 +17,8 @@
 
 #include "fpdt/base/options.h"
 #include "fpdt/comm/communicator.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/pipeline/run_spec.h"
-#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 

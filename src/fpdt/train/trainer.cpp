@@ -17,6 +17,9 @@
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
+#include "fpdt/data/gguf_tokenizer.h"
+#include "fpdt/data/shard_tokenizer.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/model/gguf.h"
@@ -25,9 +28,6 @@
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
 #include "fpdt/train/sampler.h"
-#include "fpdt/train/gguf_tokenizer.h"
-#include "fpdt/train/shard_tokenizer.h"
-#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -20,13 +20,13 @@
 
 #include "fpdt/base/timer.h"
 #include "fpdt/comm/communicator.h"
+#include "fpdt/data/data_loader.h"
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/pipeline/fpdt_model.h"
-#include "fpdt/train/data_loader.h"
 #include "fpdt/train/metrics.h"
 #include "fpdt/train/optimizer.h"
 #include "fpdt/train/run_folder.h"
 #include "fpdt/train/settings.h"
-#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "fpdt/base/random.h"
+#include "fpdt/data/shard.h"
 #include "fpdt/kernels/ops.h"
-#include "fpdt/train/shard.h"
 
 namespace fpdt::train {
 

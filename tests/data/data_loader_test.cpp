@@ -2,7 +2,7 @@
 // cursor continues bit for bit, sequential sampling covers every target once per epoch, padding is
 // marked kIgnoreIndex, packed documents end with (and include) their end-of-document token, and short
 // shards, mismatched cursors or documents without an end-of-document token fail with clear errors.
-#include "fpdt/train/data_loader.h"
+#include "fpdt/data/data_loader.h"
 
 #include <stdlib.h>
 

@@ -1,8 +1,7 @@
 // Tokenizers: a Hugging Face tokenizer.json with a BPE model (byte-level as in GPT-2, Llama 3, Qwen2),
 // encoded and decoded here in C++ with the `tokenizers` library's exact ids and text; the byte
-// tokenizer (ids 0..255 = bytes, 256 = "<|eod|>") is one such tokenizer.json, built in. Also FASTA
-// parsing and `tokenize_files`, which turns text/FASTA inputs into train.bin and val.bin shards with
-// the tokenizer's end-of-document token between documents.
+// tokenizer (ids 0..255 = bytes, 256 = "<|eod|>") is one such tokenizer.json, built in. FASTA is
+// fasta.h's; `tokenize_files` (text/FASTA inputs → train.bin and val.bin shards) tokenize_files.h's.
 #pragma once
 
 #include <cstdint>
@@ -91,37 +90,5 @@ class Tokenizer {
 
 // "0x" + 16 hex digits, as fingerprints are printed in messages.
 std::string fingerprint_string(uint64_t fingerprint);
-
-// Texts of the records of a FASTA file: sequence lines only ('>' headers, ';' comments and blank lines
-// skipped), without newlines or other whitespace, ASCII upper-cased. Records without sequence lines
-// add nothing. Lines before the first header count as a record.
-std::vector<std::string> fasta_records(std::string_view text);
-// The byte tokenizer's tokens of a FASTA text: its records with kEndOfDocumentId *between* them.
-std::vector<int32_t> tokenize_fasta(std::string_view text);
-
-// True when the extension (any case) is .fa, .fasta or .fna.
-bool has_fasta_extension(std::string_view path);
-
-struct TokenizeSummary {
-  std::string train_path;      // <output_dir>/train.bin
-  std::string val_path;        // <output_dir>/val.bin (written even when it holds 0 tokens)
-  uint64_t train_tokens = 0;
-  uint64_t val_tokens = 0;
-  uint64_t documents = 0;      // non-empty text files + FASTA records with sequence
-  int32_t vocab_size = 0;
-};
-
-// Tokenizes `input_paths` in order with `tokenizer` into one token stream and writes its first part to
-// <output_dir>/train.bin and its last floor(val_fraction · tokens) tokens to val.bin; the shards record
-// the tokenizer's fingerprint, and its tokenizer.json and tokenizer_config.json are written beside
-// them. An input is FASTA when has_fasta_extension() or its first byte is '>' (each record a
-// document), else text (one document per file); it may be a pipe, read once. Documents are separated
-// by the tokenizer's end-of-document token. Memory: the largest document plus a few MiB. Throws
-// fpdt::Error for an unreadable, compressed or non-file input (a device), text that the tokenizer
-// cannot take (not UTF-8), an output directory that is missing or not writable, or that already holds
-// shards or other tokenizer files (unless `overwrite`), val_fraction outside [0, 1), or inputs without
-// any token; nothing in output_dir changes then.
-TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
-                               double val_fraction, const Tokenizer& tokenizer, bool overwrite = false);
 
 }  // namespace fpdt::train

@@ -3,7 +3,7 @@
 // and the retries of the whole search, which starts small and grows tenfold when a search needs more,
 // every limit given charged to one budget per text (kRetriesPerByte), so that no text costs more than
 // a bounded number of retries per byte however its matches fall. The supported patterns need a few.
-#include "fpdt/train/text/oniguruma.h"
+#include "fpdt/data/text/oniguruma.h"
 
 #include <oniguruma.h>
 
@@ -13,7 +13,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/json.h"
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/data/text/unicode.h"
 
 namespace fpdt::train::text {
 

@@ -1,4 +1,4 @@
-// The one rule of which tokenizer made a shard (train/shard_tokenizer.h): the fingerprint a shard
+// The one rule of which tokenizer made a shard (data/shard_tokenizer.h): the fingerprint a shard
 // records; a version 1 shard (none recorded) is the byte tokenizer's when its ids fit it; the error of
 // a mismatch names both tokenizers and vocabularies, and the shards of a data folder resolve to its
 // tokenizer.json (or the byte tokenizer without one).
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fpdt/train/shard_tokenizer.h"
+#include "fpdt/data/shard_tokenizer.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -15,7 +15,7 @@ namespace {
 
 using testing::TempDir;
 
-const std::string kFixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers/";
+const std::string kFixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/";
 
 // A version 1 shard (32-byte header, no tokenizer recorded) of `vocab` with one token, 1.
 void write_v1_shard(const std::string& path, uint32_t vocab) {

@@ -1,12 +1,12 @@
 // A GGUF file's tokenizer as a tokenizer.json (see gguf_tokenizer.h).
-#include "fpdt/train/gguf_tokenizer.h"
+#include "fpdt/data/gguf_tokenizer.h"
 
 #include <nlohmann/json.hpp>
 #include <map>
 
 #include "fpdt/base/error.h"
-#include "fpdt/train/text/byte_level.h"
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/data/text/byte_level.h"
+#include "fpdt/data/text/unicode.h"
 
 namespace fpdt::train {
 

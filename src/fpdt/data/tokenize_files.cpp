@@ -1,5 +1,5 @@
-// FASTA parsing and the streaming `tokenize_files` (inputs → train/val shards + the tokenizer's files).
-// Inputs are read in blocks; a document (a text file, a FASTA record) is encoded whole, as the library
+// The streaming `tokenize_files` (inputs → train/val shards + the tokenizer's files; see
+// tokenize_files.h). Inputs are read in blocks; a document (a text file, a FASTA record) is encoded whole, as the library
 // would encode it, and its tokens stream out, so memory is the largest document plus the blocks.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,9 +13,11 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
-#include "fpdt/train/shard.h"
-#include "fpdt/train/text/unicode.h"
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/fasta.h"
+#include "fpdt/data/shard.h"
+#include "fpdt/data/text/unicode.h"
+#include "fpdt/data/tokenize_files.h"
+#include "fpdt/data/tokenizer.h"
 
 namespace fpdt::train {
 
@@ -23,44 +25,6 @@ namespace {
 
 constexpr const char* kTokenizeModule = "tokenize";
 constexpr size_t kReadBlockBytes = size_t{1} << 20;
-
-// FASTA state machine: feed() any split of the text, the records are the same. A record's text goes
-// to `on_record` when the next header starts or at finish().
-class FastaParser {
- public:
-  explicit FastaParser(std::function<void(const std::string&)> on_record) : on_record_(std::move(on_record)) {}
-  void feed(std::string_view text) {
-    for (const char c : text) {
-      if (skipping_line_) {
-        if (c == '\n') skipping_line_ = false, at_line_start_ = true;
-        continue;
-      }
-      if (c == '\n') {
-        at_line_start_ = true;
-        continue;
-      }
-      if (at_line_start_ && (c == '>' || c == ';')) {
-        if (c == '>') finish();  // a header starts a record; ';' is a comment line
-        skipping_line_ = true;
-        at_line_start_ = false;
-        continue;
-      }
-      at_line_start_ = false;
-      if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f') continue;
-      record_.push_back((c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c);
-    }
-  }
-  void finish() {
-    if (!record_.empty()) on_record_(record_);
-    record_.clear();
-  }
-
- private:
-  std::function<void(const std::string&)> on_record_;
-  std::string record_;
-  bool at_line_start_ = true;
-  bool skipping_line_ = false;
-};
 
 std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
 
@@ -165,30 +129,6 @@ void check_nothing_replaced(const std::string& directory, const Tokenizer& token
 }
 
 }  // namespace
-
-std::vector<std::string> fasta_records(std::string_view text) {
-  std::vector<std::string> records;
-  FastaParser parser([&](const std::string& record) { records.push_back(record); });
-  parser.feed(text);
-  parser.finish();
-  return records;
-}
-
-std::vector<int32_t> tokenize_fasta(std::string_view text) {
-  std::vector<int32_t> tokens;
-  for (const std::string& record : fasta_records(text)) {
-    if (!tokens.empty()) tokens.push_back(kEndOfDocumentId);
-    for (const char c : record) tokens.push_back(static_cast<unsigned char>(c));
-  }
-  return tokens;
-}
-
-bool has_fasta_extension(std::string_view path) {
-  std::string extension = std::filesystem::path(path).extension().string();
-  for (char& c : extension)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return extension == ".fa" || extension == ".fasta" || extension == ".fna";
-}
 
 TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
                                double val_fraction, const Tokenizer& tokenizer, bool overwrite) {

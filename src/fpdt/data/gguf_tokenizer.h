@@ -5,8 +5,8 @@
 // added, the split regex of the named pre-tokenizer), then loaded as any tokenizer.json.
 #pragma once
 
+#include "fpdt/data/tokenizer.h"
 #include "fpdt/model/gguf.h"
-#include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -1,5 +1,5 @@
 // Which tokenizer made a token shard (see shard_tokenizer.h).
-#include "fpdt/train/shard_tokenizer.h"
+#include "fpdt/data/shard_tokenizer.h"
 
 #include <filesystem>
 

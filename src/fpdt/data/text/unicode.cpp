@@ -1,6 +1,6 @@
 // General categories from the generated range table (a direct table for the BMP, built once, and a
 // binary search above it), and UTF-8 helpers with Rust's rules for invalid input.
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/data/text/unicode.h"
 
 #include <algorithm>
 #include <array>
@@ -18,7 +18,7 @@ struct CategoryRange {
 
 using enum GeneralCategory;
 constexpr CategoryRange kCategoryRanges[] = {
-#include "fpdt/train/text/unicode_tables.inc"
+#include "fpdt/data/text/unicode_tables.inc"
 };
 
 GeneralCategory search_category(char32_t code_point) {

@@ -1,7 +1,7 @@
 // GPT-2's byte-level alphabet (see byte_level.h).
-#include "fpdt/train/text/byte_level.h"
+#include "fpdt/data/text/byte_level.h"
 
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/data/text/unicode.h"
 
 namespace fpdt::train::text {
 

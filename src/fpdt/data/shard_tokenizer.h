@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "fpdt/train/shard.h"
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/shard.h"
+#include "fpdt/data/tokenizer.h"
 
 namespace fpdt::train {
 

@@ -2,7 +2,7 @@
 // the byte tokenizer) against golden ids and decodes from the `tokenizers` library
 // (tools/make_tokenizer_fixtures.py); refusals of what is not implemented and of malformed files; FASTA
 // parsing; and tokenize_files (stream order, train/val split, the tokenizer recorded, input errors).
-#include "fpdt/train/tokenizer.h"
+#include "fpdt/data/tokenizer.h"
 
 #include <dlfcn.h>
 #include <regex.h>
@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
-#include "fpdt/train/shard.h"
-#include "fpdt/train/text/normalize.h"
-#include "fpdt/train/text/oniguruma.h"
+#include "fpdt/data/fasta.h"
+#include "fpdt/data/shard.h"
+#include "fpdt/data/text/normalize.h"
+#include "fpdt/data/text/oniguruma.h"
+#include "fpdt/data/tokenize_files.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -30,7 +32,7 @@ using testing::expect_contains;
 using testing::TempDir;
 using testing::write_text_file;
 
-const std::string kFixtures = std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tokenizers";
+const std::string kFixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers";
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -309,7 +311,7 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
 }
 
 TEST(Fasta, ParsesTheTinyFixture) {
-  const std::string text = read_text_file(std::string(FPDT_SOURCE_DIR) + "/tests/train/fixtures/tiny.fasta");
+  const std::string text = read_text_file(std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tiny.fasta");
   ASSERT_FALSE(text.empty());
   const Tokenizer tokenizer = Tokenizer::bytes();
   // Headers, blank lines and newlines dropped, upper-cased, EOD between records, the empty record

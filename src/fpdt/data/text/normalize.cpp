@@ -1,14 +1,14 @@
 // NFC from the generated tables: decompose each code point fully, sort each run of non-starters by
 // combining class (stable), then compose each mark with the last starter unless a mark of the same or a
 // higher class stands between them. Hangul syllables decompose and compose arithmetically.
-#include "fpdt/train/text/normalize.h"
+#include "fpdt/data/text/normalize.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
-#include "fpdt/train/text/unicode.h"
+#include "fpdt/data/text/unicode.h"
 
 namespace fpdt::train::text {
 
@@ -22,7 +22,7 @@ struct Decomposition {
   char32_t code_point, first, second;  // second = 0: a singleton
   bool composes;                       // a primary composite: (first, second) composes back to it
 };
-#include "fpdt/train/text/normalization_tables.inc"
+#include "fpdt/data/text/normalization_tables.inc"
 
 // Hangul syllables: S = 0xAC00 + (L·21 + V)·28 + T.
 constexpr char32_t kS = 0xAC00, kL = 0x1100, kV = 0x1161, kT = 0x11A7;

@@ -1,6 +1,6 @@
 // Token shard writing (streamed, atomic) and reading (validated once, then memory-mapped).
 // Byte order is explicit (little-endian on disk whatever the host), so shards move between machines.
-#include "fpdt/train/shard.h"
+#include "fpdt/data/shard.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

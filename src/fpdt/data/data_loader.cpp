@@ -1,7 +1,7 @@
 // DataLoader: random or sequential windows of S + 1 tokens from a shard, split into (inputs, targets)
 // rows with padding marked kIgnoreIndex. All randomness comes from one fpdt::Rng, whose state is
 // part of the cursor, so a resumed run sees the same batches as one that never stopped.
-#include "fpdt/train/data_loader.h"
+#include "fpdt/data/data_loader.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-// The tokenizer of a GGUF file (train/gguf_tokenizer.h): the golden sets of tools/make_gguf_golden.py
+// The tokenizer of a GGUF file (data/gguf_tokenizer.h): the golden sets of tools/make_gguf_golden.py
 // (a byte-level BPE with control and user-defined tokens, pre-tokenizers llama-bpe, qwen2 and gpt-2) give
 // transformers' converted tokenizer's ids on a multilingual text, and decode back to it; a tokenizer
 // model other than byte-level BPE is one clear error.
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "fpdt/data/gguf_tokenizer.h"
 #include "fpdt/tensor/safetensors.h"
-#include "fpdt/train/gguf_tokenizer.h"
 #include "model/gguf_golden.h"
 #include "testing.h"
 

@@ -1,7 +1,7 @@
 // Tests of token shards: uint16 and uint32 round trips, the exact header layout (version 2, with the
 // tokenizer that made the shard; version 1 still read), atomic writes, and one clear fpdt::Error (file
 // name + the specific problem) for every way a shard file can be bad.
-#include "fpdt/train/shard.h"
+#include "fpdt/data/shard.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
