@@ -1,6 +1,7 @@
 // Linear: the reference backward against float64 finite differences of the reference forward, and
-// its switches (accumulate, null outputs skipped); the cpu backward at any team size. (Every backend
-// against the reference, for every switch: backend_ops_test.cpp.)
+// its switches (accumulate, null outputs skipped); the reference bf16 spec against its rule; the cpu
+// backward at any team size. (Every backend against the reference, for every switch and precision:
+// backend_ops_test.cpp.)
 #include <omp.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/reference/linear.h"
+#include "fpdt/tensor/dtype.h"
 #include "testing.h"
 
 namespace fpdt::kernels {
@@ -98,6 +100,48 @@ TEST(Linear, ReferenceForwardAccumulateAddsAndNullsSkip) {
   reference::linear_backward(dx.data(), dw_with_all.data(), dbias.data(), dout.data(), x.data(), w.data(), N, I, O,
                              false);
   EXPECT_EQ(dw, dw_with_all);  // the same loops in the same order: bitwise
+}
+
+// The bf16 spec, by its rule: on inputs already bf16 it is the fp32 reference, bitwise (the rounding is
+// the only difference); on fresh fp32 inputs it is the float64 product of the rounded x, w and dout;
+// dbias sums dout unrounded.
+TEST(Linear, ReferenceBf16RoundsTheProductsInputsOnly) {
+  Rng rng(fresh_seed());
+  const int64_t N = 7;
+  const int I = 9, O = 6;
+  const auto x = random_normal<float>(rng, N * I);
+  const auto w = random_normal<float>(rng, O * I);
+  const auto bias = random_normal<float>(rng, O);
+  const auto dout = random_normal<float>(rng, N * O);
+  auto rounded = [](std::vector<float> v) {
+    for (float& value : v) value = fpdt::round_to_bf16(value);
+    return v;
+  };
+  const auto x16 = rounded(x), w16 = rounded(w), dout16 = rounded(dout);
+  ASSERT_NE(x16, x) << "fresh normal floats are almost never bf16 values: the test would not see the rounding";
+
+  // Forward: bf16 on x, w = fp32 on the rounded copies, bitwise; and ≠ fp32 on x, w themselves.
+  std::vector<float> out16(N * O), out_rounded(N * O), out32(N * O);
+  reference::linear_forward_bf16(out16.data(), x.data(), w.data(), bias.data(), N, I, O, false);
+  reference::linear_forward<float>(out_rounded.data(), x16.data(), w16.data(), bias.data(), N, I, O, false);
+  reference::linear_forward<float>(out32.data(), x.data(), w.data(), bias.data(), N, I, O, false);
+  EXPECT_EQ(out16, out_rounded);
+  EXPECT_NE(out16, out32);
+
+  // Backward: dx and dw from rounded dout, x, w (bitwise as above); dbias from dout as it came.
+  std::vector<float> dx16(N * I), dw16(O * I, 0.5f), dbias16(O, 0.25f);
+  std::vector<float> dx_rounded(N * I), dw_rounded(O * I, 0.5f), dbias_rounded(O, 0.25f), dbias32(O, 0.25f);
+  reference::linear_backward_bf16(dx16.data(), dw16.data(), dbias16.data(), dout.data(), x.data(), w.data(), N, I, O,
+                                  false);
+  reference::linear_backward<float>(dx_rounded.data(), dw_rounded.data(), dbias_rounded.data(), dout16.data(),
+                                    x16.data(), w16.data(), N, I, O, false);
+  std::vector<float> dw_unused(O * I, 0.0f);
+  reference::linear_backward<float>(nullptr, dw_unused.data(), dbias32.data(), dout.data(), x.data(), w.data(), N, I,
+                                    O, false);
+  EXPECT_EQ(dx16, dx_rounded);
+  EXPECT_EQ(dw16, dw_rounded);
+  EXPECT_EQ(dbias16, dbias32) << "dbias must sum the unrounded dout";
+  EXPECT_NE(dbias16, dbias_rounded) << "rounding dout would have changed dbias: the check above could not fail";
 }
 
 // The cpu backward cuts its GEMMs across the team (dx by rows, dw along the token sum with partial sums
