@@ -5,11 +5,13 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/reference/linear.h"
 #include "fpdt/tensor/dtype.h"
 #include "testing.h"
@@ -144,8 +146,10 @@ TEST(Linear, ReferenceBf16RoundsTheProductsInputsOnly) {
   EXPECT_NE(dbias16, dbias_rounded) << "rounding dout would have changed dbias: the check above could not fail";
 }
 
-// The cpu backward cuts its GEMMs across the team (dx by rows, dw along the token sum with partial sums
-// added in thread order): 1 to 5 threads, uneven cuts included, against the float64 reference.
+// The cpu backward cuts its GEMMs across the team (OpenBLAS: dx by rows, dw along the token sum with
+// partial sums added in thread order; oneDNN: its own cuts, its primitives kept per team size): 1 to 5
+// threads, uneven cuts included, against the float64 reference — in bf16 on the bf16-rounded inputs,
+// which leaves the same fp32 sums to compare.
 TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
   Rng rng(fresh_seed());
   const int64_t N = 301;
@@ -155,22 +159,56 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
   const auto dout = random_normal<float>(rng, N * O);
   const auto dx_initial = random_normal<float>(rng, N * I);
   const auto dw_initial = random_normal<float>(rng, O * I);
-  const std::vector<double> x64(x.begin(), x.end()), w64(w.begin(), w.end()), dout64(dout.begin(), dout.end());
-  std::vector<double> dx_want(dx_initial.begin(), dx_initial.end()), dw_want(dw_initial.begin(), dw_initial.end());
-  reference::linear_backward<double>(dx_want.data(), dw_want.data(), nullptr, dout64.data(), x64.data(), w64.data(),
-                                     N, I, O, true);
   cpu::CpuBackend cpu;
   const int threads = omp_get_max_threads();
-  for (int team = 1; team <= 5; ++team) {
-    omp_set_num_threads(team);
-    auto dx = dx_initial;
-    auto dw = dw_initial;
-    cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true);
-    // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
-    EXPECT_LE(report("cpu dx, " + std::to_string(team) + " threads", relative_error(dx, dx_want)), 1e-5);
-    EXPECT_LE(report("cpu dw, " + std::to_string(team) + " threads", relative_error(dw, dw_want)), 1e-5);
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    const bool bf16 = precision == Precision::bf16;
+    auto as_run = [&](const std::vector<float>& v) {  // the products' inputs as the precision has them, in float64
+      std::vector<double> out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) out[i] = bf16 ? fpdt::round_to_bf16(v[i]) : v[i];
+      return out;
+    };
+    const auto x64 = as_run(x), w64 = as_run(w), dout64 = as_run(dout);
+    std::vector<double> dx_want(dx_initial.begin(), dx_initial.end()), dw_want(dw_initial.begin(), dw_initial.end());
+    reference::linear_backward<double>(dx_want.data(), dw_want.data(), nullptr, dout64.data(), x64.data(),
+                                       w64.data(), N, I, O, true);
+    for (int team = 1; team <= 5; ++team) {
+      omp_set_num_threads(team);
+      auto dx = dx_initial;
+      auto dw = dw_initial;
+      cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true, precision);
+      // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
+      const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", " + std::to_string(team) + " threads";
+      EXPECT_LE(report("cpu dx " + what, relative_error(dx, dx_want)), 1e-5);
+      EXPECT_LE(report("cpu dw " + what, relative_error(dw, dw_want)), 1e-5);
+    }
   }
   omp_set_num_threads(threads);
+}
+
+// to_bf16 (the bf16 copies the cpu GEMMs read) gives float_to_bf16's bits for every kind of float: ties
+// both ways, subnormals (which AVX512-BF16's own conversion would flush), the largest values (rounding to
+// inf), inf, NaNs of both signs, and fresh random ones — at lengths off the 16-lane vector, in a call long
+// enough to be cut across the team.
+TEST(LinearCpu, ToBf16GivesTheScalarRulesBits) {
+  Rng rng(fresh_seed());
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
+                              0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7f8000u,
+                              0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffffffffu, 0x7f800001u, 0x7fff8000u};
+  std::vector<float> values;
+  for (const uint32_t bits : special) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    values.push_back(value);
+  }
+  const auto random = random_normal<float>(rng, 100'003, 1e3);
+  values.insert(values.end(), random.begin(), random.end());
+  for (const size_t n : {size_t{1}, size_t{15}, size_t{17}, values.size()}) {
+    std::vector<uint16_t> got(n);
+    cpu::to_bf16(got.data(), values.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], fpdt::float_to_bf16(values[i])) << "value " << i << " of " << n << ": " << values[i];
+  }
 }
 
 }  // namespace
