@@ -84,11 +84,16 @@ void team_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a,
   }
 }
 
-// The fp32 decision table, measured by bench/bench_gemm (bench/RESULTS.md, "GEMM libraries"): the
-// linear layer's three products, 2 threads, this project's shapes.
+// The fp32 decision table, from bench/bench_gemm on the linear layer's three products at the models'
+// shapes, 2 threads, two runs (bench/RESULTS.md, "GEMM libraries", GFLOP/s per CPU second, oneDNN vs
+// OpenBLAS): oneDNN where it won both runs by 10 % or more, OpenBLAS elsewhere (ties within the noise of
+// a shared machine, and dx of 8192 × 1536 × 1536, where oneDNN ran half as fast: 130–136 vs 279).
 GemmLibrary fp32_gemm_library(bool trans_a, bool trans_b, int M, int N, int K) {
-  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
   if (!onednn::available()) return GemmLibrary::openblas;
+  // dw of a layer of at most 512 × 512 over many tokens (8192 × 512 × 512: 229–244 vs 187–198)
+  if (trans_a && !trans_b && M <= 512 && N <= 512 && K >= 4 * std::max(M, N)) return GemmLibrary::onednn;
+  // forward of a layer from ≥ 1536 inputs to ≤ 512 outputs (8192 × 512 × 1536: 275–285 vs 241–255)
+  if (!trans_a && trans_b && N <= 512 && K >= 1536) return GemmLibrary::onednn;
   return GemmLibrary::openblas;
 }
 
