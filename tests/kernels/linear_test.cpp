@@ -12,6 +12,7 @@
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/gemm.h"
+#include "fpdt/kernels/cpu/onednn_gemm.h"
 #include "fpdt/kernels/reference/linear.h"
 #include "fpdt/tensor/dtype.h"
 #include "testing.h"
@@ -184,6 +185,76 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
     }
   }
   omp_set_num_threads(threads);
+}
+
+// Every library behind gemm.h on each of the linear layer's layouts (forward NT, dx NN, dw TN), with and
+// without +=, on leading dimensions wider than the rows: OpenBLAS (team_sgemm), oneDNN f32 and bf16 where
+// the build has it (gemm_f32's table sends only some shapes there, so each is called directly), and
+// gemm_bf16 — against float64 on the values each reads (bf16: the rounded ones). fp32 sums of ≤ 300 terms
+// against float64: fp32_bound ≈ 6e-6 at most (tolerances.h); 1e-5.
+TEST(LinearCpu, EveryGemmLibraryMatchesTheReferenceOnEveryLayout) {
+  Rng rng(fresh_seed());
+  const int M = 67, N = 45, K = 300, pad = 3;  // above team_sgemm's threshold: cut across the team
+  struct Layout {
+    const char* name;
+    bool trans_a, trans_b;
+  };
+  for (const Layout layout : {Layout{"NT", false, true}, Layout{"NN", false, false}, Layout{"TN", true, false}}) {
+    const int lda = (layout.trans_a ? M : K) + pad, ldb = (layout.trans_b ? K : N) + pad, ldc = N + pad;
+    const auto a = random_normal<float>(rng, static_cast<size_t>(layout.trans_a ? K : M) * lda);
+    const auto b = random_normal<float>(rng, static_cast<size_t>(layout.trans_b ? N : K) * ldb);
+    const auto c_initial = random_normal<float>(rng, static_cast<size_t>(M) * ldc);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+    auto want = [&](bool bf16, bool accumulate) {  // (M, N), dense
+      std::vector<double> c(static_cast<size_t>(M) * N);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          double sum = accumulate ? c_initial[static_cast<size_t>(i) * ldc + j] : 0.0;
+          for (int k = 0; k < K; ++k) {
+            const float x = layout.trans_a ? a[static_cast<size_t>(k) * lda + i] : a[static_cast<size_t>(i) * lda + k];
+            const float y = layout.trans_b ? b[static_cast<size_t>(j) * ldb + k] : b[static_cast<size_t>(k) * ldb + j];
+            sum += bf16 ? double{fpdt::round_to_bf16(x)} * fpdt::round_to_bf16(y) : double{x} * y;
+          }
+          c[static_cast<size_t>(i) * N + j] = sum;
+        }
+      return c;
+    };
+    auto dense = [&](const std::vector<float>& c) {
+      std::vector<float> out(static_cast<size_t>(M) * N);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) out[static_cast<size_t>(i) * N + j] = c[static_cast<size_t>(i) * ldc + j];
+      return out;
+    };
+    for (const bool accumulate : {false, true}) {
+      const auto want32 = want(false, accumulate), want16 = want(true, accumulate);
+      auto check = [&](const std::string& library, bool bf16, const std::function<void(float*)>& gemm) {
+        auto c = c_initial;
+        gemm(c.data());
+        const std::string what = library + " " + layout.name + (accumulate ? " +=" : "");
+        EXPECT_LE(report(what, relative_error(dense(c), bf16 ? want16 : want32)), 1e-5) << what;
+        for (int i = 0; i < M; ++i)  // the columns past N are not C's: untouched
+          for (int j = N; j < ldc; ++j)
+            ASSERT_EQ(c[static_cast<size_t>(i) * ldc + j], c_initial[static_cast<size_t>(i) * ldc + j]) << what;
+      };
+      check("OpenBLAS", false, [&](float* c) {
+        cpu::team_sgemm(layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(), ldb, accumulate, c, ldc);
+      });
+      check("gemm_bf16", true, [&](float* c) {
+        cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda, b16.data(), ldb, accumulate, c, ldc);
+      });
+      if (!cpu::onednn::available()) continue;
+      check("oneDNN f32", false, [&](float* c) {
+        cpu::onednn::matmul(cpu::onednn::Input::f32, layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(),
+                            ldb, accumulate, c, ldc);
+      });
+      check("oneDNN bf16", true, [&](float* c) {
+        cpu::onednn::matmul(cpu::onednn::Input::bf16, layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda,
+                            b16.data(), ldb, accumulate, c, ldc);
+      });
+    }
+  }
 }
 
 // to_bf16 (the bf16 copies the cpu GEMMs read) gives float_to_bf16's bits for every kind of float: ties
