@@ -307,22 +307,6 @@ inline void check_norm(OpCheck& t) {
 }
 
 // linear_forward, linear_backward
-// The bf16 rows of a backend that refuses bf16 ("[kernels] ...: bf16 is not built on the <backend> backend
-// yet", thrown before anything is computed): they check that refusal instead, until the backend builds it.
-inline bool refuses_bf16_linear(OpCheck& t) {
-  const std::vector<float> one(1, 1.0f);
-  const auto x = t.place(one), w = t.place(one), out = t.place(one);
-  try {
-    t.backend.linear_forward(out->get(), x->get(), w->get(), nullptr, 1, 1, 1, false, Precision::bf16);
-    return false;
-  } catch (const Error& e) {
-    const std::string refusal = "bf16 is not built on the " + t.backend.name() + " backend yet";
-    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
-    std::printf("[ refused  ] linear bf16 on %s: %s\n", t.backend.name().c_str(), e.what());
-    return true;
-  }
-}
-
 inline std::vector<float> bf16_rounded(std::vector<float> values) {
   for (float& value : values) value = fpdt::round_to_bf16(value);
   return values;
@@ -452,7 +436,7 @@ inline void check_linear_in(OpCheck& t, Precision precision) {
 
 inline void check_linear(OpCheck& t) {
   check_linear_in(t, Precision::fp32);
-  if (!refuses_bf16_linear(t)) check_linear_in(t, Precision::bf16);
+  check_linear_in(t, Precision::bf16);
 }
 
 // rope_forward, rope_backward
