@@ -87,13 +87,21 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
     }
     ASSERT_FALSE(ended) << "the run completed after " << kills << " kills; lengthen it\n"
                         << file_bytes(dir.file("killed.log"));
-    ASSERT_GT(pid, 0) << "rank " << victim << " never got going\n" << file_bytes(dir.file("killed.log"));
+    if (pid == 0) {  // a start that never got going: say what each process was doing, then end it
+      const std::string processes = describe_processes(job, killed);
+      kill_job(job);
+      FAIL() << "rank " << victim << " never got going; mpirun (pid " << job << ") and its processes:\n"
+             << processes << file_bytes(dir.file("killed.log"));
+    }
     ::kill(pid, SIGKILL);
-    const JobEnd end = wait_for_job(job, 60);
-    ASSERT_TRUE(end.ended) << "the job did not end after rank " << victim << " was killed";
+    const JobEnd end = wait_for_job(job, 60, killed);
+    ASSERT_TRUE(end.ended) << "the job did not end after rank " << victim << " (pid " << pid << ") was killed; "
+                           << "at the deadline, mpirun (pid " << job << ") and its processes:\n"
+                           << end.processes << file_bytes(dir.file("killed.log"));
     // mpirun ends without waiting for its ranks to exit: the next attempt starts once they are gone (one
     // still exiting holds the run folder's lock, and is no rank of the next job).
-    ASSERT_TRUE(wait_until_no_process_mentions(killed, 60)) << "a rank outlived its job by 60 s";
+    ASSERT_TRUE(wait_until_no_process_mentions(killed, 60))
+        << "a rank outlived its job by 60 s:\n" << describe_processes(0, killed);
     ++kills;
     const bool mid_save = save_in_progress(killed);
     mid_saves += mid_save ? 1 : 0;
