@@ -5,6 +5,7 @@
 // (mpirun ends once it has signalled its ranks, without waiting for them to exit.)
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -49,11 +48,22 @@ inline pid_t start_fpdt_mpirun(int ranks, const std::vector<std::string>& args, 
   return start_program(command[0], std::vector<std::string>(command.begin() + 1, command.end()), log_path);
 }
 
+// The text of a /proc file, empty when the process is gone or the file unreadable. (POSIX reads: a
+// std::ifstream throws from its buffer when the process exits during the read, "No such process".)
+inline std::string proc_text(const std::string& path) {
+  std::string text;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buffer[4096];
+  for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(got));
+  ::close(fd);
+  return text;
+}
+
 // The parent of process `pid` (from /proc/<pid>/stat: the field after the command name, which is in
 // parentheses and may itself hold spaces or parentheses), or 0 when it has gone.
 inline pid_t parent_of(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string line = proc_text("/proc/" + std::to_string(pid) + "/stat");
   const size_t name_end = line.rfind(')');
   if (name_end == std::string::npos || name_end + 4 > line.size()) return 0;
   return static_cast<pid_t>(std::atol(line.c_str() + name_end + 4));  // ") S <ppid>"
@@ -69,9 +79,8 @@ inline pid_t find_rank_process(int rank, pid_t job) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     if (parent_of(pid) != job) continue;
-    std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
-    const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    const std::string environment((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    const std::string command = proc_text(entry.path() / "cmdline");
+    const std::string environment = proc_text(entry.path() / "environ");
     // mpirun's forked child has its environment until it execs fpdt with the rank's.
     if (command.rfind(fpdt_binary() + '\0', 0) != 0) continue;
     if (environment.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos) return pid;
@@ -86,8 +95,7 @@ inline bool wait_until_no_process_mentions(const std::string& marker, double tim
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       const std::string name = entry.path().filename().string();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream cmdline(entry.path() / "cmdline");  // empty for a zombie
-      const std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      const std::string command = proc_text(entry.path() / "cmdline");  // empty for a zombie
       if (command.find(marker) != std::string::npos) return true;
     }
     return false;
@@ -98,12 +106,6 @@ inline bool wait_until_no_process_mentions(const std::string& marker, double tim
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
-}
-
-// The text of a small /proc file (empty when it is gone or unreadable).
-inline std::string proc_text(const std::string& path) {
-  std::ifstream file(path);
-  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
 }
 
 // What process `pid` is doing, for a test's failure message: pid, parent, state (R running, S sleeping,
@@ -181,6 +183,16 @@ inline std::string describe_processes(pid_t root, const std::string& marker) {
   return text;
 }
 
+// Whether some process under `root` is alive (a zombie is dead: it only waits to be reaped).
+inline bool any_descendant_alive(pid_t root) {
+  for (pid_t pid : descendants(root)) {
+    const std::string stat = proc_text("/proc/" + std::to_string(pid) + "/stat");
+    const size_t name_end = stat.rfind(')');
+    if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] != 'Z') return true;
+  }
+  return false;
+}
+
 // SIGKILLs `root` (a child of this process) and every process under it; reaps `root`, returns its status.
 inline int kill_job(pid_t root) {
   const std::vector<pid_t> below = descendants(root);
@@ -192,10 +204,11 @@ inline int kill_job(pid_t root) {
 }
 
 struct JobEnd {
-  bool ended = false;     // false: still running at the timeout (then killed)
-  int status = 0;         // waitpid status
-  double seconds = 0;     // from the call to the end (or the timeout)
-  std::string processes;  // at a timeout: describe_processes of the job before it was killed
+  bool ended = false;        // false: still running at the timeout (then killed)
+  int status = 0;            // waitpid status
+  double seconds = 0;        // from the call to the end (or the timeout)
+  std::string processes;     // at a timeout: describe_processes of the job before it was killed
+  bool ranks_alive = false;  // at a timeout: whether any process under it (a rank) was still alive
 };
 
 // Waits up to timeout_seconds for the process `pid` to end; if it does not, describes it, its descendants
@@ -214,6 +227,7 @@ inline JobEnd wait_for_job(pid_t pid, double timeout_seconds, const std::string&
   }
   end.seconds = elapsed();
   if (!end.ended) {
+    end.ranks_alive = any_descendant_alive(pid);
     end.processes = describe_processes(pid, marker.empty() ? fpdt_binary() : marker);
     end.status = kill_job(pid);
   }
