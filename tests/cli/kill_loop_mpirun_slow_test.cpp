@@ -56,7 +56,7 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
   // the run moves on), then 0–150 ms more within the next step — anywhere in a step, a save or the
   // `latest` update.
   Rng rng(seed);
-  int kills = 0, mid_saves = 0;
+  int kills = 0, mid_saves = 0, launcher_hangs = 0;
   for (int attempt = 0; kills < kKills; ++attempt) {
     ASSERT_LT(attempt, 4 * kKills) << "too many attempts without a kill";
     const int64_t furthest = last_logged_step(killed);
@@ -87,21 +87,42 @@ TEST(KillLoop, TwentyKillsAcrossSavePointsEndBitwiseEqualToTheUninterruptedRun) 
     }
     ASSERT_FALSE(ended) << "the run completed after " << kills << " kills; lengthen it\n"
                         << file_bytes(dir.file("killed.log"));
-    ASSERT_GT(pid, 0) << "rank " << victim << " never got going\n" << file_bytes(dir.file("killed.log"));
+    if (pid == 0) {  // a start that never got going: say what each process was doing, then end it
+      const std::string processes = describe_processes(job, killed);
+      kill_job(job);
+      FAIL() << "rank " << victim << " never got going; mpirun (pid " << job << ") and its processes:\n"
+             << processes << file_bytes(dir.file("killed.log"));
+    }
     ::kill(pid, SIGKILL);
-    const JobEnd end = wait_for_job(job, 60);
-    ASSERT_TRUE(end.ended) << "the job did not end after rank " << victim << " was killed";
+    const JobEnd end = wait_for_job(job, 60, killed);
+    const std::string log = file_bytes(dir.file("killed.log"));
+    // The launcher's own defect (Open MPI 4.1 with PMIx 4.2): a rank killed while it connects to mpirun's
+    // PMIx server (inside MPI_Init) makes the server log "PMIX ERROR: UNREACHABLE" in its connection
+    // handler, and mpirun, having reported the death and ended the other ranks, deadlocks in its exit
+    // (PMIx_server_finalize, on a mutex no thread will release). Then nothing of fpdt is left: every
+    // rank is dead, which is what this test holds fpdt to; only mpirun, stuck, is killed.
+    const bool launcher_stuck_in_exit = !end.ended && !end.ranks_alive &&
+                                        log.find(" noticed that process rank ") != std::string::npos &&
+                                        log.find("PMIX ERROR: UNREACHABLE") != std::string::npos;
+    ASSERT_TRUE(end.ended || launcher_stuck_in_exit)
+        << "the job did not end after rank " << victim << " (pid " << pid << ") was killed; at the deadline, "
+        << "mpirun (pid " << job << ") and its processes:\n" << end.processes << log;
+    launcher_hangs += launcher_stuck_in_exit ? 1 : 0;
     // mpirun ends without waiting for its ranks to exit: the next attempt starts once they are gone (one
     // still exiting holds the run folder's lock, and is no rank of the next job).
-    ASSERT_TRUE(wait_until_no_process_mentions(killed, 60)) << "a rank outlived its job by 60 s";
+    ASSERT_TRUE(wait_until_no_process_mentions(killed, 60))
+        << "a rank outlived its job by 60 s:\n" << describe_processes(0, killed);
     ++kills;
     const bool mid_save = save_in_progress(killed);
     mid_saves += mid_save ? 1 : 0;
-    std::printf("[ kill %2d  ] rank %d %s; steps logged up to %lld;%s the job ended %.1f s later\n", kills, victim,
+    std::printf("[ kill %2d  ] rank %d %s; steps logged up to %lld;%s %s %.1f s later\n", kills, victim,
                 early ? "early" : ("after step " + std::to_string(until)).c_str(),
-                static_cast<long long>(last_logged_step(killed)), mid_save ? " mid-save;" : "", end.seconds);
+                static_cast<long long>(last_logged_step(killed)), mid_save ? " mid-save;" : "",
+                launcher_stuck_in_exit ? "every rank had ended, mpirun hung in its exit (killed)" : "the job ended",
+                end.seconds);
   }
-  std::printf("[ kills    ] %d, %d of them during a save\n", kills, mid_saves);
+  std::printf("[ kills    ] %d, %d of them during a save; mpirun hung in its exit after %d\n", kills, mid_saves,
+              launcher_hangs);
   const pid_t last = start_fpdt_mpirun(2, args(killed), dir.file("killed.log"));
   const JobEnd last_end = wait_for_job(last, 600);
   ASSERT_TRUE(last_end.ended && WIFEXITED(last_end.status) && WEXITSTATUS(last_end.status) == 0)
