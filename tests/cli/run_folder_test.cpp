@@ -1,7 +1,7 @@
 // The run folder belongs to one run: a fresh run into a folder that holds one is refused and changes
 // nothing; --overwrite deletes only that run's entries and says which; --resume removes what a killed
-// writer left (temp files, .partial folders) and keeps each step once in metrics.jsonl; a second live
-// writer is refused.
+// writer left (temp files, .partial folders) and keeps each step once in metrics.jsonl, and continues
+// a run killed inside its first save; a second live writer is refused.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -86,6 +86,25 @@ TEST_F(RunFolder, ResumeCleansWhatAKilledWriterLeftAndLogsEachStepOnce) {
   EXPECT_FALSE(fs::exists(run_ + "/step_15.partial"));
   EXPECT_EQ(logged_steps(run_ + "/metrics.jsonl"), steps_from(1, 14));
   EXPECT_EQ(file_bytes(run_ + "/notes.txt"), "the user's own file");
+}
+
+TEST_F(RunFolder, AKillInsideTheFirstSaveLeavesARunToResume) {
+  // The first save writes "none" into `latest` before it renames its folder. A run killed inside it
+  // (step 5) after the step folder was completed and renamed, before `latest` named it: step_5 is
+  // there, `latest` still says none, metrics.jsonl ran on to step 10. A resume continues from step_5.
+  fs::remove_all(run_ + "/step_10");
+  write_text_file(run_ + "/latest", "none\n");
+  const ProgramResult result = train(12, "--resume");
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  expect_contains(result.output, {"resuming from step_5: the first save completed it"});
+  EXPECT_EQ(file_bytes(run_ + "/latest"), "step_12\n");
+  EXPECT_EQ(logged_steps(run_ + "/metrics.jsonl"), steps_from(1, 12));
+
+  // Such a folder, without the step folder, has no checkpoint: eval says so.
+  const std::string fresh = dir_.file("fresh");
+  fs::create_directories(fresh);
+  write_text_file(fresh + "/latest", "none\n");
+  expect_one_clear_error(run_fpdt("eval --checkpoint " + fresh), {"[checkpoint]", "no checkpoint yet"});
 }
 
 TEST_F(RunFolder, ASecondLiveWriterIsRefused) {

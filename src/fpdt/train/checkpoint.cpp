@@ -194,12 +194,16 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
         {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
     write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
 
+    // Before the first checkpoint's folder takes its name, `latest` says there is none yet: a kill
+    // between the rename and the pointer then leaves a run that resumes from that folder (run_folder.h).
+    const std::string pointer = (fs::path(run_dir) / "latest").string();
+    if (!fs::exists(pointer)) write_text_atomic(pointer, std::string(kNoCheckpointYet) + "\n");
     std::error_code error;
     fs::remove_all(final_dir, error);
     fs::rename(temp_dir, final_dir, error);
     if (error)
       throw Error(kModule, "cannot rename " + temp_dir.string() + " to " + final_dir.string() + ": " + error.message());
-    write_text_atomic((fs::path(run_dir) / "latest").string(), name + "\n");
+    write_text_atomic(pointer, name + "\n");
 
     // Keep the newest `keep` step folders.
     std::vector<std::pair<int64_t, fs::path>> steps;
@@ -242,6 +246,7 @@ std::string latest_checkpoint(const std::string& run_dir) {
   if (!fs::exists(pointer)) return "";
   std::string name = read_text(pointer.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name == kNoCheckpointYet) return "";
   const fs::path folder = fs::path(run_dir) / name;
   if (name.empty() || !fs::is_directory(folder))
     throw Error(kModule, pointer.string() + " names '" + name + "', which is not a checkpoint folder",
@@ -250,7 +255,13 @@ std::string latest_checkpoint(const std::string& run_dir) {
 }
 
 std::string checkpoint_folder(const std::string& path) {
-  if (fs::exists(fs::path(path) / "latest")) return latest_checkpoint(path);
+  if (fs::exists(fs::path(path) / "latest")) {
+    const std::string folder = latest_checkpoint(path);
+    if (folder.empty())
+      throw Error(kModule, path + " is a run folder with no checkpoint yet",
+                  "wait for its first save (--save-every), or pass a step_<N> folder");
+    return folder;
+  }
   if (fs::exists(fs::path(path) / "config.json")) return path;
   throw Error(kModule, path + " is neither a run folder (with 'latest') nor a checkpoint folder (with config.json)",
               "pass the --out folder of a training run or one of its step_<N> folders");

@@ -14,10 +14,13 @@
 //                                         the tokenizer's fingerprint, the optimizer's partition
 //   <run>/step_<N>/tokenizer.json         the tokenizer the shards were made with (byte runs too),
 //   <run>/step_<N>/tokenizer_config.json  so transformers' AutoTokenizer.from_pretrained(step) works
-//   <run>/latest                          "step_<N>", replaced atomically after a complete save
+//   <run>/latest                          "step_<N>", replaced atomically after a complete save;
+//                                         "none" (kNoCheckpointYet) while the first save renames its folder
 // A step folder is written under a temporary name, by every rank of the partition, and renamed by
 // rank 0 when complete; `latest` moves only then, so a failed or killed save (of any rank) never
-// damages the checkpoint before it. A checkpoint resumes at any world size and ZeRO stage: each rank
+// damages the checkpoint before it. A kill between the rename and the pointer leaves a complete step
+// folder that `latest` does not name yet: the previous checkpoint, or "none" at the first save (then
+// a resume takes the newest step folder: run_folder.h resume_checkpoint). A checkpoint resumes at any world size and ZeRO stage: each rank
 // reads its share of the moments from the shards that hold it.
 #pragma once
 
@@ -67,7 +70,11 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
                      const std::string& generation_config, comm::Communicator& world, int keep = 2,
                      const std::function<void()>& shard_written = {});
 
-// The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet.
+// What <run>/latest holds until the run's first checkpoint.
+inline constexpr const char* kNoCheckpointYet = "none";
+
+// The folder <run_dir>/latest points at, or "" when the run has no checkpoint yet (no `latest`, or
+// kNoCheckpointYet).
 std::string latest_checkpoint(const std::string& run_dir);
 // A run folder (with `latest`) or a step or Hugging Face folder (with config.json) → the step folder;
 // throws fpdt::Error for anything else.

@@ -95,6 +95,11 @@ std::string resume_checkpoint(const std::string& dir) {
   }
   if (steps.empty()) return "";
   std::sort(steps.begin(), steps.end());
+  if (fs::exists(fs::path(dir) / "latest")) {  // "none": the first save's folder is complete, its pointer not
+    log::info("resuming from " + steps.back().second + ": the first save completed it and was stopped before " +
+              (fs::path(dir) / "latest").string() + " named it");
+    return (fs::path(dir) / steps.back().second).string();
+  }
   std::vector<std::string> names;
   for (const auto& [step, name] : steps) names.push_back(name);
   throw Error(kModule,

@@ -12,8 +12,10 @@
 namespace fpdt::train {
 
 // The checkpoint `--resume` continues in the run folder `dir`: the step folder `latest` names, or ""
-// when the run has none yet (no folder, or no step folder). Throws fpdt::Error naming the step folders
-// when they remain but `latest` does not: a resume would start a new run over them.
+// when the run has none yet (no folder, or no step folder). When `latest` still says the run has no
+// checkpoint (checkpoint.h kNoCheckpointYet) but a step folder is there, the first save was killed
+// between completing its folder and moving the pointer: the newest step folder. Throws fpdt::Error
+// naming the step folders when they remain but `latest` is gone: a resume would start a new run over them.
 std::string resume_checkpoint(const std::string& dir);
 
 // Every rank of `world` must see and write the run folder `dir` that rank 0 took (checkpoints hold
