@@ -8,6 +8,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/ops.h"
+#include "fpdt/pipeline/double_buffer.h"
 
 namespace fpdt::pipeline {
 
@@ -288,13 +289,6 @@ class Builder {
   bool before_done_ = false;                  // the copies queued before the program have finished
 };
 
-struct Stage {
-  Buf k, v, q, d_o, lse, delta, d_q;
-};
-constexpr Stage kStages[2] = {
-    {Buf::k_stage0, Buf::v_stage0, Buf::q_stage0, Buf::do_stage0, Buf::lse_stage0, Buf::delta_stage0, Buf::dq_stage0},
-    {Buf::k_stage1, Buf::v_stage1, Buf::q_stage1, Buf::do_stage1, Buf::lse_stage1, Buf::delta_stage1, Buf::dq_stage1}};
-
 // The MLP's activations the backward reads (Op::mlp's gate, up, act), their buffers and store arrays.
 constexpr Buf kMlpBuffers[3] = {Buf::gate, Buf::up, Buf::act};
 constexpr Array kMlpArrays[3] = {Array::gate, Array::up, Array::act};
@@ -339,10 +333,10 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
       b.fetch(Array::v, l, kv[0], kStages[0].v);
     }
     for (size_t n = 0; n < kv.size(); ++n) {
-      const Stage& stage = kStages[n % 2];
+      const Stage& stage = stage_of(n);
       if (n + 1 < kv.size()) {
-        b.fetch(Array::k, l, kv[n + 1], kStages[(n + 1) % 2].k);
-        b.fetch(Array::v, l, kv[n + 1], kStages[(n + 1) % 2].v);
+        b.fetch(Array::k, l, kv[n + 1], stage_of(n + 1).k);
+        b.fetch(Array::v, l, kv[n + 1], stage_of(n + 1).v);
       }
       if (mask.documents()) b.compute<Op::docs>(kv[n], {{buffer, Buf::kv_docs}});
       b.compute<Op::attention_block>(
@@ -446,7 +440,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
       if (mask.live(j, i)) qs.push_back(j);
     FPDT_ASSERT(!qs.empty() && qs[0] == i);
     auto fetch_q_set = [&](size_t n) {
-      const Stage& stage = kStages[n % 2];
+      const Stage& stage = stage_of(n);
       b.fetch(Array::q, l, qs[n], stage.q);
       b.fetch(Array::d_o, l, qs[n], stage.d_o);
       b.fetch(Array::lse, l, qs[n], stage.lse);
@@ -457,7 +451,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
     b.compute<Op::zero>(i, {{buffer, Buf::d_v}});
     if (mask.documents()) b.compute<Op::docs>(i, {{buffer, Buf::kv_docs}});
     for (size_t n = 0; n < qs.size(); ++n) {
-      const Stage& stage = kStages[n % 2];
+      const Stage& stage = stage_of(n);
       const Buf d_q = n == 0 ? Buf::dq_first : stage.d_q;
       if (n + 1 < qs.size()) fetch_q_set(n + 1);
       if (n == 0) {  // chunk i's input and gradient, for its QKV backward after the loop (behind the next q set)
