@@ -97,7 +97,7 @@ enum class Op : uint8_t {
   attention_block_backward,   // q, k, v, dO, lse, Δ of block (chunk, kv_chunk) → dq +=, dk +=, dv +=
   attention_norm,             // x → the attention norm (recomputed for the QKV backward)
   attention_input_backward,   // x, dq, dk, dv → d_res += dL/dx
-  embed_backward,             // d_res → embedding gradients
+  embed_backward,             // d_res → embedding gradients (the last op: schedule.cpp checks signatures up to it)
 };
 const char* op_name(Op op);
 
