@@ -1,5 +1,5 @@
 // One worker thread that runs submitted tasks in submission order, and events to wait for them (never
-// sleeps or polls): the CPU backend's copy queue (kernels/host_memory.cpp) and ZeRO's queue of
+// sleeps or polls): the host copy engine (kernels/copy_engine.cpp) and ZeRO's queue of
 // collectives (pipeline/model_states.h) are one each. A task that throws fails the queue: its
 // exception is rethrown by every later wait.
 #pragma once

@@ -1,20 +1,19 @@
 // The memory a Backend owns besides its maths: compute-tier buffers, offload-tier storage and the
-// copy queues that move bytes between the two. Callers hold handles — compute-tier addresses they
-// pass on but never dereference (device addresses on a GPU) and OffloadStorage objects — so code
-// written against this header (the FPDT pipeline, the Ulysses exchange) runs wherever the compute
-// tier is not host memory. The CPU implementation is host_memory.cpp.
+// copy engine that moves bytes between the two (copy_engine.h). Callers hold handles — compute-tier
+// addresses they pass on but never dereference (device addresses on a GPU) and OffloadStorage
+// objects — so code written against this header (the FPDT pipeline, the Ulysses exchange) runs
+// wherever the compute tier is not host memory. The CPU implementation is host_memory.cpp.
 //
 // Ordering. Compute-tier operations here (fill_zero, copy, copy_2d, upload) run in order with the
-// backend's kernels. A copy queue runs its copies in submission order (FIFO); a copy starts after
-// everything submitted to compute before it, and compute submitted after wait(event) starts after
-// that copy and every copy queued before it. (CPU: compute is synchronous and wait blocks; CUDA:
-// a copy stream and events.)
+// backend's kernels; copies through the copy engine are ordered with them as copy_engine.h says.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "fpdt/kernels/copy_engine.h"
 
 namespace fpdt::kernels {
 
@@ -56,7 +55,7 @@ class OffloadStorage {
   virtual ~OffloadStorage() = default;
   size_t bytes() const { return bytes_; }
   // Kind none: the storage is compute-tier memory, used in place — the handle of the byte at
-  // `offset`. Null for the other kinds, whose bytes are reached through a CopyQueue.
+  // `offset`. Null for the other kinds, whose bytes are reached through the copy engine.
   virtual void* resident(size_t offset) const = 0;
 
  protected:
@@ -64,23 +63,6 @@ class OffloadStorage {
 
  private:
   size_t bytes_;
-};
-
-// 0 is an event that has always happened.
-using CopyEvent = uint64_t;
-
-// One in-order queue of copies between compute-tier buffers and offload storage (see the top of the
-// file for the ordering). Handles are compute-tier buffers of transfer_bytes(bytes) capacity;
-// offsets are multiples of kTransferAlignBytes. A failed copy (a full disk) is rethrown as an
-// fpdt::Error by the next wait.
-class CopyQueue {
- public:
-  virtual ~CopyQueue() = default;
-  virtual CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) = 0;
-  virtual CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) = 0;
-  // Until `event` and every copy queued before it have finished.
-  virtual void wait(CopyEvent event) = 0;
-  virtual void wait_all() = 0;
 };
 
 class DeviceMemory {
@@ -95,7 +77,7 @@ class DeviceMemory {
   // Throws fpdt::Error naming the tier past its budget, or the directory it cannot use.
   virtual std::unique_ptr<OffloadStorage> allocate_offload(const OffloadConfig& config, size_t bytes, bool dry,
                                                            const std::string& what) = 0;
-  // A new copy queue (the CPU backend: a thread; CUDA: a stream).
+  // A new queue of the copy engine (copy_engine.h; the CPU backend: a thread; CUDA: a stream).
   virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
 
   // Compute-tier operations, in order with the kernels. dst, src: compute-tier handles. Zero bytes
@@ -111,8 +93,9 @@ class DeviceMemory {
   virtual void download(void* host, const void* src, size_t bytes) = 0;
 };
 
-// The host implementation (host_memory.cpp): compute tier = RAM under its budget; the copy queue is a
-// thread; disk storage is read and written with pread/pwrite (O_DIRECT where the file system allows).
+// The host implementation (host_memory.cpp): compute tier = RAM under its budget; its copy queues are
+// the host copy engine's (a thread); disk storage is read and written with pread/pwrite (O_DIRECT where
+// the file system allows).
 DeviceMemory& host_memory();
 
 }  // namespace fpdt::kernels

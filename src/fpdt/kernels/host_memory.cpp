@@ -1,7 +1,7 @@
 // The host implementation of DeviceMemory (see device_memory.h), shared by the cpu and reference
 // backends: compute-tier buffers are RAM counted under --compute-mem; offload storage is RAM (or, for
-// kind none, compute-tier RAM) or one disk file; a copy queue is one thread running copies in order
-// and handing out events that compute waits on (never sleeps or polls).
+// kind none, compute-tier RAM) or one disk file, whose bytes the host copy engine (copy_engine.h)
+// moves on its thread.
 #include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
@@ -12,8 +12,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
-#include "fpdt/base/trace.h"
-#include "fpdt/base/work_queue.h"
+#include "fpdt/kernels/copy_engine.h"
 #include "fpdt/kernels/device_memory.h"
 #include "fpdt/tensor/memory.h"
 
@@ -31,7 +30,7 @@ class HostBuffer final : public DeviceBuffer {
   Buffer buffer_;
 };
 
-class HostStorage final : public OffloadStorage {
+class HostStorage final : public OffloadStorage, public HostMoves {
  public:
   HostStorage(const OffloadConfig& config, size_t bytes, bool dry, const std::string& what)
       : OffloadStorage(bytes), config_(config) {
@@ -64,8 +63,8 @@ class HostStorage final : public OffloadStorage {
     return static_cast<char*>(memory_.data()) + offset;
   }
 
-  // Synchronous moves, run by the copy thread.
-  void write(size_t offset, const void* src, size_t bytes) {
+  // Synchronous moves, run by the copy engine's thread (copy_engine.h).
+  void write(size_t offset, const void* src, size_t bytes) override {
     if (fd_ < 0) {
       std::memcpy(static_cast<char*>(memory_.data()) + offset, src, bytes);
       return;
@@ -86,7 +85,7 @@ class HostStorage final : public OffloadStorage {
     }
   }
 
-  void read(size_t offset, void* dst, size_t bytes) const {
+  void read(size_t offset, void* dst, size_t bytes) const override {
     if (fd_ < 0) {
       std::memcpy(dst, static_cast<const char*>(memory_.data()) + offset, bytes);
       return;
@@ -125,32 +124,6 @@ class HostStorage final : public OffloadStorage {
   size_t accounted_bytes_ = 0;  // bytes counted without a Buffer (disk, or a dry run)
 };
 
-// One copy thread with a FIFO queue (base/work_queue.h); events count the copies submitted.
-class HostCopyQueue final : public CopyQueue {
- public:
-  CopyEvent write(OffloadStorage& storage, size_t offset, const void* src, size_t bytes) override {
-    auto& host = static_cast<HostStorage&>(storage);
-    return queue_.submit([&host, offset, src, bytes] {
-      const trace::Span span("offload chunk", "copy");
-      host.write(offset, src, bytes);
-    });
-  }
-
-  CopyEvent read(void* dst, const OffloadStorage& storage, size_t offset, size_t bytes) override {
-    const auto& host = static_cast<const HostStorage&>(storage);
-    return queue_.submit([&host, offset, dst, bytes] {
-      const trace::Span span("fetch chunk", "copy");
-      host.read(offset, dst, bytes);
-    });
-  }
-
-  void wait(CopyEvent event) override { queue_.wait(event); }
-  void wait_all() override { queue_.wait_all(); }
-
- private:
-  WorkQueue queue_;
-};
-
 class HostMemory final : public DeviceMemory {
  public:
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes, const std::string& what, const std::string& hint) override {
@@ -160,7 +133,7 @@ class HostMemory final : public DeviceMemory {
                                                    const std::string& what) override {
     return std::make_unique<HostStorage>(config, bytes, dry, what);
   }
-  std::unique_ptr<CopyQueue> make_copy_queue() override { return std::make_unique<HostCopyQueue>(); }
+  std::unique_ptr<CopyQueue> make_copy_queue() override { return make_host_copy_queue(); }
 
   // The compute thread's fills and copies (the Ulysses re-layout at P = 1, residual copies, zeroed
   // gradients): large ones split across the OpenMP team, which would otherwise idle through them.

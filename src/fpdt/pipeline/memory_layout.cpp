@@ -7,6 +7,7 @@
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/device_memory.h"
+#include "fpdt/pipeline/double_buffer.h"
 
 namespace fpdt::pipeline {
 
@@ -90,10 +91,6 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::q_head, "q_head", "(B, C, Hq/P, D)", E::activation, qh},
       {Buf::k_head, "k_head", "(B, C, Hkv/P, D)", E::activation, kvh},
       {Buf::v_head, "v_head", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::k_stage0, "k_stage0", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::k_stage1, "k_stage1", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::v_stage0, "v_stage0", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::v_stage1, "v_stage1", "(B, C, Hkv/P, D)", E::activation, kvh},
       {Buf::o_head, "o_head", "(B, C, Hq/P, D)", E::activation, qh},
       {Buf::lse, "lse", "(B, Hq/P, C)", E::fp32, lse},
       {Buf::o_local, "o_local", "(B·c, Hq·D)", E::activation, n * s.q},
@@ -115,16 +112,6 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, back * lse},
       {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
       {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
-      {Buf::q_stage0, "q_stage0", "(B, C, Hq/P, D)", E::activation, back * qh},
-      {Buf::q_stage1, "q_stage1", "(B, C, Hq/P, D)", E::activation, back * qh},
-      {Buf::do_stage0, "do_stage0", "(B, C, Hq/P, D)", E::activation, back * qh},
-      {Buf::do_stage1, "do_stage1", "(B, C, Hq/P, D)", E::activation, back * qh},
-      {Buf::lse_stage0, "lse_stage0", "(B, Hq/P, C)", E::fp32, back * lse},
-      {Buf::lse_stage1, "lse_stage1", "(B, Hq/P, C)", E::fp32, back * lse},
-      {Buf::delta_stage0, "delta_stage0", "(B, Hq/P, C)", E::fp32, back * lse},
-      {Buf::delta_stage1, "delta_stage1", "(B, Hq/P, C)", E::fp32, back * lse},
-      {Buf::dq_stage0, "dq_stage0", "(B, C, Hq/P, D)", E::fp32, back * qh},
-      {Buf::dq_stage1, "dq_stage1", "(B, C, Hq/P, D)", E::fp32, back * qh},
       {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, back * qh},
       {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::activation, back * (n * s.q)},
       {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::activation, back * (n * s.kv)},
@@ -134,6 +121,9 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::d_gate, "d_gate", "(B·c, f)", E::activation, back * (n * s.f)},
       {Buf::d_up, "d_up", "(B·c, f)", E::activation, back * (n * s.f)},
   };
+  // The double buffer's two stages, shaped as what they stage (double_buffer.h); then the table in Buf order.
+  for (const BufferSpec& row : stage_buffers(table, s)) table.push_back(row);
+  std::sort(table.begin(), table.end(), [](const BufferSpec& a, const BufferSpec& b) { return a.id < b.id; });
   FPDT_ASSERT(static_cast<int>(table.size()) == kBufCount);
   for (int i = 0; i < kBufCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
   return table;

@@ -55,8 +55,9 @@ struct LayoutShape {
 enum class Element : uint8_t { activation, fp32, int32, int64 };
 int64_t element_bytes(Element element, const LayoutShape& shape);
 
-// The compute-tier chunk buffers, in arena order. The stage buffers hold the kv chunk (forward) or the
-// q set (backward) being computed and the one being prefetched.
+// The compute-tier chunk buffers, in arena order. The stage buffers are the double buffer's
+// (double_buffer.h): the kv chunk (forward) or the q set (backward) being computed and the one being
+// prefetched.
 enum class Buf : uint8_t {
   // per-chunk inputs
   tokens, targets, loss_mask, positions, position_ids, q_docs, kv_docs,
