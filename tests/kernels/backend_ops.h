@@ -902,7 +902,25 @@ inline void check_adamw(OpCheck& t) {
   }
 }
 
-// sum_squares, scale_inplace, add_inplace, count_invalid, round_to_bf16
+// The bf16 value nearest x by the rule itself, in float64 (x not NaN): one of the two bf16 values around x
+// (x with its low 16 bits cleared, and the next one away from zero), the nearer, the one with an even last
+// bit on a tie; ±inf stay, a float past bf16's largest rounds to inf.
+inline float nearest_bf16_by_rule(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t low_bits = bits & 0xffff0000u;
+  float low, high;
+  std::memcpy(&low, &low_bits, 4);
+  const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
+  std::memcpy(&high, &high_bits, 4);
+  // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
+  const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
+  const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
+  const bool low_even = ((low_bits >> 16) & 1u) == 0;
+  return std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
+}
+
+// sum_squares, scale_inplace, add_inplace, count_invalid, round_to_bf16, pack_bf16, unpack_bf16
 inline void check_elementwise(OpCheck& t) {
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
@@ -984,21 +1002,45 @@ inline void check_elementwise(OpCheck& t) {
         ASSERT_TRUE(std::isnan(got)) << "round_to_bf16 keeps NaN, i=" << i << tag;
         continue;
       }
-      uint32_t bits;
-      std::memcpy(&bits, &x, 4);
-      const uint32_t low_bits = bits & 0xffff0000u;
-      float low, high;
-      std::memcpy(&low, &low_bits, 4);
-      const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
-      std::memcpy(&high, &high_bits, 4);
-      // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
-      const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
-      const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
-      const bool low_even = ((low_bits >> 16) & 1u) == 0;
-      const float want = std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
+      const float want = nearest_bf16_by_rule(x);
       ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
           << "round_to_bf16(" << x << ") = " << got << ", want " << want << ", i=" << i << tag;
     }
+
+    // pack_bf16: each word is the upper half of the float the rule picks (exact: a bf16 value is a float
+    // whose low 16 bits are 0), NaN stays NaN; the same draws, specials and ties.
+    const auto packed = t.place(std::vector<uint16_t>(static_cast<size_t>(n), 0));
+    const auto r_source = t.place(r);
+    t.backend.pack_bf16(packed->get(), r_source->get(), n);
+    const auto words = packed->host();
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = r[static_cast<size_t>(i)];
+      const uint32_t word = static_cast<uint32_t>(words[static_cast<size_t>(i)]) << 16;
+      float got;
+      std::memcpy(&got, &word, 4);
+      if (std::isnan(x)) {
+        ASSERT_TRUE(std::isnan(got)) << "pack_bf16 keeps NaN, i=" << i << tag;
+        continue;
+      }
+      const float want = nearest_bf16_by_rule(x);
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+          << "pack_bf16(" << x << ") = " << got << ", want " << want << ", i=" << i << tag;
+    }
+  }
+
+  // unpack_bf16 of every one of the 65536 words (NaNs, infs, zeros, subnormals included), shuffled:
+  // the float whose upper half is the word and whose lower half is 0, bit for bit.
+  std::vector<uint16_t> all(65536);
+  for (size_t w = 0; w < all.size(); ++w) all[w] = static_cast<uint16_t>(w);
+  for (size_t w = all.size() - 1; w > 0; --w) std::swap(all[w], all[t.rng.below(w + 1)]);
+  const auto all_placed = t.place(all);
+  const auto widened = t.place(std::vector<float>(all.size(), 0.0f));
+  t.backend.unpack_bf16(widened->get(), all_placed->get(), static_cast<int64_t>(all.size()));
+  const auto floats = widened->host();
+  for (size_t w = 0; w < all.size(); ++w) {
+    uint32_t bits;
+    std::memcpy(&bits, &floats[w], 4);
+    ASSERT_EQ(bits, static_cast<uint32_t>(all[w]) << 16) << "unpack_bf16 of word " << all[w];
   }
 }
 
@@ -1024,7 +1066,8 @@ inline const std::vector<Row>& rows() {
       {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
       {"head_results", {"cross_entropy_sums", "argmax_rows"}, check_head_results},
       {"adamw", {"adamw_update"}, check_adamw},
-      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid", "round_to_bf16"},
+      {"elementwise",
+       {"sum_squares", "scale_inplace", "add_inplace", "count_invalid", "round_to_bf16", "pack_bf16", "unpack_bf16"},
        check_elementwise},
   };
   return table;
