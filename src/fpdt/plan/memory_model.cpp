@@ -235,7 +235,7 @@ void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s
 }
 
 // fpdt, ours: the model states of the pipeline's table (memory_layout.h's model_state_buffers, which
-// pipeline::ModelStates allocates), with the plan's weight size a.
+// pipeline::ModelStates allocates): fp32 weights whatever the precision (a bf16 run keeps no bf16 copy).
 void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanShape& s) {
   model::ModelConfig planned = config.model;
   if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
@@ -245,7 +245,7 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
   shape.W = config.zero_stage >= 1 ? s.W : 1;
   shape.offload_optimizer = config.offload_optimizer;
   shape.recompute_layer = config.recompute == Recompute::layer;
-  shape.weight_bytes = static_cast<int64_t>(s.a);
+  shape.weight_bytes = 4;  // fp32 in both precisions: a bf16 run's GEMMs round the weights on the way in
   const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
   for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
     const bool whole = spec.elements == layout.total_numel();
