@@ -84,4 +84,39 @@ inline Reordering transformer_loss_reordering(const model::ModelConfig& config, 
   return r;
 }
 
+// ---- bf16 runs of the whole model: the pipeline's invariances in bf16, and bf16 against fp32 ---------------
+
+// One rounding to bf16 (8 significant bits) moves a value by at most 2^-9 of itself.
+inline constexpr double kBf16Rounding = 0x1p-9;
+
+// The bf16 roundings in a row behind one output of a bf16 model: in each layer's forward the kept
+// activations model/layer.h lists — the attention norm, q/k/v, o, x_mid, the MLP norm, gate/up, act,
+// x_out — and attention's P (rounded before P·V): 9; in each layer's backward the roundings the kernels add
+// to their products' inputs — dout of the MLP's down and up, of the output projection and of the QKV
+// projection, attention's dO and dS: 6. The head: the final norm, and (backward) the head's dout.
+inline constexpr double kBf16RoundingsPerLayer = 9;
+inline constexpr double kBf16RoundingsPerLayerBackward = 6;
+
+inline double bf16_roundings(const model::ModelConfig& config, bool gradients) {
+  const double forward = kBf16RoundingsPerLayer * config.layers + 1;
+  return gradients ? forward + kBf16RoundingsPerLayerBackward * config.layers + 1 : forward;
+}
+
+// The bound on relative_error between a bf16 run and another bf16 run that sums in another order (both_bf16:
+// chunked against unchunked), or an fp32 run of the same model (only one side rounds to bf16). Derivation:
+// where both sides round the same value, their fp32 sums differ by δ (fp32_bound: ~1e-6), which puts the
+// value on the other side of a bf16 rounding boundary with probability ≈ δ / (2·2^-9) and then makes it
+// differ by a whole bf16 step, 2·2^-9: each rounding turns a relative difference e into √(2·2^-9·e) RMS.
+// In a row of roundings that grows from 1e-6 to 6e-5, 5e-4, 1.4e-3: past the first few the two sides'
+// rounding errors are as good as independent, so the bound is fp32_bound's model with bf16's rounding:
+// N = the roundings in a row (bf16_roundings), each δ uniform in [−2^-9, 2^-9] (variance u²/3), one side's
+// error u·√(N/3), the difference of two bf16 sides u·√(2N/3), divided by √M for a mean over M outputs
+// with independent errors, 6 standard deviations. The fp32 sums between the roundings add ~1e-6: nothing
+// beside. A bf16 run against fp32 also rounds the weights (each GEMM rounds w), the same perturbation for
+// every token: its loss is not averaged over tokens (averaged_over 1).
+inline double bf16_bound(double roundings, bool both_bf16, double averaged_over = 1) {
+  const double sides = both_bf16 ? 2.0 : 1.0;
+  return kStandardDeviations * kBf16Rounding * std::sqrt(sides * roundings / (3.0 * averaged_over));
+}
+
 }  // namespace fpdt::testing
