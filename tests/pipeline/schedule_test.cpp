@@ -69,6 +69,36 @@ TEST(Schedule, GoldenWindowMask) {
                                               "embed backward l=0"}));
 }
 
+// ---- steps name their buffers by role ----------------------------------------------------------------
+
+TEST(Schedule, StepsHoldTheirBuffersInTheirSignaturesRoles) {
+  // Every buffer a step holds plays one of its op's roles; a role the op lacks is refused at run time as
+  // at compile time (tests/pipeline/operand_names_compile.cpp).
+  const ChunkPlan plan = make_chunk_plan(12, 2, 0, 0, 3);
+  for (const bool mlp_kept : {false, true}) {
+    const Schedule schedule =
+        make_schedule(plan, Pass::forward_backward, Recompute::none, {BlockMask(3), BlockMask(3)}, mlp_kept);
+    int named = 0;
+    for (const Program& program : schedule.programs)
+      for (const Step& step : program.steps) {
+        const Signature operands = signature(step.op);
+        for (int k = 0; k < kMaxOperands; ++k) {
+          if (step.buffers[k] == Buf::none) continue;
+          ASSERT_LT(k, operands.size) << describe_step(step);
+          EXPECT_NE(operand_role(step, k), Role::none) << describe_step(step);
+          EXPECT_EQ(step.buffer(operands.operands[static_cast<size_t>(k)].name), step.buffers[k]);
+          ++named;
+        }
+      }
+    EXPECT_GT(named, 0);
+  }
+  Step mlp{Op::mlp};
+  mlp.buffers[signature(Op::mlp).position(Operand::x_mid)] = Buf::x_mid;
+  EXPECT_EQ(mlp.buffer(Operand::x_mid), Buf::x_mid);
+  EXPECT_EQ(mlp.buffer(Operand::gate), Buf::none);  // a role it has, not given
+  testing::expect_contains(testing::error_message([&] { mlp.buffer(Operand::dq); }), {"[internal]", "position >= 0"});
+}
+
 // ---- the block mask ----------------------------------------------------------------------------------
 
 // Block (i, j) is live iff some query q of chunk i and key k of chunk j (both real tokens) have k ≤ q,
@@ -260,52 +290,55 @@ class Simulator {
 
   // With a bf16 store an activation array goes out of and comes into a bf16 twin, and only those arrays.
   void expect_through_twin(const Step& step) const {
+    const Buf buffer = step.buffer(Operand::buffer);
     bool twin = false;
-    for (int k = 0; k < kBufCount; ++k) twin = twin || packed_twin(static_cast<Buf>(k)) == step.buffers[0];
+    for (int k = 0; k < kBufCount; ++k) twin = twin || packed_twin(static_cast<Buf>(k)) == buffer;
     EXPECT_EQ(twin, s_.bf16_store && holds_activations(step.array))
-        << buffer_name(step.buffers[0]) << " for array " << array_name(step.array);
+        << buffer_name(buffer) << " for array " << array_name(step.array);
   }
 
   void step(const Step& step) {
-    const Buf* b = step.buffers;
+    using enum Operand;
+    auto at = [&](Operand name) { return step.buffer(name); };  // the buffer playing `name`
     const int i = step.chunk, j = step.kv_chunk;
     switch (step.op) {
       case Op::fetch: {
         expect_through_twin(step);
         // After a write out of the buffer is fine: the queue is FIFO.
-        EXPECT_FALSE(fetching_.count(static_cast<int>(b[0]))) << "a second fetch into " << buffer_name(b[0]);
-        fetching_.insert(static_cast<int>(b[0]));
-        queue_.push_back({next_copy_++, true, static_cast<int>(b[0]), slot(step), {}});
+        EXPECT_FALSE(fetching_.count(static_cast<int>(at(buffer)))) << "a second fetch into "
+                                                                   << buffer_name(at(buffer));
+        fetching_.insert(static_cast<int>(at(buffer)));
+        queue_.push_back({next_copy_++, true, static_cast<int>(at(buffer)), slot(step), {}});
         return;
       }
       case Op::write:
         expect_through_twin(step);
-        queue_.push_back({next_copy_++, false, static_cast<int>(b[0]), slot(step), read(b[0])});
-        writing_.insert(static_cast<int>(b[0]));
+        queue_.push_back({next_copy_++, false, static_cast<int>(at(buffer)), slot(step), read(at(buffer))});
+        writing_.insert(static_cast<int>(at(buffer)));
         return;
       case Op::wait: complete_until(step.copy < 0 ? program_start_ : program_start_ + step.copy + 1); return;
-      case Op::zero: overwrite(b[0]) = zero_value(); return;
+      case Op::zero: overwrite(at(buffer)) = zero_value(); return;
       case Op::segment: return;  // the model states' steps: no chunk data
       case Op::pack:
       case Op::unpack: {  // the same data, in bf16 or back in fp32 lanes: from a buffer to its twin or back
         EXPECT_TRUE(s_.bf16_store) << "pack or unpack in a schedule of an fp32 store";
-        const Buf buffer = step.op == Op::pack ? b[0] : b[1], twin = step.op == Op::pack ? b[1] : b[0];
-        EXPECT_EQ(packed_twin(buffer), twin) << buffer_name(twin) << " is not the twin of " << buffer_name(buffer);
-        const Value v = read(b[0]);
+        const Buf data = step.op == Op::pack ? at(from) : at(to), twin = step.op == Op::pack ? at(to) : at(from);
+        EXPECT_EQ(packed_twin(data), twin) << buffer_name(twin) << " is not the twin of " << buffer_name(data);
+        const Value v = read(at(from));
         EXPECT_EQ(v.chunk, i) << show(v);
-        overwrite(b[1]) = v;
+        overwrite(at(to)) = v;
         return;
       }
       case Op::inputs:
         inputs_chunk_ = i;
         inputs_targets_ = step.flag;
         return;
-      case Op::docs: overwrite(b[0]) = Value{"docs", -1, i, {}}; return;
+      case Op::docs: overwrite(at(buffer)) = Value{"docs", -1, i, {}}; return;
       case Op::q_to_heads:
       case Op::kv_to_heads:
       case Op::q_to_sequence:
       case Op::kv_grad_to_sequence: {
-        Value v = read(b[0]);
+        Value v = read(at(from));
         EXPECT_EQ(v.chunk, i) << show(v);
         EXPECT_EQ(v.layer, layer_) << show(v);
         if (v.kind == "o") {
@@ -318,116 +351,116 @@ class Simulator {
           EXPECT_EQ(v.blocks, live_q(i)) << "dk/dv used before every live q block";
         }
         if (step.op == Op::q_to_sequence || step.op == Op::kv_grad_to_sequence) v = make(v.kind + "_tokens", i);
-        overwrite(b[1]) = v;
+        overwrite(at(to)) = v;
         return;
       }
       case Op::embed:
         expect_inputs(i);
-        overwrite(b[0]) = make("x", i);
+        overwrite(at(x)) = make("x", i);
         return;
       case Op::attention_input:
         expect_inputs(i);
-        expect(b[0], "x", i);
+        expect(at(x), "x", i);
         norm_ = make("norm", i);
-        overwrite(b[1]) = make("q", i);
-        overwrite(b[2]) = make("k", i);
-        overwrite(b[3]) = make("v", i);
+        overwrite(at(q)) = make("q", i);
+        overwrite(at(k)) = make("k", i);
+        overwrite(at(v)) = make("v", i);
         return;
       case Op::attention_block: {
-        expect(b[0], "q", i);
-        expect(b[1], "k", j);
-        expect(b[2], "v", j);
+        expect(at(q), "q", i);
+        expect(at(k), "k", j);
+        expect(at(v), "v", j);
         if (mask_->documents()) {
           expect(Buf::q_docs, "docs", i);
           expect(Buf::kv_docs, "docs", j);
         }
-        for (const Buf out : {b[3], b[4]}) {
+        for (const Buf out : {at(o), at(lse)}) {
           if (!step.flag) overwrite(out) = zero_value();
           accumulate(out, out == Buf::lse ? "lse" : "o", i, j, live_kv(i));
         }
         return;
       }
       case Op::attention_output:
-        expect(b[0], "o_tokens", i);
-        expect(b[1], "x", i);
-        overwrite(b[2]) = make("x_mid", i);
+        expect(at(o), "o_tokens", i);
+        expect(at(x), "x", i);
+        overwrite(at(x_mid)) = make("x_mid", i);
         return;
       case Op::mlp: {
-        expect(b[0], "x_mid", i);
+        expect(at(x_mid), "x_mid", i);
         Value next = make("x", i);
         next.layer = layer_ + 1;
-        overwrite(b[1]) = next;
-        for (int k = 2; k < 5; ++k) {  // gate, up, act, when kept for the backward
-          EXPECT_EQ(b[k] != Buf::none, s_.mlp_kept);
-          if (b[k] != Buf::none) overwrite(b[k]) = make(std::string("mlp ") + buffer_name(b[k]), i);
+        overwrite(at(x_out)) = next;
+        for (const Operand kept : {gate, up, act}) {  // when kept for the backward
+          EXPECT_EQ(at(kept) != Buf::none, s_.mlp_kept);
+          if (at(kept) != Buf::none) overwrite(at(kept)) = make(std::string("mlp ") + buffer_name(at(kept)), i);
         }
         return;
       }
       case Op::head:
         expect_inputs(i, true);
-        expect(b[0], "x", i);
+        expect(at(x), "x", i);
         if (!step.flag) return;
-        EXPECT_EQ(read(b[1]).kind, "zero");
-        overwrite(b[1]) = Value{"g", L_, i, {}};
+        EXPECT_EQ(read(at(d_res)).kind, "zero");
+        overwrite(at(d_res)) = Value{"g", L_, i, {}};
         return;
       case Op::mlp_backward: {
-        expect(b[0], "x_mid", i);
-        const Value& g = read(b[1]);
+        expect(at(x_mid), "x_mid", i);
+        const Value& g = read(at(d_res));
         EXPECT_EQ(g, (Value{"g", layer_ + 1, i, {}})) << "d_res holds " << show(g);
-        overwrite(b[1]) = make("g_mid", i);
+        overwrite(at(d_res)) = make("g_mid", i);
         EXPECT_EQ(step.flag, s_.mlp_kept);
         if (step.flag) {  // gate, up, act of this chunk and layer, as the forward wrote them
-          for (int k = 3; k < 6; ++k) expect(b[k], std::string("mlp ") + buffer_name(b[k]), i);
+          for (const Operand kept : {gate, up, act}) expect(at(kept), std::string("mlp ") + buffer_name(at(kept)), i);
         } else {
-          overwrite(b[2]) = Value{"scratch", -1, -1, {}};
+          overwrite(at(x_out)) = Value{"scratch", -1, -1, {}};
         }
         return;
       }
       case Op::attention_output_backward:
-        expect(b[0], "o_tokens", i);
-        expect(b[1], "g_mid", i);
-        overwrite(b[2]) = make("d_attn", i);
+        expect(at(o), "o_tokens", i);
+        expect(at(d_res), "g_mid", i);
+        overwrite(at(d_attn)) = make("d_attn", i);
         return;
       case Op::attention_delta:
-        expect(b[0], "d_attn", i);
-        expect(b[1], "o", i);
-        EXPECT_EQ(read(b[1]).blocks, live_kv(i));
-        overwrite(b[2]) = make("delta", i);
+        expect(at(d_o), "d_attn", i);
+        expect(at(o), "o", i);
+        EXPECT_EQ(read(at(o)).blocks, live_kv(i));
+        overwrite(at(delta)) = make("delta", i);
         return;
       case Op::attention_block_backward: {
-        expect(b[0], "q", i);
-        expect(b[1], "k", j);
-        expect(b[2], "v", j);
-        expect(b[3], "d_attn", i);
-        expect(b[4], "lse", i);
-        EXPECT_EQ(read(b[4]).blocks, live_kv(i)) << "backward before the final LSE";
-        expect(b[5], "delta", i);
+        expect(at(q), "q", i);
+        expect(at(k), "k", j);
+        expect(at(v), "v", j);
+        expect(at(d_o), "d_attn", i);
+        expect(at(lse), "lse", i);
+        EXPECT_EQ(read(at(lse)).blocks, live_kv(i)) << "backward before the final LSE";
+        expect(at(delta), "delta", i);
         if (mask_->documents()) {
           expect(Buf::q_docs, "docs", i);
           expect(Buf::kv_docs, "docs", j);
         }
-        accumulate(b[6], "dq", i, j, live_kv(i));
-        accumulate(b[7], "dk", j, i, live_q(j));
-        accumulate(b[8], "dv", j, i, live_q(j));
+        accumulate(at(dq), "dq", i, j, live_kv(i));
+        accumulate(at(dk), "dk", j, i, live_q(j));
+        accumulate(at(dv), "dv", j, i, live_q(j));
         return;
       }
       case Op::attention_norm:
-        expect(b[0], "x", i);
+        expect(at(x), "x", i);
         norm_ = make("norm", i);
         return;
       case Op::attention_input_backward:
         expect_inputs(i);
-        expect(b[0], "x", i);
+        expect(at(x), "x", i);
         EXPECT_EQ(norm_, make("norm", i)) << "the norm of another chunk";
-        expect(b[1], "dq_tokens", i);
-        expect(b[2], "dk_tokens", i);
-        expect(b[3], "dv_tokens", i);
-        expect(b[4], "g_mid", i);
-        overwrite(b[4]) = make("g", i);
+        expect(at(dq), "dq_tokens", i);
+        expect(at(dk), "dk_tokens", i);
+        expect(at(dv), "dv_tokens", i);
+        expect(at(d_res), "g_mid", i);
+        overwrite(at(d_res)) = make("g", i);
         return;
       case Op::embed_backward:
         expect_inputs(i);
-        EXPECT_EQ(read(b[0]), (Value{"g", 0, i, {}})) << "d_res holds " << show(read(b[0]));
+        EXPECT_EQ(read(at(d_res)), (Value{"g", 0, i, {}})) << "d_res holds " << show(read(at(d_res)));
         ++embedded_;
         return;
     }
@@ -459,7 +492,7 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
         for (const bool mlp_kept : {false, true})
           for (const Pass pass : {Pass::forward, Pass::forward_backward})
             for (int masking = 0; masking < 8 && !(mlp_kept && recompute == Recompute::layer); ++masking) {
-              const bool bf16_store = masking & 4;
+              const bool bf16_store = masking & 4;  // the activation arrays in bf16, through the twins
               const int64_t S = u * P * 4 - static_cast<int64_t>(rng.below(4));
               const ChunkPlan plan = make_chunk_plan(S, P, 0, 0, u);
               const int64_t window = masking & 1 ? 1 + static_cast<int64_t>(rng.below(3 * plan.chunk_tokens)) : 0;
@@ -475,8 +508,7 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
               const Schedule schedule =
                   make_schedule(plan, pass, recompute, {full, mask, full}, mlp_kept, bf16_store);
               SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
-                           recompute_name(recompute) + (mlp_kept ? " MLP kept" : "") +
-                           (bf16_store ? " bf16 store" : "") +
+                           recompute_name(recompute) + (mlp_kept ? " MLP kept" : "") + (bf16_store ? " bf16 store" : "") +
                            (pass == Pass::forward ? " forward" : " forward + backward") + " mask " + mask.describe());
               Simulator(schedule).run();
               ++checked;

@@ -219,8 +219,8 @@ void FpdtModel::place_outputs(const Program& program, int layer) {
   auto role_of = [](const Step& step, Buf buffer) {  // how the step uses the buffer (none: not at all)
     Role role = Role::none;
     for (int k = 0; k < kMaxOperands; ++k)
-      if (step.buffers[k] == buffer && operand_role(step.op, k, step.flag) != Role::none)
-        role = role == Role::none ? operand_role(step.op, k, step.flag) : Role::inout;
+      if (step.buffers[k] == buffer && operand_role(step, k) != Role::none)
+        role = role == Role::none ? operand_role(step, k) : Role::inout;
     return role;
   };
   struct Producer {
@@ -230,9 +230,8 @@ void FpdtModel::place_outputs(const Program& program, int layer) {
   std::vector<Producer> alias_source(steps.size());  // an aliasing all-to-all's: its input's producer
   for (size_t n = 0; n < steps.size(); ++n) {
     const Step& step = steps[n];
-    const Buf* b = step.buffers;
-    const size_t first = static_cast<size_t>(b[0]);
     if (step.op == Op::write) {
+      const size_t first = static_cast<size_t>(step.buffer(Operand::buffer));
       Producer p = producer[first];
       // Through all-to-alls that are aliases, back to the step that computed the data.
       while (p.step >= 0 && placements_[p.step][p.operand].alias)
@@ -245,32 +244,35 @@ void FpdtModel::place_outputs(const Program& program, int layer) {
       continue;
     }
     if (step.op == Op::fetch) {
-      producer[first] = Producer{};  // bound to the fetched slot
+      producer[static_cast<size_t>(step.buffer(Operand::buffer))] = Producer{};  // bound to the fetched slot
       continue;
     }
-    if (is_exchange(step.op) && sharding_.ranks == 1 && bytes_[first] == bytes_[static_cast<size_t>(b[1])]) {
+    const Buf from = is_exchange(step.op) ? step.buffer(Operand::from) : Buf::none;
+    const Buf to = is_exchange(step.op) ? step.buffer(Operand::to) : Buf::none;
+    if (is_exchange(step.op) && sharding_.ranks == 1 &&
+        bytes_[static_cast<size_t>(from)] == bytes_[static_cast<size_t>(to)]) {
       // Alias unless the input changes while the output is live (until its last read before it is
       // produced again), or the output is updated in place.
       bool safe = true;
       size_t last_read = n;
       for (size_t m = n + 1; m < steps.size() && safe; ++m) {
-        const Role role = role_of(steps[m], b[1]);
+        const Role role = role_of(steps[m], to);
         if (role == Role::out) break;
         if (role == Role::inout) safe = false;
         if (role == Role::in) last_read = m;
       }
       for (size_t m = n + 1; m <= last_read && safe; ++m) {
-        const Role role = role_of(steps[m], b[0]);
+        const Role role = role_of(steps[m], from);
         if (role == Role::out || role == Role::inout) safe = false;
       }
       if (safe) {
-        placements_[n][1].alias = true;
-        alias_source[n] = producer[first];
+        placements_[n][static_cast<size_t>(signature(step.op).position(Operand::to))].alias = true;
+        alias_source[n] = producer[static_cast<size_t>(from)];
       }
     }
     for (int k = 0; k < kMaxOperands; ++k)
-      if (b[k] != Buf::none && operand_role(step.op, k, step.flag) == Role::out)
-        producer[static_cast<size_t>(b[k])] = Producer{static_cast<int>(n), k};
+      if (step.buffers[k] != Buf::none && operand_role(step, k) == Role::out)
+        producer[static_cast<size_t>(step.buffers[k])] = Producer{static_cast<int>(n), k};
   }
 }
 
@@ -286,12 +288,40 @@ float* FpdtModel::out(Buf buffer, const Placement& placement, int layer) {
   return static_cast<float*>(bound_[index]);
 }
 
+namespace {
+
+// A step's operands by role, each bound as the step uses it: a[Operand::dq]. A role that `op` does not
+// have does not compile (OperandOf), and the step must have op's operands.
+template <Op op, typename Bind>
+class OperandsOf {
+ public:
+  OperandsOf(const Step& step, const Bind& bind) : step_(step), bind_(bind) {
+    FPDT_ASSERT(signature(step.op) == signature(op));
+  }
+  float* operator[](OperandOf<op> name) const { return bind_(name.position); }
+  Buf buffer(OperandOf<op> name) const { return step_.buffers[name.position]; }
+  int position(OperandOf<op> name) const { return name.position; }
+
+ private:
+  const Step& step_;
+  const Bind& bind_;
+};
+
+template <Op op, typename Bind>
+OperandsOf<op, Bind> operands_of(const Step& step, const Bind& bind) {
+  return OperandsOf<op, Bind>(step, bind);
+}
+
+}  // namespace
+
 void FpdtModel::execute(const Step& step, const StepPlacements& placements, int layer,
                         kernels::CopyEvent before_program) {
-  const Buf* b = step.buffers;
-  // Operand k as the step uses it: an overwritten operand is bound to its placement or its own slice.
-  auto at = [&](int k) {
-    return operand_role(step.op, k, step.flag) == Role::out ? out(b[k], placements[k], layer) : in(b[k]);
+  using enum Operand;
+  // The operand at `position` as the step uses it: an overwritten one is bound to its placement or its
+  // own slice.
+  auto bind = [&](int position) {
+    const Buf buffer = step.buffers[position];
+    return operand_role(step, position) == Role::out ? out(buffer, placements[position], layer) : in(buffer);
   };
   const int B = batch_->B;
   const int64_t n = plan_.local_chunk_tokens * B;  // token rows of a chunk
@@ -299,7 +329,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     case Op::fetch:
     case Op::write: {
       const int slot_layer = step.layer == LayerRef::next_layer ? layer + 1 : layer;
-      const size_t buffer = static_cast<size_t>(b[0]);
+      const size_t buffer = static_cast<size_t>(step.buffer(Operand::buffer));
       void* resident = store_->resident(step.array, slot_layer, step.chunk);
       const size_t offset = store_->offset(step.array, slot_layer, step.chunk), bytes = store_->slot_bytes(step.array);
       if (step.op == Op::fetch) {
@@ -324,47 +354,55 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       states_.before_segment(segment_);
       bind_tensors();
       return;
-    case Op::zero: memory_.fill_zero(at(0), bytes_[static_cast<size_t>(b[0])]); return;
+    case Op::zero: {
+      const auto a = operands_of<Op::zero>(step, bind);
+      memory_.fill_zero(a[buffer], bytes_[static_cast<size_t>(a.buffer(buffer))]);
+      return;
+    }
     case Op::pack: {  // the buffer's fp32 lanes → its twin's bf16 (exact: the model rounded them, layer.h)
-      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(b[0])] / sizeof(float));
-      backend_.pack_bf16(reinterpret_cast<uint16_t*>(at(1)), at(0), elements);
+      const auto a = operands_of<Op::pack>(step, bind);
+      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(a.buffer(from))] / sizeof(float));
+      backend_.pack_bf16(reinterpret_cast<uint16_t*>(a[to]), a[from], elements);
       return;
     }
     case Op::unpack: {
-      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(b[1])] / sizeof(float));
-      backend_.unpack_bf16(at(1), reinterpret_cast<const uint16_t*>(at(0)), elements);
+      const auto a = operands_of<Op::unpack>(step, bind);
+      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(a.buffer(to))] / sizeof(float));
+      backend_.unpack_bf16(a[to], reinterpret_cast<const uint16_t*>(a[from]), elements);
       return;
     }
     case Op::inputs: upload_inputs(step.chunk, step.flag); return;
-    case Op::docs: upload_documents(step.chunk, b[0]); return;
+    case Op::docs: upload_documents(step.chunk, operands_of<Op::docs>(step, bind).buffer(buffer)); return;
     case Op::q_to_heads:
     case Op::kv_to_heads:
     case Op::q_to_sequence:
-    case Op::kv_grad_to_sequence:
-      if (placements[1].alias) {  // P = 1: the same layout, so the same memory
-        bound_[static_cast<size_t>(b[1])] = bound_[static_cast<size_t>(b[0])];
+    case Op::kv_grad_to_sequence: {
+      const auto a = operands_of<Op::q_to_heads>(step, bind);  // the four have the same operands
+      if (placements[a.position(to)].alias) {  // P = 1: the same layout, so the same memory
+        bound_[static_cast<size_t>(a.buffer(to))] = bound_[static_cast<size_t>(a.buffer(from))];
       } else if (step.op == Op::q_to_heads) {
-        exchange_->q_to_heads(at(0), at(1), B);
+        exchange_->q_to_heads(a[from], a[to], B);
       } else if (step.op == Op::kv_to_heads) {
-        exchange_->kv_to_heads(at(0), at(1), B);
+        exchange_->kv_to_heads(a[from], a[to], B);
       } else if (step.op == Op::q_to_sequence) {
-        exchange_->q_to_sequence(at(0), at(1), B);
+        exchange_->q_to_sequence(a[from], a[to], B);
       } else {
-        exchange_->kv_grad_to_sequence(at(0), at(1), B);
+        exchange_->kv_grad_to_sequence(a[from], a[to], B);
       }
       return;
+    }
     default: break;
   }
 
   const trace::Span span(op_name(step.op), "compute");
   const model::AttentionInput norm{own<float>(Buf::norm), own<float>(Buf::norm_mean), own<float>(Buf::norm_rstd)};
-  // The MLP's activations: gate, up and act are its steps' operands from `first` on when they go
-  // through the store, else the chunk buffers (recomputed in the backward).
-  auto mlp = [&](int first) {
-    const bool stored = b[first] != Buf::none;
+  // The MLP's activations: the step's gate, up and act when they go through the store, else the chunk
+  // buffers (recomputed in the backward).
+  auto mlp = [&](const auto& a) {
+    const bool stored = a.buffer(gate) != Buf::none;
     return model::MlpActivations{own<float>(Buf::mlp_norm), own<float>(Buf::mlp_mean), own<float>(Buf::mlp_rstd),
-                                 stored ? at(first) : own<float>(Buf::gate), stored ? at(first + 1) : own<float>(Buf::up),
-                                 stored ? at(first + 2) : own<float>(Buf::act)};
+                                 stored ? a[gate] : own<float>(Buf::gate), stored ? a[up] : own<float>(Buf::up),
+                                 stored ? a[act] : own<float>(Buf::act)};
   };
   const model::LayerScratch scratch{own<float>(Buf::d_norm), own<float>(Buf::d_act), own<float>(Buf::d_gate),
                                     own<float>(Buf::d_up)};
@@ -372,65 +410,96 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
   const int32_t* position_ids = own<int32_t>(Buf::position_ids);
   const int64_t* positions = own<int64_t>(Buf::positions);
   switch (step.op) {
-    case Op::embed: math_.embedding_forward(global_weights_, tokens, position_ids, at(0), n); return;
-    case Op::attention_input:
-      math_.attention_input_forward(weights_, at(0), positions, n, norm, at(1), at(2), at(3));
-      return;
-    case Op::attention_block: {
-      float* o = at(3);
-      float* lse = at(4);
-      backend_.attention_chunk_forward(o, lse, block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk),
-                                       step.flag);
-      // The diagonal block is the q chunk's last: o is final, and kept (rounded in bf16, layer.h).
-      if (step.kv_chunk == step.chunk) math_.round_kept(o, n * config_.q_dim());
+    case Op::embed: {
+      const auto a = operands_of<Op::embed>(step, bind);
+      math_.embedding_forward(global_weights_, tokens, position_ids, a[x], n);
       return;
     }
-    case Op::attention_output: math_.attention_output_forward(weights_, at(0), at(1), at(2), n); return;
-    case Op::mlp: math_.mlp_forward(weights_, at(0), at(1), n, mlp(2)); return;
+    case Op::attention_input: {
+      const auto a = operands_of<Op::attention_input>(step, bind);
+      math_.attention_input_forward(weights_, a[x], positions, n, norm, a[q], a[k], a[v]);
+      return;
+    }
+    case Op::attention_block: {
+      const auto a = operands_of<Op::attention_block>(step, bind);
+      float* o_out = a[o];
+      float* lse_out = a[lse];
+      backend_.attention_chunk_forward(o_out, lse_out, block(layer, a[q], a[k], a[v], step.chunk, step.kv_chunk),
+                                       step.flag);
+      // The diagonal block is the q chunk's last: o is final, and kept (rounded in bf16, layer.h).
+      if (step.kv_chunk == step.chunk) math_.round_kept(o_out, n * config_.q_dim());
+      return;
+    }
+    case Op::attention_output: {
+      const auto a = operands_of<Op::attention_output>(step, bind);
+      math_.attention_output_forward(weights_, a[o], a[x], a[x_mid], n);
+      return;
+    }
+    case Op::mlp: {
+      const auto a = operands_of<Op::mlp>(step, bind);
+      math_.mlp_forward(weights_, a[x_mid], a[x_out], n, mlp(a));
+      return;
+    }
     case Op::head: {
+      const auto a = operands_of<Op::head>(step, bind);
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
                                     own<float>(Buf::logits_lse)};
       const model::TokenResults per_token{outputs_.losses ? host_losses_.data() : nullptr,
                                           outputs_.predictions ? host_predictions_.data() : nullptr};
       const model::LossStats stats =
-          math_.head_forward(global_weights_, step.flag ? &global_gradients_ : nullptr, at(0), own<int32_t>(Buf::targets),
+          math_.head_forward(global_weights_, step.flag ? &global_gradients_ : nullptr, a[x], own<int32_t>(Buf::targets),
                              batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
-                             nullptr, step.flag ? at(1) : nullptr, scratch.d_norm, per_token);
+                             nullptr, step.flag ? a[d_res] : nullptr, scratch.d_norm, per_token);
       loss_.loss_sum += stats.loss_sum;
       loss_.count += stats.count;
       store_token_results(step.chunk);
       return;
     }
     case Op::mlp_backward: {
-      const model::MlpActivations saved = mlp(3);
+      const auto a = operands_of<Op::mlp_backward>(step, bind);
+      const model::MlpActivations saved = mlp(a);
       if (step.flag) {  // gate, up and act were kept; the norm in front of them is recomputed
-        math_.norm_forward(saved.norm, saved.mean, saved.rstd, at(0), weights_.mlp_norm_weight,
+        math_.norm_forward(saved.norm, saved.mean, saved.rstd, a[x_mid], weights_.mlp_norm_weight,
                            weights_.mlp_norm_bias, n);
       } else {
-        math_.mlp_forward(weights_, at(0), at(2), n, saved);  // the MLP's activations, recomputed
+        math_.mlp_forward(weights_, a[x_mid], a[x_out], n, saved);  // the MLP's activations, recomputed
       }
-      math_.mlp_backward(weights_, gradients_, at(0), n, saved, at(1), scratch);
+      math_.mlp_backward(weights_, gradients_, a[x_mid], n, saved, a[d_res], scratch);
       return;
     }
-    case Op::attention_output_backward:
-      math_.attention_output_backward(weights_, gradients_, at(0), at(1), at(2), n);
+    case Op::attention_output_backward: {
+      const auto a = operands_of<Op::attention_output_backward>(step, bind);
+      math_.attention_output_backward(weights_, gradients_, a[o], a[d_res], a[d_attn], n);
       return;
-    case Op::attention_delta:
-      backend_.attention_chunk_delta(at(2), at(0), at(1), B, plan_.chunk_tokens, sharding_.local_q_heads,
+    }
+    case Op::attention_delta: {
+      const auto a = operands_of<Op::attention_delta>(step, bind);
+      backend_.attention_chunk_delta(a[delta], a[d_o], a[o], B, plan_.chunk_tokens, sharding_.local_q_heads,
                                      config_.head_dim);
       return;
-    case Op::attention_block_backward:
-      backend_.attention_chunk_backward(at(6), at(7), at(8), at(3), at(4), at(5),
-                                        block(layer, at(0), at(1), at(2), step.chunk, step.kv_chunk));
+    }
+    case Op::attention_block_backward: {
+      const auto a = operands_of<Op::attention_block_backward>(step, bind);
+      backend_.attention_chunk_backward(a[dq], a[dk], a[dv], a[d_o], a[lse], a[delta],
+                                        block(layer, a[q], a[k], a[v], step.chunk, step.kv_chunk));
       return;
-    case Op::attention_norm:
-      math_.norm_forward(norm.norm, norm.mean, norm.rstd, at(0), weights_.attn_norm_weight, weights_.attn_norm_bias, n);
+    }
+    case Op::attention_norm: {
+      const auto a = operands_of<Op::attention_norm>(step, bind);
+      math_.norm_forward(norm.norm, norm.mean, norm.rstd, a[x], weights_.attn_norm_weight, weights_.attn_norm_bias, n);
       return;
-    case Op::attention_input_backward:
-      math_.attention_input_backward(weights_, gradients_, at(0), positions, n, norm, at(1), at(2), at(3), at(4),
+    }
+    case Op::attention_input_backward: {
+      const auto a = operands_of<Op::attention_input_backward>(step, bind);
+      math_.attention_input_backward(weights_, gradients_, a[x], positions, n, norm, a[dq], a[dk], a[dv], a[d_res],
                                      scratch);
       return;
-    case Op::embed_backward: math_.embedding_backward(global_gradients_, tokens, position_ids, at(0), n); return;
+    }
+    case Op::embed_backward: {
+      const auto a = operands_of<Op::embed_backward>(step, bind);
+      math_.embedding_backward(global_gradients_, tokens, position_ids, a[d_res], n);
+      return;
+    }
     default: FPDT_ASSERT(false);
   }
 }

@@ -123,7 +123,7 @@ class FpdtModel {
     int32_t chunk = -1;
     bool alias = false;          // the output is the input: nothing is copied
   };
-  using StepPlacements = std::array<Placement, kMaxOperands>;
+  using StepPlacements = std::array<Placement, kMaxOperands>;  // by position in the step's signature
   void execute(const Program& program, int layer);
   void execute(const Step& step, const StepPlacements& placements, int layer, kernels::CopyEvent before_program);
   // With a resident store, each output that a later write of the program stores (the first one before

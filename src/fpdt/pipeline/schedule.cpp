@@ -139,42 +139,29 @@ const char* op_name(Op op) {
   return "?";
 }
 
-Role operand_role(Op op, int operand, bool flag) {
-  using R = Role;
-  auto pick = [operand](std::initializer_list<Role> roles) {
-    return operand < static_cast<int>(roles.size()) ? roles.begin()[operand] : Role::none;
-  };
-  switch (op) {
-    case Op::fetch: return pick({R::out});
-    case Op::write: return pick({R::in});
-    case Op::wait:
-    case Op::inputs:
-    case Op::segment: return R::none;
-    case Op::zero:
-    case Op::docs:
-    case Op::embed: return pick({R::out});
-    case Op::pack:
-    case Op::unpack:
-    case Op::q_to_heads:
-    case Op::kv_to_heads:
-    case Op::q_to_sequence:
-    case Op::kv_grad_to_sequence: return pick({R::in, R::out});
-    case Op::attention_input: return pick({R::in, R::out, R::out, R::out});
-    case Op::attention_block: return pick({R::in, R::in, R::in, flag ? R::inout : R::out, flag ? R::inout : R::out});
-    case Op::attention_output: return pick({R::in, R::in, R::out});
-    case Op::mlp: return pick({R::in, R::out, R::out, R::out, R::out});
-    case Op::head: return pick({R::in, flag ? R::inout : R::none});
-    case Op::mlp_backward:
-      return flag ? pick({R::in, R::inout, R::none, R::in, R::in, R::in}) : pick({R::in, R::inout, R::out});
-    case Op::attention_output_backward: return pick({R::in, R::in, R::out});
-    case Op::attention_delta: return pick({R::in, R::in, R::out});
-    case Op::attention_block_backward:
-      return pick({R::in, R::in, R::in, R::in, R::in, R::in, R::inout, R::inout, R::inout});
-    case Op::attention_norm:
-    case Op::embed_backward: return pick({R::in});
-    case Op::attention_input_backward: return pick({R::in, R::inout, R::inout, R::inout, R::inout});
+// Every op's signature fits Step::buffers and names each role once.
+constexpr bool signatures_are_well_formed() {
+  for (int op = 0; op <= static_cast<int>(Op::embed_backward); ++op) {  // the last op
+    const Signature operands = signature(static_cast<Op>(op));
+    if (operands.size > kMaxOperands) return false;
+    for (int k = 0; k < operands.size; ++k)
+      if (operands.position(operands.operands[static_cast<size_t>(k)].name) != k) return false;
   }
-  return R::none;
+  return true;
+}
+static_assert(signatures_are_well_formed(), "an op's signature names a role twice or has too many");
+
+Buf Step::buffer(Operand name) const {
+  const int position = signature(op).position(name);
+  FPDT_ASSERT(position >= 0);  // the op has no operand of that name
+  return buffers[position];
+}
+
+Role operand_role(const Step& step, int position) {
+  const Signature operands = signature(step.op);
+  if (position >= operands.size) return Role::none;
+  const OperandSpec& operand = operands.operands[static_cast<size_t>(position)];
+  return step.flag ? operand.with_flag : operand.role;
 }
 
 std::string describe_step(const Step& step) {
@@ -194,7 +181,7 @@ std::string describe_step(const Step& step) {
   }
   std::string reads, writes;
   for (int k = 0; k < kMaxOperands; ++k) {
-    const Role role = operand_role(step.op, k, step.flag);
+    const Role role = operand_role(step, k);
     if (role == Role::none || step.buffers[k] == Buf::none) continue;
     std::string& list = role == Role::in ? reads : writes;
     list += std::string(" ") + buffer_name(step.buffers[k]) + (role == Role::inout ? "+" : "");
@@ -210,6 +197,15 @@ std::string describe_step(const Step& step) {
 // ---- the programs --------------------------------------------------------------------------------------
 
 namespace {
+
+// A buffer in the role `name` of an op-`op` step (a role the op lacks does not compile).
+template <Op op>
+struct Named {
+  OperandOf<op> name;
+  Buf buffer;
+};
+constexpr int kFetched = OperandOf<Op::fetch>(Operand::buffer).position;
+constexpr int kWritten = OperandOf<Op::write>(Operand::buffer).position;
 
 // Appends steps to one program, deriving its waits (see schedule.h) from the copies it has queued.
 class Builder {
@@ -231,7 +227,7 @@ class Builder {
     step.array = array;
     step.layer = layer;
     step.chunk = chunk;
-    step.buffers[0] = buffer;
+    step.buffers[kFetched] = buffer;
     step.copy = program_.copies++;
     pending_fetch_[index(buffer)] = step.copy;
     program_.steps.push_back(step);
@@ -239,7 +235,7 @@ class Builder {
 
   void write(Buf buffer, Array array, LayerRef layer, int chunk) {
     if (packs(array)) {
-      compute(Op::pack, chunk, {buffer, packed_twin(buffer)});
+      compute<Op::pack>(chunk, {{Operand::from, buffer}, {Operand::to, packed_twin(buffer)}});
       buffer = packed_twin(buffer);
     }
     unpack_before(buffer);
@@ -247,23 +243,25 @@ class Builder {
     step.array = array;
     step.layer = layer;
     step.chunk = chunk;
-    step.buffers[0] = buffer;
+    step.buffers[kWritten] = buffer;
     settle(step);
     step.copy = program_.copies++;
     pending_write_[index(buffer)] = step.copy;
     program_.steps.push_back(step);
   }
 
-  void compute(Op op, int chunk, std::initializer_list<Buf> buffers, bool flag = false, int kv_chunk = -1) {
-    for (const Buf buffer : buffers) unpack_before(buffer);
+  // A compute step of `op`, its buffers by role: b.compute<Op::attention_delta>(i, {{d_o, ...}, {o, ...}, ...}).
+  template <Op op>
+  void compute(int chunk, std::initializer_list<Named<op>> operands, bool flag = false, int kv_chunk = -1) {
+    for (const Named<op>& operand : operands) unpack_before(operand.buffer);
     Step step{op};
     step.flag = flag;
     step.chunk = chunk;
     step.kv_chunk = kv_chunk;
-    std::copy(buffers.begin(), buffers.end(), step.buffers);
+    for (const Named<op>& operand : operands) step.buffers[operand.name.position] = operand.buffer;
     settle(step);
     for (int k = 0; k < kMaxOperands; ++k)
-      if (operand_role(op, k, flag) != Role::none && step.buffers[k] != Buf::none)
+      if (operand_role(step, k) != Role::none && step.buffers[k] != Buf::none)
         pending_fetch_[index(step.buffers[k])] = -1;  // consumed (or overwritten)
     program_.steps.push_back(step);
   }
@@ -279,7 +277,7 @@ class Builder {
     if (buffer == Buf::none || pending_unpack_[index(buffer)] < 0) return;
     const int chunk = pending_unpack_[index(buffer)];
     pending_unpack_[index(buffer)] = -1;
-    compute(Op::unpack, chunk, {packed_twin(buffer), buffer});
+    compute<Op::unpack>(chunk, {{Operand::from, packed_twin(buffer)}, {Operand::to, buffer}});
   }
 
   // Emits the wait `step` needs — for the fetches into what it reads and the writes out of what it
@@ -288,7 +286,7 @@ class Builder {
     int latest = -1;
     bool before = false;
     for (int k = 0; k < kMaxOperands; ++k) {
-      const Role role = operand_role(step.op, k, step.flag);
+      const Role role = operand_role(step, k);
       if (role == Role::none || step.buffers[k] == Buf::none) continue;
       const size_t b = index(step.buffers[k]);
       if (pending_fetch_[b] > done_) latest = std::max(latest, pending_fetch_[b]);
@@ -323,7 +321,7 @@ constexpr Stage kStages[2] = {
     {Buf::k_stage0, Buf::v_stage0, Buf::q_stage0, Buf::do_stage0, Buf::lse_stage0, Buf::delta_stage0, Buf::dq_stage0},
     {Buf::k_stage1, Buf::v_stage1, Buf::q_stage1, Buf::do_stage1, Buf::lse_stage1, Buf::delta_stage1, Buf::dq_stage1}};
 
-// The MLP's activations the backward reads, in buffer and store array order (Op::mlp operands [2..4]).
+// The MLP's activations the backward reads (Op::mlp's gate, up, act), their buffers and store arrays.
 constexpr Buf kMlpBuffers[3] = {Buf::gate, Buf::up, Buf::act};
 constexpr Array kMlpArrays[3] = {Array::gate, Array::up, Array::act};
 
@@ -336,6 +334,7 @@ struct ForwardWrites {
 };
 
 void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& writes) {
+  using enum Operand;
   const int u = mask.chunks();
   const LayerRef l = LayerRef::this_layer;
   auto live_before = [&](int i) {  // live kv chunks before the diagonal of q chunk i
@@ -350,17 +349,17 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
     bool kv_needed = writes.kv_for_backward;  // by a later q chunk of this layer, or by the backward
     for (int later = i + 1; later < u; ++later) kv_needed = kv_needed || mask.live(later, i);
 
-    b.compute(Op::inputs, i, {});
+    b.compute<Op::inputs>(i, {});
     if (i == 0) b.fetch(Array::x, l, i, Buf::x);  // later chunks' inputs are prefetched below
-    b.compute(Op::attention_input, i, {Buf::x, Buf::q_local, Buf::k_local, Buf::v_local});
-    b.compute(Op::q_to_heads, i, {Buf::q_local, Buf::q_head});
-    b.compute(Op::kv_to_heads, i, {Buf::k_local, Buf::k_head});
-    b.compute(Op::kv_to_heads, i, {Buf::v_local, Buf::v_head});
+    b.compute<Op::attention_input>(i, {{x, Buf::x}, {q, Buf::q_local}, {k, Buf::k_local}, {v, Buf::v_local}});
+    b.compute<Op::q_to_heads>(i, {{from, Buf::q_local}, {to, Buf::q_head}});
+    b.compute<Op::kv_to_heads>(i, {{from, Buf::k_local}, {to, Buf::k_head}});
+    b.compute<Op::kv_to_heads>(i, {{from, Buf::v_local}, {to, Buf::v_head}});
     if (kv_needed) {
       b.write(Buf::k_head, Array::k, l, i);
       b.write(Buf::v_head, Array::v, l, i);
     }
-    if (mask.documents()) b.compute(Op::docs, i, {Buf::q_docs});
+    if (mask.documents()) b.compute<Op::docs>(i, {{buffer, Buf::q_docs}});
     if (!kv.empty() && !first_kv_fetched) {
       b.fetch(Array::k, l, kv[0], kStages[0].k);
       b.fetch(Array::v, l, kv[0], kStages[0].v);
@@ -371,8 +370,9 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
         b.fetch(Array::k, l, kv[n + 1], kStages[(n + 1) % 2].k);
         b.fetch(Array::v, l, kv[n + 1], kStages[(n + 1) % 2].v);
       }
-      if (mask.documents()) b.compute(Op::docs, kv[n], {Buf::kv_docs});
-      b.compute(Op::attention_block, i, {Buf::q_head, stage.k, stage.v, Buf::o_head, Buf::lse}, n > 0, kv[n]);
+      if (mask.documents()) b.compute<Op::docs>(kv[n], {{buffer, Buf::kv_docs}});
+      b.compute<Op::attention_block>(
+          i, {{q, Buf::q_head}, {k, stage.k}, {v, stage.v}, {o, Buf::o_head}, {lse, Buf::lse}}, n > 0, kv[n]);
     }
     // The stages are free: the next chunk's first kv block loads behind this chunk's diagonal block,
     // output projection and MLP and the next chunk's QKV, instead of in front of its first block.
@@ -382,24 +382,26 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
       b.fetch(Array::k, l, next_kv[0], kStages[0].k);
       b.fetch(Array::v, l, next_kv[0], kStages[0].v);
     }
-    if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
-    b.compute(Op::attention_block, i, {Buf::q_head, Buf::k_head, Buf::v_head, Buf::o_head, Buf::lse}, !kv.empty(), i);
+    if (mask.documents()) b.compute<Op::docs>(i, {{buffer, Buf::kv_docs}});
+    b.compute<Op::attention_block>(
+        i, {{q, Buf::q_head}, {k, Buf::k_head}, {v, Buf::v_head}, {o, Buf::o_head}, {lse, Buf::lse}}, !kv.empty(), i);
     if (writes.activations) {
       b.write(Buf::q_head, Array::q, l, i);
       b.write(Buf::o_head, Array::o, l, i);
       b.write(Buf::lse, Array::lse, l, i);
     }
-    b.compute(Op::q_to_sequence, i, {Buf::o_head, Buf::o_local});
+    b.compute<Op::q_to_sequence>(i, {{from, Buf::o_head}, {to, Buf::o_local}});
     if (writes.activations) b.write(Buf::o_local, Array::o_local, l, i);
-    b.compute(Op::attention_output, i, {Buf::o_local, Buf::x, Buf::x_mid});
+    b.compute<Op::attention_output>(i, {{o, Buf::o_local}, {x, Buf::x}, {x_mid, Buf::x_mid}});
     if (i + 1 < u) b.fetch(Array::x, l, i + 1, Buf::x);  // x is free: the next input loads while the MLP runs
     if (writes.activations) b.write(Buf::x_mid, Array::x_mid, l, i);
     if (!writes.output) continue;  // recomputed for the backward, which re-runs the MLP from x_mid itself
     if (writes.mlp) {
-      b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out, kMlpBuffers[0], kMlpBuffers[1], kMlpBuffers[2]});
+      b.compute<Op::mlp>(i, {{x_mid, Buf::x_mid}, {x_out, Buf::x_out}, {gate, kMlpBuffers[0]}, {up, kMlpBuffers[1]},
+                             {act, kMlpBuffers[2]}});
       for (int k = 0; k < 3; ++k) b.write(kMlpBuffers[k], kMlpArrays[k], l, i);
     } else {
-      b.compute(Op::mlp, i, {Buf::x_mid, Buf::x_out});
+      b.compute<Op::mlp>(i, {{x_mid, Buf::x_mid}, {x_out, Buf::x_out}});
     }
     b.write(Buf::x_out, Array::x, LayerRef::next_layer, i);
   }
@@ -408,6 +410,7 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
 // On entry the store's d_res holds dL/dx_out of the layer for every chunk; on exit dL/dx_in.
 // mlp_kept: the MLP's activations are fetched (chunk i + 1's while chunk i computes), not recomputed.
 void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
+  using enum Operand;
   const int u = mask.chunks();
   const LayerRef l = LayerRef::this_layer;
   // Phase A, per chunk: MLP and output projection backward; dO to head-sharded; Δ; dQ zeroed. Each
@@ -423,32 +426,34 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
   for (int i = 0; i < u; ++i) {
     const bool next = i + 1 < u;
     if (mlp_kept) {
-      b.compute(Op::mlp_backward, i,
-                {Buf::x_mid, Buf::d_res, Buf::none, kMlpBuffers[0], kMlpBuffers[1], kMlpBuffers[2]}, true);
+      b.compute<Op::mlp_backward>(i,
+                                  {{x_mid, Buf::x_mid}, {d_res, Buf::d_res}, {gate, kMlpBuffers[0]},
+                                   {up, kMlpBuffers[1]}, {act, kMlpBuffers[2]}},
+                                  true);
       if (next) fetch_mlp(i + 1);
     } else {
-      b.compute(Op::mlp_backward, i, {Buf::x_mid, Buf::d_res, Buf::x_out});
+      b.compute<Op::mlp_backward>(i, {{x_mid, Buf::x_mid}, {d_res, Buf::d_res}, {x_out, Buf::x_out}});
     }
     if (next) b.fetch(Array::x_mid, l, i + 1, Buf::x_mid);
-    b.compute(Op::attention_output_backward, i, {Buf::o_local, Buf::d_res, Buf::d_attn});
+    b.compute<Op::attention_output_backward>(i, {{o, Buf::o_local}, {d_res, Buf::d_res}, {d_attn, Buf::d_attn}});
     if (next) b.fetch(Array::o_local, l, i + 1, Buf::o_local);
     b.write(Buf::d_res, Array::d_res, l, i);
     if (next) b.fetch(Array::d_res, l, i + 1, Buf::d_res);
-    b.compute(Op::q_to_heads, i, {Buf::d_attn, Buf::d_o_head});
+    b.compute<Op::q_to_heads>(i, {{from, Buf::d_attn}, {to, Buf::d_o_head}});
     b.write(Buf::d_o_head, Array::d_o, l, i);
-    b.compute(Op::attention_delta, i, {Buf::d_o_head, Buf::o_head, Buf::delta});
+    b.compute<Op::attention_delta>(i, {{d_o, Buf::d_o_head}, {o, Buf::o_head}, {delta, Buf::delta}});
     if (next) b.fetch(Array::o, l, i + 1, Buf::o_head);
     b.write(Buf::delta, Array::delta, l, i);
-    b.compute(Op::zero, i, {Buf::dq_first});
+    b.compute<Op::zero>(i, {{buffer, Buf::dq_first}});
     b.write(Buf::dq_first, Array::d_q, l, i);
   }
   // The output projection's and MLP's gradients are final; phase B reads the layer's other weights.
-  b.compute(Op::segment, -1, {});
+  b.compute<Op::segment>(-1, {});
   // Phase B: outer kv chunk i, inner live q chunks j ≥ i (the diagonal first: its dq is final last).
   // kv chunk i's k, v and its first q set (its own chunk: the diagonal) go to stage 0; they load during
   // chunk i − 1's QKV backward, dq last, once chunk i − 1 has moved its dq out of dq_first.
-  auto fetch_first = [&](int i, bool dq) {
-    if (!dq) {
+  auto fetch_first = [&](int i, bool dq_only) {
+    if (!dq_only) {
       b.fetch(Array::k, l, i, kStages[0].k);
       b.fetch(Array::v, l, i, kStages[0].v);
       b.fetch(Array::q, l, i, kStages[0].q);
@@ -474,9 +479,9 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
       b.fetch(Array::delta, l, qs[n], stage.delta);
       b.fetch(Array::d_q, l, qs[n], stage.d_q);
     };
-    b.compute(Op::zero, i, {Buf::d_k});
-    b.compute(Op::zero, i, {Buf::d_v});
-    if (mask.documents()) b.compute(Op::docs, i, {Buf::kv_docs});
+    b.compute<Op::zero>(i, {{buffer, Buf::d_k}});
+    b.compute<Op::zero>(i, {{buffer, Buf::d_v}});
+    if (mask.documents()) b.compute<Op::docs>(i, {{buffer, Buf::kv_docs}});
     for (size_t n = 0; n < qs.size(); ++n) {
       const Stage& stage = kStages[n % 2];
       const Buf d_q = n == 0 ? Buf::dq_first : stage.d_q;
@@ -485,22 +490,25 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
         b.fetch(Array::x, l, i, Buf::x);
         b.fetch(Array::d_res, l, i, Buf::d_res);
       }
-      if (mask.documents()) b.compute(Op::docs, qs[n], {Buf::q_docs});
-      b.compute(Op::attention_block_backward, qs[n],
-                {stage.q, kStages[0].k, kStages[0].v, stage.d_o, stage.lse, stage.delta, d_q, Buf::d_k, Buf::d_v},
-                false, i);
+      if (mask.documents()) b.compute<Op::docs>(qs[n], {{buffer, Buf::q_docs}});
+      b.compute<Op::attention_block_backward>(qs[n],
+                                              {{q, stage.q}, {k, kStages[0].k}, {v, kStages[0].v}, {d_o, stage.d_o},
+                                               {lse, stage.lse}, {delta, stage.delta}, {dq, d_q}, {dk, Buf::d_k},
+                                               {dv, Buf::d_v}},
+                                              false, i);
       if (n > 0) b.write(d_q, Array::d_q, l, qs[n]);
     }
     const bool next = i + 1 < u;
     if (next) fetch_first(i + 1, false);
     // dq_i, dk_i, dv_i are final: back to sequence-sharded, then chunk i's QKV projection backward.
-    b.compute(Op::q_to_sequence, i, {Buf::dq_first, Buf::dq_local});
+    b.compute<Op::q_to_sequence>(i, {{from, Buf::dq_first}, {to, Buf::dq_local}});
     if (next) fetch_first(i + 1, true);
-    b.compute(Op::kv_grad_to_sequence, i, {Buf::d_k, Buf::dk_local});
-    b.compute(Op::kv_grad_to_sequence, i, {Buf::d_v, Buf::dv_local});
-    b.compute(Op::inputs, i, {});
-    b.compute(Op::attention_norm, i, {Buf::x});
-    b.compute(Op::attention_input_backward, i, {Buf::x, Buf::dq_local, Buf::dk_local, Buf::dv_local, Buf::d_res});
+    b.compute<Op::kv_grad_to_sequence>(i, {{from, Buf::d_k}, {to, Buf::dk_local}});
+    b.compute<Op::kv_grad_to_sequence>(i, {{from, Buf::d_v}, {to, Buf::dv_local}});
+    b.compute<Op::inputs>(i, {});
+    b.compute<Op::attention_norm>(i, {{x, Buf::x}});
+    b.compute<Op::attention_input_backward>(
+        i, {{x, Buf::x}, {dq, Buf::dq_local}, {dk, Buf::dk_local}, {dv, Buf::dv_local}, {d_res, Buf::d_res}});
     b.write(Buf::d_res, Array::d_res, l, i);
   }
 }
@@ -521,6 +529,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   schedule.bf16_store = bf16_store;
   const int u = plan.chunks;
   const LayerRef l = LayerRef::this_layer;
+  using enum Operand;
   auto add = [&](const std::string& name, int mask, auto&& build) {
     Program program;
     program.name = name;
@@ -544,8 +553,8 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
 
   const int embed = add("embed", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
-      b.compute(Op::inputs, i, {});
-      b.compute(Op::embed, i, {Buf::x_out});
+      b.compute<Op::inputs>(i, {});
+      b.compute<Op::embed>(i, {{x, Buf::x_out}});
       b.write(Buf::x_out, Array::x, l, i);
     }
   });
@@ -559,10 +568,10 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
     }));
   const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
-      b.compute(Op::inputs, i, {}, true);
+      b.compute<Op::inputs>(i, {}, true);
       b.fetch(Array::x, l, i, Buf::x);
-      if (backward) b.compute(Op::zero, i, {Buf::d_res});
-      b.compute(Op::head, i, {Buf::x, backward ? Buf::d_res : Buf::none}, backward);
+      if (backward) b.compute<Op::zero>(i, {{buffer, Buf::d_res}});
+      b.compute<Op::head>(i, {{x, Buf::x}, {d_res, backward ? Buf::d_res : Buf::none}}, backward);
       if (backward) b.write(Buf::d_res, Array::d_res, l, i);
     }
   });
@@ -576,9 +585,9 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
       }));
     embed_backward = add("embed backward", -1, [&](Builder& b) {
       for (int i = 0; i < u; ++i) {
-        b.compute(Op::inputs, i, {});
+        b.compute<Op::inputs>(i, {});
         b.fetch(Array::d_res, l, i, Buf::d_res);
-        b.compute(Op::embed_backward, i, {Buf::d_res});
+        b.compute<Op::embed_backward>(i, {{d_res, Buf::d_res}});
       }
     });
   }

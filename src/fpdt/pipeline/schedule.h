@@ -21,7 +21,10 @@
 // ZeRO's steps around each call (gather, prefetch, reduce) are the ZeRO plan's, call for call.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -69,42 +72,132 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
 
 enum class Op : uint8_t {
   // the copy queue
-  fetch,    // store slot → buffers[0]
-  write,    // buffers[0] → store slot
+  fetch,    // store slot → its buffer
+  write,    // its buffer → store slot
   wait,     // compute waits for copy `copy` and every copy before it (−1: those queued before the program)
   // compute-tier bookkeeping
-  zero,     // buffers[0] = 0
+  zero,     // its buffer = 0
   inputs,   // the chunk's token ids and positions (flag: and targets, loss mask) from the batch
-  docs,     // buffers[0] (q_docs or kv_docs) = document ids of global chunk `chunk`
+  docs,     // its buffer (q_docs or kv_docs) = document ids of global chunk `chunk`
   segment,  // a layer backward's halves meet: the model states' steps between them (zero_plan.h)
   // a bf16 store (memory_layout.h packed_twin): a buffer goes out and comes in through its bf16 twin
-  pack,     // [0] buffer → [1] its bf16 twin, before the twin is written out
-  unpack,   // [0] bf16 twin → [1] its buffer, after the fetch into the twin, before the buffer's first use
-  // the Ulysses all-to-all: buffers[0] → buffers[1]
+  pack,     // from a buffer to its twin, before the twin is written out
+  unpack,   // from a twin to its buffer, after the fetch into the twin, before the buffer's first use
+  // the Ulysses all-to-all, from one layout to the other
   q_to_heads, kv_to_heads, q_to_sequence, kv_grad_to_sequence,
   // the maths, forward
-  embed,                // → [0] x
-  attention_input,      // [0] x → [1] q, [2] k, [3] v (token-sharded)
-  attention_block,      // [0] q, [1] k, [2] v → [3] o, [4] lse; flag: merge into them (else overwrite)
-  attention_output,     // [0] o (token-sharded), [1] x → [2] x_mid
-  mlp,                  // [0] x_mid → [1] x_out (, [2] gate, [3] up, [4] act, when kept for the backward)
-  head,                 // [0] x → loss; flag (backward): [1] d_res += dL/dx
+  embed,                      // the chunk's tokens → x
+  attention_input,            // norm, QKV projection and RoPE: x → q, k, v (token-sharded)
+  attention_block,            // block (chunk, kv_chunk) of q, k, v → o, lse; flag: merge into them (else overwrite)
+  attention_output,           // output projection and residual: o (token-sharded), x → x_mid
+  mlp,                        // x_mid → x_out (and gate, up, act, when kept for the backward)
+  head,                       // x → loss; flag (backward): d_res += dL/dx
   // the maths, backward
-  mlp_backward,               // [0] x_mid, [1] d_res (dL/dx_out → dL/dx_mid); [2] the recomputed x_out;
-                              //   flag: [3] gate, [4] up, [5] act as kept, only the norm recomputed
-  attention_output_backward,  // [0] o, [1] d_res → [2] d_attn
-  attention_delta,            // [0] dO, [1] o → [2] Δ
-  attention_block_backward,   // [0] q, [1] k, [2] v, [3] dO, [4] lse, [5] Δ → [6] dq +=, [7] dk +=, [8] dv +=
-  attention_norm,             // [0] x → the attention norm (recomputed for the QKV backward)
-  attention_input_backward,   // [0] x, [1] dq, [2] dk, [3] dv → [4] d_res += dL/dx
-  embed_backward,             // [0] d_res → embedding gradients
+  mlp_backward,               // d_res: dL/dx_out → dL/dx_mid, from x_mid and the MLP recomputed into x_out;
+                              //   flag: from gate, up, act as kept, only the norm recomputed
+  attention_output_backward,  // o, d_res → d_attn
+  attention_delta,            // dO, o → Δ
+  attention_block_backward,   // q, k, v, dO, lse, Δ of block (chunk, kv_chunk) → dq +=, dk +=, dv +=
+  attention_norm,             // x → the attention norm (recomputed for the QKV backward)
+  attention_input_backward,   // x, dq, dk, dv → d_res += dL/dx
+  embed_backward,             // d_res → embedding gradients
 };
 const char* op_name(Op op);
 
-// How a step uses each of its buffers (the executor and the wait derivation read the same table).
+// ---- each op's operands: the convention, written once ----------------------------------------------
+// A step names its buffers by role. signature(op) lists the roles op has, in the order Step::buffers
+// holds them, and how the step uses each. The builder places a step's buffers by these names, the
+// executor reads them by these names (OperandOf: a name the op lacks does not compile), and the wait
+// derivation, the executor's output placement and the printed schedule read these uses.
+
+// How a step uses one of its buffers.
 enum class Role : uint8_t { none, in, out, inout };
+
+// The roles a step's buffers play. An op has a few of them (its signature).
+enum class Operand : uint8_t {
+  buffer,                  // the one buffer of a fetch, write, zero or docs
+  from, to,                // an all-to-all's input and output
+  x, x_mid, x_out,         // the layer's input, after attention, its output
+  q, k, v, o, lse,         // attention
+  gate, up, act,           // the MLP's activations
+  d_res,                   // the gradient along the residual stream
+  d_attn, d_o, delta,      // the attention output's gradient: token-sharded, head-sharded; Δ = rowsum(dO ∘ o)
+  dq, dk, dv,
+};
 constexpr int kMaxOperands = 9;
-Role operand_role(Op op, int operand, bool flag);
+
+struct OperandSpec {
+  Operand name = Operand::buffer;
+  Role role = Role::none;       // how a step uses it
+  Role with_flag = Role::none;  // ... when the step's flag is set
+  constexpr OperandSpec() = default;
+  constexpr OperandSpec(Operand name_, Role role_) : OperandSpec(name_, role_, role_) {}
+  constexpr OperandSpec(Operand name_, Role role_, Role with_flag_) : name(name_), role(role_), with_flag(with_flag_) {}
+  bool operator==(const OperandSpec& other) const = default;
+};
+
+struct Signature {
+  std::array<OperandSpec, kMaxOperands> operands{};
+  int size = 0;
+  constexpr Signature(std::initializer_list<OperandSpec> list) : size(static_cast<int>(list.size())) {
+    std::copy(list.begin(), list.end(), operands.begin());
+  }
+  // Where operand `name` is in Step::buffers; −1: the op has no such operand.
+  constexpr int position(Operand name) const {
+    for (int k = 0; k < size; ++k)
+      if (operands[static_cast<size_t>(k)].name == name) return k;
+    return -1;
+  }
+  constexpr const OperandSpec* begin() const { return operands.data(); }
+  constexpr const OperandSpec* end() const { return operands.data() + size; }
+  bool operator==(const Signature& other) const = default;
+};
+
+constexpr Signature signature(Op op) {
+  using enum Operand;
+  using enum Role;
+  switch (op) {
+    case Op::fetch: return {{buffer, out}};
+    case Op::write: return {{buffer, in}};
+    case Op::wait:
+    case Op::inputs:
+    case Op::segment: return {};
+    case Op::zero:
+    case Op::docs: return {{buffer, out}};
+    case Op::pack:
+    case Op::unpack:
+    case Op::q_to_heads:
+    case Op::kv_to_heads:
+    case Op::q_to_sequence:
+    case Op::kv_grad_to_sequence: return {{from, in}, {to, out}};
+    case Op::embed: return {{x, out}};
+    case Op::attention_input: return {{x, in}, {q, out}, {k, out}, {v, out}};
+    case Op::attention_block: return {{q, in}, {k, in}, {v, in}, {o, out, inout}, {lse, out, inout}};
+    case Op::attention_output: return {{o, in}, {x, in}, {x_mid, out}};
+    case Op::mlp: return {{x_mid, in}, {x_out, out}, {gate, out}, {up, out}, {act, out}};
+    case Op::head: return {{x, in}, {d_res, none, inout}};
+    case Op::mlp_backward:
+      return {{x_mid, in}, {d_res, inout}, {x_out, out, none}, {gate, none, in}, {up, none, in}, {act, none, in}};
+    case Op::attention_output_backward: return {{o, in}, {d_res, in}, {d_attn, out}};
+    case Op::attention_delta: return {{d_o, in}, {o, in}, {delta, out}};
+    case Op::attention_block_backward:
+      return {{q, in}, {k, in}, {v, in}, {d_o, in}, {lse, in}, {delta, in}, {dq, inout}, {dk, inout}, {dv, inout}};
+    case Op::attention_norm: return {{x, in}};
+    case Op::attention_input_backward: return {{x, in}, {dq, inout}, {dk, inout}, {dv, inout}, {d_res, inout}};
+    case Op::embed_backward: return {{d_res, in}};
+  }
+  return {};
+}
+
+// An operand of op `op`, by name, resolved at compile time: OperandOf<Op::mlp>(Operand::dq) does not
+// compile (mlp has no dq).
+template <Op op>
+struct OperandOf {
+  consteval OperandOf(Operand name) : position(signature(op).position(name)) {
+    if (position < 0) throw "this op has no operand of that name";  // not a constant: a compile error
+  }
+  int position;
+};
 
 // Which layer a fetch or write names: the program's layer l, or l + 1 (a layer's output is the next
 // layer's input). Arrays that keep one layer (gradients; everything under recompute = layer) ignore it.
@@ -119,8 +212,12 @@ struct Step {
   int32_t kv_chunk = -1;               // attention blocks
   int32_t copy = -1;                   // fetch, write: its number among the program's copies; wait: see Op
   Buf buffers[kMaxOperands] = {Buf::none, Buf::none, Buf::none, Buf::none, Buf::none,
-                               Buf::none, Buf::none, Buf::none, Buf::none};
+                               Buf::none, Buf::none, Buf::none, Buf::none};  // in signature(op) order
+  // The buffer playing `name` (Buf::none: not given); the op must have it.
+  Buf buffer(Operand name) const;
 };
+// How `step` uses its buffer at `position` (of its signature; none past it).
+Role operand_role(const Step& step, int position);
 std::string describe_step(const Step& step);
 
 struct Program {
