@@ -1,6 +1,6 @@
 // The `fpdt` program: train | eval | sample | tokenize | inspect | convert | plan. Each subcommand declares its options
 // once, bound to the fields they set (base/options.h; train's in train/settings.h, the ones commands
-// share in plan/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
+// share in pipeline/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +26,7 @@
 #include "fpdt/train/tokenizer.h"
 #include "fpdt/train/trainer.h"
 #include "fpdt/base/options.h"
-#include "fpdt/plan/run_options.h"
+#include "fpdt/pipeline/run_options.h"
 #include "convert_command.h"
 #include "eval_command.h"
 #include "plan_command.h"
@@ -124,7 +124,7 @@ int command_sample(int argc, char** argv) {
   options.add("temperature", "T", "softmax temperature", settings.temperature).above(0);
   options.add("top-k", "K", "sample among the K most likely tokens", settings.top_k).at_least(0).zero_means("all");
   options.add("seed", "N", "sampling seed", seed);
-  plan::options::threads(options, threads);
+  pipeline::options::threads(options, threads);
   options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
   if (!options.parse(argc, argv)) return 0;
   train::set_threads(threads);

@@ -8,7 +8,7 @@
 #include "fpdt/base/options.h"
 #include "fpdt/plan/plan.h"
 #include "fpdt/plan/report.h"
-#include "fpdt/plan/run_options.h"
+#include "fpdt/pipeline/run_options.h"
 
 namespace fpdt::cli {
 
@@ -25,12 +25,13 @@ struct PlanOptions {
   int dp = 1;
   int64_t batch = 1;
   int64_t chunk_tokens = 0;
-  std::string mode = "fpdt";
-  std::string recompute = "layer";
-  std::string offload = "ram";
+  int chunks = 0;
+  plan::Mode mode = plan::Mode::fpdt;
+  plan::Recompute recompute = plan::Recompute::layer;
+  pipeline::OffloadConfig offload{pipeline::OffloadKind::ram, ""};
   int zero = 3;
-  std::string offload_optimizer = "none";
-  std::string dtype = "auto";
+  bool offload_optimizer = false;
+  std::optional<plan::Precision> precision;  // unset: the hardware's
   std::string hardware = "A100-80GB";
   std::optional<int64_t> compute_mem, reserved_mem, host_mem, disk_mem;
   std::optional<double> host_link_gbps, disk_gbps, peak_tflops, network_gbps;
@@ -39,7 +40,7 @@ struct PlanOptions {
 };
 
 void declare_plan_options(OptionSet& set, PlanOptions& o) {
-  namespace run = plan::options;
+  namespace run = pipeline::options;
   run::model(set, o.model);
   set.add("heads", "N", "plan with N attention heads, head_dim = h / N", o.heads).at_least(0).zero_means("the model's");
   set.add("positions", "model|rope|learned", "rope: rotary, no table; learned: a table of S rows", o.positions)
@@ -48,16 +49,15 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::sp(set, o.sp);
   run::dp(set, o.dp);
   run::batch(set, o.batch);
-  run::chunk_tokens(set, o.chunk_tokens, "fpdt: the smallest chunk whose prefetch hides; fpdt-reference: 64K", "auto");
+  run::chunk_tokens(set, o.chunk_tokens, "--chunks, or with --chunks auto: fpdt the smallest chunk whose prefetch hides, "
+                   "fpdt-reference 64K", "auto");
+  run::chunks(set, o.chunks).at_least(0).zero_means("auto");
   run::mode(set, o.mode);
   run::recompute(set, o.recompute);
   run::offload(set, o.offload);
   run::zero(set, o.zero);
   run::offload_optimizer(set, o.offload_optimizer);
-  std::vector<std::string> precisions = plan::precision_words();
-  precisions.push_back("auto");
-  set.add("dtype", "bf16|fp32|auto", "storage precision (auto: the hardware's: bf16 on GPUs, fp32 on cpu)", o.dtype)
-      .choices(precisions);
+  run::precision(set, o.precision, "the hardware's: bf16 on GPUs, fp32 on cpu");
   set.add("hardware", "PRESET", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine)", o.hardware);
   run::compute_mem(set, o.compute_mem);
   const auto bytes = [&](const char* name, const char* help, std::optional<int64_t>& field) -> Option& {
@@ -78,7 +78,7 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   set.add("json", "", "print one JSON object instead of the table", o.json);
 }
 
-plan::Hardware hardware_from(const PlanOptions& o, DType precision) {
+plan::Hardware hardware_from(const PlanOptions& o, plan::Precision precision) {
   plan::Hardware hw = plan::hardware_preset(o.hardware);
   const auto bytes = [](const std::optional<int64_t>& given, double& field) {
     if (given) field = static_cast<double>(*given);
@@ -90,7 +90,7 @@ plan::Hardware hardware_from(const PlanOptions& o, DType precision) {
   if (o.host_link_gbps) hw.host_link_bytes_per_s = *o.host_link_gbps * 1e9;
   if (o.disk_gbps) hw.disk_bytes_per_s = *o.disk_gbps * 1e9;
   if (o.network_gbps) hw.intra_node_bytes_per_s = hw.inter_node_bytes_per_s = *o.network_gbps * 1e9;
-  if (o.peak_tflops) (precision == DType::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = *o.peak_tflops * 1e12;
+  if (o.peak_tflops) (precision == plan::Precision::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = *o.peak_tflops * 1e12;
   return hw;
 }
 
@@ -114,13 +114,13 @@ int command_plan(int argc, char** argv) {
   config.dp = o.dp;
   config.micro_batch = o.batch;
   config.chunk_tokens = o.chunk_tokens;
-  config.mode = plan::parse_mode(o.mode);
-  config.recompute = plan::parse_recompute(o.recompute);
-  config.offload = plan::parse_offload(o.offload);
+  config.chunks = o.chunks;
+  config.mode = o.mode;
+  config.recompute = o.recompute;
+  config.offload = o.offload.kind;  // the plan needs the tier, not its directory
   config.zero_stage = o.zero;
-  config.offload_optimizer = o.offload_optimizer == "ram";
-  config.precision = o.dtype == "auto" ? plan::hardware_preset(o.hardware).default_precision
-                                       : plan::parse_precision(o.dtype);
+  config.offload_optimizer = o.offload_optimizer;
+  config.precision = o.precision.value_or(plan::hardware_preset(o.hardware).default_precision);
   const plan::Hardware hardware = hardware_from(o, config.precision);
 
   if (!o.max_seq) {

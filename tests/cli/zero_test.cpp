@@ -40,7 +40,7 @@ ZeroRun train_zero(const TinySetup& setup, const std::string& model, const std::
   s.grad_accum = grad_accum;
   s.optimizer.grad_clip = 0.05;  // small enough to clip: the clip coefficient comes from the norm
   s.zero = zero;
-  s.offload_optimizer = offload ? "ram" : "none";
+  s.offload_optimizer = offload;
   comm::run_ranks(sp * dp, [&](comm::Communicator& world) { train::train(s, world); });
   ZeroRun run;
   run.weights = checkpoint_weights(out + "/step_5");
@@ -111,7 +111,7 @@ TEST(Zero, AnOffloadedUpdateThatBreaksTheWeightsStopsTheRun) {
   s.save_every = 2;
   s.eval_batches = 0;
   s.zero = 3;
-  s.offload_optimizer = "ram";
+  s.offload_optimizer = true;
   s.fault.lr_inf_from_step = 3;
   const std::string message =
       error_message([&] { comm::run_ranks(2, [&](comm::Communicator& world) { train::train(s, world); }); });

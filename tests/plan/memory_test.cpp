@@ -83,7 +83,7 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
     for (const int P : {1, 2, 4}) {
       for (const Recompute recompute : {Recompute::layer, Recompute::none}) {
         for (const int B : {1, 3}) {
-          for (const DType precision : {DType::f32, DType::bf16}) {
+          for (const Precision precision : {Precision::fp32, Precision::bf16}) {
             PlanConfig config;
             config.model = model::preset(name);
             config.sp = P;
@@ -96,11 +96,11 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
             config.precision = precision;
             const PlanResult plan = make_plan(config, cpu);
             SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B) + " " +
-                         precision_name(precision));
+                         pipeline::word(precision));
             const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
             pipeline::PipelineConfig pipeline;
             pipeline.chunk_tokens = 128;
-            pipeline.precision = precision == DType::bf16 ? kernels::Precision::bf16 : kernels::Precision::fp32;
+            pipeline.precision = precision;
             pipeline.recompute = recompute == Recompute::layer ? pipeline::Recompute::layer : pipeline::Recompute::none;
             comm::run_ranks(P, [&](comm::Communicator& comm) {
               if (comm.rank() != 0) return;

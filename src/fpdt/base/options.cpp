@@ -41,6 +41,12 @@ std::string tokens_text(int64_t tokens) {
   return std::to_string(tokens);
 }
 
+// std::visit over several lambdas: the pointer targets' generic one and the word field's own.
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+
 }  // namespace
 
 std::optional<long double> parse_number(const std::string& text, Unit unit) {
@@ -114,7 +120,9 @@ Option& Option::unset_means(std::string word) {
 }
 
 Option::Value Option::read(const Target& target) {
-  return std::visit([](auto* field) -> Value { return *field; }, target);
+  return std::visit(Overloaded{[](auto* field) -> Value { return *field; },
+                               [](const Words& words) -> Value { return words.show(); }},
+                    target);
 }
 
 std::string Option::show(const Value& value) const {
@@ -144,13 +152,14 @@ std::string Option::text() const { return show(read(target_)); }
 
 nlohmann::ordered_json Option::json() const {
   return std::visit(
-      [](auto* field) -> nlohmann::ordered_json {
-        using T = std::decay_t<decltype(*field)>;
-        if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>>)
-          return *field ? nlohmann::ordered_json(**field) : nlohmann::ordered_json(nullptr);
-        else
-          return *field;
-      },
+      Overloaded{[](auto* field) -> nlohmann::ordered_json {
+                   using T = std::decay_t<decltype(*field)>;
+                   if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>>)
+                     return *field ? nlohmann::ordered_json(**field) : nlohmann::ordered_json(nullptr);
+                   else
+                     return *field;
+                 },
+                 [](const Words& words) -> nlohmann::ordered_json { return words.show(); }},
       target_);
 }
 
@@ -199,8 +208,12 @@ void Option::check_text(const std::string& value) const {
 }
 
 void Option::set(const std::string& text) {
+  if (const Words* words = std::get_if<Words>(&target_)) {
+    check_text(text);
+    return words->read(text);
+  }
   std::visit(
-      [&](auto* field) {
+      Overloaded{[](const Words&) {}, [&](auto* field) {
         using T = std::decay_t<decltype(*field)>;
         if constexpr (std::is_same_v<T, bool>) {
           *field = true;
@@ -240,13 +253,13 @@ void Option::set(const std::string& text) {
             fail("must be at most " + number_text(highest) + (unit_ == Unit::bytes ? " bytes" : ""), text);
           *field = static_cast<Number>(*value);
         }
-      },
+      }},
       target_);
 }
 
 void Option::check() const {
   std::visit(
-      [&](auto* field) {
+      Overloaded{[&](const Words& words) { check_text(words.show()); }, [&](auto* field) {
         using T = std::decay_t<decltype(*field)>;
         if constexpr (std::is_same_v<T, std::string>) {
           check_text(*field);
@@ -260,7 +273,7 @@ void Option::check() const {
           if (number && !std::isfinite(*number)) fail("must be a finite number", text());
           if (number) check_number(*number, text());
         }
-      },
+      }},
       target_);
 }
 

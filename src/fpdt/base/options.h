@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -46,8 +47,14 @@ class Option {
 
  private:
   friend class OptionSet;
+  // A field of a type spelled by words (an enum, an offload tier with its directory): its word, and a
+  // word (one of the choices) read into it.
+  struct Words {
+    std::function<std::string()> show;
+    std::function<void(const std::string&)> read;
+  };
   using Target = std::variant<bool*, int*, int64_t*, uint64_t*, double*, std::string*, std::optional<int64_t>*,
-                              std::optional<double>*>;
+                              std::optional<double>*, Words>;
   using Value = std::variant<bool, int, int64_t, uint64_t, double, std::string, std::optional<int64_t>,
                              std::optional<double>>;
   Option(std::string name, std::string value_name, std::string help, Target target);
@@ -82,6 +89,14 @@ class OptionSet {
   template <class T>
   Option& add(std::string name, std::string value_name, std::string help, T& field) {
     return options_.emplace_back(Option(std::move(name), std::move(value_name), std::move(help), &field));
+  }
+  // Declares --name bound to a field of a type spelled by words (an enum): `show(field)` is its word,
+  // `parse(word)` its value; give the accepted words with choices(), so that only they reach `parse`.
+  template <class T, class Show, class Parse>
+  Option& add(std::string name, std::string value_name, std::string help, T& field, Show show, Parse parse) {
+    Option::Words words{[&field, show] { return show(field); },
+                        [&field, parse](const std::string& word) { field = parse(word); }};
+    return options_.emplace_back(Option(std::move(name), std::move(value_name), std::move(help), std::move(words)));
   }
 
   // Parses argv after the subcommand into the bound fields. Returns false when --help was asked (the

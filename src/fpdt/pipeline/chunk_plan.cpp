@@ -38,9 +38,9 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
   if (chunk_tokens > 0) {
     if (chunk_tokens % ranks != 0)
       throw Error(kModule,
-                  "a chunk of " + std::to_string(chunk_tokens) + " tokens cannot be split over " +
+                  "--chunk-tokens " + std::to_string(chunk_tokens) + " does not split over --sp " +
                       std::to_string(ranks) + " ranks",
-                  "use a multiple of " + std::to_string(ranks) + " for --chunk-tokens");
+                  "use a multiple of " + std::to_string(ranks));
     const int64_t rounded_sequence = (seq_tokens + ranks - 1) / ranks * ranks;
     plan.local_chunk_tokens = std::min(chunk_tokens, rounded_sequence) / ranks;
     const int64_t C = plan.local_chunk_tokens * ranks;

@@ -5,30 +5,6 @@
 
 namespace fpdt::pipeline {
 
-OffloadConfig parse_offload(const std::string& text) {
-  OffloadConfig config;
-  if (text == "none") {
-    config.kind = OffloadKind::none;
-  } else if (text == "ram") {
-    config.kind = OffloadKind::ram;
-  } else if (text.starts_with("disk:") && text.size() > 5) {
-    config.kind = OffloadKind::disk;
-    config.directory = text.substr(5);
-  } else {
-    throw Error("offload", "unknown offload tier '" + text + "'", "use --offload none, ram or disk:DIR");
-  }
-  return config;
-}
-
-std::string offload_name(const OffloadConfig& config) {
-  switch (config.kind) {
-    case OffloadKind::none: return "none";
-    case OffloadKind::ram: return "ram";
-    case OffloadKind::disk: return "disk:" + config.directory;
-  }
-  return "?";
-}
-
 OffloadStore::OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& config, const LayoutShape& shape,
                            bool dry)
     : config_(config), chunks_(shape.u) {

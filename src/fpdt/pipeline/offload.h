@@ -11,16 +11,11 @@
 
 #include "fpdt/kernels/device_memory.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/pipeline/schedule.h"
 
 namespace fpdt::pipeline {
 
-using kernels::OffloadConfig;
-using kernels::OffloadKind;
-
-// "none", "ram" or "disk:DIR"; throws fpdt::Error otherwise.
-OffloadConfig parse_offload(const std::string& text);
-std::string offload_name(const OffloadConfig& config);
 
 class OffloadStore {
  public:

@@ -11,14 +11,6 @@
 
 namespace fpdt::pipeline {
 
-Recompute parse_recompute(const std::string& text) {
-  if (text == "none") return Recompute::none;
-  if (text == "layer") return Recompute::layer;
-  throw Error("pipeline", "unknown recompute mode '" + text + "'", "use --recompute none or --recompute layer");
-}
-
-std::string recompute_name(Recompute recompute) { return recompute == Recompute::layer ? "layer" : "none"; }
-
 // ---- the block mask ----------------------------------------------------------------------------------
 
 BlockMask::BlockMask(int chunks) : chunks_(chunks), live_(static_cast<size_t>(chunks) * chunks, 0) {
@@ -614,8 +606,9 @@ std::string Schedule::describe() const {
                      std::to_string(plan.chunk_tokens) + " = " + std::to_string(plan.ranks) + " ranks x c " +
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
-                     recompute_name(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
-                     (bf16_store ? "; bf16 store" : "") + "\n";
+                     word(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
+                     (bf16_store ? "; bf16 store" : "") + "
+";
   for (size_t m = 0; m < masks.size(); ++m)
     text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
             "\n" + masks[m].describe_blocks();

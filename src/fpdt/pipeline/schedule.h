@@ -30,14 +30,12 @@
 
 #include "fpdt/pipeline/chunk_plan.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/pipeline/zero_plan.h"
 
 namespace fpdt::pipeline {
 
 enum class Pass { forward, forward_backward };
-enum class Recompute { none, layer };
-Recompute parse_recompute(const std::string& text);
-std::string recompute_name(Recompute recompute);
 
 // Which (q chunk, kv chunk) blocks of attention hold at least one visible (query, key) pair.
 class BlockMask {

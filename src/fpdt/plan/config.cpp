@@ -7,6 +7,7 @@
 
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
+#include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::plan {
 
@@ -27,37 +28,13 @@ void require_positive(int64_t value, const std::string& what, const std::string&
   if (value <= 0) throw Error(kModule, join({what, " must be positive, got ", str(value)}), hint);
 }
 
-// Valid chunks next to `chunk` for a hint: C = S / k (k chunks) with C a multiple of P. Walks k
-// (at most a million steps each way), so S of any size stays cheap.
-std::string chunk_hint(int64_t S, int64_t P, int64_t chunk) {
-  const auto valid = [&](int64_t k) { return S % k == 0 && (S / k) % P == 0; };
-  const int64_t k_near = std::max<int64_t>(1, S / std::max<int64_t>(chunk, 1));
-  int64_t below = 0, above = 0;  // the largest valid C <= chunk, the smallest valid C >= chunk
-  for (int64_t k = k_near; k <= S && k < k_near + 1000000 && below == 0; ++k)
-    if (valid(k) && S / k <= chunk) below = S / k;
-  for (int64_t k = k_near; k >= 1 && k > k_near - 1000000 && above == 0; --k)
-    if (valid(k) && S / k >= chunk) above = S / k;
-  std::string hint = "a chunk must be a multiple of --sp and divide --seq";
-  if (below > 0) hint.append(join({"; try --chunk-tokens ", str(below)}));
-  if (above > 0 && above != below) hint.append(join({below > 0 ? " or " : "; try --chunk-tokens ", str(above)}));
-  return hint;
-}
-
-}  // namespace
-
-namespace {
-
 // Each enum's spellings, once: names, parsing and the options' accepted words all read these.
 template <class E>
 struct Word {
   const char* text;
   E value;
 };
-constexpr Word<Mode> kModes[] = {{"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}, {"fpdt", Mode::fpdt}};
-constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
-constexpr Word<OffloadTier> kOffloads[] = {{"none", OffloadTier::none}, {"ram", OffloadTier::ram}, {"disk", OffloadTier::disk}};
 constexpr Word<Positions> kPositions[] = {{"model", Positions::model}, {"rope", Positions::rope}, {"learned", Positions::learned}};
-constexpr Word<DType> kPrecisions[] = {{"bf16", DType::bf16}, {"fp32", DType::f32}};
 
 template <class E, size_t N>
 std::string name_of(const Word<E> (&words)[N], E value) {
@@ -90,26 +67,9 @@ E parse_word(const Word<E> (&words)[N], const std::string& text, const char* wha
 
 }  // namespace
 
-std::string mode_name(Mode mode) { return name_of(kModes, mode); }
-std::string recompute_name(Recompute recompute) { return name_of(kRecomputes, recompute); }
-std::string offload_name(OffloadTier offload) { return name_of(kOffloads, offload); }
 std::string positions_name(Positions positions) { return name_of(kPositions, positions); }
-std::string precision_name(DType precision) { return name_of(kPrecisions, precision); }
-
-std::vector<std::string> mode_words() { return words_of(kModes); }
-std::vector<std::string> recompute_words() { return words_of(kRecomputes); }
-std::vector<std::string> offload_words() { return words_of(kOffloads); }
 std::vector<std::string> positions_words() { return words_of(kPositions); }
-std::vector<std::string> precision_words() { return words_of(kPrecisions); }
-
-Mode parse_mode(const std::string& text) { return parse_word(kModes, text, "mode"); }
-Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, "recompute mode"); }
-OffloadTier parse_offload(const std::string& text) {
-  // disk:DIR names the training run's directory; the plan needs only the tier.
-  return parse_word(kOffloads, text.starts_with("disk:") ? std::string("disk") : text, "offload tier");
-}
 Positions parse_positions(const std::string& text) { return parse_word(kPositions, text, "positions"); }
-DType parse_precision(const std::string& text) { return parse_word(kPrecisions, text, "precision"); }
 
 int64_t position_table_rows(const PlanConfig& config) {
   switch (config.positions) {
@@ -166,13 +126,8 @@ PlanShape derive_shape(const PlanConfig& config) {
   if (config.offload_optimizer && (config.mode != Mode::fpdt || config.zero_stage < 2))
     throw Error(kModule, "an offloaded optimizer is planned for --mode fpdt with --zero 2 or 3",
                 "add --zero 2 (or 3), or drop --offload-optimizer");
-  if (config.precision != DType::bf16 && config.precision != DType::f32)
-    throw Error(kModule, "precision must be bf16 or fp32");
 
   const int64_t S = config.seq_tokens, P = config.sp;
-  if (S % P != 0)
-    throw Error(kModule, join({"sequence length ", str(S), " is not divisible by --sp ", str(P)}),
-                "each rank holds S / P tokens; choose S a multiple of P");
   if (m.heads % P != 0)
     throw Error(kModule,
                 join({"'", m.name, "' has ", str(m.heads), " attention heads, not divisible by --sp ", str(P)}),
@@ -193,6 +148,14 @@ PlanShape derive_shape(const PlanConfig& config) {
   if (!checked_mul(batch_tokens, config.micro_batch, S))
     throw Error(kModule, join({"--batch ", str(config.micro_batch), " x --seq ", str(S), " tokens do not fit 64-bit counts"}),
                 "lower --batch or --seq");
+  if (P > std::numeric_limits<int>::max())
+    throw Error(kModule, join({"--sp ", str(P), " is more ranks than 2^31 - 1"}), "lower --sp");
+  // The chunks, cut by the run spec's one rule as `fpdt train` cuts them (ulysses: the sequence as one).
+  const pipeline::ChunkPlan chunks = pipeline::run_chunk_plan(
+      kModule,
+      pipeline::make_pipeline_config(config.mode, config.chunk_tokens, config.chunks, {config.offload, ""},
+                                     config.recompute),
+      S, static_cast<int>(P));
   if (position_table_rows(config) > std::numeric_limits<int32_t>::max())
     throw Error(kModule, join({"a learned position table of ", str(position_table_rows(config)), " rows (--seq) exceeds 2^31 - 1"}),
                 "lower --seq, or plan rotary positions (--positions rope)");
@@ -202,7 +165,8 @@ PlanShape derive_shape(const PlanConfig& config) {
   shape.B = config.micro_batch;
   shape.P = P;
   shape.W = config.dp * P;
-  shape.T = batch_tokens / P;
+  shape.T = config.micro_batch * chunks.local_tokens();
+  shape.chunk_plan = chunks;
   shape.L = m.layers;
   shape.h = m.hidden;
   shape.f = m.ffn_hidden;
@@ -219,7 +183,7 @@ PlanShape derive_shape(const PlanConfig& config) {
                      : m.uses_rope()                         ? m.rotary_dim
                      : config.positions == Positions::rope   ? m.head_dim
                                                              : 0;
-  shape.a = static_cast<double>(dtype_size(config.precision));
+  shape.a = config.precision == Precision::bf16 ? 2.0 : 4.0;
   shape.params = plan_parameter_count(config);
   shape.matmul_params_per_layer = shape.h * (shape.q + 2 * shape.kv) + shape.q * shape.h + shape.h * shape.mlp_up +
                                   shape.f * shape.h;
@@ -227,7 +191,7 @@ PlanShape derive_shape(const PlanConfig& config) {
   shape.largest_tensor = std::max(shape.largest_tensor, position_table_rows(config) * shape.h);
 
   if (config.mode == Mode::ulysses) {
-    if (config.offload == OffloadTier::disk)
+    if (config.offload == OffloadKind::disk)
       throw Error(kModule, "ulysses keeps its activation checkpoints in GPU or host memory, not on disk",
                   "use --offload ram (checkpoints in host memory) or none");
     return shape;
@@ -236,20 +200,12 @@ PlanShape derive_shape(const PlanConfig& config) {
     if (config.recompute == Recompute::none)
       throw Error(kModule, "the paper's implementation always re-runs each layer (activation checkpointing)",
                   "use --recompute layer with fpdt-reference, or --mode fpdt for --recompute none");
-    if (config.offload == OffloadTier::disk)
+    if (config.offload == OffloadKind::disk)
       throw Error(kModule, "the paper's implementation offloads to host memory only", "use --offload ram or none");
   }
-  const int64_t C = config.chunk_tokens;
-  FPDT_ASSERT(C > 0);  // resolved by the caller (make_plan)
-  if (C % P != 0)
-    throw Error(kModule, join({"chunk of ", str(C), " tokens does not split over --sp ", str(P), " ranks"}),
-                chunk_hint(S, P, C));
-  if (S % C != 0)
-    throw Error(kModule, join({"chunk of ", str(C), " tokens does not divide the sequence of ", str(S), " tokens"}),
-                chunk_hint(S, P, std::min(C, S)));
-  shape.C = C;
-  shape.c = config.micro_batch * C / P;
-  shape.u = S / C;
+  shape.C = chunks.chunk_tokens;
+  shape.c = config.micro_batch * chunks.local_chunk_tokens;
+  shape.u = chunks.chunks;
   return shape;
 }
 

@@ -9,42 +9,31 @@
 #include <vector>
 
 #include "fpdt/model/config.h"
-#include "fpdt/tensor/dtype.h"
+#include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/run_spec.h"
 
 namespace fpdt::plan {
 
-// ulysses: DeepSpeed-Ulysses + ZeRO + activation checkpointing (Megatron-DeepSpeed's GPT path).
-// fpdt_reference: the paper's implementation (DeepSpeed fpdt_layer.py): chunked attention with
-//   offload and double buffering, chunked MLP and loss, but several (T, h) tensors resident.
-// fpdt: ours (DESIGN.md §1): everything of length T streamed through the offload tier.
-enum class Mode { ulysses, fpdt_reference, fpdt };
-enum class Recompute { layer, none };
-// Where chunks (and activation checkpoints) rest: none = the compute tier itself.
-enum class OffloadTier { none, ram, disk };
+// The run spec's words (pipeline/run_spec.h), as `fpdt train` has them. Mode: ulysses plans
+// DeepSpeed-Ulysses + ZeRO + activation checkpointing (Megatron-DeepSpeed's GPT path); fpdt_reference
+// the paper's implementation (DeepSpeed fpdt_layer.py): chunked attention with offload and double
+// buffering, chunked MLP and loss, but several (T, h) tensors resident; fpdt ours (DESIGN.md §1):
+// everything of length T streamed through the offload tier. The offload tier holds chunks (and
+// activation checkpoints); none = the compute tier itself.
+using pipeline::Mode;
+using pipeline::OffloadKind;
+using pipeline::Precision;
+using pipeline::Recompute;
 // model = as the model says (GPT: a learned table of max_positions rows; Llama: rotary);
 // rope = rotary positions, no table; learned = a learned table of exactly S rows and no rotary
 // (Megatron's GPT with --max-position-embeddings = --seq-length). docs/memory.md §10 says which the
 // paper's runs used.
 enum class Positions { model, rope, learned };
 
-std::string mode_name(Mode mode);
-std::string recompute_name(Recompute recompute);
-std::string offload_name(OffloadTier offload);
 std::string positions_name(Positions positions);
-std::string precision_name(DType precision);  // "bf16" or "fp32"
-// The accepted spellings, for the options (run_options.h).
-std::vector<std::string> mode_words();
-std::vector<std::string> recompute_words();
-std::vector<std::string> offload_words();
-std::vector<std::string> positions_words();
-std::vector<std::string> precision_words();
-// Inverses; throw fpdt::Error listing the accepted spellings. parse_offload also takes disk:DIR
-// (a training run's directory; the plan needs only the tier).
-Mode parse_mode(const std::string& text);
-Recompute parse_recompute(const std::string& text);
-OffloadTier parse_offload(const std::string& text);
+std::vector<std::string> positions_words();  // the accepted spellings, for the option
+// Inverse; throws fpdt::Error listing the accepted spellings.
 Positions parse_positions(const std::string& text);
-DType parse_precision(const std::string& text);
 
 // The global chunk the paper's implementation uses unless told otherwise (DeepSpeed's
 // ds_sequence_parallel_fpdt_chunk_size default).
@@ -60,14 +49,15 @@ struct PlanConfig {
   int64_t sp = 1;               // P, Ulysses ranks sharing a sequence
   int64_t dp = 1;               // data-parallel replicas (ZeRO shards over dp · sp ranks)
   int64_t micro_batch = 1;      // B, sequences per step and rank group
-  int64_t chunk_tokens = 0;     // C, global tokens per chunk; 0 = auto (fpdt: smallest chunk whose
-                                // prefetch hides; fpdt-reference: kReferenceChunkTokens)
+  int64_t chunk_tokens = 0;     // C, global tokens per chunk; 0 = `chunks`, or with chunks 0 auto (fpdt:
+                                // smallest chunk whose prefetch hides; fpdt-reference: kReferenceChunkTokens)
+  int chunks = 0;               // u, when chunk_tokens is 0
   Mode mode = Mode::fpdt;
   Recompute recompute = Recompute::layer;
-  OffloadTier offload = OffloadTier::ram;
+  OffloadKind offload = OffloadKind::ram;
   int zero_stage = 3;
   bool offload_optimizer = false;  // fpdt: gradient shards, moments and master weights in the offload tier
-  DType precision = DType::bf16;  // storage of weights and activations: bf16 or f32
+  Precision precision = Precision::bf16;  // storage of weights and activations: 2 bytes (bf16) or 4 (fp32)
 };
 
 // Per-rank numbers, derived once (vocabulary of DESIGN.md §5). Widths are elements per token.
@@ -76,10 +66,11 @@ struct PlanShape {
   int64_t B = 0;        // sequences
   int64_t P = 0;        // Ulysses ranks
   int64_t W = 0;        // ZeRO ranks: dp · sp
-  int64_t T = 0;        // local tokens of a rank: B · S / P
+  int64_t T = 0;        // local tokens of a rank: B · u·C / P (the sequence padded to whole chunks)
   int64_t C = 0;        // global chunk tokens (0 for ulysses)
   int64_t c = 0;        // local chunk tokens: B · C / P; a head-sharded chunk holds c · width elements
-  int64_t u = 0;        // chunks per rank: S / C
+  int64_t u = 0;        // chunks per rank: ⌈S / C⌉
+  pipeline::ChunkPlan chunk_plan;  // rank 0's chunks, as the run spec cuts the sequence (ulysses: one)
   int64_t L = 0, h = 0, f = 0, V = 0, Hq = 0, Hkv = 0, D = 0;
   int64_t q = 0;        // Hq · D
   int64_t kv = 0;       // Hkv · D, token-sharded k (or v) width
@@ -109,10 +100,10 @@ model::ModelConfig with_heads(const model::ModelConfig& config, int heads);
 int64_t smallest_chunk_at_least(int64_t S, int64_t P, double at_least);
 
 // Validates everything that makes a plan impossible and returns its shape. Throws fpdt::Error
-// ("[plan] ...; hint: ...") for: non-positive sizes, S not divisible by P, heads not divisible by P
-// (kv heads may instead divide P), a chunk that is not a multiple of P or does not divide S, a ZeRO
+// ("[plan] ...; hint: ...") for: non-positive sizes, heads not divisible by P (kv heads may instead
+// divide P), chunks the run spec refuses (pipeline::run_chunk_plan, as `fpdt train` does), a ZeRO
 // stage outside 0..3, S past a learned position table, and combinations the mode does not have.
-// chunk_tokens must already be resolved (non-zero) for the fpdt modes.
+// chunk_tokens or chunks must already be resolved (non-zero) for the fpdt modes.
 PlanShape derive_shape(const PlanConfig& config);
 
 }  // namespace fpdt::plan

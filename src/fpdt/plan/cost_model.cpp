@@ -60,7 +60,7 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
                                                       : 2 * a; // all-reduce
     traffic.zero_bytes = per_param * N * share;
   }
-  if (config.offload == OffloadTier::none) return traffic;
+  if (config.offload == OffloadKind::none) return traffic;
 
   const double h_bytes = a * d(s.h) * T;  // one (T, h) tensor
   if (config.mode == Mode::ulysses) {
@@ -112,9 +112,9 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
 
 double offload_bytes_per_s(const PlanConfig& config, const Hardware& hardware) {
   switch (config.offload) {
-    case OffloadTier::none: return 0;
-    case OffloadTier::ram: return hardware.host_link_bytes_per_s;
-    case OffloadTier::disk: return hardware.disk_bytes_per_s;
+    case OffloadKind::none: return 0;
+    case OffloadKind::ram: return hardware.host_link_bytes_per_s;
+    case OffloadKind::disk: return hardware.disk_bytes_per_s;
   }
   return 0;
 }

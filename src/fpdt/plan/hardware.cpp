@@ -30,7 +30,7 @@ std::vector<Hardware> presets() {
   a100.intra_node_bytes_per_s = 200e9;    // NVLink 3: 300 GB/s per direction, ~2/3 in all-to-all
   a100.inter_node_bytes_per_s = 20e9;     // HDR 200 Gb/s = 25 GB/s, ~80 %
   a100.ranks_per_node = 8;
-  a100.default_precision = DType::bf16;
+  a100.default_precision = pipeline::Precision::bf16;
 
   Hardware h100 = a100;
   h100.name = "H100-80GB";
@@ -61,7 +61,7 @@ std::vector<Hardware> presets() {
   cpu.intra_node_bytes_per_s = 10e9;      // ranks are threads of one process: a memcpy
   cpu.inter_node_bytes_per_s = 10e9;
   cpu.ranks_per_node = 1 << 20;
-  cpu.default_precision = DType::f32;
+  cpu.default_precision = pipeline::Precision::fp32;
   return {a100, h100, h200, cpu};
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "fpdt/tensor/dtype.h"
+#include "fpdt/pipeline/run_spec.h"
 
 namespace fpdt::plan {
 
@@ -27,9 +27,11 @@ struct Hardware {
   double intra_node_bytes_per_s = 0;  // all-to-all bandwidth per rank, inside a node
   double inter_node_bytes_per_s = 0;  // per rank, to other nodes
   int ranks_per_node = 1;
-  DType default_precision = DType::bf16;
+  pipeline::Precision default_precision = pipeline::Precision::bf16;
 
-  double peak_flops(DType precision) const { return precision == DType::bf16 ? peak_flops_bf16 : peak_flops_fp32; }
+  double peak_flops(pipeline::Precision precision) const {
+    return precision == pipeline::Precision::bf16 ? peak_flops_bf16 : peak_flops_fp32;
+  }
 };
 
 // "A100-80GB", "H100-80GB", "H200-141GB", "cpu" (case-insensitive). Throws fpdt::Error listing the

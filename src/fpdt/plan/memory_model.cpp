@@ -50,7 +50,7 @@ double gradient_bytes(const PlanConfig& config, const PlanShape& s) {
 }
 
 double optimizer_bytes(const PlanConfig& config, const PlanShape& s) {
-  const double per_param = 2 * kFp32 + (config.precision == DType::bf16 ? kFp32 : 0.0);
+  const double per_param = 2 * kFp32 + (config.precision == Precision::bf16 ? kFp32 : 0.0);
   return d(s.params) * per_param / (config.zero_stage >= 1 ? d(s.W) : 1.0);
 }
 
@@ -193,9 +193,9 @@ double reference_offload_forward_bytes(const PlanShape& s) {
 pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
   const int P = static_cast<int>(s.P);
   const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
-  return pipeline::layout_shape(config.model, sharding, pipeline::make_chunk_plan(s.S, P, 0, s.C, 0), s.B,
+  return pipeline::layout_shape(config.model, sharding, s.chunk_plan, s.B,
                                 config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
-                                pipeline::keep_mlp_activations(config.offload == OffloadTier::none,
+                                pipeline::keep_mlp_activations(config.offload == OffloadKind::none,
                                                                config.recompute == Recompute::layer));
 }
 
@@ -226,9 +226,9 @@ void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s
           config.zero_stage >= 3 ? "N·a/W" : "N·a");
   out.add("gradients (fp32)", "model states", Tier::compute, Phase::always, gradient_bytes(config, s),
           config.zero_stage >= 2 ? "4·N/W" : "4·N");
-  out.add(config.precision == DType::bf16 ? "optimizer: Adam m, v + fp32 master" : "optimizer: Adam m, v",
+  out.add(config.precision == Precision::bf16 ? "optimizer: Adam m, v + fp32 master" : "optimizer: Adam m, v",
           "model states", Tier::compute, Phase::always, optimizer_bytes(config, s),
-          config.precision == DType::bf16 ? (config.zero_stage >= 1 ? "12·N/W" : "12·N")
+          config.precision == Precision::bf16 ? (config.zero_stage >= 1 ? "12·N/W" : "12·N")
                                           : (config.zero_stage >= 1 ? "8·N/W" : "8·N"));
   out.add(zero.append(" gathered weight + gradient"), "model states", Tier::compute, Phase::always,
           zero3_gather_bytes(config, s), "2·a·largest weight");
@@ -267,7 +267,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
     add_fpdt_model_states(out, config, s);
   else
     add_model_states(out, config, s);
-  const Tier chunk_tier = config.offload == OffloadTier::none ? Tier::compute : Tier::offload;
+  const Tier chunk_tier = config.offload == OffloadKind::none ? Tier::compute : Tier::offload;
   const std::string rope = "2·S·rotary_dim·4";
 
   if (config.mode == Mode::ulysses) {

@@ -28,11 +28,11 @@ void validate_hardware(const Hardware& hw, const PlanConfig& config) {
   require_positive(hw.compute_efficiency, "compute efficiency");
   require_positive(hw.intra_node_bytes_per_s, "network bandwidth");
   require_positive(hw.inter_node_bytes_per_s, "network bandwidth");
-  if (config.offload == OffloadTier::ram) {
+  if (config.offload == OffloadKind::ram) {
     require_positive(hw.host_bytes, "host memory");
     require_positive(hw.host_link_bytes_per_s, "host link bandwidth");
   }
-  if (config.offload == OffloadTier::disk) {
+  if (config.offload == OffloadKind::disk) {
     require_positive(hw.disk_bytes, "disk size");
     require_positive(hw.disk_bytes_per_s, "disk bandwidth");
   }
@@ -45,12 +45,14 @@ void validate_hardware(const Hardware& hw, const PlanConfig& config) {
 
 // The chunk an fpdt mode plans with when none is given.
 int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
-  if (config.mode == Mode::fpdt_reference) return kReferenceChunkTokens;
+  // One chunk of the whole sequence (S rounded up to P) is always valid, and the longest.
+  const int64_t whole = (config.seq_tokens + config.sp - 1) / config.sp * config.sp;
+  if (config.mode == Mode::fpdt_reference) return std::min(kReferenceChunkTokens, whole);
   PlanConfig probe = config;
-  probe.chunk_tokens = config.seq_tokens;  // any valid chunk: the bound does not depend on it
+  probe.chunk_tokens = whole;  // any valid chunk: the bound does not depend on it
   const PlanShape shape = derive_shape(probe);
   const int64_t chunk = smallest_chunk_at_least(shape.S, shape.P, min_hiding_chunk_tokens(config, shape, hardware));
-  return chunk > 0 ? chunk : shape.S;
+  return chunk > 0 ? chunk : whole;
 }
 
 // Whether `config`'s memory (its chunk size set) can be counted in 64 bits: the pipeline's table of
@@ -66,12 +68,11 @@ PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
   result.config = config_in;
   result.hardware = hardware;
   PlanConfig& config = result.config;
-  if (config.mode != Mode::ulysses && config.chunk_tokens == 0) {
-    if (config.seq_tokens <= 0 || config.sp <= 0 || config.seq_tokens % config.sp != 0)
-      derive_shape(config);  // reports the bad size
+  if (config.mode != Mode::ulysses && config.chunk_tokens == 0 && config.chunks == 0) {
+    if (config.seq_tokens <= 0 || config.sp <= 0) derive_shape(config);  // reports the bad size
     config.chunk_tokens = automatic_chunk(config, hardware);
   }
-  if (config.mode == Mode::ulysses) config.chunk_tokens = 0;
+  if (config.mode == Mode::ulysses) config.chunk_tokens = config.chunks = 0;
   result.shape = derive_shape(config);
   validate_hardware(hardware, config);
   const PlanShape& s = result.shape;
@@ -82,13 +83,13 @@ PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
   if (hardware.host_shares_compute) {
     const double pool = hardware.host_bytes - hardware.reserved_bytes;
     result.compute_capacity_bytes = std::min(hardware.compute_bytes, pool);
-    result.offload_capacity_bytes = config.offload == OffloadTier::ram   ? std::max(0.0, pool - result.compute_peak.bytes)
-                                    : config.offload == OffloadTier::disk ? hardware.disk_bytes
+    result.offload_capacity_bytes = config.offload == OffloadKind::ram   ? std::max(0.0, pool - result.compute_peak.bytes)
+                                    : config.offload == OffloadKind::disk ? hardware.disk_bytes
                                                                           : 0.0;
   } else {
     result.compute_capacity_bytes = hardware.compute_bytes - hardware.reserved_bytes;
-    result.offload_capacity_bytes = config.offload == OffloadTier::ram   ? hardware.host_bytes
-                                    : config.offload == OffloadTier::disk ? hardware.disk_bytes
+    result.offload_capacity_bytes = config.offload == OffloadKind::ram   ? hardware.host_bytes
+                                    : config.offload == OffloadKind::disk ? hardware.disk_bytes
                                                                           : 0.0;
   }
   result.fits_compute = result.compute_peak.bytes <= result.compute_capacity_bytes;
@@ -126,6 +127,7 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
       while (static_cast<double>(chunk) < bound && chunk < kSearchLimitTokens) chunk *= 2;
       probe.chunk_tokens = chunk;
     }
+    probe.chunks = 0;  // the chunk is fixed, S varies
     result.granule_tokens = probe.chunk_tokens;
     result.chunk_tokens = probe.chunk_tokens;
   }
@@ -190,15 +192,15 @@ std::vector<MaxSeqResult> search_max_seq_all_modes(const PlanConfig& config, con
     PlanConfig probe = config;
     probe.mode = mode;
     if (mode != Mode::fpdt) {
-      if (probe.offload == OffloadTier::disk) probe.offload = OffloadTier::ram;
+      if (probe.offload == OffloadKind::disk) probe.offload = OffloadKind::ram;
       if (mode == Mode::fpdt_reference) probe.recompute = Recompute::layer;
     }
     results.push_back(search_max_seq(probe, hardware));
   }
-  if (config.offload == OffloadTier::ram && hardware.disk_bytes > 0 && hardware.disk_bytes_per_s > 0) {
+  if (config.offload == OffloadKind::ram && hardware.disk_bytes > 0 && hardware.disk_bytes_per_s > 0) {
     PlanConfig probe = config;
     probe.mode = Mode::fpdt;
-    probe.offload = OffloadTier::disk;
+    probe.offload = OffloadKind::disk;
     probe.chunk_tokens = 0;  // the disk's bandwidth sets its own hiding chunk
     results.push_back(search_max_seq(probe, hardware));
   }

@@ -33,14 +33,15 @@ struct PlanResult {
   StepTime time;
 };
 
-// Resolves an automatic chunk (fpdt: the smallest valid chunk whose prefetch hides, or S when none
-// does; fpdt-reference: kReferenceChunkTokens), validates (derive_shape) and evaluates the models.
+// Resolves an automatic chunk when neither C nor u is given (fpdt: the smallest valid chunk whose
+// prefetch hides, or the whole sequence when none does; fpdt-reference: kReferenceChunkTokens, at most
+// the sequence), validates (derive_shape) and evaluates the models.
 // Throws fpdt::Error for an impossible configuration.
 PlanResult make_plan(const PlanConfig& config, const Hardware& hardware);
 
 struct MaxSeqResult {
   Mode mode = Mode::fpdt;
-  OffloadTier offload = OffloadTier::ram;
+  OffloadKind offload = OffloadKind::ram;
   int64_t seq_tokens = 0;       // the longest S that fits; 0 when even one granule does not
   int64_t granule_tokens = 0;   // S is searched in multiples of this (ulysses: 1024·P, fpdt modes: C)
   int64_t chunk_tokens = 0;     // C used (fpdt modes)

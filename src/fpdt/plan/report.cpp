@@ -76,13 +76,13 @@ std::string format_plan_text(const PlanResult& plan) {
   text.append(printf_string("  layout    S %s tokens x batch %lld; SP %lld x DP %lld -> T %s tokens per rank\n",
                             grouped(s.S).c_str(), static_cast<long long>(s.B), static_cast<long long>(s.P),
                             static_cast<long long>(c.dp), grouped(s.T).c_str()));
-  std::string mode = mode_name(c.mode);
+  std::string mode = pipeline::word(c.mode);
   if (c.mode != Mode::ulysses)
     mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks)", grouped(s.C).c_str(),
                               grouped(s.c).c_str(), static_cast<long long>(s.u)));
   text.append(printf_string("  mode      %s; recompute %s, offload %s, ZeRO-%d, %s\n", mode.c_str(),
-                            recompute_name(c.recompute).c_str(), offload_name(c.offload).c_str(), c.zero_stage,
-                            precision_name(c.precision).c_str()));
+                            pipeline::word(c.recompute).c_str(), pipeline::word(c.offload).c_str(), c.zero_stage,
+                            pipeline::word(c.precision).c_str()));
   const std::string network =
       hw.ranks_per_node >= (1 << 20)
           ? printf_string("network %.0f GB/s (ranks of one process)", hw.intra_node_bytes_per_s / 1e9)
@@ -93,7 +93,7 @@ std::string format_plan_text(const PlanResult& plan) {
                             hw.name.c_str(), format_bytes(hw.compute_bytes).c_str(), format_bytes(hw.reserved_bytes).c_str(),
                             format_bytes(hw.host_bytes).c_str(), hw.host_shares_compute ? " (the same RAM)" : "",
                             hw.host_link_bytes_per_s / 1e9, flops_text(hw.peak_flops(c.precision)).c_str(),
-                            precision_name(c.precision).c_str(), hw.compute_efficiency, network.c_str()));
+                            pipeline::word(c.precision).c_str(), hw.compute_efficiency, network.c_str()));
 
   text.append("\nmemory per rank                                     compute     offload  live in              formula\n");
   for (const Component& component : plan.components) {
@@ -124,7 +124,7 @@ std::string format_plan_text(const PlanResult& plan) {
   const StepTraffic& t = plan.traffic;
   text.append(printf_string("  offload   %s out, %s in (%s)\n", bytes_or_dash(t.to_offload_bytes).c_str(),
                             bytes_or_dash(t.from_offload_bytes).c_str(),
-                            c.offload == OffloadTier::disk ? "disk" : c.offload == OffloadTier::ram ? "host link" : "no offload"));
+                            c.offload == OffloadKind::disk ? "disk" : c.offload == OffloadKind::ram ? "host link" : "no offload"));
   text.append(printf_string("  network   all-to-all %s sent, ZeRO %s sent\n", bytes_or_dash(t.all_to_all_bytes).c_str(),
                             bytes_or_dash(t.zero_bytes).c_str()));
   const Prefetch& p = plan.prefetch;
@@ -153,14 +153,14 @@ std::string format_plan_text(const PlanResult& plan) {
 
 std::string format_max_seq_text(const MaxSeqResult& searched, const std::vector<MaxSeqResult>& by_mode) {
   std::string text = printf_string("\nlongest sequence (%s): S %s tokens (%s), bound by the %s\n",
-                                   mode_name(searched.mode).c_str(), grouped(searched.seq_tokens).c_str(),
+                                   pipeline::word(searched.mode).c_str(), grouped(searched.seq_tokens).c_str(),
                                    short_tokens(searched.seq_tokens).c_str(), searched.bound.c_str());
   text.append("by mode on this hardware:\n");
   for (const MaxSeqResult& result : by_mode) {
     std::string chunk = result.chunk_tokens > 0 ? printf_string("C %s", grouped(result.chunk_tokens).c_str())
                                                 : std::string("-");
-    std::string mode = mode_name(result.mode);
-    if (result.mode == Mode::fpdt) mode.append(" (").append(offload_name(result.offload)).append(")");
+    std::string mode = pipeline::word(result.mode);
+    if (result.mode == Mode::fpdt) mode.append(" (").append(pipeline::word(result.offload)).append(")");
     text.append(printf_string("  %-15s S %14s tokens (%6s)  %-12s bound by the %s\n", mode.c_str(),
                               grouped(result.seq_tokens).c_str(), short_tokens(result.seq_tokens).c_str(),
                               chunk.c_str(), result.bound.c_str()));
@@ -170,8 +170,8 @@ std::string format_max_seq_text(const MaxSeqResult& searched, const std::vector<
 
 nlohmann::ordered_json max_seq_to_json(const MaxSeqResult& result) {
   nlohmann::ordered_json json;
-  json["mode"] = mode_name(result.mode);
-  json["offload"] = offload_name(result.offload);
+  json["mode"] = pipeline::word(result.mode);
+  json["offload"] = pipeline::word(result.offload);
   json["seq_tokens"] = result.seq_tokens;
   json["granule_tokens"] = result.granule_tokens;
   json["chunk_tokens"] = result.chunk_tokens;
@@ -198,11 +198,11 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
                     {"chunk_tokens", s.C},
                     {"local_chunk_tokens", s.c},
                     {"chunks_per_rank", s.u},
-                    {"mode", mode_name(c.mode)},
-                    {"recompute", recompute_name(c.recompute)},
-                    {"offload", offload_name(c.offload)},
+                    {"mode", pipeline::word(c.mode)},
+                    {"recompute", pipeline::word(c.recompute)},
+                    {"offload", pipeline::word(c.offload)},
                     {"zero_stage", c.zero_stage},
-                    {"precision", precision_name(c.precision)}};
+                    {"precision", pipeline::word(c.precision)}};
   json["hardware"] = {{"name", hw.name},
                       {"compute_bytes", rounded(hw.compute_bytes)},
                       {"reserved_bytes", rounded(hw.reserved_bytes)},

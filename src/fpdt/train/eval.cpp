@@ -15,7 +15,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/pipeline/fpdt_model.h"
-#include "fpdt/plan/run_options.h"
+#include "fpdt/pipeline/run_options.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
 #include "fpdt/train/data_loader.h"
@@ -101,7 +101,7 @@ ShardReader open_split(const EvalSettings& s, const Tokenizer& tokenizer, const 
 }  // namespace
 
 void declare_eval_options(OptionSet& set, EvalSettings& s) {
-  namespace run = plan::options;
+  namespace run = pipeline::options;
   set.add("checkpoint", "DIR", "run folder (its latest step), step folder or Hugging Face model folder", s.checkpoint);
   set.add("data", "DIR", "folder with val.bin (and train.bin) made by the checkpoint's tokenizer", s.data_dir);
   set.add("split", "val|train", "the shard the sequences come from", s.split).choices({"val", "train"});
@@ -128,6 +128,7 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
   run::chunks(set, s.chunks);
   run::offload(set, s.offload);
+  run::precision(set, s.precision);
   set.add("dry-run", "", "lay out the forward at --seq (no data, no weights, no arithmetic), print the tier peaks and exit",
           s.dry_run);
 }
@@ -196,7 +197,11 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   if (s.sp != world.size())
     throw Error(kModule, "--sp " + str(s.sp) + " ranks, but the job has " + str(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt eval --sp P ...)");
-  check_chunk_options(kModule, s.mode, s.seq_tokens, s.sp, s.chunk_tokens, s.chunks);
+  pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
+      s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), pipeline::Recompute::none);
+  pipeline.forward_only = true;
+  pipeline.precision = s.precision;
+  pipeline::run_chunk_plan(kModule, pipeline, s.seq_tokens, s.sp);
   const std::vector<int64_t> lengths = passkey_lengths(s);
 
   // The checkpoint, its tokenizer, the data it is evaluated on.
@@ -234,8 +239,6 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   set_threads(s.threads);
   if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
   auto backend = kernels::make_backend(s.backend);
-  pipeline::PipelineConfig pipeline = make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, "none", s.out_dir);
-  pipeline.forward_only = true;
   if (pipeline.offload.kind == pipeline::OffloadKind::disk)
     create_folder(pipeline.offload.directory, kModule, "offload folder");
   pipeline::FpdtModel model(config, *backend, world, pipeline);
@@ -257,7 +260,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
-            pipeline::offload_name(pipeline.offload) + ", " + str(world.size()) + " rank(s)");
+            pipeline::word(pipeline.offload) + ", " + str(world.size()) + " rank(s)");
 
   // Loss by context position: sequence k is tokens [k·S, k·S + S] of the split.
   result.buckets.clear();
@@ -408,10 +411,10 @@ nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings&
   json["rope_parameters"] = nlohmann::ordered_json::parse(result.rope_parameters);
   json["rope_overridden"] = result.rope_overridden;
   json["ranks"] = s.sp;
-  json["mode"] = s.mode;
+  json["mode"] = pipeline::word(s.mode);
   json["chunk_tokens"] = s.chunk_tokens;
   json["chunks"] = s.chunks;
-  json["offload"] = s.offload;
+  json["offload"] = pipeline::word(s.offload);
   json["compute_peak_bytes"] = result.compute_peak_bytes;
   json["offload_peak_bytes"] = result.offload_peak_bytes;
   json["peak_rss_bytes"] = result.peak_rss_bytes;

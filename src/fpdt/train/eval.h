@@ -17,6 +17,7 @@
 
 #include "fpdt/base/options.h"
 #include "fpdt/comm/communicator.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/train/tokenizer.h"
 
 namespace fpdt::train {
@@ -39,15 +40,16 @@ struct EvalSettings {
   std::string backend = "cpu";
   int64_t compute_mem_bytes = 0;         // 0: unlimited
   int sp = 1;                            // sequence-parallel ranks (the world)
-  std::string mode = "fpdt";             // fpdt | ulysses (one chunk, nothing offloaded)
+  pipeline::Mode mode = pipeline::Mode::fpdt;  // fpdt, or ulysses (one chunk, nothing offloaded)
   int64_t chunk_tokens = 0;              // C (0: cut the sequence into `chunks`)
   int chunks = 1;
-  std::string offload = "none";          // none | ram | disk (a file in out_dir) | disk:DIR
+  pipeline::OffloadConfig offload{pipeline::OffloadKind::none, ""};  // disk without a directory: in out_dir
+  pipeline::Precision precision = pipeline::Precision::fp32;
   bool dry_run = false;                  // lay out the forward at S and report the tiers' peaks only
 };
 
 // Declares every `fpdt eval` option, bound to the fields of `settings` (the options a run describes
-// are spelled as `fpdt train` spells them: plan/run_options.h).
+// are spelled as `fpdt train` spells them: pipeline/run_options.h).
 void declare_eval_options(OptionSet& set, EvalSettings& settings);
 
 // Context lengths [first, last] of the loss buckets of sequences of S tokens: [1, 1], [2, 3], [4, 7], …,

@@ -1,13 +1,12 @@
 // Training settings and their options (see settings.h).
 #include "fpdt/train/settings.h"
 
-#include <climits>
 #include <cstdio>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/machine.h"
 #include "fpdt/pipeline/model_states.h"
-#include "fpdt/plan/run_options.h"
+#include "fpdt/pipeline/run_options.h"
 
 namespace fpdt::train {
 
@@ -16,8 +15,6 @@ namespace {
 constexpr const char* kModule = "train";
 
 std::string str(int64_t value) { return std::to_string(value); }
-
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // The token buffers of a step live in host memory: dp·B rows of S inputs and S targets per
 // micro-batch, grad_accum micro-batches and one validation batch.
@@ -43,7 +40,7 @@ struct BoundOptions {
 
 }  // namespace
 
-void check_runnable(const std::string& module, const std::string& backend, const std::string& mode, int ranks,
+void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
                     bool offload_optimizer) {
   if (backend == "cuda" || backend == "cpu-guarded") {
     if (ranks > 1)
@@ -55,53 +52,10 @@ void check_runnable(const std::string& module, const std::string& backend, const
                               "read the compute tier on the host",
                   "drop --offload-optimizer (one GPU's ZeRO stages keep every state in its memory)");
   }
-  if (mode == "fpdt-reference")
+  if (mode == pipeline::Mode::fpdt_reference)
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
                             module + " does not run",
                 "use --mode fpdt (ours) or --mode ulysses");
-}
-
-void check_chunk_options(const std::string& module, const std::string& mode, int64_t seq_tokens, int sp,
-                         int64_t chunk_tokens, int chunks) {
-  if (mode == "ulysses") return;  // one chunk of the whole sequence
-  const int64_t S = seq_tokens, P = sp;
-  if (chunk_tokens > 0) {
-    const int64_t C = chunk_tokens, covering = ceil_div(S, P) * P;
-    if (C % P != 0)
-      throw Error(module, "--chunk-tokens " + str(C) + " does not split over --sp " + str(P) + " ranks",
-                  "use a multiple of " + str(P));
-    if (C > covering)
-      throw Error(module, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(S) + " tokens",
-                  "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
-    if (ceil_div(S, C) > INT_MAX)
-      throw Error(module, "--chunk-tokens " + str(C) + " cuts --seq " + str(S) + " into more than " + str(INT_MAX) +
-                              " chunks",
-                  "use longer chunks");
-    return;
-  }
-  const int64_t c = ceil_div(S, P * chunks);  // local tokens per chunk
-  const int64_t holding = ceil_div(S, P * c);  // chunks that hold real tokens
-  if (holding < chunks)
-    throw Error(module,
-                "--chunks " + str(chunks) + " leaves chunks without tokens: " + str(S) + " tokens over " + str(P) +
-                    " rank(s) fill " + str(holding) + " chunks of " + str(c * P) + " tokens",
-                "use --chunks " + str(holding) + " or fewer");
-}
-
-pipeline::PipelineConfig make_pipeline_config(const std::string& mode, int64_t chunk_tokens, int chunks,
-                                              const std::string& offload, const std::string& recompute,
-                                              const std::string& disk_dir) {
-  pipeline::PipelineConfig config;
-  if (mode == "ulysses") {  // the baseline: the whole sequence as one chunk, all resident
-    config.chunks = 1;
-    config.offload.kind = pipeline::OffloadKind::none;
-    return config;
-  }
-  config.chunk_tokens = chunk_tokens;
-  config.chunks = chunk_tokens > 0 ? 0 : chunks;
-  config.offload = pipeline::parse_offload(offload == "disk" ? "disk:" + disk_dir : offload);
-  config.recompute = pipeline::parse_recompute(recompute);
-  return config;
 }
 
 FaultInjection parse_fault_injection(const std::string& text) {
@@ -126,7 +80,7 @@ FaultInjection parse_fault_injection(const std::string& text) {
 }
 
 void declare_train_options(OptionSet& set, TrainSettings& s) {
-  namespace run = plan::options;
+  namespace run = pipeline::options;
   run::model(set, s.model).unset_means(std::string(kDefaultModel) + "; with --resume the run's own");
   set.add("init-from", "DIR|FILE.gguf",
           "start from a Hugging Face model folder (config.json + safetensors weights) or a GGUF file (dequantized)",
@@ -188,6 +142,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   run::chunks(set, s.chunks);
   run::offload(set, s.offload);
   run::recompute(set, s.recompute);
+  run::precision(set, s.precision);
   set.add("offload-mem", "BYTES", "offload-tier budget per rank", s.offload_mem_bytes)
       .unit(Unit::bytes)
       .at_least(0)
@@ -208,7 +163,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer == "ram");
+  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer);
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");
@@ -234,8 +189,9 @@ void check_settings(const TrainSettings& s) {
   if (s.doc_positions == "restart" && !s.doc_mask)
     throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
                 "add --doc-mask (attention inside each document), or drop --doc-positions");
-  pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer == "ram", false});
-  check_chunk_options(kModule, s.mode, s.seq_tokens, s.sp, s.chunk_tokens, s.chunks);
+  pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer, false});
+  pipeline::run_chunk_plan(kModule, pipeline::make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, s.recompute),
+                           s.seq_tokens, s.sp);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }
 

@@ -12,6 +12,7 @@
 #include "fpdt/base/options.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/train/optimizer.h"
 
 namespace fpdt::train {
@@ -66,14 +67,15 @@ struct TrainSettings {
   int sp = 1;
   int dp = 1;
   double comm_timeout_seconds = comm::kDefaultDeadlineSeconds;  // a rank silent this long ends the job
-  std::string mode = "fpdt";          // "fpdt" or "ulysses" (one chunk, nothing offloaded)
+  pipeline::Mode mode = pipeline::Mode::fpdt;  // fpdt, or ulysses (one chunk, nothing offloaded)
   int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
   int chunks = 1;                     // u
-  std::string offload = "none";       // none | ram | disk (in out_dir) | disk:DIR
-  std::string recompute = "none";     // none | layer
+  pipeline::OffloadConfig offload{pipeline::OffloadKind::none, ""};  // disk without a directory: in out_dir
+  pipeline::Recompute recompute = pipeline::Recompute::none;
+  pipeline::Precision precision = pipeline::Precision::fp32;
   int64_t offload_mem_bytes = 0;      // 0: unlimited
   int zero = 0;                       // ZeRO stage over the dp × sp ranks (pipeline/model_states.h)
-  std::string offload_optimizer = "none";  // none | ram: ZeRO-Offload of the optimizer (stage ≥ 2)
+  bool offload_optimizer = false;     // --offload-optimizer ram: ZeRO-Offload of the optimizer (stage ≥ 2)
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
   bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
@@ -96,18 +98,8 @@ void check_settings(const TrainSettings& settings);
 // tier the host cannot read (cuda, cpu-guarded) on more than one rank (sp × dp = `ranks`: there is no
 // NCCL communicator yet) or with the optimizer offloaded (its reduce-scatter reads the compute tier on
 // the host).
-void check_runnable(const std::string& module, const std::string& backend, const std::string& mode, int ranks,
+void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
                     bool offload_optimizer = false);
-// The pipeline options that `train` and `eval` share, against the sequence (every chunk must hold real
-// tokens; a chunk is cut evenly over the sp ranks: with u chunks, c = ⌈S / (P·u)⌉ tokens per rank and
-// chunk); throws one fpdt::Error of `module` naming the option.
-void check_chunk_options(const std::string& module, const std::string& mode, int64_t seq_tokens, int sp,
-                         int64_t chunk_tokens, int chunks);
-// The pipeline those options ask for: mode ulysses is one chunk with nothing offloaded; offload "disk"
-// is a file in `disk_dir`.
-pipeline::PipelineConfig make_pipeline_config(const std::string& mode, int64_t chunk_tokens, int chunks,
-                                              const std::string& offload, const std::string& recompute,
-                                              const std::string& disk_dir);
 
 // The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
 nlohmann::ordered_json settings_json(const TrainSettings& settings);

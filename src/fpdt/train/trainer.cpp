@@ -120,26 +120,6 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   log::info(option_rule);
 }
 
-// Refuses a sequence whose layout could not be counted in 64-bit bytes, before anything is laid out.
-// A bound, not the layout: FpdtModel::reserve lays out fewer than 64 arrays per layer (+ 2), each of
-// at most u slots of B·c·width floats rounded up to 4 KiB, with u·c·P = the padded sequence, and one
-// LM-head buffer of at most 32 MiB.
-void check_layout_fits(const model::ModelConfig& config, const TrainSettings& s) {
-  using Wide = long double;
-  const Wide width = std::max({Wide(config.hidden), Wide(config.ffn_hidden), Wide(config.q_dim()),
-                               Wide(config.kv_dim()) * s.sp});
-  const Wide chunks = s.mode == "ulysses" ? 1 : s.chunk_tokens > 0 ? std::ceil(Wide(s.seq_tokens) / s.chunk_tokens)
-                                                                   : Wide(s.chunks);
-  const Wide padded = Wide(s.seq_tokens) + (s.chunk_tokens > 0 ? s.chunk_tokens : Wide(s.sp) * chunks);
-  const Wide bytes =
-      Wide(config.layers + 2) * 64 * (Wide(s.batch_size) * padded * width * 4 + chunks * 4096) + Wide(int64_t{1} << 25);
-  if (bytes > static_cast<Wide>(std::numeric_limits<int64_t>::max()))
-    throw Error(kModule,
-                "--seq " + str(s.seq_tokens) + " is too long for '" + config.name +
-                    "': one step's buffers would take more bytes than 64-bit sizes count",
-                "lower --seq (a dry run measures any length that can be laid out)");
-}
-
 // Rows [first, first + rows) of a global batch (a replica's micro-batch), with their documents and
 // positions when the batch has them.
 model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
@@ -227,11 +207,14 @@ int set_threads(int threads) {
 }
 
 pipeline::PipelineConfig pipeline_config(const TrainSettings& s) {
-  return make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, s.recompute, s.out_dir);
+  pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
+      s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), s.recompute);
+  pipeline.precision = s.precision;
+  return pipeline;
 }
 
 pipeline::ZeroConfig zero_config(const TrainSettings& settings) {
-  return pipeline::ZeroConfig{settings.zero, settings.offload_optimizer == "ram",
+  return pipeline::ZeroConfig{settings.zero, settings.offload_optimizer,
                               pipeline_config(settings).recompute == pipeline::Recompute::layer};
 }
 
@@ -250,7 +233,6 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   checkpoint_ = s.resume ? resume_checkpoint(s.out_dir) : "";
   config_ = run_model(s, checkpoint_);
-  check_layout_fits(config_, s);
   pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
   if (!checkpoint_.empty() && !s.dry_run) {
     const int64_t saved_step = read_trainer_state(checkpoint_).step;
@@ -361,6 +343,13 @@ void Trainer::build_model() {
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), *states_);
+  // A sequence whose step the pipeline's own memory table cannot count in 64-bit bytes is refused
+  // before the step is laid out.
+  if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.seq_tokens, static_cast<int>(s.batch_size))))
+    throw Error(kModule,
+                "--seq " + str(s.seq_tokens) + " is too long for '" + config_.name +
+                    "': one step's buffers would take more bytes than 64-bit sizes count",
+                "lower --seq (a dry run measures any length that can be laid out)");
   optimizer_ = std::make_unique<AdamW>(s.optimizer);
   if (!s.trace_path.empty()) trace::enable(world_.rank());
 }
@@ -412,6 +401,7 @@ TrainResult Trainer::dry_run() {
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = peak_rss_bytes();
+  result.chunk_plan = model_->plan();
   for (int64_t micro = 0; micro < settings_.grad_accum; ++micro) result.offload_per_step += model_->traffic();
   return result;
 }

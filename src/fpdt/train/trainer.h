@@ -60,6 +60,7 @@ struct TrainResult {
   bool already_complete = false;  // --resume of a run whose latest checkpoint is step --steps: nothing ran
   std::string sample;         // generated text, when sample_tokens > 0
   std::vector<MemoryComponent> memory;  // a dry run's layout
+  pipeline::ChunkPlan chunk_plan;         // a dry run's: this rank's chunks of the sequence
 };
 
 class Trainer {

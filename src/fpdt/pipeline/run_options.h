@@ -1,6 +1,7 @@
-// The options that every command describing a run shares — `fpdt train` and `fpdt plan` (and the
-// commands to come): one spelling, one unit, one meaning check and one help line each. A command binds
-// them to its own settings fields, whose initial values are its defaults, and says what 0 means there.
+// The options that every command describing a run shares — `fpdt train`, `fpdt eval` and `fpdt plan`:
+// one spelling, one unit, one meaning check and one help line each. A command binds them to its own
+// settings fields, whose initial values are its defaults, and says what 0 means there. The run spec's
+// words (run_spec.h) bind straight to their types: no command compares their spellings.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,9 @@
 #include <string>
 
 #include "fpdt/base/options.h"
+#include "fpdt/pipeline/run_spec.h"
 
-namespace fpdt::plan::options {
+namespace fpdt::pipeline::options {
 
 Option& model(OptionSet& set, std::string& field);     // --model NAME|PATH (a preset, config.json or model folder)
 Option& backend(OptionSet& set, std::string& field);   // --backend cpu|reference|cuda
@@ -21,16 +23,19 @@ Option& batch(OptionSet& set, int64_t& field);         // --batch B
 // zero_word is "auto").
 Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word = "");
 Option& chunks(OptionSet& set, int& field);            // --chunks U (when --chunk-tokens is 0)
-Option& mode(OptionSet& set, std::string& field);      // --mode fpdt|ulysses|fpdt-reference
-Option& recompute(OptionSet& set, std::string& field); // --recompute none|layer
-Option& offload(OptionSet& set, std::string& field);   // --offload none|ram|disk|disk:DIR
+Option& mode(OptionSet& set, Mode& field);              // --mode fpdt|ulysses|fpdt-reference
+Option& recompute(OptionSet& set, Recompute& field);    // --recompute none|layer
+Option& offload(OptionSet& set, OffloadConfig& field);  // --offload none|ram|disk|disk:DIR
+Option& precision(OptionSet& set, Precision& field);    // --precision fp32|bf16
+// --precision fp32|bf16|auto, `auto` (unset) saying what the command then takes.
+Option& precision(OptionSet& set, std::optional<Precision>& field, const std::string& auto_means);
 // --compute-mem BYTES: a budget (0: unlimited) or, for a plan, an override of the hardware preset.
 Option& compute_mem(OptionSet& set, int64_t& field);
 Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);
 Option& threads(OptionSet& set, int& field);           // --threads N (0: all cores)
 Option& zero(OptionSet& set, int& field);              // --zero 0..3
-Option& offload_optimizer(OptionSet& set, std::string& field);  // --offload-optimizer none|ram
+Option& offload_optimizer(OptionSet& set, bool& field);  // --offload-optimizer none|ram
 // --rope-theta THETA and --rope-scaling JSON: the RoPE of the loaded model replaced (context extension).
 void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling);
 
-}  // namespace fpdt::plan::options
+}  // namespace fpdt::pipeline::options

@@ -1,17 +1,9 @@
 // The shared run options (see run_options.h).
-#include "fpdt/plan/run_options.h"
+#include "fpdt/pipeline/run_options.h"
 
 #include "fpdt/base/machine.h"
-#include "fpdt/plan/config.h"
 
-namespace fpdt::plan::options {
-
-namespace {
-std::vector<std::string> with(std::vector<std::string> words, const std::string& more) {
-  words.push_back(more);
-  return words;
-}
-}  // namespace
+namespace fpdt::pipeline::options {
 
 Option& model(OptionSet& set, std::string& field) {
   return set.add("model", "NAME|PATH", "model preset, or a Hugging Face config.json or model folder", field);
@@ -55,23 +47,51 @@ Option& chunks(OptionSet& set, int& field) {
   return set.add("chunks", "U", "chunks per sequence, when --chunk-tokens is 0", field).at_least(1);
 }
 
-Option& mode(OptionSet& set, std::string& field) {
+Option& mode(OptionSet& set, Mode& field) {
   return set
       .add("mode", "fpdt|ulysses|fpdt-reference", "fpdt: our chunked pipeline; ulysses: one chunk, nothing offloaded; "
-           "fpdt-reference: the paper's implementation (plan only)", field)
+           "fpdt-reference: the paper's implementation (plan only)", field,
+           [](Mode mode) { return word(mode); }, parse_mode)
       .choices(mode_words());
 }
 
-Option& recompute(OptionSet& set, std::string& field) {
-  return set.add("recompute", "none|layer", "layer: keep only layer inputs and re-run each layer in backward", field)
+Option& recompute(OptionSet& set, Recompute& field) {
+  return set
+      .add("recompute", "none|layer", "layer: keep only layer inputs and re-run each layer in backward", field,
+           [](Recompute recompute) { return word(recompute); }, parse_recompute)
       .choices(recompute_words());
 }
 
-Option& offload(OptionSet& set, std::string& field) {
+Option& offload(OptionSet& set, OffloadConfig& field) {
   return set
       .add("offload", "none|ram|disk[:DIR]",
-           "where chunks rest between uses (disk: a file in DIR, by default the run directory)", field)
-      .choices(with(offload_words(), "disk:DIR"));
+           "where chunks rest between uses (disk: a file in DIR, by default the run directory)", field,
+           [](const OffloadConfig& offload) { return word(offload); }, parse_offload)
+      .choices(offload_words());
+}
+
+namespace {
+constexpr const char* kPrecisionHelp =
+    "arithmetic of GEMMs and attention: fp32, or bf16 (bf16 inputs, fp32 accumulation and statistics)";
+}  // namespace
+
+Option& precision(OptionSet& set, Precision& field) {
+  return set
+      .add("precision", "fp32|bf16", kPrecisionHelp, field, [](Precision precision) { return word(precision); },
+           parse_precision)
+      .choices(precision_words());
+}
+
+Option& precision(OptionSet& set, std::optional<Precision>& field, const std::string& auto_means) {
+  std::vector<std::string> words = precision_words();
+  words.push_back("auto");
+  return set
+      .add("precision", "fp32|bf16|auto", std::string(kPrecisionHelp) + " (auto: " + auto_means + ")", field,
+           [](const std::optional<Precision>& precision) { return precision ? word(*precision) : "auto"; },
+           [](const std::string& text) {
+             return text == "auto" ? std::nullopt : std::optional<Precision>(parse_precision(text));
+           })
+      .choices(words);
 }
 
 Option& compute_mem(OptionSet& set, int64_t& field) {
@@ -113,13 +133,14 @@ Option& zero(OptionSet& set, int& field) {
       .at_most(3);
 }
 
-Option& offload_optimizer(OptionSet& set, std::string& field) {
+Option& offload_optimizer(OptionSet& set, bool& field) {
   return set
       .add("offload-optimizer", "none|ram",
            "ram: gradient shards, AdamW's moments and fp32 master weights in the offload tier, updated there "
            "(ZeRO-Offload; --zero 2 or 3)",
-           field)
-      .choices({"none", "ram"});
+           field, [](bool offloaded) { return word(offloaded ? OffloadKind::ram : OffloadKind::none); },
+           [](const std::string& text) { return parse_offload(text).kind == OffloadKind::ram; })
+      .choices({word(OffloadKind::none), word(OffloadKind::ram)});
 }
 
-}  // namespace fpdt::plan::options
+}  // namespace fpdt::pipeline::options

@@ -1,0 +1,128 @@
+// The run spec's words and its chunk rule (see run_spec.h).
+#include "fpdt/pipeline/run_spec.h"
+
+#include "fpdt/base/error.h"
+#include "fpdt/pipeline/fpdt_model.h"
+
+namespace fpdt::pipeline {
+
+namespace {
+
+constexpr const char* kModule = "run spec";
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+// Each type's spellings, once: words, parsing and the options' choices all read these tables.
+template <class E>
+struct Word {
+  const char* text;
+  E value;
+};
+constexpr Word<Mode> kModes[] = {{"fpdt", Mode::fpdt}, {"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}};
+constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
+constexpr Word<OffloadKind> kOffloads[] = {{"none", OffloadKind::none}, {"ram", OffloadKind::ram}, {"disk", OffloadKind::disk}};
+constexpr Word<Precision> kPrecisions[] = {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
+constexpr const char* kDiskPrefix = "disk:";  // disk:DIR
+
+template <class E, size_t N>
+std::string word_of(const Word<E> (&words)[N], E value) {
+  for (const Word<E>& word : words)
+    if (word.value == value) return word.text;
+  FPDT_ASSERT(false && "a value without a word");
+  return "";
+}
+
+template <class E, size_t N>
+std::vector<std::string> words_of(const Word<E> (&words)[N]) {
+  std::vector<std::string> texts;
+  for (const Word<E>& word : words) texts.push_back(word.text);
+  return texts;
+}
+
+// "a, b or c"
+std::string listed(const std::vector<std::string>& words) {
+  std::string text;
+  for (size_t i = 0; i < words.size(); ++i)
+    text.append(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ").append(words[i]);
+  return text;
+}
+
+template <class E, size_t N>
+E parse_word(const Word<E> (&words)[N], const std::string& text, const char* what) {
+  for (const Word<E>& word : words)
+    if (text == word.text) return word.value;
+  throw Error(kModule, std::string("unknown ") + what + " '" + text + "'", "use " + listed(words_of(words)));
+}
+
+}  // namespace
+
+std::string word(Mode mode) { return word_of(kModes, mode); }
+std::string word(Recompute recompute) { return word_of(kRecomputes, recompute); }
+std::string word(OffloadKind offload) { return word_of(kOffloads, offload); }
+std::string word(const OffloadConfig& offload) {
+  return offload.kind == OffloadKind::disk && !offload.directory.empty() ? kDiskPrefix + offload.directory
+                                                                         : word(offload.kind);
+}
+std::string word(Precision precision) { return word_of(kPrecisions, precision); }
+
+std::vector<std::string> mode_words() { return words_of(kModes); }
+std::vector<std::string> recompute_words() { return words_of(kRecomputes); }
+std::vector<std::string> offload_words() {
+  std::vector<std::string> words = words_of(kOffloads);
+  words.push_back(std::string(kDiskPrefix) + "DIR");
+  return words;
+}
+std::vector<std::string> precision_words() { return words_of(kPrecisions); }
+
+Mode parse_mode(const std::string& text) { return parse_word(kModes, text, "mode"); }
+Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, "recompute mode"); }
+Precision parse_precision(const std::string& text) { return parse_word(kPrecisions, text, "precision"); }
+OffloadConfig parse_offload(const std::string& text) {
+  if (text.starts_with(kDiskPrefix) && text.size() > std::string(kDiskPrefix).size())
+    return OffloadConfig{OffloadKind::disk, text.substr(std::string(kDiskPrefix).size())};
+  for (const Word<OffloadKind>& word : kOffloads)
+    if (text == word.text) return OffloadConfig{word.value, ""};
+  throw Error(kModule, "unknown offload tier '" + text + "'", "use " + listed(offload_words()));
+}
+
+OffloadConfig with_run_folder(OffloadConfig offload, const std::string& folder) {
+  if (offload.kind == OffloadKind::disk && offload.directory.empty()) offload.directory = folder;
+  return offload;
+}
+
+PipelineConfig make_pipeline_config(Mode mode, int64_t chunk_tokens, int chunks, const OffloadConfig& offload,
+                                    Recompute recompute) {
+  PipelineConfig config;
+  if (mode == Mode::ulysses) {  // the baseline: the whole sequence as one chunk, all resident
+    config.chunks = 1;
+    config.offload = OffloadConfig{OffloadKind::none, ""};
+    return config;
+  }
+  config.chunk_tokens = chunk_tokens;
+  config.chunks = chunk_tokens > 0 ? 0 : chunks;
+  config.offload = offload;
+  config.recompute = recompute;
+  return config;
+}
+
+ChunkPlan run_chunk_plan(const std::string& module, const PipelineConfig& pipeline, int64_t seq_tokens, int sp) {
+  ChunkPlan plan;
+  try {
+    plan = plan_chunks(pipeline, seq_tokens, sp, 0);
+  } catch (const Error& error) {  // the chunk plan's refusal is the command's
+    throw Error(module, error.message(), error.hint());
+  }
+  const int64_t C = pipeline.chunk_tokens, covering = (seq_tokens + sp - 1) / sp * sp;
+  if (C > plan.chunk_tokens)
+    throw Error(module, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(seq_tokens) + " tokens",
+                "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
+  const int64_t holding = (seq_tokens + plan.chunk_tokens - 1) / plan.chunk_tokens;  // chunks with real tokens
+  if (holding < plan.chunks)
+    throw Error(module,
+                "--chunks " + str(plan.chunks) + " leaves chunks without tokens: " + str(seq_tokens) + " tokens over " +
+                    str(sp) + " rank(s) fill " + str(holding) + " chunks of " + str(plan.chunk_tokens) + " tokens",
+                "use --chunks " + str(holding) + " or fewer");
+  return plan;
+}
+
+}  // namespace fpdt::pipeline
