@@ -20,13 +20,15 @@ if(FPDT_DEPS_PREFIX)
   endif()
 endif()
 
-# fpdt_library(TARGET NAME PC LIBRARY HEADER SUBDIR HINT): the INTERFACE target TARGET of a C library,
-# from pkg-config's PC.pc where the system has it; else LIBRARY and HEADER by path, in the system's /usr
-# and the prefix's usr/, under lib/<multiarch>[/SUBDIR], lib and include/<multiarch>/SUBDIR,
-# include/NAME, include ("" SUBDIR: none). HINT ends the error when neither finds it.
+# fpdt_library(TARGET NAME PC LIBRARY HEADER SUBDIR HINT [OPTIONAL]): the INTERFACE target TARGET of a C
+# library, from pkg-config's PC.pc where the system has it; else LIBRARY and HEADER by path, in the
+# system's /usr and the prefix's usr/, under lib/<multiarch>[/SUBDIR], lib and include/<multiarch>/SUBDIR,
+# include/NAME, include ("" SUBDIR: none). HINT ends the error when neither finds it; with OPTIONAL there
+# is no error: TARGET stays empty, TARGET_FOUND (set either way) says which, and HINT is printed instead.
 find_package(PkgConfig QUIET)
 function(fpdt_library target name pc library header subdir hint)
   add_library(${target} INTERFACE)
+  set(${target}_FOUND TRUE PARENT_SCOPE)
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(${target}_pc QUIET IMPORTED_TARGET ${pc})
   endif()
@@ -52,6 +54,11 @@ function(fpdt_library target name pc library header subdir hint)
   string(TOUPPER "FPDT_${pc}" cache)
   find_library(${cache}_LIBRARY NAMES ${library} PATHS ${library_dirs} NO_DEFAULT_PATH)
   find_path(${cache}_INCLUDE_DIR ${header} PATHS ${include_dirs} NO_DEFAULT_PATH)
+  if((NOT ${cache}_LIBRARY OR NOT ${cache}_INCLUDE_DIR) AND "OPTIONAL" IN_LIST ARGN)
+    set(${target}_FOUND FALSE PARENT_SCOPE)
+    message(STATUS "${name}: not found (optional; searched ${library_dirs}); hint: ${hint}")
+    return()
+  endif()
   if(NOT ${cache}_LIBRARY OR NOT ${cache}_INCLUDE_DIR)
     message(FATAL_ERROR "${name} not found (no pkg-config ${pc}; library: ${${cache}_LIBRARY}, ${header}: "
                         "${${cache}_INCLUDE_DIR}; searched ${library_dirs}); hint: ${hint}")
@@ -65,6 +72,18 @@ endfunction()
 # `dpkg -x` runs no update-alternatives, so only these folders exist there).
 fpdt_library(fpdt_openblas OpenBLAS openblas openblas cblas.h openblas-pthread
              "apt-get install libopenblas-dev, or pass -DFPDT_DEPS_PREFIX=<folder with libopenblas-pthread-dev unpacked>")
+
+# oneDNN (Debian's libdnnl-dev), optional: the cpu backend's bf16 GEMMs (AMX or AVX512-BF16 kernels, chosen
+# by the CPU's instruction sets) and the fp32 shapes where its f32 matmul beats OpenBLAS (cpu/gemm.cpp).
+# Without it (the GPU machine's carried build) bf16 GEMMs are OpenBLAS sgemm over bf16-rounded copies.
+option(FPDT_ONEDNN "Use oneDNN for the cpu backend's GEMMs when it is found (OFF: OpenBLAS alone)" ON)
+if(FPDT_ONEDNN)
+  fpdt_library(fpdt_onednn oneDNN dnnl dnnl oneapi/dnnl/dnnl.hpp ""
+               "apt-get install libdnnl-dev for the bf16 GEMM kernels; without it bf16 GEMMs run as fp32 sgemm" OPTIONAL)
+else()
+  set(fpdt_onednn_FOUND FALSE)
+  message(STATUS "oneDNN: not used (FPDT_ONEDNN=OFF)")
+endif()
 
 # Oniguruma, the regex library of Hugging Face tokenizers, for the pre-tokenizer patterns
 # (train/text/oniguruma.h). libonig also exports regcomp, regexec and regfree (its "binary compatible"

@@ -61,7 +61,7 @@ print_summary() {
     echo "GPU:   ${gpu:-none visible (nvidia-smi failed)}"
     echo "nvcc:  $(nvcc --version 2>/dev/null | tail -1)   cmake: $(cmake --version | head -1 | cut -d' ' -f3)   arch: sm_$ARCH"
     echo "deps:  ${deps_text:-system only}"
-    grep -E '^-- (OpenBLAS|Oniguruma|OpenMP|NCCL|GoogleTest|CUDA backend):' "$OUT/configure.log" 2>/dev/null | sed 's/^-- /       /'
+    grep -E '^-- (OpenBLAS|oneDNN|GEMM libraries|Oniguruma|OpenMP|NCCL|GoogleTest|CUDA backend):' "$OUT/configure.log" 2>/dev/null | sed 's/^-- /       /'
     printf '%s\n' "${summary[@]}"
     if [ -f "$OUT/tests.log" ]; then
       grep -E "tests passed|Total Test time" "$OUT/tests.log" | tail -2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rehearses scripts/gpu_check.sh on a development machine as the GPU machine will see it: in a private
 # mount namespace whose /usr is an overlay in which every file of the Debian packages CMake could
-# otherwise find (OpenBLAS and its Fortran runtime, OpenMP, Oniguruma, nlohmann-json, GoogleTest, pkg-config, MPI)
+# otherwise find (OpenBLAS and its Fortran runtime, OpenMP, Oniguruma, nlohmann-json, GoogleTest, pkg-config, MPI,
+# oneDNN: optional, the carried build has none)
 # is whited out, so the build can only succeed from the carried folder (scripts/prepare_gpu_carry.sh).
 # Needs root (unshare -m, mount). Arguments and environment go to gpu_check.sh.
 #   sudo bash scripts/gpu_check_hidden_deps.sh [BUILD_DIR]      (default build-hidden)
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libopenblas0 libopenblas0-pthread libopenblas-dev libopenblas-pthread-dev libgfortran5 libquadmath0
           libgomp1 libomp-dev libomp-14-dev libomp5-14 nlohmann-json3-dev libgtest-dev libgmock-dev googletest
-          libonig5 libonig-dev pkg-config pkgconf pkgconf-bin libopenmpi-dev libopenmpi3 openmpi-bin)
+          libonig5 libonig-dev pkg-config pkgconf pkgconf-bin libopenmpi-dev libopenmpi3 openmpi-bin libdnnl2 libdnnl-dev)
 installed=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" && installed+=("$package")

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
-          libonig-dev libopenmpi-dev openmpi-bin)
+          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev)
 # Extra packages a target asks for, e.g. the demo corpus for `make run`.
 packages+=("$@")
 

@@ -52,6 +52,31 @@ inline double fp32_bound(const Reordering& r) {
          r.conditioning;
 }
 
+// --- bf16 products (kernels/ops.h's Precision::bf16: each product's inputs rounded to bf16, fp32 sums).
+// u_bf16: bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most 2^-8 of itself.
+inline constexpr double kBf16Rounding = 0x1p-8;
+
+// The bound on relative_error between a bf16 product and the float64 product of the unrounded inputs.
+// Derivation: a term whose `rounded_inputs` factors are each rounded (linear: x·w, dout·w, dout·x: 2)
+// becomes x(1 + α)·w(1 + β) = xw(1 + α + β + αβ), |α|, |β| ≤ u_bf16. Added worst case this is 2·u_bf16 of
+// Σ|xw| (~8e-3, and unbounded relative to a sum that cancels). On random data the α, β are independent
+// with mean zero and variance u_bf16²/3 (as fp32_bound's δ), so an output Σᵢ xᵢwᵢ(αᵢ + βᵢ) has variance
+// (2u_bf16²/3)·Σᵢ(xᵢwᵢ)², and for independent zero-mean terms E[(Σᵢ xᵢwᵢ)²] = Σᵢ E[(xᵢwᵢ)²]: relative to
+// the output, a standard deviation of u_bf16·√(rounded_inputs/3), whatever the length of the sum (these
+// errors are relative to the terms, not to partial sums as fp32's are). The fp32 summation over
+// `summation` terms adds fp32_bound's own error against float64, independent of it; the two bounds are
+// added (above their root-sum-square). kStandardDeviations as there.
+// The bound needs kBf16MinOutputs outputs or more in the norm: relative_error is then a ratio of two sums of
+// many squares (errors over outputs), near its mean; over a few outputs it is a ratio of two small
+// chi-squared sums, heavy-tailed (3 outputs: F(3, 3), beyond 6 standard deviations in ~1 % of draws), and
+// from 32 its logarithm's spread (~2/√32) puts 6 standard deviations ~10 of its own away. A product with
+// fewer outputs is checked against its rounded inputs only (the fp32 bound; the stronger check anyway).
+inline constexpr int64_t kBf16MinOutputs = 32;
+inline double bf16_product_bound(double summation, double rounded_inputs = 2) {
+  return kStandardDeviations * kBf16Rounding * std::sqrt(rounded_inputs / 3.0) +
+         fp32_bound({.summation = summation, .against = Against::float64});
+}
+
 // The sums in a row of one transformer layer's forward: the norm's statistics, the q/k/v projection, the
 // scores QKᵀ, the softmax's normaliser, P·V, the output projection, the second norm, the MLP's up (and
 // gate, beside it: not in a row) and down projections. Elementwise steps (RoPE, the activation, the

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
@@ -35,6 +36,7 @@
 #include "fpdt/kernels/reference/linear.h"
 #include "fpdt/kernels/reference/norm.h"
 #include "fpdt/kernels/reference/rope.h"
+#include "fpdt/tensor/dtype.h"
 #include "testing.h"
 
 namespace fpdt::kernels::conformance {
@@ -305,11 +307,41 @@ inline void check_norm(OpCheck& t) {
 }
 
 // linear_forward, linear_backward
-inline void check_linear(OpCheck& t) {
-  // One fp32 GEMM against float64: each output a sum over I (forward), O (dx) or N (dw, dbias).
-  auto bound = [](int64_t summation) {
+// The bf16 rows of a backend that refuses bf16 ("[kernels] ...: bf16 is not built on the <backend> backend
+// yet", thrown before anything is computed): they check that refusal instead, until the backend builds it.
+inline bool refuses_bf16_linear(OpCheck& t) {
+  const std::vector<float> one(1, 1.0f);
+  const auto x = t.place(one), w = t.place(one), out = t.place(one);
+  try {
+    t.backend.linear_forward(out->get(), x->get(), w->get(), nullptr, 1, 1, 1, false, Precision::bf16);
+    return false;
+  } catch (const Error& e) {
+    const std::string refusal = "bf16 is not built on the " + t.backend.name() + " backend yet";
+    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
+    std::printf("[ refused  ] linear bf16 on %s: %s\n", t.backend.name().c_str(), e.what());
+    return true;
+  }
+}
+
+inline std::vector<float> bf16_rounded(std::vector<float> values) {
+  for (float& value : values) value = fpdt::round_to_bf16(value);
+  return values;
+}
+
+// One precision's checks. fp32: one fp32 GEMM against float64, each output a sum over I (forward), O (dx)
+// or N (dw, dbias). bf16 (the spec: reference/linear.h): against float64 on the unrounded inputs within
+// the bf16 rounding of both factors (bf16_product_bound), and against float64 on the bf16-rounded inputs
+// within the fp32 bound alone (the same rounded values; only the fp32 sums differ). dbias sums the
+// unrounded dout: the fp32 bound on the unrounded reference (a rounded dout would miss it by ~1e-3). A bf16
+// product of fewer than kBf16MinOutputs outputs has the check against rounded inputs only (tolerances.h).
+inline void check_linear_in(OpCheck& t, Precision precision) {
+  auto fp32 = [](int64_t summation) {
     return testing::fp32_bound({.summation = static_cast<double>(summation), .against = testing::Against::float64});
   };
+  const bool bf16 = precision == Precision::bf16;
+  auto bound = [&](int64_t summation) { return bf16 ? testing::bf16_product_bound(summation) : fp32(summation); };
+  auto bound_applies = [&](int64_t outputs) { return !bf16 || outputs >= testing::kBf16MinOutputs; };
+  const std::string tag_precision = bf16 ? " bf16" : "";
   struct Shape {
     int64_t N;
     int I, O;
@@ -319,27 +351,36 @@ inline void check_linear(OpCheck& t) {
   // weight gradient by columns.
   for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}, Shape{1100, 40, 33},
                         Shape{64, 600, 40}}) {
-    const std::string tag = " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";
+    const std::string tag = tag_precision + " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";
     const auto x = random_normal<float>(t.rng, s.N * s.I);
     const auto w = random_normal<float>(t.rng, int64_t{s.O} * s.I, 0.05);
     const auto bias = random_normal<float>(t.rng, s.O);
     const auto dout = random_normal<float>(t.rng, s.N * s.O);
     const auto x_placed = t.place(x), w_placed = t.place(w), bias_placed = t.place(bias), dout_placed = t.place(dout);
     const auto x64 = to_double(x), w64 = to_double(w), bias64 = to_double(bias), dout64 = to_double(dout);
+    // The products' inputs as a bf16 run sees them (fp32 runs: unchanged).
+    const auto x64r = bf16 ? to_double(bf16_rounded(x)) : x64, w64r = bf16 ? to_double(bf16_rounded(w)) : w64,
+               dout64r = bf16 ? to_double(bf16_rounded(dout)) : dout64;
     for (const bool with_bias : {false, true})
       for (const bool accumulate : {false, true}) {
         const std::string what = std::string("linear_forward") + (with_bias ? " bias" : "") + (accumulate ? " +=" : "");
         const auto initial = random_normal<float>(t.rng, s.N * s.O);
         const auto out = t.place(initial);
         t.backend.linear_forward(out->get(), x_placed->get(), w_placed->get(), with_bias ? bias_placed->get() : nullptr,
-                                 s.N, s.I, s.O, accumulate);
-        auto want = to_double(initial);
+                                 s.N, s.I, s.O, accumulate, precision);
+        auto want = to_double(initial), want_rounded = want;
         reference::linear_forward(want.data(), x64.data(), w64.data(), with_bias ? bias64.data() : nullptr, s.N, s.I,
                                   s.O, accumulate);
+        reference::linear_forward(want_rounded.data(), x64r.data(), w64r.data(), with_bias ? bias64.data() : nullptr,
+                                  s.N, s.I, s.O, accumulate);
+        const auto got = out->host();
+        const bool spec = bound_applies(s.N * s.O);
         if (accumulate) {
-          expect_close_increment(what + tag, out->host(), initial, want, bound(s.I));
+          if (spec) expect_close_increment(what + tag, got, initial, want, bound(s.I));
+          if (bf16) expect_close_increment(what + tag + " vs rounded inputs", got, initial, want_rounded, fp32(s.I));
         } else {
-          expect_close(what + tag, out->host(), want, bound(s.I));
+          if (spec) expect_close(what + tag, got, want, bound(s.I));
+          if (bf16) expect_close(what + tag + " vs rounded inputs", got, want_rounded, fp32(s.I));
         }
       }
     // dx overwritten (with dbias), dx accumulated (without), no dx at all (with dbias).
@@ -354,20 +395,33 @@ inline void check_linear(OpCheck& t) {
       const auto dx = t.place(dx_initial), dw = t.place(dw_initial), dbias = t.place(dbias_initial);
       t.backend.linear_backward(mode == Dx::none ? nullptr : dx->get(), dw->get(), with_dbias ? dbias->get() : nullptr,
                                 dout_placed->get(), x_placed->get(), w_placed->get(), s.N, s.I, s.O,
-                                mode == Dx::accumulate);
+                                mode == Dx::accumulate, precision);
       auto dx_want = to_double(dx_initial), dw_want = to_double(dw_initial), dbias_want = to_double(dbias_initial);
       reference::linear_backward(mode == Dx::none ? nullptr : dx_want.data(), dw_want.data(),
                                  with_dbias ? dbias_want.data() : nullptr, dout64.data(), x64.data(), w64.data(), s.N,
                                  s.I, s.O, mode == Dx::accumulate);
+      auto dx_want_rounded = to_double(dx_initial), dw_want_rounded = to_double(dw_initial);
+      reference::linear_backward<double>(mode == Dx::none ? nullptr : dx_want_rounded.data(), dw_want_rounded.data(),
+                                         nullptr, dout64r.data(), x64r.data(), w64r.data(), s.N, s.I, s.O,
+                                         mode == Dx::accumulate);
+      const auto dx_got = dx->host(), dw_got = dw->host();
+      const bool dx_spec = bound_applies(s.N * s.I), dw_spec = bound_applies(int64_t{s.O} * s.I);
       if (mode == Dx::overwrite) {
-        expect_close(what + " dx" + tag, dx->host(), dx_want, bound(s.O));
+        if (dx_spec) expect_close(what + " dx" + tag, dx_got, dx_want, bound(s.O));
+        if (bf16) expect_close(what + " dx" + tag + " vs rounded inputs", dx_got, dx_want_rounded, fp32(s.O));
+      } else if (mode == Dx::accumulate) {
+        if (dx_spec) expect_close_increment(what + " dx" + tag, dx_got, dx_initial, dx_want, bound(s.O));
+        if (bf16)
+          expect_close_increment(what + " dx" + tag + " vs rounded inputs", dx_got, dx_initial, dx_want_rounded,
+                                 fp32(s.O));
       } else {
-        expect_increment_or_untouched(mode == Dx::accumulate, what + " dx" + tag, dx->host(), dx_initial, dx_want,
-                                      bound(s.O));
+        expect_increment_or_untouched(false, what + " dx" + tag, dx_got, dx_initial, dx_want, bound(s.O));
       }
-      expect_close_increment(what + " dw" + tag, dw->host(), dw_initial, dw_want, bound(s.N));
+      if (dw_spec) expect_close_increment(what + " dw" + tag, dw_got, dw_initial, dw_want, bound(s.N));
+      if (bf16) expect_close_increment(what + " dw" + tag + " vs rounded inputs", dw_got, dw_initial, dw_want_rounded,
+                                       fp32(s.N));
       expect_increment_or_untouched(with_dbias, what + " dbias" + tag, dbias->host(), dbias_initial, dbias_want,
-                                    bound(s.N));
+                                    fp32(s.N));
     }
   }
   // Empty inner dimensions (cuda: cuBLASLt refuses k = 0, so such a GEMM must never reach it, not even
@@ -380,19 +434,25 @@ inline void check_linear(OpCheck& t) {
     const auto out = t.place(random_normal<float>(t.rng, N * O));
     const std::vector<float> none;
     const auto none_placed = t.place(none), bias_placed = t.place(bias);
-    t.backend.linear_forward(out->get(), none_placed->get(), none_placed->get(), bias_placed->get(), N, 0, O, false);
+    t.backend.linear_forward(out->get(), none_placed->get(), none_placed->get(), bias_placed->get(), N, 0, O, false,
+                             precision);
     std::vector<float> want(N * O);
     for (int64_t i = 0; i < N * O; ++i) want[i] = bias[i % O];
-    EXPECT_EQ(out->host(), want) << "linear_forward [N=5 I=0 O=3]: out = bias";
+    EXPECT_EQ(out->host(), want) << "linear_forward" << tag_precision << " [N=5 I=0 O=3]: out = bias";
     const int I = 24;
     const auto w = t.place(random_normal<float>(t.rng, int64_t{O} * I));
     const auto dw_initial = random_normal<float>(t.rng, int64_t{O} * I), dbias_initial = random_normal<float>(t.rng, O);
     const auto dw = t.place(dw_initial), dbias = t.place(dbias_initial);
     t.backend.linear_backward(none_placed->get(), dw->get(), dbias->get(), none_placed->get(), none_placed->get(),
-                              w->get(), 0, I, O, false);
-    EXPECT_EQ(dw->host(), dw_initial) << "linear_backward [N=0]: dw changed";
-    EXPECT_EQ(dbias->host(), dbias_initial) << "linear_backward [N=0]: dbias changed";
+                              w->get(), 0, I, O, false, precision);
+    EXPECT_EQ(dw->host(), dw_initial) << "linear_backward" << tag_precision << " [N=0]: dw changed";
+    EXPECT_EQ(dbias->host(), dbias_initial) << "linear_backward" << tag_precision << " [N=0]: dbias changed";
   }
+}
+
+inline void check_linear(OpCheck& t) {
+  check_linear_in(t, Precision::fp32);
+  if (!refuses_bf16_linear(t)) check_linear_in(t, Precision::bf16);
 }
 
 // rope_forward, rope_backward

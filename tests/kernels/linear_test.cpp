@@ -5,11 +5,14 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/gemm.h"
+#include "fpdt/kernels/cpu/onednn_gemm.h"
 #include "fpdt/kernels/reference/linear.h"
 #include "fpdt/tensor/dtype.h"
 #include "testing.h"
@@ -144,8 +147,10 @@ TEST(Linear, ReferenceBf16RoundsTheProductsInputsOnly) {
   EXPECT_NE(dbias16, dbias_rounded) << "rounding dout would have changed dbias: the check above could not fail";
 }
 
-// The cpu backward cuts its GEMMs across the team (dx by rows, dw along the token sum with partial sums
-// added in thread order): 1 to 5 threads, uneven cuts included, against the float64 reference.
+// The cpu backward cuts its GEMMs across the team (OpenBLAS: dx by rows, dw along the token sum with
+// partial sums added in thread order; oneDNN: its own cuts, its primitives kept per team size): 1 to 5
+// threads, uneven cuts included, against the float64 reference — in bf16 on the bf16-rounded inputs,
+// which leaves the same fp32 sums to compare.
 TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
   Rng rng(fresh_seed());
   const int64_t N = 301;
@@ -155,22 +160,126 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
   const auto dout = random_normal<float>(rng, N * O);
   const auto dx_initial = random_normal<float>(rng, N * I);
   const auto dw_initial = random_normal<float>(rng, O * I);
-  const std::vector<double> x64(x.begin(), x.end()), w64(w.begin(), w.end()), dout64(dout.begin(), dout.end());
-  std::vector<double> dx_want(dx_initial.begin(), dx_initial.end()), dw_want(dw_initial.begin(), dw_initial.end());
-  reference::linear_backward<double>(dx_want.data(), dw_want.data(), nullptr, dout64.data(), x64.data(), w64.data(),
-                                     N, I, O, true);
   cpu::CpuBackend cpu;
   const int threads = omp_get_max_threads();
-  for (int team = 1; team <= 5; ++team) {
-    omp_set_num_threads(team);
-    auto dx = dx_initial;
-    auto dw = dw_initial;
-    cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true);
-    // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
-    EXPECT_LE(report("cpu dx, " + std::to_string(team) + " threads", relative_error(dx, dx_want)), 1e-5);
-    EXPECT_LE(report("cpu dw, " + std::to_string(team) + " threads", relative_error(dw, dw_want)), 1e-5);
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    const bool bf16 = precision == Precision::bf16;
+    auto as_run = [&](const std::vector<float>& v) {  // the products' inputs as the precision has them, in float64
+      std::vector<double> out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) out[i] = bf16 ? fpdt::round_to_bf16(v[i]) : v[i];
+      return out;
+    };
+    const auto x64 = as_run(x), w64 = as_run(w), dout64 = as_run(dout);
+    std::vector<double> dx_want(dx_initial.begin(), dx_initial.end()), dw_want(dw_initial.begin(), dw_initial.end());
+    reference::linear_backward<double>(dx_want.data(), dw_want.data(), nullptr, dout64.data(), x64.data(),
+                                       w64.data(), N, I, O, true);
+    for (int team = 1; team <= 5; ++team) {
+      omp_set_num_threads(team);
+      auto dx = dx_initial;
+      auto dw = dw_initial;
+      cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true, precision);
+      // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
+      const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", " + std::to_string(team) + " threads";
+      EXPECT_LE(report("cpu dx " + what, relative_error(dx, dx_want)), 1e-5);
+      EXPECT_LE(report("cpu dw " + what, relative_error(dw, dw_want)), 1e-5);
+    }
   }
   omp_set_num_threads(threads);
+}
+
+// Every library behind gemm.h on each of the linear layer's layouts (forward NT, dx NN, dw TN), with and
+// without +=, on leading dimensions wider than the rows: OpenBLAS (team_sgemm), oneDNN f32 and bf16 where
+// the build has it (gemm_f32's table sends only some shapes there, so each is called directly), and
+// gemm_bf16 — against float64 on the values each reads (bf16: the rounded ones). fp32 sums of ≤ 300 terms
+// against float64: fp32_bound ≈ 6e-6 at most (tolerances.h); 1e-5.
+TEST(LinearCpu, EveryGemmLibraryMatchesTheReferenceOnEveryLayout) {
+  Rng rng(fresh_seed());
+  const int M = 67, N = 45, K = 300, pad = 3;  // above team_sgemm's threshold: cut across the team
+  struct Layout {
+    const char* name;
+    bool trans_a, trans_b;
+  };
+  for (const Layout layout : {Layout{"NT", false, true}, Layout{"NN", false, false}, Layout{"TN", true, false}}) {
+    const int lda = (layout.trans_a ? M : K) + pad, ldb = (layout.trans_b ? K : N) + pad, ldc = N + pad;
+    const auto a = random_normal<float>(rng, static_cast<size_t>(layout.trans_a ? K : M) * lda);
+    const auto b = random_normal<float>(rng, static_cast<size_t>(layout.trans_b ? N : K) * ldb);
+    const auto c_initial = random_normal<float>(rng, static_cast<size_t>(M) * ldc);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+    auto want = [&](bool bf16, bool accumulate) {  // (M, N), dense
+      std::vector<double> c(static_cast<size_t>(M) * N);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          double sum = accumulate ? c_initial[static_cast<size_t>(i) * ldc + j] : 0.0;
+          for (int k = 0; k < K; ++k) {
+            const float x = layout.trans_a ? a[static_cast<size_t>(k) * lda + i] : a[static_cast<size_t>(i) * lda + k];
+            const float y = layout.trans_b ? b[static_cast<size_t>(j) * ldb + k] : b[static_cast<size_t>(k) * ldb + j];
+            sum += bf16 ? double{fpdt::round_to_bf16(x)} * fpdt::round_to_bf16(y) : double{x} * y;
+          }
+          c[static_cast<size_t>(i) * N + j] = sum;
+        }
+      return c;
+    };
+    auto dense = [&](const std::vector<float>& c) {
+      std::vector<float> out(static_cast<size_t>(M) * N);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) out[static_cast<size_t>(i) * N + j] = c[static_cast<size_t>(i) * ldc + j];
+      return out;
+    };
+    for (const bool accumulate : {false, true}) {
+      const auto want32 = want(false, accumulate), want16 = want(true, accumulate);
+      auto check = [&](const std::string& library, bool bf16, const std::function<void(float*)>& gemm) {
+        auto c = c_initial;
+        gemm(c.data());
+        const std::string what = library + " " + layout.name + (accumulate ? " +=" : "");
+        EXPECT_LE(report(what, relative_error(dense(c), bf16 ? want16 : want32)), 1e-5) << what;
+        for (int i = 0; i < M; ++i)  // the columns past N are not C's: untouched
+          for (int j = N; j < ldc; ++j)
+            ASSERT_EQ(c[static_cast<size_t>(i) * ldc + j], c_initial[static_cast<size_t>(i) * ldc + j]) << what;
+      };
+      check("OpenBLAS", false, [&](float* c) {
+        cpu::team_sgemm(layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(), ldb, accumulate, c, ldc);
+      });
+      check("gemm_bf16", true, [&](float* c) {
+        cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda, b16.data(), ldb, accumulate, c, ldc);
+      });
+      if (!cpu::onednn::available()) continue;
+      check("oneDNN f32", false, [&](float* c) {
+        cpu::onednn::matmul(cpu::onednn::Input::f32, layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(),
+                            ldb, accumulate, c, ldc);
+      });
+      check("oneDNN bf16", true, [&](float* c) {
+        cpu::onednn::matmul(cpu::onednn::Input::bf16, layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda,
+                            b16.data(), ldb, accumulate, c, ldc);
+      });
+    }
+  }
+}
+
+// to_bf16 (the bf16 copies the cpu GEMMs read) gives float_to_bf16's bits for every kind of float: ties
+// both ways, subnormals (which AVX512-BF16's own conversion would flush), the largest values (rounding to
+// inf), inf, NaNs of both signs, and fresh random ones — at lengths off the 16-lane vector, in a call long
+// enough to be cut across the team.
+TEST(LinearCpu, ToBf16GivesTheScalarRulesBits) {
+  Rng rng(fresh_seed());
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
+                              0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7f8000u,
+                              0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffffffffu, 0x7f800001u, 0x7fff8000u};
+  std::vector<float> values;
+  for (const uint32_t bits : special) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    values.push_back(value);
+  }
+  const auto random = random_normal<float>(rng, 100'003, 1e3);
+  values.insert(values.end(), random.begin(), random.end());
+  for (const size_t n : {size_t{1}, size_t{15}, size_t{17}, values.size()}) {
+    std::vector<uint16_t> got(n);
+    cpu::to_bf16(got.data(), values.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], fpdt::float_to_bf16(values[i])) << "value " << i << " of " << n << ": " << values[i];
+  }
 }
 
 }  // namespace

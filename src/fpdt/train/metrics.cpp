@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +20,7 @@
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/timer.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::train {
 
@@ -93,6 +96,72 @@ __attribute__((target("avx2,fma"))) double fma_flops_avx2(int64_t iterations) {
   return static_cast<double>(iterations) * kChains * 8 * 2;
 }
 
+// bf16 dot products: 16 chains of vdpbf16ps (each 16 lanes × 2 products, 64 flops). a · b is tiny, so the
+// sums stay far from overflow over the trial.
+__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_flops(int64_t iterations) {
+  constexpr int kChains = 16;
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.01f * i);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(1e-4f));
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  volatile float sink = lanes[0];
+  (void)sink;
+  return static_cast<double>(iterations) * kChains * 16 * 2 * 2;
+}
+
+// AMX's tile state must be granted to the process before any thread touches it (Linux ≥ 5.16).
+bool amx_state_permitted() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return permitted;
+}
+
+// AMX tile products: C tiles 0–3 (16 × 16 fp32) += A tiles 4–5 (16 × 32 bf16) · B tiles 6–7 (32 × 16
+// bf16, in AMX's pair-interleaved layout), four independent accumulators; each tdpbf16ps is
+// 16 · 16 · 32 products, 16384 flops. The calling thread configures the tiles and releases them.
+__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_flops(int64_t iterations) {
+  struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;  // 16 fp32 or 32 bf16
+    config.rows[t] = 16;
+  }
+  alignas(64) uint16_t operand[16 * 32];
+  const uint16_t small = fpdt::float_to_bf16(1e-3f);
+  for (uint16_t& v : operand) v = small;
+  alignas(64) float result[16 * 16] = {};
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, result, 64);
+  _tile_release();
+  volatile float sink = result[0];
+  (void)sink;
+  return static_cast<double>(iterations) * 4 * 16 * 16 * 32 * 2;
+}
+
 // The best of `trials` rates that `trial` returns (GFLOP/s): the machine is shared and noisy.
 template <typename Trial>
 double best_of(int trials, const Trial& trial) {
@@ -110,6 +179,22 @@ double clock_seconds(clockid_t clock) {
 
 double thread_cpu_seconds() { return clock_seconds(CLOCK_THREAD_CPUTIME_ID); }
 
+// A peak: each thread of the team runs `flops_of(iterations)` and its rate per second of its own CPU time
+// counts; the sum over the team, best of 5.
+template <typename Flops>
+double measure_team_peak(int threads, int64_t iterations, const Flops& flops_of) {
+  return best_of(5, [&] {
+    double gflops = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : gflops)
+    {
+      const double start = thread_cpu_seconds();
+      const double flops = flops_of(iterations);
+      gflops += flops / (thread_cpu_seconds() - start) * 1e-9;
+    }
+    return gflops;
+  });
+}
+
 }  // namespace
 
 // Both rates are of the cores while they run — flops per second of CPU time, not of wall time — so
@@ -121,19 +206,15 @@ double measure_fma_peak_gflops(int threads, int* vector_bits) {
   // ~50 ms a trial at 3.6 GHz (2 FMA per cycle), 5 trials. Each thread's rate per second of its own
   // CPU time, summed over the team.
   const int64_t iterations = avx512 ? 24'000'000 : 32'000'000;
-  return best_of(5, [&] {
-    double gflops = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : gflops)
-    {
-      const double start = thread_cpu_seconds();
-      const double flops = avx512 ? fma_flops_avx512(iterations) : fma_flops_avx2(iterations);
-      gflops += flops / (thread_cpu_seconds() - start) * 1e-9;
-    }
-    return gflops;
-  });
+  return measure_team_peak(threads, iterations, avx512 ? fma_flops_avx512 : fma_flops_avx2);
 }
 
-double measure_sgemm_gflops(int threads) {
+namespace {
+
+// c (kN, kN) = a (kN, kN) · bᵀ: the linear layer's product on the cpu backend's GEMM path in `precision`,
+// best of 5 after a warm-up (page faults, library buffers, oneDNN's primitive); the process's CPU seconds
+// over it are the team's (threads · the seconds each ran).
+double measure_linear_gflops(int threads, kernels::Precision precision) {
   constexpr int kN = 1024;  // 12 MiB of operands: near the large-matrix rate, little resident memory
   std::vector<float> a(size_t{kN} * kN), b(a.size()), c(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -143,17 +224,41 @@ double measure_sgemm_gflops(int threads) {
   kernels::cpu::CpuBackend backend;
   const int previous = omp_get_max_threads();
   omp_set_num_threads(threads);
-  // c (kN, kN) = a (kN, kN) · bᵀ: the linear layer's product, on the backend's GEMM path; the process's
-  // CPU seconds over it are the team's (threads · the seconds each ran).
   auto gemm = [&] {
     const double start = process_cpu_seconds();
-    backend.linear_forward(c.data(), a.data(), b.data(), nullptr, kN, kN, kN, false);
+    backend.linear_forward(c.data(), a.data(), b.data(), nullptr, kN, kN, kN, false, precision);
     return 2.0 * kN * kN * kN / (process_cpu_seconds() - start) * threads * 1e-9;
   };
-  gemm();  // warm-up: page faults, OpenBLAS buffers
+  gemm();
   const double rate = best_of(5, gemm);
   omp_set_num_threads(previous);
   return rate;
+}
+
+}  // namespace
+
+double measure_sgemm_gflops(int threads) { return measure_linear_gflops(threads, kernels::Precision::fp32); }
+
+double measure_bf16_gemm_gflops(int threads) { return measure_linear_gflops(threads, kernels::Precision::bf16); }
+
+double measure_bf16_dot_peak_gflops(int threads) {
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  // ~50 ms a trial at 3 GHz, one vdpbf16ps a cycle.
+  return measure_team_peak(threads, 10'000'000, bf16_dot_flops);
+}
+
+double measure_amx_bf16_peak_gflops(int threads) {
+  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") || !amx_state_permitted()) return 0.0;
+  // ~50 ms a trial at 2 GHz, one tdpbf16ps every 16 cycles.
+  return measure_team_peak(threads, 1'500'000, amx_bf16_flops);
+}
+
+Bf16Rates measure_bf16_rates(int threads) {
+  Bf16Rates rates;
+  rates.dot_peak_gflops = measure_bf16_dot_peak_gflops(threads);
+  rates.amx_peak_gflops = measure_amx_bf16_peak_gflops(threads);
+  rates.gemm_gflops = measure_bf16_gemm_gflops(threads);
+  return rates;
 }
 
 double load_average() {

@@ -3,6 +3,7 @@
 // step), and the terminal progress line with an ETA.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -59,6 +60,30 @@ struct MachineRates {
   std::string peak_stated_for;  // --backend cuda: the GPU whose stated fp32 peak fma_peak_gflops is
 };
 MachineRates measure_machine_rates(int threads);
+
+// The bf16 rates of `threads` cores, measured as the fp32 ones are (per second of the cores' CPU time,
+// best of 5, ~50 ms a trial), for bf16 runs' MFU:
+//   dot_peak_gflops: AVX512-BF16 dot products (vdpbf16ps: 16 lanes × a pair of bf16 products into fp32),
+//     independent chains per thread; 0 on a CPU without AVX512-BF16.
+//   amx_peak_gflops: AMX-BF16 tile products (tdpbf16ps: a 16 × 32 bf16 tile times a 32 × 16 one into a
+//     16 × 16 fp32 tile), four independent accumulator tiles per thread; 0 on a CPU without AMX or when
+//     Linux refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+//   gemm_gflops: the cpu backend's bf16 linear_forward C (1024 × 1024) = A · Bᵀ, its bf16 copies of A and
+//     B included — what the model's bf16 GEMMs can reach.
+// peak_gflops() is what bf16 MFU divides by: the faster of the two units the CPU has, or 0 with neither.
+struct Bf16Rates {
+  double dot_peak_gflops = 0.0;
+  double amx_peak_gflops = 0.0;
+  double gemm_gflops = 0.0;
+  double peak_gflops() const { return std::max(dot_peak_gflops, amx_peak_gflops); }
+  const char* peak_unit() const {  // "AMX-BF16", "AVX512-BF16" or "" (neither)
+    return peak_gflops() <= 0 ? "" : amx_peak_gflops >= dot_peak_gflops ? "AMX-BF16" : "AVX512-BF16";
+  }
+};
+Bf16Rates measure_bf16_rates(int threads);
+double measure_bf16_dot_peak_gflops(int threads);
+double measure_amx_bf16_peak_gflops(int threads);
+double measure_bf16_gemm_gflops(int threads);
 
 // A GPU's dense peaks as its vendor states them, found by the name its driver reports (cuda_device_name):
 // MFU on --backend cuda divides by fp32_gflops (fpdt's CUDA kernels compute in fp32, no TF32); bf16 is

@@ -1,4 +1,5 @@
-// The `cpu` Backend: fast fp32 kernels (OpenBLAS GEMMs, AVX2/FMA, OpenMP across rows), each with
+// The `cpu` Backend: fast fp32 kernels (GEMMs on OpenBLAS or oneDNN: gemm.h; AVX2/FMA, OpenMP across
+// rows; linear also in bf16 on oneDNN's bf16 kernels), each with
 // exactly the semantics of its reference twin (reference/<family>.h); tests hold every one against
 // the reference on fresh random inputs. Each op is defined in its family's file (cpu/norm.cpp
 // defines rmsnorm_forward).
@@ -26,7 +27,7 @@ namespace fpdt::kernels::cpu {
 class CpuBackend final : public Backend {
  public:
   // Holds OpenBLAS at one thread for the whole process: every GEMM runs on the OpenMP team instead
-  // (cpu/linear.cpp), one thread pool for every kernel.
+  // (cpu/gemm.h), one thread pool for every kernel.
   CpuBackend();
   std::string name() const override { return "cpu"; }
   DeviceMemory& memory() override { return host_memory(); }

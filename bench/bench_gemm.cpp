@@ -1,0 +1,188 @@
+// Benchmark of the cpu backend's GEMM libraries (kernels/cpu/gemm.h) on the linear layer's three products
+// — forward x · wᵀ (NT), dx = dout · w (NN), dw = doutᵀ · x (TN, the sum over tokens) — at the shapes the
+// models train with (tokens × out × in: 8192 × {512, 1536} × {512, 1536}, and 2048 × 2752 × 512, the MLP's
+// up projection at 2K): OpenBLAS sgemm on the team (team_sgemm), oneDNN's f32 matmul, oneDNN's bf16 matmul
+// on bf16 operands, and the same with its bf16 copies made (to_bf16 of both operands, as linear.cpp does).
+// Beside them, in the same process and threads, the measured peaks (train/metrics.h): fp32 FMA, AVX512-BF16
+// dot products, AMX-BF16 tiles. Rates are flops per second of the process's CPU time (threads × wall on
+// an idle machine; a busy neighbour does not lower them, though the team's spin-waits count), the best over
+// --reps interleaved rounds; the wall-clock best is printed beside. The LAST line printed is one JSON object.
+//   build/bench/bench_gemm --threads 2 --reps 3
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fpdt/base/error.h"
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/kernels/cpu/gemm.h"
+#include "fpdt/kernels/cpu/onednn_gemm.h"
+#include "fpdt/tensor/dtype.h"
+#include "fpdt/train/metrics.h"
+
+namespace {
+
+namespace cpu = fpdt::kernels::cpu;
+
+struct Options {
+  int threads = 2;
+  int reps = 3;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> int {
+      if (i + 1 >= argc) throw fpdt::Error("bench", "missing value after " + arg, "see --help");
+      return std::atoi(argv[++i]);
+    };
+    if (arg == "--threads") {
+      o.threads = value();
+    } else if (arg == "--reps") {
+      o.reps = value();
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("usage: bench_gemm [--threads T] [--reps N]\n");
+      std::exit(0);
+    } else {
+      throw fpdt::Error("bench", "unknown argument " + arg, "see --help");
+    }
+  }
+  if (o.threads <= 0 || o.reps <= 0) throw fpdt::Error("bench", "--threads and --reps must be positive");
+  return o;
+}
+
+// One GEMM of the table: C (M, N) = op(A) · op(B), dense operands.
+struct Product {
+  std::string name;  // "8192x1536x512 forward"
+  bool trans_a, trans_b;
+  int M, N, K;
+};
+
+enum Library { kOpenBlas, kOnednnF32, kOnednnBf16, kBf16WithCopies, kLibraries };
+const char* const kLibraryNames[kLibraries] = {"OpenBLAS", "oneDNN f32", "oneDNN bf16", "bf16 + copies"};
+
+struct Best {
+  double cpu_gflops = 0.0, wall_gflops = 0.0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu::restart_with_matching_blas_core(argv);  // the OpenBLAS kernels fpdt runs: blas_core.h
+  try {
+    const Options o = parse(argc, argv);
+    omp_set_num_threads(o.threads);
+    std::printf("bench_gemm: threads=%d reps=%d; %s; load %.2f\n", o.threads, o.reps,
+                cpu::describe_gemm_libraries().c_str(), fpdt::train::load_average());
+
+    std::vector<Product> products;
+    struct Linear {
+      int tokens, out, in;
+    };
+    for (const Linear l : {Linear{8192, 512, 512}, Linear{8192, 1536, 512}, Linear{8192, 512, 1536},
+                           Linear{8192, 1536, 1536}, Linear{2048, 2752, 512}}) {
+      const std::string shape = std::to_string(l.tokens) + "x" + std::to_string(l.out) + "x" + std::to_string(l.in);
+      products.push_back({shape + " forward", false, true, l.tokens, l.out, l.in});  // x (T, in) · wᵀ
+      products.push_back({shape + " dx", false, false, l.tokens, l.in, l.out});      // dout (T, out) · w (out, in)
+      products.push_back({shape + " dw", true, false, l.out, l.in, l.tokens});       // doutᵀ · x (T, in)
+    }
+    size_t largest = 0;
+    for (const Product& p : products)
+      largest = std::max({largest, size_t(p.M) * p.K, size_t(p.K) * p.N, size_t(p.M) * p.N});
+    std::vector<float> a(largest), b(largest), c(largest);
+    fpdt::Rng rng(1234);
+    for (auto* x : {&a, &b})
+      for (float& v : *x) v = static_cast<float>(rng.normal());
+    std::vector<uint16_t> a16(largest), b16(largest);
+    cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(largest));
+    cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(largest));
+
+    auto run = [&](const Product& p, int library) {
+      const int lda = p.trans_a ? p.M : p.K, ldb = p.trans_b ? p.K : p.N;
+      switch (library) {
+        case kOpenBlas:
+          cpu::team_sgemm(p.trans_a, p.trans_b, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, false, c.data(), p.N);
+          break;
+        case kOnednnF32:
+          cpu::onednn::matmul(cpu::onednn::Input::f32, p.trans_a, p.trans_b, p.M, p.N, p.K, a.data(), lda, b.data(),
+                              ldb, false, c.data(), p.N);
+          break;
+        case kBf16WithCopies:
+          cpu::to_bf16(a16.data(), a.data(), int64_t{p.M} * p.K);
+          cpu::to_bf16(b16.data(), b.data(), int64_t{p.K} * p.N);
+          [[fallthrough]];
+        case kOnednnBf16:
+          cpu::gemm_bf16(p.trans_a, p.trans_b, p.M, p.N, p.K, a16.data(), lda, b16.data(), ldb, false, c.data(), p.N);
+          break;
+      }
+    };
+    const bool onednn = cpu::onednn::available();
+    auto skipped = [&](int library) { return !onednn && library != kOpenBlas; };
+    for (const Product& p : products)  // warm-up: pages, buffers, oneDNN's primitives
+      for (int library = 0; library < kLibraries; ++library)
+        if (!skipped(library)) run(p, library);
+
+    std::vector<std::vector<Best>> best(products.size(), std::vector<Best>(kLibraries));
+    fpdt::train::Bf16Rates bf16;
+    double fma_peak = 0.0;
+    for (int rep = 0; rep < o.reps; ++rep) {
+      fma_peak = std::max(fma_peak, fpdt::train::measure_fma_peak_gflops(o.threads));
+      bf16.dot_peak_gflops = std::max(bf16.dot_peak_gflops, fpdt::train::measure_bf16_dot_peak_gflops(o.threads));
+      bf16.amx_peak_gflops = std::max(bf16.amx_peak_gflops, fpdt::train::measure_amx_bf16_peak_gflops(o.threads));
+      bf16.gemm_gflops = std::max(bf16.gemm_gflops, fpdt::train::measure_bf16_gemm_gflops(o.threads));
+      for (size_t i = 0; i < products.size(); ++i)
+        for (int library = 0; library < kLibraries; ++library) {
+          if (skipped(library)) continue;
+          const double flops = 2.0 * products[i].M * products[i].N * static_cast<double>(products[i].K);
+          const double cpu_start = fpdt::train::process_cpu_seconds();
+          const auto wall_start = std::chrono::steady_clock::now();
+          run(products[i], library);
+          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+          const double cpu_seconds = fpdt::train::process_cpu_seconds() - cpu_start;
+          Best& b = best[i][library];
+          b.cpu_gflops = std::max(b.cpu_gflops, flops / cpu_seconds * o.threads * 1e-9);
+          b.wall_gflops = std::max(b.wall_gflops, flops / wall * 1e-9);
+        }
+      std::printf("round %d done (load %.2f)\n", rep, fpdt::train::load_average());
+    }
+
+    std::printf("peaks (GFLOP/s of CPU time, %d threads): fp32 FMA %.0f, AVX512-BF16 %.0f, AMX-BF16 %.0f; "
+                "bf16 linear 1024^3 %.0f\n",
+                o.threads, fma_peak, bf16.dot_peak_gflops, bf16.amx_peak_gflops, bf16.gemm_gflops);
+    std::printf("%-24s", "GFLOP/s cpu (wall)");
+    for (const char* name : kLibraryNames) std::printf(" %20s", name);
+    std::printf("   fp32 table   bf16/peak\n");
+    std::string json = "{\"bench\":\"gemm\",\"threads\":" + std::to_string(o.threads) +
+                       ",\"fma_peak\":" + std::to_string(fma_peak) +
+                       ",\"bf16_dot_peak\":" + std::to_string(bf16.dot_peak_gflops) +
+                       ",\"amx_bf16_peak\":" + std::to_string(bf16.amx_peak_gflops) +
+                       ",\"bf16_linear_1024\":" + std::to_string(bf16.gemm_gflops) + ",\"products\":[";
+    for (size_t i = 0; i < products.size(); ++i) {
+      const Product& p = products[i];
+      std::printf("%-24s", p.name.c_str());
+      json += std::string(i ? "," : "") + "{\"product\":\"" + p.name + "\"";
+      for (int library = 0; library < kLibraries; ++library) {
+        std::printf(" %11.0f (%6.0f)", best[i][library].cpu_gflops, best[i][library].wall_gflops);
+        json += ",\"" + std::string(kLibraryNames[library]) + "\":" + std::to_string(best[i][library].cpu_gflops);
+      }
+      const bool table_onednn = cpu::fp32_gemm_library(p.trans_a, p.trans_b, p.M, p.N, p.K) == cpu::GemmLibrary::onednn;
+      const double peak = bf16.peak_gflops();
+      std::printf("   %-10s   %.2f\n", table_onednn ? "oneDNN" : "OpenBLAS",
+                  peak > 0 ? best[i][kOnednnBf16].cpu_gflops / peak : 0.0);
+      json += "}";
+    }
+    json += "]}";
+    std::printf("%s\n", json.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,171 @@
+// The cpu backend's GEMM layer (gemm.h): OpenBLAS shared by the OpenMP team (team_sgemm), oneDNN's
+// matmul where present, the fp32 decision table between them, and the bf16 conversion and scratch.
+#include "fpdt/kernels/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/kernels/cpu/onednn_gemm.h"
+#include "fpdt/kernels/cpu/simd.h"  // the AVX-512 intrinsics, with GCC 12's warnings about them quieted
+#include "fpdt/tensor/dtype.h"
+
+namespace fpdt::kernels::cpu {
+
+namespace {
+
+// team_sgemm: blocks of the output are whole multiples of the SkylakeX/Haswell sgemm micro-tile's 16
+// rows; below kTeamMinFlops (~10 µs of one core) one thread runs the whole product.
+constexpr int kBlockAlign = 16;
+constexpr double kTeamMinFlops = 2.0e6;
+constexpr int64_t kConvertBlock = int64_t{1} << 14;  // values per to_bf16 work item (64 KiB of floats)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// Each thread runs one single-threaded OpenBLAS sgemm on its part (the backend holds OpenBLAS at one
+// thread: its own pool would spin against the team on the same cores, which measured 10× slower steps
+// on a loaded machine). A thread packs whatever its part reads, so the cut avoids packing a long operand
+// twice:
+//   - K at least twice M and N (a weight gradient, K = tokens): K is cut; thread 0 sums its tokens
+//     into C, the others into scratch, then C += the scratch blocks in thread order;
+//   - else C is cut along its longer side: rows (each thread packs all of B) when M ≥ N, else columns.
+// Deterministic for a given thread count. The K cut's scratch grows once per calling thread.
+void team_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
+                bool accumulate, float* c, int ldc) {
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const bool by_k = K >= 2 * int64_t{std::max(M, N)};
+  const bool by_rows = M >= N;
+  const int64_t extent = by_k ? K : by_rows ? M : N;
+  const double flops = 2.0 * M * N * static_cast<double>(K);
+  const int parts = flops < kTeamMinFlops ? 1 : static_cast<int>(std::min<int64_t>(threads, ceil_div(extent, kBlockAlign)));
+  if (parts <= 1) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t per_part = ceil_div(ceil_div(extent, kBlockAlign), parts) * kBlockAlign;
+  const size_t block = static_cast<size_t>(M) * N;  // one scratch C (M, N), dense
+  thread_local std::vector<float> scratch_storage;  // the K cut's partial sums of threads 1 .. parts − 1
+  if (by_k && scratch_storage.size() < block * (parts - 1)) scratch_storage.resize(block * (parts - 1));
+  float* scratch = scratch_storage.data();  // the calling thread's, shared with the team
+#pragma omp parallel num_threads(parts)
+  {
+    const int part = omp_get_thread_num();
+    const int64_t begin = part * per_part, end = std::min(extent, begin + per_part);
+    const int size = static_cast<int>(std::max<int64_t>(end - begin, 0));
+    if (by_k) {  // tokens [begin, end): columns of op(A), rows of op(B)
+      float* target = part == 0 ? c : scratch + (part - 1) * block;
+      if (size > 0 || part > 0)
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, size, 1.0f, a + (trans_a ? begin * lda : begin), lda,
+                    b + (trans_b ? begin : begin * ldb), ldb, part == 0 ? beta : 0.0f, target, part == 0 ? ldc : N);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int row = 0; row < M; ++row) {
+        float* c_row = c + static_cast<int64_t>(row) * ldc;  // (N)
+        for (int p = 1; p < parts; ++p) {
+          const float* partial = scratch + (p - 1) * block + static_cast<size_t>(row) * N;
+          for (int col = 0; col < N; ++col) c_row[col] += partial[col];
+        }
+      }
+    } else if (size > 0 && by_rows) {  // rows [begin, end) of C and of op(A)
+      cblas_sgemm(CblasRowMajor, ta, tb, size, N, K, 1.0f, a + (trans_a ? begin : begin * lda), lda, b, ldb, beta,
+                  c + begin * ldc, ldc);
+    } else if (size > 0) {  // columns [begin, end) of C and of op(B)
+      cblas_sgemm(CblasRowMajor, ta, tb, M, size, K, 1.0f, a, lda, b + (trans_b ? begin * ldb : begin), ldb, beta,
+                  c + begin, ldc);
+    }
+  }
+}
+
+// The fp32 decision table, from bench/bench_gemm on the linear layer's three products at the models'
+// shapes, 2 threads, two runs (bench/RESULTS.md, "GEMM libraries", GFLOP/s per CPU second, oneDNN vs
+// OpenBLAS): oneDNN where it won both runs by 10 % or more, OpenBLAS elsewhere (ties within the noise of
+// a shared machine, and dx of 8192 × 1536 × 1536, where oneDNN ran half as fast: 130–136 vs 279).
+GemmLibrary fp32_gemm_library(bool trans_a, bool trans_b, int M, int N, int K) {
+  if (!onednn::available()) return GemmLibrary::openblas;
+  // dw of a layer of at most 512 × 512 over many tokens (8192 × 512 × 512: 229–244 vs 187–198)
+  if (trans_a && !trans_b && M <= 512 && N <= 512 && K >= 4 * std::max(M, N)) return GemmLibrary::onednn;
+  // forward of a layer from ≥ 1536 inputs to ≤ 512 outputs (8192 × 512 × 1536: 275–285 vs 241–255)
+  if (!trans_a && trans_b && N <= 512 && K >= 1536) return GemmLibrary::onednn;
+  return GemmLibrary::openblas;
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
+              bool accumulate, float* c, int ldc) {
+  if (K > 0 && fp32_gemm_library(trans_a, trans_b, M, N, K) == GemmLibrary::onednn) {
+    onednn::matmul(onednn::Input::f32, trans_a, trans_b, M, N, K, a, lda, b, ldb, accumulate, c, ldc);
+  } else {
+    team_sgemm(trans_a, trans_b, M, N, K, a, lda, b, ldb, accumulate, c, ldc);
+  }
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* a, int lda, const uint16_t* b,
+               int ldb, bool accumulate, float* c, int ldc) {
+  if (K == 0) {  // C = 0 (or kept): no operand is read
+    team_sgemm(trans_a, trans_b, M, N, 0, nullptr, lda, nullptr, ldb, accumulate, c, ldc);
+    return;
+  }
+  if (onednn::available()) {
+    onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a, lda, b, ldb, accumulate, c, ldc);
+    return;
+  }
+  // Without oneDNN: the operands' fp32 values, then OpenBLAS.
+  // Stored extents: the last row holds only the columns the product reads.
+  auto extent = [](int64_t rows, int64_t cols, int64_t ld) { return rows == 0 ? 0 : (rows - 1) * ld + cols; };
+  const int64_t a_size = trans_a ? extent(K, M, lda) : extent(M, K, lda);
+  const int64_t b_size = trans_b ? extent(N, K, ldb) : extent(K, N, ldb);
+  thread_local std::vector<float> a32, b32;
+  if (a32.size() < static_cast<size_t>(a_size)) a32.resize(a_size);
+  if (b32.size() < static_cast<size_t>(b_size)) b32.resize(b_size);
+  for (int64_t i = 0; i < a_size; ++i) a32[i] = bf16_to_float(a[i]);
+  for (int64_t i = 0; i < b_size; ++i) b32[i] = bf16_to_float(b[i]);
+  team_sgemm(trans_a, trans_b, M, N, K, a32.data(), lda, b32.data(), ldb, accumulate, c, ldc);
+}
+
+// float_to_bf16's integer rule on 16 lanes at a time where the build has AVX-512: the same bits, NaNs
+// and subnormals included (AVX512-BF16's vcvtneps2bf16 would flush subnormals to zero).
+void to_bf16(uint16_t* dst, const float* src, int64_t n) {
+  const int64_t blocks = ceil_div(n, kConvertBlock);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kConvertBlock, end = std::min(n, begin + kConvertBlock);
+    int64_t i = begin;
+#if defined(__AVX512F__)
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= end; i += 16) {
+      const __m512i word = _mm512_loadu_si512(src + i);
+      const __m512i high = _mm512_srli_epi32(word, 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(word, magnitude), infinity);
+      const __m512i rounding = _mm512_add_epi32(half, _mm512_and_si512(high, one));
+      const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(word, rounding), 16);
+      const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+    }
+#endif
+    for (; i < end; ++i) dst[i] = float_to_bf16(src[i]);
+  }
+}
+
+uint16_t* bf16_scratch(int slot, size_t n) {
+  thread_local std::array<std::vector<uint16_t>, 4> slots;
+  std::vector<uint16_t>& storage = slots.at(static_cast<size_t>(slot));
+  if (storage.size() < n) storage.resize(n);
+  return storage.data();
+}
+
+std::string describe_gemm_libraries() {
+  const std::string blas = "OpenBLAS " + loaded_blas_core();
+  if (!onednn::available()) return blas + " (no oneDNN: bf16 as sgemm over bf16-rounded copies)";
+  return blas + "; " + onednn::version() + " (bf16 " +
+         onednn::implementation(onednn::Input::bf16, false, true, 1024, 1024, 1024) + ")";
+}
+
+}  // namespace fpdt::kernels::cpu
