@@ -110,6 +110,7 @@ inline double bf16_attention_bound(double roundings, double conditioning = 1) {
   return kStandardDeviations * kBf16Rounding * std::sqrt(roundings / 3.0) * conditioning;
 }
 inline const double kAttentionBf16Forward = bf16_attention_bound(4);
+inline const double kAttentionBf16Lse = bf16_attention_bound(2);
 inline const double kAttentionBf16Backward = bf16_attention_bound(11, 2);
 
 // A fast bf16 kernel against the bf16 reference (the same operands rounded on both sides): the values a
@@ -121,13 +122,18 @@ inline const double kAttentionBf16Backward = bf16_attention_bound(11, 2);
 // (the reference's float64 rounds nothing), and 2^x's polynomial adds ~1e-7: σ ≈ 4e-7. Forward: r(P̃),
 // one such operand. Backward: r(P), r(dS) and the forward's through Δ, three, dS's σ conditioned by
 // dP − Δ as above (2; a window of one key makes dS the rounding residue r(dO)·r(v) − dO·r(v) itself).
-inline double bf16_flip_bound(double operands, double conditioning = 1) {
+// The flips are rare events, so the average above holds only over many; one flip of a row's dominant
+// probability moves that row by up to a spacing, 2u of its largest term (≤ 3× the row: a softmax over
+// a handful of keys), which over `rows` rows of like norm is 2u·3/√rows norm-wise: added once.
+inline double bf16_flip_bound(double rows, double operands, double conditioning = 1) {
   constexpr double kSigma = 4e-7;
   const double flips = std::sqrt(1.6 * kBf16Rounding * kSigma * operands) * conditioning;
+  const double one_large_flip = 2 * kBf16Rounding * 3 / std::sqrt(std::max(rows, 1.0));
   const double reordering = fp32_bound({.summation = 512, .depth = 2, .against = Against::float64});
-  return kStandardDeviations * flips + reordering;
+  return kStandardDeviations * flips + one_large_flip + reordering;
 }
-inline const double kAttentionBf16SameOperandsForward = bf16_flip_bound(1);
-inline const double kAttentionBf16SameOperandsBackward = bf16_flip_bound(3, 2);
+// Of outputs of `rows` rows of D values (out, dq: B·Cq·H; dk, dv: B·Ck·Hkv).
+inline double attention_bf16_same_operands_forward(double rows) { return bf16_flip_bound(rows, 1); }
+inline double attention_bf16_same_operands_backward(double rows) { return bf16_flip_bound(rows, 3, 2); }
 
 }  // namespace fpdt::testing

@@ -118,29 +118,29 @@ struct FloatResult {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-// The bounds of a comparison against the reference in the same precision: fp32 as above; bf16, the
-// rounded-operand bounds of tests/tolerances.h (both sides round the same operands; only the rounded
-// values each side computes itself, P̃, P and dS, may land either side of a rounding boundary).
-double forward_tolerance(Precision precision) {
-  return precision == Precision::bf16 ? testing::kAttentionBf16SameOperandsForward : kForwardTolerance;
+// The bounds of a comparison against the reference in the same precision, for an output of `rows` rows
+// of D values: fp32 as above; bf16, the same-operand bounds of tests/tolerances.h (both sides round the
+// same operands; only the values each side computes itself, P̃, P and dS, may round the other way).
+double forward_tolerance(Precision precision, double rows) {
+  return precision == Precision::bf16 ? testing::attention_bf16_same_operands_forward(rows) : kForwardTolerance;
 }
-double backward_tolerance(Precision precision) {
-  return precision == Precision::bf16 ? testing::kAttentionBf16SameOperandsBackward : kBackwardTolerance;
+double backward_tolerance(Precision precision, double rows) {
+  return precision == Precision::bf16 ? testing::attention_bf16_same_operands_backward(rows) : kBackwardTolerance;
 }
 
-void expect_close(const FloatResult& got, const Result& want, const char* what,
-                  Precision precision = Precision::fp32) {
+void expect_close(const FloatResult& got, const Result& want, const char* what, const Problem& c) {
+  const double q_rows = static_cast<double>(c.B) * c.S * c.H, kv_rows = static_cast<double>(c.B) * c.S * c.Hkv;
   const double out_error = relative_error(got.out, want.out);
   const double lse_error = relative_error(got.lse, want.lse);
   const double dq_error = relative_error(got.dq, want.dq);
   const double dk_error = relative_error(got.dk, want.dk);
   const double dv_error = relative_error(got.dv, want.dv);
   // the kernel vs the float64 oracle of the same precision on the same inputs (the bounds above)
-  EXPECT_LE(out_error, forward_tolerance(precision));
-  EXPECT_LE(lse_error, forward_tolerance(precision));
-  EXPECT_LE(dq_error, backward_tolerance(precision));
-  EXPECT_LE(dk_error, backward_tolerance(precision));
-  EXPECT_LE(dv_error, backward_tolerance(precision));
+  EXPECT_LE(out_error, forward_tolerance(c.precision, q_rows));
+  EXPECT_LE(lse_error, forward_tolerance(c.precision, q_rows));
+  EXPECT_LE(dq_error, backward_tolerance(c.precision, q_rows));
+  EXPECT_LE(dk_error, backward_tolerance(c.precision, kv_rows));
+  EXPECT_LE(dv_error, backward_tolerance(c.precision, kv_rows));
   std::printf("[ errors   ] %s vs reference: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, out_error, lse_error,
               dq_error, dk_error, dv_error);
 }
@@ -295,7 +295,7 @@ TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
   std::ostringstream what;
   what << backend_name << " ";
   PrintTo(cc, &what);
-  expect_close(got, want, what.str().c_str(), precision);
+  expect_close(got, want, what.str().c_str(), c);
 }
 
 // Chunks not multiples of the 96-token tiles, Cq ≠ Ck both ways, so blocks are diagonal with the
@@ -402,7 +402,9 @@ TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
     const double out_error = relative_error(out, want_out), lse_errors = lse_error(lse, want_lse);
     const double dq_error = relative_error(dq, want_dq);
     const double dk_error = relative_error(dk, want_dk), dv_error = relative_error(dv, want_dv);
-    EXPECT_LE(out_error, c.precision == Precision::bf16 ? testing::kAttentionBf16SameOperandsForward : 1e-6)
+    EXPECT_LE(out_error, c.precision == Precision::bf16
+                             ? testing::attention_bf16_same_operands_forward(static_cast<double>(c.B) * Cq * c.H)
+                             : 1e-6)
         << pieces << " pieces";
     EXPECT_LE(lse_errors, 1e-6) << pieces << " pieces";
     EXPECT_LE(dq_error, 1e-6) << pieces << " pieces";
@@ -642,7 +644,7 @@ TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
   EXPECT_EQ(all.dk, one_group.dk);
   EXPECT_EQ(all.dv, one_group.dv);
   // and still the right answer (tolerances as above)
-  expect_close(one_group, reference_result(c, in), "one group per batch", c.precision);
+  expect_close(one_group, reference_result(c, in), "one group per batch", c);
 }
 
 // Window 0: none; 150: across the 96-token tiles, so q tiles have different first visitors.
@@ -701,16 +703,17 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
   earlier.kv_begin = earlier_begin;
 
   const size_t lse_size = static_cast<size_t>(c.B) * c.H * c.Cq;
+  const double q_rows = static_cast<double>(lse_size), kv_rows = static_cast<double>(c.B) * c.Ck * c.Hkv;
   std::vector<float> out(q_size, 7.0f), lse(lse_size, 7.0f), out_want(q_size, 7.0f), lse_want(lse_size, 7.0f);
   flash.attention_chunk_forward(out.data(), lse.data(), block, /*accumulate=*/false);
   reference::attention_chunk_forward(out_want.data(), lse_want.data(), block, /*accumulate=*/false);
-  EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision)) << "out of the diagonal block";
-  EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision)) << "lse of the diagonal block";
+  EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision, q_rows)) << "out of the diagonal block";
+  EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision, q_rows)) << "lse of the diagonal block";
   if (earlier_keys > 0) {
     flash.attention_chunk_forward(out.data(), lse.data(), earlier, /*accumulate=*/true);
     reference::attention_chunk_forward(out_want.data(), lse_want.data(), earlier, /*accumulate=*/true);
-    EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision)) << "out after the merge";
-    EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision)) << "lse after the merge";
+    EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision, q_rows)) << "out after the merge";
+    EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision, q_rows)) << "lse after the merge";
   }
 
   // The backward of the diagonal block, both from the reference's final out and lse.
@@ -721,9 +724,9 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
   flash.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse_want.data(), delta.data(), block);
   reference::attention_chunk_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(), lse_want.data(),
                                       delta.data(), block);
-  EXPECT_LE(relative_error(dq, dq_want), backward_tolerance(precision));
-  EXPECT_LE(relative_error(dk, dk_want), backward_tolerance(precision));
-  EXPECT_LE(relative_error(dv, dv_want), backward_tolerance(precision));
+  EXPECT_LE(relative_error(dq, dq_want), backward_tolerance(precision, q_rows));
+  EXPECT_LE(relative_error(dk, dk_want), backward_tolerance(precision, kv_rows));
+  EXPECT_LE(relative_error(dv, dv_want), backward_tolerance(precision, kv_rows));
   std::printf("[ errors   ] %s %s: out %.2e dq %.2e dk %.2e dv %.2e\n", precision_name(precision), c.what,
               relative_error(out, out_want),
               relative_error(dq, dq_want), relative_error(dk, dk_want), relative_error(dv, dv_want));
