@@ -17,7 +17,7 @@ for model in gpt-2.7b gpt-6.7b gpt-13b gpt-30b llama3-8b llama3-70b; do
     /usr/bin/time -v "$fpdt" train --model "$model" --sp 4 --zero 3 --seq "$seq" ${configs[$i]} --dry-run \
       > /tmp/zero_dry.$$ 2>&1
     # shellcheck disable=SC2086
-    "$fpdt" plan --model "$model" --sp 4 --zero 3 --seq "$seq" ${configs[$i]} --dtype fp32 --hardware cpu --json \
+    "$fpdt" plan --model "$model" --sp 4 --zero 3 --seq "$seq" ${configs[$i]} --precision fp32 --hardware cpu --json \
       > /tmp/zero_plan.$$
     python3 - "$model" "$i" /tmp/zero_dry.$$ /tmp/zero_plan.$$ <<'PY'
 import json, re, sys

@@ -49,7 +49,7 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::sp(set, o.sp);
   run::dp(set, o.dp);
   run::batch(set, o.batch);
-  run::chunk_tokens(set, o.chunk_tokens, "--chunks, or with --chunks auto: fpdt the smallest chunk whose prefetch hides, "
+  run::chunk_tokens(set, o.chunk_tokens, "cut into --chunks; both auto: fpdt the smallest chunk whose prefetch hides, "
                    "fpdt-reference 64K", "auto");
   run::chunks(set, o.chunks).at_least(0).zero_means("auto");
   run::mode(set, o.mode);

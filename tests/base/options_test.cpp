@@ -171,3 +171,41 @@ TEST(Options, ValuesAsJsonAndChecksOfSettingsMadeInCode) {
 
 }  // namespace
 }  // namespace fpdt
+
+namespace fpdt {
+namespace {
+
+// A field of an enum bound through its words: the word parses into the value, the value shows (text,
+// JSON, help) as its word, a word it does not know is refused before its parser runs, and a value set
+// in code is checked like a typed one.
+enum class Tier { none, ram, disk };
+const char* tier_word(Tier tier) { return tier == Tier::none ? "none" : tier == Tier::ram ? "ram" : "disk"; }
+Tier parse_tier(const std::string& text) {
+  EXPECT_NE(text, "tape");  // refused by the choices before it gets here
+  return text == "ram" ? Tier::ram : text == "disk" ? Tier::disk : Tier::none;
+}
+
+TEST(Options, AnEnumBindsThroughItsWords) {
+  Tier tier = Tier::ram;
+  OptionSet set{"demo", "A demo command."};
+  set.add("tier", "none|ram|disk", "a tier", tier, tier_word, parse_tier).choices({"none", "ram", "disk"});
+  EXPECT_NE(set.help().find("--tier none|ram|disk"), std::string::npos);
+  EXPECT_NE(set.help().find("a tier [ram]"), std::string::npos) << set.help();
+  std::string args[] = {"--tier", "disk"};
+  char* argv[] = {args[0].data(), args[1].data()};
+  ASSERT_TRUE(set.parse(2, argv));
+  EXPECT_EQ(tier, Tier::disk);
+  EXPECT_EQ(set.option("tier").text(), "disk");
+  EXPECT_EQ(set.values()["tier"], "disk");
+  std::string bad[] = {"--tier=tape"};
+  char* bad_argv[] = {bad[0].data()};
+  testing::expect_contains(testing::error_message([&] { set.parse(1, bad_argv); }),
+                           {"[cli] unknown --tier 'tape'", "use none, ram or disk"});
+  EXPECT_EQ(tier, Tier::disk);  // left as it was
+  tier = Tier::none;            // set in code: shown and checked as its word
+  EXPECT_NO_THROW(set.check());
+  EXPECT_EQ(set.option("tier").text(), "none");
+}
+
+}  // namespace
+}  // namespace fpdt

@@ -69,8 +69,8 @@ TEST(DocMask, TrainerLossesAreThoseOfTheDocuments) {
   s.peak_gflops = 100;
   s.sp = 2;
   s.chunks = 3;
-  s.offload = "disk";
-  s.recompute = "layer";
+  s.offload = pipeline::parse_offload("disk");  // in the run folder
+  s.recompute = pipeline::Recompute::layer;
   s.doc_mask = true;
   s.doc_positions = "restart";
   train::TrainResult result;

@@ -111,7 +111,7 @@ struct TinySetup {
     s.sp = sp;
     s.dp = dp;
     s.chunks = 2;
-    s.offload = "ram";
+    s.offload = pipeline::OffloadConfig{pipeline::OffloadKind::ram, ""};
     return s;
   }
   // Training options shared by the runs a test compares (warmup 3 steps, or the whole of a shorter

@@ -26,7 +26,7 @@ train::TrainSettings five_steps(const TinySetup& setup, const std::string& out, 
   train::TrainSettings s = setup.settings(out, 5, sp, dp);
   s.batch_size = batch;
   s.seq_tokens = seq;
-  s.recompute = recompute;
+  s.recompute = pipeline::parse_recompute(recompute);
   return s;
 }
 

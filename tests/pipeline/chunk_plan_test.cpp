@@ -63,7 +63,7 @@ TEST(ChunkPlan, AChunkIsNeverLongerThanTheSequence) {
 
 TEST(ChunkPlan, ImpossibleRequestsAreClearErrors) {
   testing::expect_contains(testing::error_message([] { make_chunk_plan(1000, 4, 0, 1002, 0); }),
-                           {"1002 tokens cannot be split over 4 ranks", "multiple of 4"});
+                           {"--chunk-tokens 1002 does not split over --sp 4 ranks", "multiple of 4"});
   testing::expect_contains(testing::error_message([] { make_chunk_plan(0, 2, 0, 0, 1); }), {"must be positive"});
   testing::expect_contains(testing::error_message([] { make_chunk_plan(10, 2, 2, 0, 1); }), {"rank 2 is outside"});
   testing::expect_contains(testing::error_message([] { make_chunk_plan(10, 2, 0, 4, 2); }), {"exactly one"});
@@ -77,7 +77,7 @@ TEST(Offload, MissingDirectoryAndUnknownTierAreClearErrors) {
   testing::expect_contains(testing::error_message([&] { OffloadStore(kernels::host_memory(), missing, shape, false); }),
                            {"[offload] cannot create an offload file in /nonexistent/fpdt", "create the directory"});
   testing::expect_contains(testing::error_message([] { parse_offload("tape"); }),
-                           {"unknown offload tier 'tape'", "none, ram or disk:DIR"});
+                           {"[run spec] unknown offload tier 'tape'", "none, ram, disk or disk:DIR"});
 }
 
 }  // namespace

@@ -34,18 +34,24 @@ TEST(PlanErrors, UnknownPresetsAndNames) {
                                                                           "hint:", "llama3-8b"});
   expect_contains(error_message([] { hardware_preset("B200"); }),
                   {"[plan]", "unknown hardware preset 'B200'", "hint:", "A100-80GB", "cpu"});
-  expect_contains(error_message([] { parse_mode("megatron-sp"); }), {"[plan]", "unknown mode", "fpdt-reference"});
-  expect_contains(error_message([] { parse_offload("nvme"); }), {"[plan]", "unknown offload tier", "none, ram or disk"});
-  expect_contains(error_message([] { parse_recompute("selective"); }), {"[plan]", "none or layer"});
-  expect_contains(error_message([] { parse_precision("fp8"); }), {"[plan]", "bf16 or fp32"});
+  // The run spec's words (pipeline/run_spec.h), which the plan reads as `fpdt train` does.
+  using namespace pipeline;
+  expect_contains(error_message([] { parse_mode("megatron-sp"); }),
+                  {"[run spec]", "unknown mode", "fpdt, ulysses or fpdt-reference"});
+  expect_contains(error_message([] { parse_offload("nvme"); }),
+                  {"[run spec]", "unknown offload tier", "none, ram, disk or disk:DIR"});
+  expect_contains(error_message([] { parse_recompute("selective"); }), {"[run spec]", "none or layer"});
+  expect_contains(error_message([] { parse_precision("fp8"); }), {"[run spec]", "fp32 or bf16"});
   expect_contains(error_message([] { parse_positions("alibi"); }), {"[plan]", "unknown positions"});
-  // Every spelling parses back to its value; disk:DIR (a training run's) is the disk tier.
-  for (const std::string& word : mode_words()) EXPECT_EQ(mode_name(parse_mode(word)), word);
-  for (const std::string& word : recompute_words()) EXPECT_EQ(recompute_name(parse_recompute(word)), word);
-  for (const std::string& word : offload_words()) EXPECT_EQ(offload_name(parse_offload(word)), word);
+  // Every spelling parses back to its value; disk:DIR is the disk tier in DIR.
+  for (const std::string& word : mode_words()) EXPECT_EQ(pipeline::word(parse_mode(word)), word);
+  for (const std::string& word : recompute_words()) EXPECT_EQ(pipeline::word(parse_recompute(word)), word);
+  for (const std::string& word : offload_words()) EXPECT_EQ(pipeline::word(parse_offload(word)), word);
   for (const std::string& word : positions_words()) EXPECT_EQ(positions_name(parse_positions(word)), word);
-  for (const std::string& word : precision_words()) EXPECT_EQ(precision_name(parse_precision(word)), word);
-  EXPECT_EQ(parse_offload("disk:/scratch"), OffloadTier::disk);
+  for (const std::string& word : precision_words()) EXPECT_EQ(pipeline::word(parse_precision(word)), word);
+  EXPECT_EQ(parse_offload("disk:/scratch").kind, OffloadKind::disk);
+  EXPECT_EQ(parse_offload("disk:/scratch").directory, "/scratch");
+  EXPECT_EQ(parse_offload("disk").directory, "");
 }
 
 TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
@@ -78,20 +84,30 @@ TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
                   {"[plan]", "not divisible by 100 heads"});
 }
 
-TEST(PlanErrors, ChunkThatDoesNotDivide) {
+// The chunks are the run spec's (pipeline::run_chunk_plan), as `fpdt train` cuts them: a chunk that does
+// not divide the sequence pads its last chunk; one that does not split over the ranks, or is longer
+// than the sequence, is refused.
+TEST(PlanErrors, ChunksAreCutAsTrainCutsThem) {
   PlanConfig config = valid_config();
   config.seq_tokens = 1 << 20;
-  config.chunk_tokens = 3 * 65536;  // does not divide 2^20
-  expect_contains(plan_error(config), {"[plan]", "chunk of 196608 tokens does not divide the sequence of 1048576",
-                                       "hint:", "try --chunk-tokens 131072 or 262144"});
+  config.chunk_tokens = 3 * 65536;  // does not divide 2^20: 6 chunks, the last one padded
+  const PlanShape padded = make_plan(config, hardware_preset("A100-80GB")).shape;
+  EXPECT_EQ(padded.u, 6);
+  EXPECT_EQ(padded.chunk_plan.padded_tokens - padded.S, 6 * 3 * 65536 - (1 << 20));
+  EXPECT_EQ(padded.T, padded.chunk_plan.padded_tokens / 4);
   config.chunk_tokens = 65538;  // not a multiple of --sp 4
-  expect_contains(plan_error(config), {"[plan]", "does not split over --sp 4 ranks", "hint:"});
+  expect_contains(plan_error(config), {"[plan]", "--chunk-tokens 65538 does not split over --sp 4 ranks", "hint:"});
+  config.chunk_tokens = 2 << 20;  // longer than the sequence
+  expect_contains(plan_error(config), {"[plan]", "--chunk-tokens 2097152 is longer than the sequence of 1048576"});
+  config.chunk_tokens = 0;
+  config.chunks = 3;  // u chunks instead of C tokens: ⌈2^20 / 12⌉ per rank and chunk
+  EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.C, 4 * ((1 << 20) / 12 + 1));
   config.mode = Mode::fpdt_reference;
-  config.chunk_tokens = 0;  // the reference's 64K
+  config.chunks = 0;  // the reference's 64K
   config.seq_tokens = 96 * 1024;
-  expect_contains(plan_error(config), {"[plan]", "chunk of 65536 tokens does not divide the sequence of 98304"});
-  config.mode = Mode::ulysses;  // no chunks: no constraint
-  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+  EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.u, 2);
+  config.mode = Mode::ulysses;  // one chunk of the whole sequence
+  EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.chunk_plan.chunks, 1);
 }
 
 TEST(PlanErrors, NegativeAndZeroSizes) {
@@ -114,8 +130,8 @@ TEST(PlanErrors, NegativeAndZeroSizes) {
   config.zero_stage = 4;
   expect_contains(plan_error(config), {"[plan]", "ZeRO stage must be 0, 1, 2 or 3, got 4"});
   config = valid_config();
-  config.seq_tokens = 1000001;  // not divisible by --sp 4
-  expect_contains(plan_error(config), {"[plan]", "not divisible by --sp 4"});
+  config.seq_tokens = 1000001;  // not divisible by --sp 4: padded, as a training run pads it
+  EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.chunk_plan.padded_tokens % 4, 0);
   Hardware broken = hardware_preset("A100-80GB");
   broken.host_link_bytes_per_s = -1;
   expect_contains(plan_error(valid_config(), broken), {"[plan]", "host link bandwidth", "must be positive"});
@@ -136,7 +152,7 @@ TEST(PlanErrors, CombinationsAModeDoesNotHave) {
   config.recompute = Recompute::none;
   expect_contains(plan_error(config), {"[plan]", "always re-runs each layer", "hint:", "--mode fpdt"});
   config.recompute = Recompute::layer;
-  config.offload = OffloadTier::disk;
+  config.offload = OffloadKind::disk;
   expect_contains(plan_error(config), {"[plan]", "host memory only"});
   config.mode = Mode::ulysses;
   expect_contains(plan_error(config), {"[plan]", "not on disk"});

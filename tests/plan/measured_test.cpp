@@ -88,11 +88,11 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
     config.dp = c.dp;
     config.micro_batch = c.batch;
     config.mode = plan::Mode::fpdt;
-    config.offload = plan::parse_offload(c.offload);
-    config.recompute = plan::parse_recompute(c.recompute);
+    config.offload = pipeline::parse_offload(c.offload).kind;
+    config.recompute = pipeline::parse_recompute(c.recompute);
     config.zero_stage = c.zero;
     config.offload_optimizer = c.offload_optimizer;
-    config.precision = DType::f32;
+    config.precision = plan::Precision::fp32;
     const plan::PlanResult predicted = plan::make_plan(config, plan::hardware_preset("cpu"));
     const double peak_rss = measured["peak_rss_bytes"].get<double>();
     std::printf("[ measured ] %s: compute %.0f predicted, %.0f measured; offload %.0f / %.0f; %.2f s, RSS %.0f MiB\n",

@@ -45,9 +45,9 @@ PlanConfig paper_config(const PaperRow& row, Mode mode) {
   config.sp = row.sp;
   config.mode = mode;
   config.recompute = Recompute::layer;
-  config.offload = OffloadTier::ram;
+  config.offload = OffloadKind::ram;
   config.zero_stage = 3;
-  config.precision = DType::bf16;
+  config.precision = Precision::bf16;
   return config;
 }
 
@@ -82,13 +82,13 @@ TEST(PaperTable, MaxSeqWithinOnePowerOfTwoStep) {
     // ours goes past it.
     EXPECT_EQ(beside[1].seq_tokens, reference.seq_tokens);
     EXPECT_EQ(ours.mode, Mode::fpdt);
-    EXPECT_EQ(ours.offload, OffloadTier::ram);
+    EXPECT_EQ(ours.offload, OffloadKind::ram);
     EXPECT_GT(ours.seq_tokens, 0);
     if (reference.bound == "compute tier") {
       EXPECT_GT(ours.seq_tokens, reference.seq_tokens);
     }
     EXPECT_GE(ratio(ours.seq_tokens, reference.seq_tokens), 0.9);
-    EXPECT_EQ(ours_disk.offload, OffloadTier::disk);
+    EXPECT_EQ(ours_disk.offload, OffloadKind::disk);
     EXPECT_GE(ours_disk.seq_tokens, reference.seq_tokens);
     // A longest sequence fits, one granule more does not, and the search says why.
     for (const MaxSeqResult& result : {ulysses, reference, ours, ours_disk}) {
@@ -96,11 +96,11 @@ TEST(PaperTable, MaxSeqWithinOnePowerOfTwoStep) {
       config.offload = result.offload;
       config.seq_tokens = result.seq_tokens;
       config.chunk_tokens = result.chunk_tokens;
-      EXPECT_TRUE(make_plan(config, a100).fits) << mode_name(result.mode);
+      EXPECT_TRUE(make_plan(config, a100).fits) << pipeline::word(result.mode);
       config.seq_tokens += result.granule_tokens;
       const PlanResult longer = make_plan(config, a100);
-      EXPECT_FALSE(longer.fits) << mode_name(result.mode);
-      EXPECT_EQ(longer.bound, result.bound) << mode_name(result.mode);
+      EXPECT_FALSE(longer.fits) << pipeline::word(result.mode);
+      EXPECT_EQ(longer.bound, result.bound) << pipeline::word(result.mode);
     }
   }
 }

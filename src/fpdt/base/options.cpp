@@ -208,12 +208,12 @@ void Option::check_text(const std::string& value) const {
 }
 
 void Option::set(const std::string& text) {
-  if (const Words* words = std::get_if<Words>(&target_)) {
-    check_text(text);
-    return words->read(text);
-  }
   std::visit(
-      Overloaded{[](const Words&) {}, [&](auto* field) {
+      Overloaded{[&](const Words& words) {
+                   check_text(text);  // only a word it knows reaches the field's parser
+                   words.read(text);
+                 },
+                 [&](auto* field) {
         using T = std::decay_t<decltype(*field)>;
         if constexpr (std::is_same_v<T, bool>) {
           *field = true;

@@ -47,8 +47,8 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
     const int64_t chunk_count = (seq_tokens + C - 1) / C;
     if (chunk_count > std::numeric_limits<int>::max())
       throw Error(kModule,
-                  std::to_string(seq_tokens) + " tokens in chunks of " + std::to_string(C) + " are " +
-                      std::to_string(chunk_count) + " chunks, more than 2^31 - 1",
+                  "--seq " + std::to_string(seq_tokens) + " is too long for chunks of " + std::to_string(C) +
+                      " tokens: " + std::to_string(chunk_count) + " chunks, more than 2^31 - 1",
                   "raise --chunk-tokens or lower --seq");
     plan.chunks = static_cast<int>(chunk_count);
   } else {

@@ -2,6 +2,7 @@
 #include "fpdt/pipeline/run_spec.h"
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/words.h"
 #include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::pipeline {
@@ -13,46 +14,11 @@ constexpr const char* kModule = "run spec";
 std::string str(int64_t value) { return std::to_string(value); }
 
 // Each type's spellings, once: words, parsing and the options' choices all read these tables.
-template <class E>
-struct Word {
-  const char* text;
-  E value;
-};
 constexpr Word<Mode> kModes[] = {{"fpdt", Mode::fpdt}, {"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}};
 constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
 constexpr Word<OffloadKind> kOffloads[] = {{"none", OffloadKind::none}, {"ram", OffloadKind::ram}, {"disk", OffloadKind::disk}};
 constexpr Word<Precision> kPrecisions[] = {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
 constexpr const char* kDiskPrefix = "disk:";  // disk:DIR
-
-template <class E, size_t N>
-std::string word_of(const Word<E> (&words)[N], E value) {
-  for (const Word<E>& word : words)
-    if (word.value == value) return word.text;
-  FPDT_ASSERT(false && "a value without a word");
-  return "";
-}
-
-template <class E, size_t N>
-std::vector<std::string> words_of(const Word<E> (&words)[N]) {
-  std::vector<std::string> texts;
-  for (const Word<E>& word : words) texts.push_back(word.text);
-  return texts;
-}
-
-// "a, b or c"
-std::string listed(const std::vector<std::string>& words) {
-  std::string text;
-  for (size_t i = 0; i < words.size(); ++i)
-    text.append(i == 0 ? "" : i + 1 == words.size() ? " or " : ", ").append(words[i]);
-  return text;
-}
-
-template <class E, size_t N>
-E parse_word(const Word<E> (&words)[N], const std::string& text, const char* what) {
-  for (const Word<E>& word : words)
-    if (text == word.text) return word.value;
-  throw Error(kModule, std::string("unknown ") + what + " '" + text + "'", "use " + listed(words_of(words)));
-}
 
 }  // namespace
 
@@ -74,9 +40,9 @@ std::vector<std::string> offload_words() {
 }
 std::vector<std::string> precision_words() { return words_of(kPrecisions); }
 
-Mode parse_mode(const std::string& text) { return parse_word(kModes, text, "mode"); }
-Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, "recompute mode"); }
-Precision parse_precision(const std::string& text) { return parse_word(kPrecisions, text, "precision"); }
+Mode parse_mode(const std::string& text) { return parse_word(kModes, text, kModule, "mode"); }
+Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, kModule, "recompute mode"); }
+Precision parse_precision(const std::string& text) { return parse_word(kPrecisions, text, kModule, "precision"); }
 OffloadConfig parse_offload(const std::string& text) {
   if (text.starts_with(kDiskPrefix) && text.size() > std::string(kDiskPrefix).size())
     return OffloadConfig{OffloadKind::disk, text.substr(std::string(kDiskPrefix).size())};

@@ -7,6 +7,7 @@
 
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
+#include "fpdt/base/words.h"
 #include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::plan {
@@ -28,48 +29,14 @@ void require_positive(int64_t value, const std::string& what, const std::string&
   if (value <= 0) throw Error(kModule, join({what, " must be positive, got ", str(value)}), hint);
 }
 
-// Each enum's spellings, once: names, parsing and the options' accepted words all read these.
-template <class E>
-struct Word {
-  const char* text;
-  E value;
-};
+// The positions' spellings, once: names, parsing and the option's choices all read this table.
 constexpr Word<Positions> kPositions[] = {{"model", Positions::model}, {"rope", Positions::rope}, {"learned", Positions::learned}};
-
-template <class E, size_t N>
-std::string name_of(const Word<E> (&words)[N], E value) {
-  for (const Word<E>& word : words)
-    if (word.value == value) return word.text;
-  return "?";
-}
-
-template <class E, size_t N>
-std::vector<std::string> words_of(const Word<E> (&words)[N]) {
-  std::vector<std::string> texts;
-  for (const Word<E>& word : words) texts.push_back(word.text);
-  return texts;
-}
-
-// "a, b or c"
-template <class E, size_t N>
-std::string listed(const Word<E> (&words)[N]) {
-  std::string text;
-  for (size_t i = 0; i < N; ++i) text.append(i == 0 ? "" : i + 1 == N ? " or " : ", ").append(words[i].text);
-  return text;
-}
-
-template <class E, size_t N>
-E parse_word(const Word<E> (&words)[N], const std::string& text, const char* what) {
-  for (const Word<E>& word : words)
-    if (text == word.text) return word.value;
-  throw Error(kModule, join({"unknown ", what, " '", text, "'"}), join({"use ", listed(words)}));
-}
 
 }  // namespace
 
-std::string positions_name(Positions positions) { return name_of(kPositions, positions); }
+std::string positions_name(Positions positions) { return word_of(kPositions, positions); }
 std::vector<std::string> positions_words() { return words_of(kPositions); }
-Positions parse_positions(const std::string& text) { return parse_word(kPositions, text, "positions"); }
+Positions parse_positions(const std::string& text) { return parse_word(kPositions, text, kModule, "positions"); }
 
 int64_t position_table_rows(const PlanConfig& config) {
   switch (config.positions) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "fpdt/base/error.h"
 
@@ -16,13 +15,10 @@ constexpr double kFp32 = 4.0;
 
 double d(int64_t value) { return static_cast<double>(value); }
 
-// The refusal of a layout that cannot be laid out: too many chunks for an int, or, as `fpdt train
-// --dry-run` words it, more bytes than 64-bit sizes count.
-[[noreturn]] void throw_not_countable(const PlanConfig& config, const PlanShape& s) {
+// The refusal of a layout that cannot be laid out, as `fpdt train --dry-run` words it: more bytes than
+// 64-bit sizes count. (Too many chunks for an int the run spec's chunk rule refuses, in derive_shape.)
+[[noreturn]] void throw_not_countable(const PlanConfig& config) {
   const std::string too_long = "--seq " + std::to_string(config.seq_tokens) + " is too long for '" + config.model.name + "': ";
-  if (s.u > std::numeric_limits<int>::max())
-    throw Error("plan", too_long + "chunks of " + std::to_string(s.C) + " tokens make " + std::to_string(s.u) + " chunks, more than 2^31 - 1",
-                "raise --chunk-tokens, or lower --seq");
   throw Error("plan", too_long + "one step's buffers would take more bytes than 64-bit sizes count",
               "lower --seq (fpdt plan --max-seq finds the longest sequence that fits)");
 }
@@ -200,7 +196,7 @@ pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) 
 }
 
 bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& s) {
-  return s.u <= std::numeric_limits<int>::max() && pipeline::layout_fits_64_bits(fpdt_layout(config, s));
+  return pipeline::layout_fits_64_bits(fpdt_layout(config, s));
 }
 
 // ---- assembly -------------------------------------------------------------------------------------------
@@ -321,7 +317,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
   }
 
   // fpdt, ours: one arena and one store, allocated once per sequence length (live all step).
-  if (!fpdt_layout_countable(config, s)) throw_not_countable(config, s);
+  if (!fpdt_layout_countable(config, s)) throw_not_countable(config);
   const pipeline::LayoutShape layout = fpdt_layout(config, s);
   auto store = [&](pipeline::StoreGroup group) {
     return d(static_cast<int64_t>(pipeline::store_bytes(layout, group)));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "fpdt/base/error.h"
 #include "fpdt/plan/memory_model.h"
@@ -55,9 +56,12 @@ int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
   return chunk > 0 ? chunk : whole;
 }
 
-// Whether `config`'s memory (its chunk size set) can be counted in 64 bits: the pipeline's table of
-// fpdt mode is counted in integers (memory_model.cpp refuses what overflows); the other modes in doubles.
+// Whether `config`'s memory (its chunk size set) can be counted: at most 2^31 - 1 chunks (the chunk
+// plan's count is an int), and, the pipeline's table of fpdt mode being counted in integers
+// (memory_model.cpp refuses what overflows), in 64 bits; the other modes are counted in doubles.
 bool countable(const PlanConfig& config) {
+  if (config.chunk_tokens > 0 && config.seq_tokens / config.chunk_tokens >= std::numeric_limits<int>::max())
+    return false;
   return config.mode != Mode::fpdt || fpdt_layout_countable(config, derive_shape(config));
 }
 

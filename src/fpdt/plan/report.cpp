@@ -78,8 +78,9 @@ std::string format_plan_text(const PlanResult& plan) {
                             static_cast<long long>(c.dp), grouped(s.T).c_str()));
   std::string mode = pipeline::word(c.mode);
   if (c.mode != Mode::ulysses)
-    mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks)", grouped(s.C).c_str(),
-                              grouped(s.c).c_str(), static_cast<long long>(s.u)));
+    mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks, padding %s)", grouped(s.C).c_str(),
+                              grouped(s.c).c_str(), static_cast<long long>(s.u),
+                              grouped(s.chunk_plan.padded_tokens - s.S).c_str()));
   text.append(printf_string("  mode      %s; recompute %s, offload %s, ZeRO-%d, %s\n", mode.c_str(),
                             pipeline::word(c.recompute).c_str(), pipeline::word(c.offload).c_str(), c.zero_stage,
                             pipeline::word(c.precision).c_str()));
@@ -198,6 +199,7 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
                     {"chunk_tokens", s.C},
                     {"local_chunk_tokens", s.c},
                     {"chunks_per_rank", s.u},
+                    {"padding_tokens", s.chunk_plan.padded_tokens - s.S},
                     {"mode", pipeline::word(c.mode)},
                     {"recompute", pipeline::word(c.recompute)},
                     {"offload", pipeline::word(c.offload)},
