@@ -111,8 +111,7 @@ inline Reordering transformer_loss_reordering(const model::ModelConfig& config, 
 
 // ---- bf16 runs of the whole model: the pipeline's invariances in bf16, and bf16 against fp32 ---------------
 
-// One rounding to bf16 (8 significant bits) moves a value by at most 2^-9 of itself.
-inline constexpr double kBf16Rounding = 0x1p-9;
+// u = kBf16Rounding (above): one rounding to bf16 moves a value by at most 2^-8 of itself.
 
 // The bf16 roundings in a row behind one output of a bf16 model: in each layer's forward the kept
 // activations model/layer.h lists — the attention norm, q/k/v, o, x_mid, the MLP norm, gate/up, act,
@@ -130,11 +129,11 @@ inline double bf16_roundings(const model::ModelConfig& config, bool gradients) {
 // The bound on relative_error between a bf16 run and another bf16 run that sums in another order (both_bf16:
 // chunked against unchunked), or an fp32 run of the same model (only one side rounds to bf16). Derivation:
 // where both sides round the same value, their fp32 sums differ by δ (fp32_bound: ~1e-6), which puts the
-// value on the other side of a bf16 rounding boundary with probability ≈ δ / (2·2^-9) and then makes it
-// differ by a whole bf16 step, 2·2^-9: each rounding turns a relative difference e into √(2·2^-9·e) RMS.
-// In a row of roundings that grows from 1e-6 to 6e-5, 5e-4, 1.4e-3: past the first few the two sides'
-// rounding errors are as good as independent, so the bound is fp32_bound's model with bf16's rounding:
-// N = the roundings in a row (bf16_roundings), each δ uniform in [−2^-9, 2^-9] (variance u²/3), one side's
+// value on the other side of a bf16 rounding boundary with probability ≈ δ / 2u and then makes it differ
+// by a whole bf16 step, 2u: each rounding turns a relative difference e into √(2u·e) RMS. In a row of
+// roundings that grows from 1e-6 to 9e-5, 8e-4, 2.5e-3: past the first few the two sides' rounding
+// errors are as good as independent, so the bound is fp32_bound's model with bf16's rounding:
+// N = the roundings in a row (bf16_roundings), each δ uniform in [−u, u] (variance u²/3), one side's
 // error u·√(N/3), the difference of two bf16 sides u·√(2N/3), divided by √M for a mean over M outputs
 // with independent errors, 6 standard deviations. The fp32 sums between the roundings add ~1e-6: nothing
 // beside. A bf16 run against fp32 also rounds the weights (each GEMM rounds w), the same perturbation for
@@ -152,8 +151,7 @@ namespace fpdt::testing {
 // bf16 attention: what kernels/reference/attention_chunk.h rounds (q, k, v, P̃, dO, P, dS), bounded by
 // the same statistical model as fp32_bound (independent roundings, kStandardDeviations of their spread).
 //
-// u: one rounding to bf16 (8 significant bits, to nearest) moves a value by at most 2^-9 of itself.
-inline constexpr double kBf16Rounding = 0x1p-9;
+// u: one rounding to bf16, kBf16Rounding (above).
 
 // Against the float64 reference on the unrounded inputs: every product term behind an output carries the
 // roundings of its operands — uniform in [−u, u], variance u²/3, independent — and the ones that reach it
