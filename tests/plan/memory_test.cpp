@@ -199,7 +199,7 @@ TEST(CostModel, SmallestChunkThatHides) {
   EXPECT_NEAR(automatic.prefetch.min_hiding_chunk_tokens, (4 * q + 8 * Hq + 4 * q) * F / (10 * q * bw), 1e-6);
   // A slow disk needs a longer chunk.
   config.chunk_tokens = 0;
-  config.offload = OffloadTier::disk;
+  config.offload = OffloadKind::disk;
   EXPECT_GT(make_plan(config, a100).shape.C, chunk);
 }
 
