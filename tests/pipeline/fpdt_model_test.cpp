@@ -47,6 +47,25 @@ Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_
                 std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel()), {}};
 }
 
+// Offloaded to RAM or disk and recomputing the layer, the pipeline (resident: `resident` is its result)
+// gives bitwise the same loss and gradients.
+void expect_offload_and_recompute_bitwise(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
+                                          const Data& data, uint64_t seed, const Result& resident) {
+  for (const char* offload : {"ram", "disk:/tmp"}) {
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload(offload);
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, resident.loss_sum) << offload;
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), resident.grads.data(), resident.grads.size() * sizeof(float)))
+        << offload;
+  }
+  PipelineConfig recompute = pipeline;
+  recompute.recompute = Recompute::layer;
+  const Result recomputed = run_pipeline(config, recompute, ranks, data, seed);
+  EXPECT_EQ(recomputed.loss_sum, resident.loss_sum);
+  EXPECT_EQ(0, std::memcmp(recomputed.grads.data(), resident.grads.data(), resident.grads.size() * sizeof(float)));
+}
+
 struct Case {
   const char* name;
   model::Family family;
@@ -80,19 +99,7 @@ TEST_P(Invariance, ChunkedShardedOffloadedEqualsUnchunked) {
               grad_bound);
   EXPECT_LE(grad_error, grad_bound);
 
-  // Offload to RAM or disk and recompute the layer: bitwise the same as everything resident.
-  for (const char* offload : {"ram", "disk:/tmp"}) {
-    PipelineConfig other = pipeline;
-    other.offload = parse_offload(offload);
-    const Result offloaded = run_pipeline(config, other, c.ranks, data, seed);
-    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << offload;
-    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float))) << offload;
-  }
-  PipelineConfig recompute = pipeline;
-  recompute.recompute = Recompute::layer;
-  const Result recomputed = run_pipeline(config, recompute, c.ranks, data, seed);
-  EXPECT_EQ(recomputed.loss_sum, got.loss_sum);
-  EXPECT_EQ(0, std::memcmp(recomputed.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
+  expect_offload_and_recompute_bitwise(config, pipeline, c.ranks, data, seed, got);
 }
 
 // The same invariances in bf16 (model/layer.h's rounding points, the store in bf16): chunked and sharded
@@ -128,18 +135,7 @@ TEST_P(Invariance, Bf16ChunkedShardedOffloadedEqualsUnchunked) {
   EXPECT_LE(loss_error, loss_bound);
   EXPECT_LE(grad_error, grad_bound);
 
-  for (const char* offload : {"ram", "disk:/tmp"}) {
-    PipelineConfig other = pipeline;
-    other.offload = parse_offload(offload);
-    const Result offloaded = run_pipeline(config, other, c.ranks, data, seed);
-    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << offload;
-    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float))) << offload;
-  }
-  PipelineConfig recompute = pipeline;
-  recompute.recompute = Recompute::layer;
-  const Result recomputed = run_pipeline(config, recompute, c.ranks, data, seed);
-  EXPECT_EQ(recomputed.loss_sum, got.loss_sum);
-  EXPECT_EQ(0, std::memcmp(recomputed.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
+  expect_offload_and_recompute_bitwise(config, pipeline, c.ranks, data, seed, got);
 }
 
 INSTANTIATE_TEST_SUITE_P(
