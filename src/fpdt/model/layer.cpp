@@ -95,7 +95,8 @@ void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, c
   norm_forward(saved.norm, saved.mean, saved.rstd, x, w.attn_norm_weight, w.attn_norm_bias, n);
   const float* b = w.qkv_bias;
   backend_.linear_forward(q, saved.norm, w.qkv_weight, b, n, h, qd, false, precision_);
-  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false, precision_);
+  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false,
+                          precision_);
   backend_.linear_forward(v, saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, b ? b + qd + kvd : nullptr, n, h, kvd,
                           false, precision_);
   if (config_.uses_rope()) {
