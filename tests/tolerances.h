@@ -109,4 +109,89 @@ inline Reordering transformer_loss_reordering(const model::ModelConfig& config, 
   return r;
 }
 
+// ---- bf16 runs of the whole model: the pipeline's invariances in bf16, and bf16 against fp32 ---------------
+
+// u = kBf16Rounding (above): one rounding to bf16 moves a value by at most 2^-8 of itself.
+
+// The bf16 roundings in a row behind one output of a bf16 model: in each layer's forward the kept
+// activations model/layer.h lists — the attention norm, q/k/v, o, x_mid, the MLP norm, gate/up, act,
+// x_out — and attention's P (rounded before P·V): 9; in each layer's backward the roundings the kernels add
+// to their products' inputs — dout of the MLP's down and up, of the output projection and of the QKV
+// projection, attention's dO and dS: 6. The head: the final norm, and (backward) the head's dout.
+inline constexpr double kBf16RoundingsPerLayer = 9;
+inline constexpr double kBf16RoundingsPerLayerBackward = 6;
+
+inline double bf16_roundings(const model::ModelConfig& config, bool gradients) {
+  const double forward = kBf16RoundingsPerLayer * config.layers + 1;
+  return gradients ? forward + kBf16RoundingsPerLayerBackward * config.layers + 1 : forward;
+}
+
+// The bound on relative_error between a bf16 run and another bf16 run that sums in another order (both_bf16:
+// chunked against unchunked), or an fp32 run of the same model (only one side rounds to bf16). Derivation:
+// where both sides round the same value, their fp32 sums differ by δ (fp32_bound: ~1e-6), which puts the
+// value on the other side of a bf16 rounding boundary with probability ≈ δ / 2u and then makes it differ
+// by a whole bf16 step, 2u: each rounding turns a relative difference e into √(2u·e) RMS. In a row of
+// roundings that grows from 1e-6 to 9e-5, 8e-4, 2.5e-3: past the first few the two sides' rounding
+// errors are as good as independent, so the bound is fp32_bound's model with bf16's rounding:
+// N = the roundings in a row (bf16_roundings), each δ uniform in [−u, u] (variance u²/3), one side's
+// error u·√(N/3), the difference of two bf16 sides u·√(2N/3), divided by √M for a mean over M outputs
+// with independent errors, 6 standard deviations. The fp32 sums between the roundings add ~1e-6: nothing
+// beside. A bf16 run against fp32 also rounds the weights (each GEMM rounds w), the same perturbation for
+// every token: its loss is not averaged over tokens (averaged_over 1).
+inline double bf16_bound(double roundings, bool both_bf16, double averaged_over = 1) {
+  const double sides = both_bf16 ? 2.0 : 1.0;
+  return kStandardDeviations * kBf16Rounding * std::sqrt(sides * roundings / (3.0 * averaged_over));
+}
+
+}  // namespace fpdt::testing
+
+// ---------------------------------------------------------------------------------------------------------
+namespace fpdt::testing {
+
+// bf16 attention: what kernels/reference/attention_chunk.h rounds (q, k, v, P̃, dO, P, dS), bounded by
+// the same statistical model as fp32_bound (independent roundings, kStandardDeviations of their spread).
+//
+// u: one rounding to bf16, kBf16Rounding (above).
+
+// Against the float64 reference on the unrounded inputs: every product term behind an output carries the
+// roundings of its operands — uniform in [−u, u], variance u²/3, independent — and the ones that reach it
+// through a score: an absolute error in a score s is a relative error in e^s, and s = scale·Σ_D q k with
+// unit-variance q, k and scale = 1/√D moves by u·√(2/3) (r(q) and r(k) of each of its D terms): two
+// roundings' worth. An output of terms carrying n roundings each is off by u·√(n/3) of itself (norm-wise,
+// first order); fp32's own arithmetic (~1e-6) is nothing beside it.
+//   forward out: the score (2), r(P̃), r(v): n = 4.  lse: the scores only, log-sum-exp'd: n = 2.
+//   dv = Σ r(P)·r(dO): the score (2), r(P), r(dO): 4.  dq = scale·Σ r(dS)·r(k), dk alike: dS = P·(dP − Δ)
+//   has P's 3, dP = r(dO)·r(v)'s 2 and Δ = rowsum(dO ∘ out)'s 4 (out's), then r(dS) and r(k) (or r(q)): 11,
+//   with the conditioning of dP − Δ, a difference of nearly equal values in some rows (the fp32 backward's
+//   errors are 10× its forward's for the same reason; here, measured: 2).
+inline double bf16_attention_bound(double roundings, double conditioning = 1) {
+  return kStandardDeviations * kBf16Rounding * std::sqrt(roundings / 3.0) * conditioning;
+}
+inline const double kAttentionBf16Forward = bf16_attention_bound(4);
+inline const double kAttentionBf16Lse = bf16_attention_bound(2);
+inline const double kAttentionBf16Backward = bf16_attention_bound(11, 2);
+
+// A fast bf16 kernel against the bf16 reference (the same operands rounded on both sides): the values a
+// side computes before it rounds them — P̃, P, dS — differ between the sides by their fp32 error, σ
+// relative, so r(y) differs only where a rounding boundary falls between y and y': with probability
+// |y − y'| / spacing, by one spacing (2u|y|). Mean square: 2u·|y|²·E|y − y'| = 2u·σ·√(2/π)·|y|², a standard
+// deviation of √(1.6·u·σ) relative — in place of a rounding's u/√3 — per such operand, plus fp32's own
+// reordering (fp32_bound). σ: a unit-variance score is a D-term fp32 sum, u₃₂·√(D/3) ≈ 4e-7 at D = 128
+// (the reference's float64 rounds nothing), and 2^x's polynomial adds ~1e-7: σ ≈ 4e-7. Forward: r(P̃),
+// one such operand. Backward: r(P), r(dS) and the forward's through Δ, three, dS's σ conditioned by
+// dP − Δ as above (2; a window of one key makes dS the rounding residue r(dO)·r(v) − dO·r(v) itself).
+// The flips are rare events, so the average above holds only over many; one flip of a row's dominant
+// probability moves that row by up to a spacing, 2u of its largest term (≤ 3× the row: a softmax over
+// a handful of keys), which over `rows` rows of like norm is 2u·3/√rows norm-wise: added once.
+inline double bf16_flip_bound(double rows, double operands, double conditioning = 1) {
+  constexpr double kSigma = 4e-7;
+  const double flips = std::sqrt(1.6 * kBf16Rounding * kSigma * operands) * conditioning;
+  const double one_large_flip = 2 * kBf16Rounding * 3 / std::sqrt(std::max(rows, 1.0));
+  const double reordering = fp32_bound({.summation = 512, .depth = 2, .against = Against::float64});
+  return kStandardDeviations * flips + one_large_flip + reordering;
+}
+// Of outputs of `rows` rows of D values (out, dq: B·Cq·H; dk, dv: B·Ck·Hkv).
+inline double attention_bf16_same_operands_forward(double rows) { return bf16_flip_bound(rows, 1); }
+inline double attention_bf16_same_operands_backward(double rows) { return bf16_flip_bound(rows, 3, 2); }
+
 }  // namespace fpdt::testing

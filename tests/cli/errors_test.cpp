@@ -167,7 +167,6 @@ TEST(OptionErrors, ValuesThatMakeNoSense) {
       {"--max-nonfinite-steps 0", {"[cli] --max-nonfinite-steps must be ≥ 1, got '0'"}},
       {"--offload tape", {"[cli] unknown --offload 'tape'", "none, ram, disk or disk:DIR"}},
       {"--precision fp16", {"[cli] unknown --precision 'fp16'", "fp32 or bf16"}},
-      {"--precision bf16", {"[train] --precision bf16 is not built into the pipeline yet", "use --precision fp32"}},
       {"--chunks 1000 --seq 64", {"[train] --chunks 1000 leaves chunks without tokens", "use --chunks 64 or fewer"}},
       {"--chunk-tokens 8192 --seq 64", {"[train] --chunk-tokens 8192 is longer than the sequence of 64 tokens"}},
       {"--chunk-tokens 6 --sp 4", {"[train] --chunk-tokens 6 does not split over --sp 4 ranks"}},

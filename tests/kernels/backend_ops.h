@@ -532,6 +532,9 @@ inline void check_activation(OpCheck& t) {
 // dS = P (dP − Δ) and the products dS·K, dSᵀ·Q, Pᵀ·dO.
 inline constexpr double kAttentionForwardSums = 4;
 inline constexpr double kAttentionBackwardSums = 6;
+// Both rows run every case in fp32 and in bf16 (the spec: reference/attention_chunk.h). bf16 against the
+// unrounded float64 reference: the bounds from bf16 rounding (tests/tolerances.h, kAttentionBf16*).
+inline constexpr Precision kAttentionPrecisions[] = {Precision::fp32, Precision::bf16};
 
 inline void check_attention(OpCheck& t) {
   struct Shape {
@@ -553,11 +556,13 @@ inline void check_attention(OpCheck& t) {
                           {1, 33, 6, 2, 80, false, 0},     {2, 64, 4, 2, 32, false, 1},
                           {1, 230, 4, 2, 64, false, 37},   {2, 200, 8, 4, 48, true, 100},
                           {1, 300, 4, 4, 64, false, 200},  {1, 60, 2, 1, 16, true, 500}};
-  for (const Shape& s : shapes) {
+  for (const Shape& s : shapes)
+    for (const Precision precision : kAttentionPrecisions) {
+    const bool bf16 = precision == Precision::bf16;
     const std::string tag = " [" +
                             shape_text({{"B", s.B}, {"S", s.S}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D},
                                         {"docs", s.documents}, {"window", s.window}}) +
-                            "]";
+                            (bf16 ? " bf16" : "") + "]";
     const size_t q_size = static_cast<size_t>(s.B) * s.S * s.H * s.D;
     const size_t kv_size = static_cast<size_t>(s.B) * s.S * s.Hkv * s.D;
     const size_t lse_size = static_cast<size_t>(s.B) * s.H * s.S;
@@ -580,17 +585,23 @@ inline void check_attention(OpCheck& t) {
     const auto out = t.place(std::vector<float>(q_size, 7.0f));  // junk: every output is overwritten
     const auto lse = t.place(std::vector<float>(lse_size, 7.0f));
     t.backend.attention_forward(out->get(), lse->get(), q_placed->get(), k_placed->get(), v_placed->get(),
-                                docs_backend, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+                                docs_backend, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window, precision);
     std::vector<double> out_want(q_size), lse_want(lse_size);
     reference::attention_forward(out_want.data(), lse_want.data(), to_double(q).data(), to_double(k).data(),
                                  to_double(v).data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
     const double summation = static_cast<double>(std::max<int64_t>(s.S, s.D));
-    const double forward_bound = testing::fp32_bound(
-        {.summation = summation, .depth = kAttentionForwardSums, .against = testing::Against::float64});
-    const double backward_bound = testing::fp32_bound(
-        {.summation = summation, .depth = kAttentionForwardSums + kAttentionBackwardSums, .against = testing::Against::float64});
+    const double forward_bound = bf16 ? testing::kAttentionBf16Forward
+                                      : testing::fp32_bound({.summation = summation,
+                                                             .depth = kAttentionForwardSums,
+                                                             .against = testing::Against::float64});
+    const double lse_bound = bf16 ? testing::kAttentionBf16Lse : forward_bound;
+    const double backward_bound =
+        bf16 ? testing::kAttentionBf16Backward
+             : testing::fp32_bound({.summation = summation,
+                                    .depth = kAttentionForwardSums + kAttentionBackwardSums,
+                                    .against = testing::Against::float64});
     expect_close("attention_forward out" + tag, out->host(), out_want, forward_bound);
-    expect_close("attention_forward lse" + tag, lse->host(), lse_want, forward_bound);
+    expect_close("attention_forward lse" + tag, lse->host(), lse_want, lse_bound);
 
     // Backward from the backend's own out and lse; the reference from its float64 ones.
     const auto dq = t.place(std::vector<float>(q_size, 7.0f));
@@ -598,7 +609,7 @@ inline void check_attention(OpCheck& t) {
     const auto dv = t.place(std::vector<float>(kv_size, 7.0f));
     t.backend.attention_backward(dq->get(), dk->get(), dv->get(), dout_placed->get(), q_placed->get(),
                                  k_placed->get(), v_placed->get(), out->get(), lse->get(), docs_backend, s.B, s.S,
-                                 s.H, s.Hkv, s.D, scale, s.window);
+                                 s.H, s.Hkv, s.D, scale, s.window, precision);
     std::vector<double> dq_want(q_size), dk_want(kv_size), dv_want(kv_size);
     reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
                                   to_double(q).data(), to_double(k).data(), to_double(v).data(), out_want.data(),
@@ -608,7 +619,8 @@ inline void check_attention(OpCheck& t) {
       // 0. What is left is the rounding of the two dot products over D: a dot product a·b rounds D partial
       // sums of typical size √i·‖a‖‖b‖/D, a standard deviation of u‖a‖‖b‖/√6; the two, u‖dO‖‖v‖/√3 (that of
       // one rounding, fp32_bound's unit), times scale·‖k‖ (dq) or scale·‖q‖ (dk): an absolute bound on
-      // ‖got − want‖ over all rows.
+      // ‖got − want‖ over all rows. In bf16, dP − Δ = (r(dO) − dO)·r(v) (out is r(v) exactly): the
+      // rounding of dO, one bf16 rounding's worth in place of those two (fp32's, beside it, nothing).
       double dq_scale = 0.0, dk_scale = 0.0;
       auto norm = [&](const std::vector<float>& values, size_t row) {
         double sum = 0.0;
@@ -622,7 +634,8 @@ inline void check_attention(OpCheck& t) {
           dq_scale += std::pow(cancelled * norm(k, kv_row), 2);
           dk_scale += std::pow(cancelled * norm(q, q_row), 2);
         }
-      const double rounding = testing::fp32_bound({.against = testing::Against::float64});
+      const double rounding =
+          bf16 ? testing::bf16_attention_bound(1) : testing::fp32_bound({.against = testing::Against::float64});
       for (const auto& [what, got, want, bound] :
            {std::tuple{"dq", dq->host(), &dq_want, rounding * std::sqrt(dq_scale)},
             std::tuple{"dk", dk->host(), &dk_want, rounding * std::sqrt(dk_scale)}}) {
@@ -638,7 +651,7 @@ inline void check_attention(OpCheck& t) {
       expect_close("attention_backward dk" + tag, dk->host(), dk_want, backward_bound);
     }
     expect_close("attention_backward dv" + tag, dv->host(), dv_want, backward_bound);
-  }
+    }
 }
 
 // attention_chunk_forward, attention_chunk_delta, attention_chunk_backward: one q chunk against a
@@ -648,7 +661,8 @@ inline void check_attention_chunk(OpCheck& t) {
   // Against reference/attention_chunk (float64 inside, fp32 out: one more rounding in a row). The forward
   // as full attention's (kAttentionForwardSums) plus one merge (rescale and add) per block so far; Δ is
   // one dot product over D per row; the backward starts from equal out, lse and Δ, so its sums are
-  // kAttentionBackwardSums. Sums run over D, the keys (dq) or the q chunk's tokens (dk, dv).
+  // kAttentionBackwardSums. Sums run over D, the keys (dq) or the q chunk's tokens (dk, dv). bf16: the
+  // backend in bf16 against the same unrounded reference, within the bf16 rounding bounds (as above).
   auto bound = [](double summation, double depth) {
     return testing::fp32_bound({.summation = summation, .depth = depth + 1, .against = testing::Against::float64});
   };
@@ -675,11 +689,13 @@ inline void check_attention_chunk(OpCheck& t) {
       {"window of two tokens", 1, 2, 2, 16, {50, 50}, {{0, 50}, {50, 50}}, false, 2},
       {"no key visible: above the diagonal", 1, 2, 1, 32, {0, 16}, {{100, 16}}, false, 0},
   };
-  for (const Case& c : cases) {
+  for (const Case& c : cases)
+    for (const Precision precision : kAttentionPrecisions) {
+    const bool bf16 = precision == Precision::bf16;
     const std::string tag = std::string(" [") + c.what + ": " +
                             shape_text({{"B", c.B}, {"H", c.H}, {"Hkv", c.Hkv}, {"D", c.D}, {"q_begin", c.q.begin},
                                         {"Cq", c.q.tokens}, {"window", c.window}}) +
-                            "]";
+                            (bf16 ? " bf16" : "") + "]";
     const int64_t Cq = c.q.tokens;
     const size_t q_size = static_cast<size_t>(c.B) * Cq * c.H * c.D, stat_size = static_cast<size_t>(c.B) * c.H * Cq;
     auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position * 7 + b * 3) / 97); };
@@ -720,6 +736,7 @@ inline void check_attention_chunk(OpCheck& t) {
       p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
       p.window = c.window;
       block.host = block.backend = p;
+      block.backend.precision = precision;
       block.host.q = q.data();
       block.host.k = block.k.data();
       block.host.v = block.v.data();
@@ -746,12 +763,16 @@ inline void check_attention_chunk(OpCheck& t) {
       reference::attention_chunk_forward(out_want.data(), lse_want.data(), blocks[n].host, accumulate);
       const std::string step = " after block " + std::to_string(n) + tag;
       keys += static_cast<double>(c.kv[n].tokens);
-      const double forward_bound = bound(std::max<double>(keys, c.D), kAttentionForwardSums + static_cast<double>(n + 1));
+      const double forward_bound =
+          bf16 ? testing::kAttentionBf16Forward
+               : bound(std::max<double>(keys, c.D), kAttentionForwardSums + static_cast<double>(n + 1));
+      const double lse_bound = bf16 ? testing::kAttentionBf16Lse : forward_bound;
       expect_close("attention_chunk_forward out" + step, out->host(), to_double(out_want), forward_bound);
-      expect_close_lse("attention_chunk_forward lse" + step, lse->host(), to_double(lse_want), forward_bound);
+      expect_close_lse("attention_chunk_forward lse" + step, lse->host(), to_double(lse_want), lse_bound);
     }
-    const double backward_bound = bound(std::max({keys, static_cast<double>(c.D), static_cast<double>(Cq)}),
-                                        kAttentionBackwardSums);
+    const double backward_bound =
+        bf16 ? testing::kAttentionBf16Backward
+             : bound(std::max({keys, static_cast<double>(c.D), static_cast<double>(Cq)}), kAttentionBackwardSums);
     if (blocks.size() == 1 && !block_has_visible_pair(c.q.begin, Cq, c.kv[0].begin, c.kv[0].tokens, c.window)) {
       // Nothing visible: the empty softmax when overwriting, and untouched bits when merging.
       for (const float value : out->host()) EXPECT_EQ(value, 0.0f) << tag;
@@ -805,7 +826,7 @@ inline void check_attention_chunk(OpCheck& t) {
     } else {
       EXPECT_EQ(dq->host(), dq_initial) << tag;
     }
-  }
+    }
 }
 
 // cross_entropy_forward, cross_entropy_backward
@@ -946,7 +967,25 @@ inline void check_adamw(OpCheck& t) {
   }
 }
 
-// sum_squares, scale_inplace, add_inplace, count_invalid, round_to_bf16
+// The bf16 value nearest x by the rule itself, in float64 (x not NaN): one of the two bf16 values around x
+// (x with its low 16 bits cleared, and the next one away from zero), the nearer, the one with an even last
+// bit on a tie; ±inf stay, a float past bf16's largest rounds to inf.
+inline float nearest_bf16_by_rule(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t low_bits = bits & 0xffff0000u;
+  float low, high;
+  std::memcpy(&low, &low_bits, 4);
+  const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
+  std::memcpy(&high, &high_bits, 4);
+  // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
+  const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
+  const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
+  const bool low_even = ((low_bits >> 16) & 1u) == 0;
+  return std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
+}
+
+// sum_squares, scale_inplace, add_inplace, count_invalid, round_to_bf16, pack_bf16, unpack_bf16
 inline void check_elementwise(OpCheck& t) {
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{100003}}) {
     const std::string tag = " [n=" + std::to_string(n) + "]";
@@ -1028,21 +1067,45 @@ inline void check_elementwise(OpCheck& t) {
         ASSERT_TRUE(std::isnan(got)) << "round_to_bf16 keeps NaN, i=" << i << tag;
         continue;
       }
-      uint32_t bits;
-      std::memcpy(&bits, &x, 4);
-      const uint32_t low_bits = bits & 0xffff0000u;
-      float low, high;
-      std::memcpy(&low, &low_bits, 4);
-      const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
-      std::memcpy(&high, &high_bits, 4);
-      // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
-      const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
-      const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
-      const bool low_even = ((low_bits >> 16) & 1u) == 0;
-      const float want = std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
+      const float want = nearest_bf16_by_rule(x);
       ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
           << "round_to_bf16(" << x << ") = " << got << ", want " << want << ", i=" << i << tag;
     }
+
+    // pack_bf16: each word is the upper half of the float the rule picks (exact: a bf16 value is a float
+    // whose low 16 bits are 0), NaN stays NaN; the same draws, specials and ties.
+    const auto packed = t.place(std::vector<uint16_t>(static_cast<size_t>(n), 0));
+    const auto r_source = t.place(r);
+    t.backend.pack_bf16(packed->get(), r_source->get(), n);
+    const auto words = packed->host();
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = r[static_cast<size_t>(i)];
+      const uint32_t word = static_cast<uint32_t>(words[static_cast<size_t>(i)]) << 16;
+      float got;
+      std::memcpy(&got, &word, 4);
+      if (std::isnan(x)) {
+        ASSERT_TRUE(std::isnan(got)) << "pack_bf16 keeps NaN, i=" << i << tag;
+        continue;
+      }
+      const float want = nearest_bf16_by_rule(x);
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+          << "pack_bf16(" << x << ") = " << got << ", want " << want << ", i=" << i << tag;
+    }
+  }
+
+  // unpack_bf16 of every one of the 65536 words (NaNs, infs, zeros, subnormals included), shuffled:
+  // the float whose upper half is the word and whose lower half is 0, bit for bit.
+  std::vector<uint16_t> all(65536);
+  for (size_t w = 0; w < all.size(); ++w) all[w] = static_cast<uint16_t>(w);
+  for (size_t w = all.size() - 1; w > 0; --w) std::swap(all[w], all[t.rng.below(w + 1)]);
+  const auto all_placed = t.place(all);
+  const auto widened = t.place(std::vector<float>(all.size(), 0.0f));
+  t.backend.unpack_bf16(widened->get(), all_placed->get(), static_cast<int64_t>(all.size()));
+  const auto floats = widened->host();
+  for (size_t w = 0; w < all.size(); ++w) {
+    uint32_t bits;
+    std::memcpy(&bits, &floats[w], 4);
+    ASSERT_EQ(bits, static_cast<uint32_t>(all[w]) << 16) << "unpack_bf16 of word " << all[w];
   }
 }
 
@@ -1068,7 +1131,8 @@ inline const std::vector<Row>& rows() {
       {"cross_entropy", {"cross_entropy_forward", "cross_entropy_backward"}, check_cross_entropy},
       {"head_results", {"cross_entropy_sums", "argmax_rows"}, check_head_results},
       {"adamw", {"adamw_update"}, check_adamw},
-      {"elementwise", {"sum_squares", "scale_inplace", "add_inplace", "count_invalid", "round_to_bf16"},
+      {"elementwise",
+       {"sum_squares", "scale_inplace", "add_inplace", "count_invalid", "round_to_bf16", "pack_bf16", "unpack_bf16"},
        check_elementwise},
   };
   return table;

@@ -23,6 +23,7 @@
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
 #include "testing.h"
+#include "tolerances.h"
 
 namespace fpdt::kernels {
 namespace {
@@ -46,12 +47,15 @@ struct Problem {
   int D;
   bool documents;
   int64_t window = 0;  // sliding window; 0: none
+  Precision precision = Precision::fp32;
 };
 
 void PrintTo(const Problem& c, std::ostream* os) {
   *os << "B=" << c.B << " S=" << c.S << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " docs=" << c.documents
-      << " window=" << c.window;
+      << " window=" << c.window << (c.precision == Precision::bf16 ? " bf16" : "");
 }
+
+const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
 
 // Random inputs of a problem, in float (what the kernel sees) and the same values in double.
 struct Inputs {
@@ -100,13 +104,13 @@ Result reference_result(const Problem& c, const Inputs& in) {
   r.out.resize(q_size);
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
   reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
-                               c.S, c.H, c.Hkv, c.D, in.scale, c.window);
+                               c.S, c.H, c.Hkv, c.D, in.scale, c.window, c.precision);
   r.dq.resize(q_size);
   r.dk.resize(kv_size);
   r.dv.resize(kv_size);
   reference::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.doutd.data(), in.qd.data(), in.kd.data(),
                                 in.vd.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
-                                in.scale, c.window);
+                                in.scale, c.window, c.precision);
   return r;
 }
 
@@ -114,18 +118,29 @@ struct FloatResult {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-void expect_close(const FloatResult& got, const Result& want, const char* what) {
+// The bounds of a comparison against the reference in the same precision, for an output of `rows` rows
+// of D values: fp32 as above; bf16, the same-operand bounds of tests/tolerances.h (both sides round the
+// same operands; only the values each side computes itself, P̃, P and dS, may round the other way).
+double forward_tolerance(Precision precision, double rows) {
+  return precision == Precision::bf16 ? testing::attention_bf16_same_operands_forward(rows) : kForwardTolerance;
+}
+double backward_tolerance(Precision precision, double rows) {
+  return precision == Precision::bf16 ? testing::attention_bf16_same_operands_backward(rows) : kBackwardTolerance;
+}
+
+void expect_close(const FloatResult& got, const Result& want, const char* what, const Problem& c) {
+  const double q_rows = static_cast<double>(c.B) * c.S * c.H, kv_rows = static_cast<double>(c.B) * c.S * c.Hkv;
   const double out_error = relative_error(got.out, want.out);
   const double lse_error = relative_error(got.lse, want.lse);
   const double dq_error = relative_error(got.dq, want.dq);
   const double dk_error = relative_error(got.dk, want.dk);
   const double dv_error = relative_error(got.dv, want.dv);
-  // fp32 kernel vs float64 oracle on the same inputs (see kForwardTolerance / kBackwardTolerance)
-  EXPECT_LE(out_error, kForwardTolerance);
-  EXPECT_LE(lse_error, kForwardTolerance);
-  EXPECT_LE(dq_error, kBackwardTolerance);
-  EXPECT_LE(dk_error, kBackwardTolerance);
-  EXPECT_LE(dv_error, kBackwardTolerance);
+  // the kernel vs the float64 oracle of the same precision on the same inputs (the bounds above)
+  EXPECT_LE(out_error, forward_tolerance(c.precision, q_rows));
+  EXPECT_LE(lse_error, forward_tolerance(c.precision, q_rows));
+  EXPECT_LE(dq_error, backward_tolerance(c.precision, q_rows));
+  EXPECT_LE(dk_error, backward_tolerance(c.precision, kv_rows));
+  EXPECT_LE(dv_error, backward_tolerance(c.precision, kv_rows));
   std::printf("[ errors   ] %s vs reference: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, out_error, lse_error,
               dq_error, dk_error, dv_error);
 }
@@ -186,6 +201,7 @@ AttentionChunkParams block_params(const Problem& c, double scale, const std::vec
   p.kv_begin = kr.begin;
   p.scale = scale;
   p.window = c.window;
+  p.precision = c.precision;
   return p;
 }
 
@@ -264,10 +280,12 @@ void PrintTo(const ChunkCase& c, std::ostream* os) {
 }
 
 // (backend, case): the reference's chunk kernels (the spec) and the cpu flash kernels.
-class ChunkedAttention : public ::testing::TestWithParam<std::tuple<std::string, ChunkCase>> {};
+class ChunkedAttention : public ::testing::TestWithParam<std::tuple<std::string, ChunkCase, Precision>> {};
 
 TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
-  const auto& [backend_name, cc] = GetParam();
+  const auto& [backend_name, chunk_case, precision] = GetParam();
+  ChunkCase cc = chunk_case;
+  cc.problem.precision = precision;
   const Problem& c = cc.problem;
   Rng rng(fresh_seed());
   const Inputs in = make_inputs(rng, c);
@@ -277,7 +295,7 @@ TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
   std::ostringstream what;
   what << backend_name << " ";
   PrintTo(cc, &what);
-  expect_close(got, want, what.str().c_str());
+  expect_close(got, want, what.str().c_str(), c);
 }
 
 // Chunks not multiples of the 96-token tiles, Cq ≠ Ck both ways, so blocks are diagonal with the
@@ -292,11 +310,13 @@ INSTANTIATE_TEST_SUITE_P(Backends, ChunkedAttention,
                                                               ChunkCase{{1, 400, 4, 2, 64, false, 100}, 64, 64},
                                                               ChunkCase{{2, 300, 4, 4, 32, true, 37}, 100, 70},
                                                               ChunkCase{{1, 330, 8, 2, 48, false, 200}, 130, 97},
-                                                              ChunkCase{{1, 100, 2, 1, 16, false, 1}, 30, 30})),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, ChunkCase>>& info) {
+                                                              ChunkCase{{1, 100, 2, 1, 16, false, 1}, 30, 30}),
+                                            ::testing::Values(Precision::fp32, Precision::bf16)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, ChunkCase, Precision>>& info) {
                            const ChunkCase& c = std::get<1>(info.param);
                            std::ostringstream name;
-                           name << std::get<0>(info.param) << "_B" << c.problem.B << "_S" << c.problem.S << "_Hkv"
+                           name << std::get<0>(info.param) << "_" << precision_name(std::get<2>(info.param)) << "_B"
+                                << c.problem.B << "_S" << c.problem.S << "_Hkv"
                                 << c.problem.Hkv << "_D" << c.problem.D << "_Cq" << c.q_chunk << "_Ck" << c.kv_chunk
                                 << (c.problem.documents ? "_docs" : "");
                            if (c.problem.window) name << "_window" << c.problem.window;
@@ -321,12 +341,12 @@ double lse_error(const std::vector<float>& got, const std::vector<float>& want) 
 // the kv block in one call (forward by LSE merge; backward: dq sums, dk and dv concatenate) — also
 // with a sliding window, under which some pieces lie wholly before the window of some q rows and
 // the last q rows see no key of the block at all.
-class FlashMerge : public ::testing::TestWithParam<int64_t> {};
+class FlashMerge : public ::testing::TestWithParam<std::tuple<int64_t, Precision>> {};
 
 TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   Rng rng(fresh_seed());
   cpu::CpuBackend flash;
-  const Problem c{2, 0, 8, 2, 64, true, GetParam()};
+  const Problem c{2, 0, 8, 2, 64, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
   const int64_t Cq = 150, Ck = 333, q_begin = 400, kv_begin = 100;  // a diagonal block: kv ends at 432
   const int64_t Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
   const auto q = random_normal<float>(rng, c.B * Cq * Wq);
@@ -376,22 +396,34 @@ TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
     }
     // Same fp32 maths, regrouped: a merge adds a few roundings of O(1) values per row (fp32 ε = 6e-8);
     // dq sums `pieces` partial products in another order. 1e-6 is ~10 ε, far below any real error.
+    // bf16 too, but for out: every piece anchors its P̃ at a power of two and a (query, key) pair's score
+    // is the same bits in any piece, yet s − m is rounded where the integer m is far above s, so now and
+    // then an r(P̃) flips (the same-operand bound, tolerances.h); the backward reads the same lse and Δ.
     const double out_error = relative_error(out, want_out), lse_errors = lse_error(lse, want_lse);
     const double dq_error = relative_error(dq, want_dq);
     const double dk_error = relative_error(dk, want_dk), dv_error = relative_error(dv, want_dv);
-    EXPECT_LE(out_error, 1e-6) << pieces << " pieces";
+    EXPECT_LE(out_error, c.precision == Precision::bf16
+                             ? testing::attention_bf16_same_operands_forward(static_cast<double>(c.B) * Cq * c.H)
+                             : 1e-6)
+        << pieces << " pieces";
     EXPECT_LE(lse_errors, 1e-6) << pieces << " pieces";
     EXPECT_LE(dq_error, 1e-6) << pieces << " pieces";
     EXPECT_LE(dk_error, 1e-6) << pieces << " pieces";
     EXPECT_LE(dv_error, 1e-6) << pieces << " pieces";
-    std::printf("[ errors   ] window %lld, %d kv pieces vs one block: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-                static_cast<long long>(c.window), pieces, out_error, lse_errors, dq_error, dk_error, dv_error);
+    std::printf("[ errors   ] %s window %lld, %d kv pieces vs one block: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+                precision_name(c.precision), static_cast<long long>(c.window), pieces, out_error, lse_errors, dq_error,
+                dk_error, dv_error);
   }
 }
 
 // Window 0: none; 90: below one 96-token tile, and q rows from 522 on see no key of [100, 433).
-INSTANTIATE_TEST_SUITE_P(Windows, FlashMerge, ::testing::Values(0, 90),
-                         [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Windows, FlashMerge,
+                         ::testing::Combine(::testing::Values(0, 90), ::testing::Values(Precision::fp32, Precision::bf16)),
+                         [](const auto& info) {
+                           return std::string(precision_name(std::get<1>(info.param)))
+                               .append("_window")
+                               .append(std::to_string(std::get<0>(info.param)));
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // A block with no visible pair — above the causal diagonal, wholly before the sliding window, or
@@ -431,7 +463,9 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
   before_window.kv_begin = 380;
   before_window.window = 1;
 
-  for (const AttentionChunkParams& p : {above, other_document, before_window}) {
+  for (AttentionChunkParams p : {above, other_document, before_window})
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    p.precision = precision;
     auto out = random_normal<float>(rng, q.size());
     auto out_lse = random_normal<float>(rng, lse.size());
     const auto out_before = out, lse_before = out_lse;
@@ -451,13 +485,15 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
     EXPECT_EQ(0, std::memcmp(dq.data(), dq_before.data(), dq.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(dk.data(), dk_before.data(), dk.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(dv.data(), dv_before.data(), dv.size() * sizeof(float)));
-  }
+    }
 }
 
 // Inside a diagonal block, the q rows before the block's first key see nothing, and with a window of
 // 100 neither do the rows from 120 + 150 + 99 = 369 on: merged with accumulate, they keep their out
-// and lse bit for bit; the other rows change.
-TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
+// and lse bit for bit; the other rows change. In fp32 and bf16.
+class FlashMaskedRows : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(FlashMaskedRows, RowsThatSeeNothingAreUntouched) {
   Rng rng(fresh_seed());
   cpu::CpuBackend flash;
   const int B = 1, H = 2, Hkv = 1, D = 64;
@@ -478,6 +514,7 @@ TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
   p.kv_begin = kv_begin;
   p.scale = 0.125;
   p.window = window;
+  p.precision = GetParam();
   auto out = random_normal<float>(rng, q.size());
   auto lse = random_normal<float>(rng, B * H * Cq);
   const auto out_before = out, lse_before = lse;
@@ -492,6 +529,9 @@ TEST(FlashMasked, RowsThatSeeNothingAreUntouched) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, FlashMaskedRows, ::testing::Values(Precision::fp32, Precision::bf16),
+                         [](const auto& info) { return std::string(precision_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
 // The fp32 backward, fed chunk pair by chunk pair, against float64 central finite differences of
@@ -551,24 +591,24 @@ FloatResult flash_full(const Problem& c, const Inputs& in) {
   r.out.resize(in.q.size());
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
   flash.attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
-                          c.H, c.Hkv, c.D, in.scale, c.window);
+                          c.H, c.Hkv, c.D, in.scale, c.window, c.precision);
   r.dq.resize(in.q.size());
   r.dk.resize(in.k.size());
   r.dv.resize(in.k.size());
   flash.attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
                            in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale,
-                           c.window);
+                           c.window, c.precision);
   return r;
 }
 
 // dq adds its kv tiles in a fixed order — with a window, from the first kv tile whose window reaches
 // the q tile — and every other output is written by one task: the results are bitwise the same
 // whatever the thread count.
-class FlashDeterminism : public ::testing::TestWithParam<int64_t> {};
+class FlashDeterminism : public ::testing::TestWithParam<std::tuple<int64_t, Precision>> {};
 
 TEST_P(FlashDeterminism, SameBitsForOneAndManyThreads) {
   Rng rng(fresh_seed());
-  const Problem c{1, 400, 4, 2, 64, true, GetParam()};
+  const Problem c{1, 400, 4, 2, 64, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
@@ -589,7 +629,7 @@ TEST_P(FlashDeterminism, SameBitsForOneAndManyThreads) {
 // the budget is tiny, all at once by default: the same bits either way.
 TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
   Rng rng(fresh_seed());
-  const Problem c{2, 300, 4, 2, 48, true, GetParam()};
+  const Problem c{2, 300, 4, 2, 48, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int64_t budget_floats) {
     const int64_t saved = cpu::CpuBackend::set_pack_budget_floats(budget_floats);
@@ -604,12 +644,17 @@ TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
   EXPECT_EQ(all.dk, one_group.dk);
   EXPECT_EQ(all.dv, one_group.dv);
   // and still the right answer (tolerances as above)
-  expect_close(one_group, reference_result(c, in), "one group per batch");
+  expect_close(one_group, reference_result(c, in), "one group per batch", c);
 }
 
 // Window 0: none; 150: across the 96-token tiles, so q tiles have different first visitors.
-INSTANTIATE_TEST_SUITE_P(Windows, FlashDeterminism, ::testing::Values(0, 150),
-                         [](const auto& info) { return std::string("window").append(std::to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Windows, FlashDeterminism,
+                         ::testing::Combine(::testing::Values(0, 150), ::testing::Values(Precision::fp32, Precision::bf16)),
+                         [](const auto& info) {
+                           return std::string(precision_name(std::get<1>(info.param)))
+                               .append("_window")
+                               .append(std::to_string(std::get<0>(info.param)));
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // Diagonal blocks are computed down to kPanel × kRows blocks (32 × 8 on AVX-512): forward panels of
@@ -627,10 +672,10 @@ struct DiagonalCase {
 
 void PrintTo(const DiagonalCase& c, std::ostream* os) { *os << c.what; }
 
-class FlashDiagonal : public ::testing::TestWithParam<DiagonalCase> {};
+class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Precision>> {};
 
 TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
-  const DiagonalCase& c = GetParam();
+  const auto& [c, precision] = GetParam();
   Rng rng(fresh_seed());
   cpu::CpuBackend flash;
   auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position + 11 * b) / 37); };
@@ -647,7 +692,7 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
     for (int64_t j = 0; j < c.Ck; ++j) kv_docs.push_back(doc_of(b, c.kv_begin + j));
     for (int64_t j = 0; j < earlier_keys; ++j) earlier_docs.push_back(doc_of(b, earlier_begin + j));
   }
-  const Problem problem{c.B, 0, c.H, c.Hkv, c.D, c.documents, c.window};
+  const Problem problem{c.B, 0, c.H, c.Hkv, c.D, c.documents, c.window, precision};
   const AttentionChunkParams block = block_params(problem, 1.0 / std::sqrt(static_cast<double>(c.D)), q, k, v, q_docs,
                                                   kv_docs, {c.q_begin, c.Cq}, {c.kv_begin, c.Ck});
   AttentionChunkParams earlier = block;
@@ -658,16 +703,17 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
   earlier.kv_begin = earlier_begin;
 
   const size_t lse_size = static_cast<size_t>(c.B) * c.H * c.Cq;
+  const double q_rows = static_cast<double>(lse_size), kv_rows = static_cast<double>(c.B) * c.Ck * c.Hkv;
   std::vector<float> out(q_size, 7.0f), lse(lse_size, 7.0f), out_want(q_size, 7.0f), lse_want(lse_size, 7.0f);
   flash.attention_chunk_forward(out.data(), lse.data(), block, /*accumulate=*/false);
   reference::attention_chunk_forward(out_want.data(), lse_want.data(), block, /*accumulate=*/false);
-  EXPECT_LE(relative_error(out, out_want), kForwardTolerance) << "out of the diagonal block";
-  EXPECT_LE(lse_error(lse, lse_want), kForwardTolerance) << "lse of the diagonal block";
+  EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision, q_rows)) << "out of the diagonal block";
+  EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision, q_rows)) << "lse of the diagonal block";
   if (earlier_keys > 0) {
     flash.attention_chunk_forward(out.data(), lse.data(), earlier, /*accumulate=*/true);
     reference::attention_chunk_forward(out_want.data(), lse_want.data(), earlier, /*accumulate=*/true);
-    EXPECT_LE(relative_error(out, out_want), kForwardTolerance) << "out after the merge";
-    EXPECT_LE(lse_error(lse, lse_want), kForwardTolerance) << "lse after the merge";
+    EXPECT_LE(relative_error(out, out_want), forward_tolerance(precision, q_rows)) << "out after the merge";
+    EXPECT_LE(lse_error(lse, lse_want), forward_tolerance(precision, q_rows)) << "lse after the merge";
   }
 
   // The backward of the diagonal block, both from the reference's final out and lse.
@@ -678,16 +724,17 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
   flash.attention_chunk_backward(dq.data(), dk.data(), dv.data(), dout.data(), lse_want.data(), delta.data(), block);
   reference::attention_chunk_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(), lse_want.data(),
                                       delta.data(), block);
-  EXPECT_LE(relative_error(dq, dq_want), kBackwardTolerance);
-  EXPECT_LE(relative_error(dk, dk_want), kBackwardTolerance);
-  EXPECT_LE(relative_error(dv, dv_want), kBackwardTolerance);
-  std::printf("[ errors   ] %s: out %.2e dq %.2e dk %.2e dv %.2e\n", c.what, relative_error(out, out_want),
+  EXPECT_LE(relative_error(dq, dq_want), backward_tolerance(precision, q_rows));
+  EXPECT_LE(relative_error(dk, dk_want), backward_tolerance(precision, kv_rows));
+  EXPECT_LE(relative_error(dv, dv_want), backward_tolerance(precision, kv_rows));
+  std::printf("[ errors   ] %s %s: out %.2e dq %.2e dk %.2e dv %.2e\n", precision_name(precision), c.what,
+              relative_error(out, out_want),
               relative_error(dq, dq_want), relative_error(dk, dk_want), relative_error(dv, dv_want));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Offsets, FlashDiagonal,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         DiagonalCase{"make_run_shape", 8, 8, 4, 32, 0, 256, 0, 256, 0, false},
         DiagonalCase{"offsets_off_every_tile", 2, 4, 1, 20, 150, 61, 3, 203, 0, false},
         DiagonalCase{"rows_end_inside_a_row_group", 1, 2, 2, 16, 0, 60, 28, 64, 0, false},
@@ -695,8 +742,12 @@ INSTANTIATE_TEST_SUITE_P(
         DiagonalCase{"window_across_panels_docs", 2, 6, 2, 48, 0, 200, 0, 200, 50, true},
         DiagonalCase{"window_shorter_than_a_row_group", 1, 4, 4, 32, 70, 97, 40, 140, 5, false},
         DiagonalCase{"one_query", 3, 2, 1, 8, 255, 1, 0, 256, 0, true},
-        DiagonalCase{"few_keys_many_queries", 1, 8, 2, 40, 223, 256, 200, 33, 0, false}),
-    [](const ::testing::TestParamInfo<DiagonalCase>& info) { return std::string(info.param.what); });
+        DiagonalCase{"few_keys_many_queries", 1, 8, 2, 40, 223, 256, 200, 33, 0, false},
+        DiagonalCase{"odd_head_dim", 2, 4, 2, 15, 30, 140, 0, 170, 0, true}),
+    ::testing::Values(Precision::fp32, Precision::bf16)),
+    [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Precision>>& info) {
+      return std::string(precision_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
+    });
 
 // ---------------------------------------------------------------------------------------------
 TEST(FlashParams, RefusedAtTheEdge) {

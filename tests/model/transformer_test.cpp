@@ -68,6 +68,44 @@ TEST_P(BackendAgreement, FastAndReferenceBackendsGiveTheSameLossAndGradients) {
               std::abs(a.mean() - b.mean()) / b.mean(), loss_bound, worst_gradient, grad_bound);
 }
 
+// bf16 (layer.h: the GEMMs' and attention's inputs rounded, the kept activations bf16) against fp32 on the
+// same weights and data: the loss and the gradients within what bf16's roundings in a row give
+// (tests/tolerances.h bf16_bound, one side rounding); and the cpu backend's bf16 against the reference's
+// (both round the same values; their fp32 sums differ in order, which moves some across a bf16 boundary).
+TEST_P(BackendAgreement, Bf16IsFp32WithinBf16Rounding) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const ModelConfig config = tiny(GetParam());
+  auto cpu = kernels::make_backend("cpu");
+  auto reference = kernels::make_backend("reference");
+  Transformer fp32(config, *cpu, seed);
+  Transformer bf16(config, *cpu, seed, kernels::Precision::bf16);
+  Transformer bf16_reference(config, *reference, seed, kernels::Precision::bf16);
+  RandomBatch data(rng, 2, 29, config.vocab_size, true);
+  const LossStats want = fp32.forward_backward(data.batch);
+  const LossStats got = bf16.forward_backward(data.batch);
+  const LossStats spec = bf16_reference.forward_backward(data.batch);
+  EXPECT_DOUBLE_EQ(got.count, want.count);
+  const double loss_bound = testing::bf16_bound(testing::bf16_roundings(config, false), false);
+  const double grad_bound = testing::bf16_bound(testing::bf16_roundings(config, true), false);
+  const double loss_error = std::abs(got.mean() - want.mean()) / want.mean();
+  const size_t n = static_cast<size_t>(fp32.grads().numel());
+  const double grad_error = testing::relative_error(bf16.grads().data(), fp32.grads().data(), n);
+  EXPECT_GT(grad_error, 0.0) << "bf16 computed as fp32";
+  EXPECT_LE(loss_error, loss_bound);
+  EXPECT_LE(grad_error, grad_bound);
+  const double spec_loss_bound = testing::bf16_bound(testing::bf16_roundings(config, false), true, spec.count);
+  const double spec_grad_bound = testing::bf16_bound(testing::bf16_roundings(config, true), true);
+  const double spec_loss_error = std::abs(got.mean() - spec.mean()) / spec.mean();
+  const double spec_grad_error = testing::relative_error(bf16.grads().data(), bf16_reference.grads().data(), n);
+  EXPECT_LE(spec_loss_error, spec_loss_bound);
+  EXPECT_LE(spec_grad_error, spec_grad_bound);
+  std::printf("[ error    ] bf16 vs fp32: loss %.2e (bound %.2e), gradients %.2e (bound %.2e); cpu vs reference bf16: "
+              "loss %.2e (bound %.2e), gradients %.2e (bound %.2e)\n",
+              loss_error, loss_bound, grad_error, grad_bound, spec_loss_error, spec_loss_bound, spec_grad_error,
+              spec_grad_bound);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, BackendAgreement, ::testing::Values(Family::llama, Family::gpt),
                          [](const auto& info) { return info.param == Family::llama ? "llama" : "gpt"; });
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 
 #include "fpdt/comm/communicator.h"
 #include "fpdt/kernels/backend.h"
@@ -37,12 +38,32 @@ Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipe
   return run_pipeline(config, pipeline, ranks, data.batch, 1.0 / count, seed);
 }
 
-Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_t seed) {
+Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_t seed,
+                     kernels::Precision precision = kernels::Precision::fp32) {
   auto backend = kernels::make_backend("cpu");
-  model::Transformer model(config, *backend, seed);
+  model::Transformer model(config, *backend, seed, precision);
   const model::LossStats stats = model.forward_backward(data.batch);
   return Result{stats.loss_sum, stats.count,
                 std::vector<float>(model.grads().data(), model.grads().data() + model.grads().numel()), {}};
+}
+
+// Offloaded to RAM or disk and recomputing the layer, the pipeline (resident: `resident` is its result)
+// gives bitwise the same loss and gradients.
+void expect_offload_and_recompute_bitwise(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
+                                          const Data& data, uint64_t seed, const Result& resident) {
+  for (const char* offload : {"ram", "disk:/tmp"}) {
+    PipelineConfig other = pipeline;
+    other.offload = parse_offload(offload);
+    const Result offloaded = run_pipeline(config, other, ranks, data, seed);
+    EXPECT_EQ(offloaded.loss_sum, resident.loss_sum) << offload;
+    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), resident.grads.data(), resident.grads.size() * sizeof(float)))
+        << offload;
+  }
+  PipelineConfig recompute = pipeline;
+  recompute.recompute = Recompute::layer;
+  const Result recomputed = run_pipeline(config, recompute, ranks, data, seed);
+  EXPECT_EQ(recomputed.loss_sum, resident.loss_sum);
+  EXPECT_EQ(0, std::memcmp(recomputed.grads.data(), resident.grads.data(), resident.grads.size() * sizeof(float)));
 }
 
 struct Case {
@@ -78,24 +99,50 @@ TEST_P(Invariance, ChunkedShardedOffloadedEqualsUnchunked) {
               grad_bound);
   EXPECT_LE(grad_error, grad_bound);
 
-  // Offload to RAM or disk and recompute the layer: bitwise the same as everything resident.
-  for (const char* offload : {"ram", "disk:/tmp"}) {
-    PipelineConfig other = pipeline;
-    other.offload = parse_offload(offload);
-    const Result offloaded = run_pipeline(config, other, c.ranks, data, seed);
-    EXPECT_EQ(offloaded.loss_sum, got.loss_sum) << offload;
-    EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), got.grads.data(), got.grads.size() * sizeof(float))) << offload;
+  expect_offload_and_recompute_bitwise(config, pipeline, c.ranks, data, seed, got);
+}
+
+// The same invariances in bf16 (model/layer.h's rounding points, the store in bf16): chunked and sharded
+// equals the unchunked bf16 model within bf16's bound (the fp32 reorders move values across bf16 rounding
+// boundaries: tests/tolerances.h bf16_bound), and bitwise on one chunk and one rank (the cpu backend runs
+// whole-sequence attention as one block: then nothing is reordered, and any rounding point the pipeline
+// and the Transformer did not share would show); offloaded to RAM or disk (the store's bf16 words) and
+// recomputed (the rounded values again) bitwise the same as everything resident.
+TEST_P(Invariance, Bf16ChunkedShardedOffloadedEqualsUnchunked) {
+  const Case& c = GetParam();
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const model::ModelConfig config = tiny(c.family, c.heads, c.kv_heads);
+  const Data data(rng, c.B, c.S, config.vocab_size);
+  const Result want = run_unchunked(config, data, seed, kernels::Precision::bf16);
+
+  PipelineConfig pipeline;
+  pipeline.chunks = c.chunks;
+  pipeline.offload.kind = OffloadKind::none;
+  pipeline.precision = kernels::Precision::bf16;
+  const Result got = run_pipeline(config, pipeline, c.ranks, data, seed);
+  EXPECT_DOUBLE_EQ(got.count, want.count);
+  if (c.ranks == 1 && c.chunks == 1) {  // the same kernels over the same rows, rounded at the same points
+    EXPECT_EQ(got.loss_sum, want.loss_sum);
+    EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), got.grads.size() * sizeof(float)));
   }
-  PipelineConfig recompute = pipeline;
-  recompute.recompute = Recompute::layer;
-  const Result recomputed = run_pipeline(config, recompute, c.ranks, data, seed);
-  EXPECT_EQ(recomputed.loss_sum, got.loss_sum);
-  EXPECT_EQ(0, std::memcmp(recomputed.grads.data(), got.grads.data(), got.grads.size() * sizeof(float)));
+  const double loss_bound = testing::bf16_bound(testing::bf16_roundings(config, false), true, want.count);
+  const double grad_bound = testing::bf16_bound(testing::bf16_roundings(config, true), true);
+  const double want_mean = want.loss_sum / want.count;
+  const double loss_error = std::abs(got.loss_sum / got.count - want_mean) / want_mean;
+  const double grad_error = testing::relative_error(got.grads, want.grads);
+  std::printf("[ error    ] bf16: loss %.2e (bound %.2e), gradients %.2e (bound %.2e)\n", loss_error, loss_bound,
+              grad_error, grad_bound);
+  EXPECT_LE(loss_error, loss_bound);
+  EXPECT_LE(grad_error, grad_bound);
+
+  expect_offload_and_recompute_bitwise(config, pipeline, c.ranks, data, seed, got);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Pipeline, Invariance,
     ::testing::Values(Case{"llama_mha_p1_u1", model::Family::llama, 4, 4, 1, 1, 1, 24},
+                      Case{"gpt_p1_u1", model::Family::gpt, 4, 4, 1, 1, 2, 21},
                       Case{"llama_gqa_p1_u2", model::Family::llama, 4, 2, 1, 2, 2, 29},
                       Case{"llama_gqa_p1_u8", model::Family::llama, 4, 2, 1, 8, 1, 61},
                       Case{"llama_gqa_p2_u4", model::Family::llama, 4, 2, 2, 4, 2, 50},
@@ -333,6 +380,73 @@ TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
   one_token.sliding_layers = {true, true};
   EXPECT_EQ(run_pipeline(causal, pipeline, 1, data, seed).traffic, counted(one_token, 5));
   EXPECT_LT(total(counted(one_token, 5)), total(counted(causal, 5)));
+}
+
+// A bf16 run's store holds its activation arrays in bf16 (LSE, Δ and the gradients stay fp32): the dry run
+// counts what the real run allocates, to the byte, in both tiers (the chunk buffers are fp32 lanes with
+// bf16 twins for the arrays that go out and come in), and the activations' bytes per token are half of
+// fp32's. Measured on the demo model's shape with realistic chunks (4 KiB transfer blocks are then a
+// rounding error).
+TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  auto backend = kernels::make_backend("cpu");
+  auto local = comm::make_local();
+  for (const char* offload : {"ram", "none"}) {
+    SCOPED_TRACE(offload);
+    const bool resident = std::string(offload) == "none";
+    // The dry run's counts against a real step's allocation (the tiny model: a real step is quick).
+    const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
+    PipelineConfig pipeline;
+    pipeline.chunks = 3;
+    pipeline.offload = parse_offload(offload);
+    pipeline.precision = kernels::Precision::bf16;
+    const Data data(rng, 2, 45, config.vocab_size);
+    size_t dry_compute = 0, dry_offload = 0;
+    {
+      FpdtModel model(config, *backend, *local, pipeline, seed);
+      const size_t compute = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+      const size_t offloaded = MemoryTiers::instance().usage(Tier::offload).active_bytes;
+      model.dry_run(45, 2);
+      dry_compute = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute;
+      dry_offload = MemoryTiers::instance().usage(Tier::offload).active_bytes - offloaded;
+      const LayoutShape layout = model.layout_shape(45, 2);
+      EXPECT_EQ(layout.activation_bytes, 2);
+      EXPECT_EQ(dry_compute, chunk_arena_bytes(layout) + (resident ? store_bytes(layout) : 0));
+      EXPECT_EQ(dry_offload, resident ? 0 : store_bytes(layout));
+    }
+    {
+      FpdtModel model(config, *backend, *local, pipeline, seed);
+      const size_t compute = MemoryTiers::instance().usage(Tier::compute).active_bytes;
+      const size_t offloaded = MemoryTiers::instance().usage(Tier::offload).active_bytes;
+      model.forward_backward(data.batch, 1.0);
+      EXPECT_EQ(MemoryTiers::instance().usage(Tier::compute).active_bytes - compute, dry_compute);
+      EXPECT_EQ(MemoryTiers::instance().usage(Tier::offload).active_bytes - offloaded, dry_offload);
+    }
+
+    // Bytes per token: the demo model, 16 chunks of 256 tokens, 2 sequences.
+    const model::ModelConfig demo = model::preset("llama-demo");
+    auto store = [&](kernels::Precision precision, std::optional<StoreGroup> group) {
+      PipelineConfig p = pipeline;
+      p.chunk_tokens = 256;
+      p.precision = precision;
+      const FpdtModel model(demo, *backend, *local, p, seed);
+      return static_cast<double>(store_bytes(model.layout_shape(16 * 256, 2), group));
+    };
+    using kernels::Precision;
+    const double fp32 = store(Precision::fp32, std::nullopt), bf16 = store(Precision::bf16, std::nullopt);
+    // The activations (layer inputs and the layers' kept activations): bf16 except the LSE (H fp32 per
+    // token and layer beside the ~6h of the others: < 1 % more than half).
+    const double activations_fp32 = store(Precision::fp32, StoreGroup::inputs) +
+                                     store(Precision::fp32, StoreGroup::activations);
+    const double activations_bf16 = store(Precision::bf16, StoreGroup::inputs) +
+                                    store(Precision::bf16, StoreGroup::activations);
+    std::printf("[ bytes    ] %s: store bf16 / fp32 %.4f; activations %.4f; gradients (fp32, one layer) %.0f of %.0f\n",
+                offload, bf16 / fp32, activations_bf16 / activations_fp32,
+                store(Precision::bf16, StoreGroup::gradients), bf16);
+    EXPECT_LE(activations_bf16 / activations_fp32, 0.51);
+    EXPECT_EQ(store(Precision::bf16, StoreGroup::gradients), store(Precision::fp32, StoreGroup::gradients));
+  }
 }
 
 TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {

@@ -288,12 +288,22 @@ class Simulator {
     EXPECT_TRUE(v.blocks.insert(block).second) << "block " << block << " merged twice into " << show(v);
   }
 
+  // With a bf16 store an activation array goes out of and comes into a bf16 twin, and only those arrays.
+  void expect_through_twin(const Step& step) const {
+    const Buf buffer = step.buffer(Operand::buffer);
+    bool twin = false;
+    for (int k = 0; k < kBufCount; ++k) twin = twin || packed_twin(static_cast<Buf>(k)) == buffer;
+    EXPECT_EQ(twin, s_.bf16_store && holds_activations(step.array))
+        << buffer_name(buffer) << " for array " << array_name(step.array);
+  }
+
   void step(const Step& step) {
     using enum Operand;
     auto at = [&](Operand name) { return step.buffer(name); };  // the buffer playing `name`
     const int i = step.chunk, j = step.kv_chunk;
     switch (step.op) {
       case Op::fetch: {
+        expect_through_twin(step);
         // After a write out of the buffer is fine: the queue is FIFO.
         EXPECT_FALSE(fetching_.count(static_cast<int>(at(buffer)))) << "a second fetch into "
                                                                    << buffer_name(at(buffer));
@@ -302,12 +312,23 @@ class Simulator {
         return;
       }
       case Op::write:
+        expect_through_twin(step);
         queue_.push_back({next_copy_++, false, static_cast<int>(at(buffer)), slot(step), read(at(buffer))});
         writing_.insert(static_cast<int>(at(buffer)));
         return;
       case Op::wait: complete_until(step.copy < 0 ? program_start_ : program_start_ + step.copy + 1); return;
       case Op::zero: overwrite(at(buffer)) = zero_value(); return;
       case Op::segment: return;  // the model states' steps: no chunk data
+      case Op::pack:
+      case Op::unpack: {  // the same data, in bf16 or back in fp32 lanes: from a buffer to its twin or back
+        EXPECT_TRUE(s_.bf16_store) << "pack or unpack in a schedule of an fp32 store";
+        const Buf data = step.op == Op::pack ? at(from) : at(to), twin = step.op == Op::pack ? at(to) : at(from);
+        EXPECT_EQ(packed_twin(data), twin) << buffer_name(twin) << " is not the twin of " << buffer_name(data);
+        const Value v = read(at(from));
+        EXPECT_EQ(v.chunk, i) << show(v);
+        overwrite(at(to)) = v;
+        return;
+      }
       case Op::inputs:
         inputs_chunk_ = i;
         inputs_targets_ = step.flag;
@@ -470,7 +491,8 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
       for (const Recompute recompute : {Recompute::none, Recompute::layer})
         for (const bool mlp_kept : {false, true})
           for (const Pass pass : {Pass::forward, Pass::forward_backward})
-            for (int masking = 0; masking < 4 && !(mlp_kept && recompute == Recompute::layer); ++masking) {
+            for (int masking = 0; masking < 8 && !(mlp_kept && recompute == Recompute::layer); ++masking) {
+              const bool bf16_store = masking & 4;  // the activation arrays in bf16, through the twins
               const int64_t S = u * P * 4 - static_cast<int64_t>(rng.below(4));
               const ChunkPlan plan = make_chunk_plan(S, P, 0, 0, u);
               const int64_t window = masking & 1 ? 1 + static_cast<int64_t>(rng.below(3 * plan.chunk_tokens)) : 0;
@@ -483,15 +505,16 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
               const int32_t* doc_ids = docs.empty() ? nullptr : docs.data();
               const BlockMask full = make_block_mask(plan, 0, doc_ids, 2);
               const BlockMask mask = make_block_mask(plan, window, doc_ids, 2);
-              const Schedule schedule = make_schedule(plan, pass, recompute, {full, mask, full}, mlp_kept);
+              const Schedule schedule =
+                  make_schedule(plan, pass, recompute, {full, mask, full}, mlp_kept, bf16_store);
               SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
-                           word(recompute) + (mlp_kept ? " MLP kept" : "") +
+                           word(recompute) + (mlp_kept ? " MLP kept" : "") + (bf16_store ? " bf16 store" : "") +
                            (pass == Pass::forward ? " forward" : " forward + backward") + " mask " + mask.describe());
               Simulator(schedule).run();
               ++checked;
               if (::testing::Test::HasFailure()) return;
             }
-  EXPECT_EQ(checked, 288);
+  EXPECT_EQ(checked, 576);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ struct Case {
   int batch;
   int sp = 1, dp = 1, zero = 0;
   bool offload_optimizer = false;
+  plan::Precision precision = plan::Precision::fp32;
 };
 
 // The FPDT memory benchmark's model (bench/fpdt_memory.sh) and the small presets.
@@ -53,6 +54,11 @@ const Case kCases[] = {
     {"gpt-2.7b", 524288, 32768, "ram", "layer", 1, 2, 1, 3},
     {"gpt-13b", 1048576, 65536, "ram", "layer", 1, 8, 1, 3},
     {"gpt-30b", 2097152, 65536, "ram", "layer", 1, 8, 2, 3},
+    // bf16: the store's activation arrays in bf16, the chunk buffers fp32 with their bf16 twins
+    {"llama-demo", 32768, 2048, "none", "none", 1, 1, 1, 0, false, plan::Precision::bf16},
+    {"llama-demo", 4096, 512, "ram", "layer", 1, 4, 1, 2, false, plan::Precision::bf16},
+    {"gpt-tiny", 1024, 128, "ram", "none", 2, 2, 1, 3, false, plan::Precision::bf16},
+    {"llama3-8b", 2097152, 65536, "ram", "layer", 1, 4, 1, 3, true, plan::Precision::bf16},
 };
 
 TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
@@ -63,14 +69,16 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
     const std::string tag = model + " S=" + std::to_string(c.seq_tokens) + " C=" + std::to_string(c.chunk_tokens) +
                             " offload " + c.offload + " recompute " + c.recompute + " B=" + std::to_string(c.batch) +
                             " sp " + std::to_string(c.sp) + " dp " + std::to_string(c.dp) + " ZeRO " +
-                            std::to_string(c.zero) + (c.offload_optimizer ? " optimizer offloaded" : "");
+                            std::to_string(c.zero) + (c.offload_optimizer ? " optimizer offloaded" : "") + " " +
+                            pipeline::word(c.precision);
     SCOPED_TRACE(tag);
     const auto start = std::chrono::steady_clock::now();
     const ProgramResult run = run_fpdt(
         join_args({"train", "--model", model, "--seq", std::to_string(c.seq_tokens), "--chunk-tokens",
                    std::to_string(c.chunk_tokens), "--offload", c.offload, "--recompute", c.recompute, "--batch",
                    std::to_string(c.batch), "--sp", std::to_string(c.sp), "--dp", std::to_string(c.dp), "--zero",
-                   std::to_string(c.zero), "--offload-optimizer", c.offload_optimizer ? "ram" : "none", "--dry-run",
+                   std::to_string(c.zero), "--offload-optimizer", c.offload_optimizer ? "ram" : "none", "--precision",
+                   pipeline::word(c.precision), "--dry-run",
                    "--threads", "1", "--peak-gflops", "40", "--out", dir.file("run")}));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(run.exit_status, 0) << run.output;
@@ -92,7 +100,7 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
     config.recompute = pipeline::parse_recompute(c.recompute);
     config.zero_stage = c.zero;
     config.offload_optimizer = c.offload_optimizer;
-    config.precision = plan::Precision::fp32;
+    config.precision = c.precision;
     const plan::PlanResult predicted = plan::make_plan(config, plan::hardware_preset("cpu"));
     const double peak_rss = measured["peak_rss_bytes"].get<double>();
     std::printf("[ measured ] %s: compute %.0f predicted, %.0f measured; offload %.0f / %.0f; %.2f s, RSS %.0f MiB\n",

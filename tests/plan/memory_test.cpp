@@ -74,8 +74,8 @@ TEST(MemoryModel, WorkedExampleReference) {
 }
 
 // The plan's fpdt mode reads the pipeline's memory table through fpdt_layout(): the shape it hands the
-// table must be the one the pipeline itself lays out (rank 0 of P thread ranks), and the plan's peaks
-// are the table's sums plus the fp32 model states.
+// table must be the one the pipeline itself lays out (rank 0 of P thread ranks), in fp32 and in bf16 (its
+// store in bf16), and the plan's peaks are the table's sums plus the fp32 model states.
 TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
   const Hardware cpu = hardware_preset("cpu");
   auto backend = kernels::make_backend("cpu");
@@ -83,37 +83,41 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
     for (const int P : {1, 2, 4}) {
       for (const Recompute recompute : {Recompute::layer, Recompute::none}) {
         for (const int B : {1, 3}) {
-          PlanConfig config;
-          config.model = model::preset(name);
-          config.sp = P;
-          config.micro_batch = B;
-          config.seq_tokens = 1024;
-          config.chunk_tokens = 128;
-          config.mode = Mode::fpdt;
-          config.recompute = recompute;
-          config.zero_stage = 0;
-          config.precision = Precision::fp32;
-          const PlanResult plan = make_plan(config, cpu);
-          SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B));
-          const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
-          pipeline::PipelineConfig pipeline;
-          pipeline.chunk_tokens = 128;
-          pipeline.recompute = recompute == Recompute::layer ? pipeline::Recompute::layer : pipeline::Recompute::none;
-          comm::run_ranks(P, [&](comm::Communicator& comm) {
-            if (comm.rank() != 0) return;
-            const pipeline::FpdtModel model(config.model, *backend, comm, pipeline);
-            EXPECT_TRUE(model.layout_shape(config.seq_tokens, B) == layout);
-          });
-          EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
-          // Compute tier: the model states' table (ZeRO 0: fp32 weights, gradients, Adam m and v: 16 B a
-          // parameter, with the layout's alignment) + the arena.
-          double states = 0;
-          for (const pipeline::StateSpec& spec :
-               pipeline::model_state_buffers(model::ParameterLayout(config.model), pipeline::StateShape{}))
-            states += static_cast<double>(spec.bytes());
-          EXPECT_NEAR(states, 16.0 * static_cast<double>(config.model.parameter_count()), 0.01 * states);
-          EXPECT_DOUBLE_EQ(plan.compute_peak.bytes,
-                           states + static_cast<double>(pipeline::chunk_arena_bytes(layout)));
+          for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+            PlanConfig config;
+            config.model = model::preset(name);
+            config.sp = P;
+            config.micro_batch = B;
+            config.seq_tokens = 1024;
+            config.chunk_tokens = 128;
+            config.mode = Mode::fpdt;
+            config.recompute = recompute;
+            config.zero_stage = 0;
+            config.precision = precision;
+            const PlanResult plan = make_plan(config, cpu);
+            SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B) + " " +
+                         pipeline::word(precision));
+            const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
+            pipeline::PipelineConfig pipeline;
+            pipeline.chunk_tokens = 128;
+            pipeline.precision = precision;
+            pipeline.recompute = recompute == Recompute::layer ? pipeline::Recompute::layer : pipeline::Recompute::none;
+            comm::run_ranks(P, [&](comm::Communicator& comm) {
+              if (comm.rank() != 0) return;
+              const pipeline::FpdtModel model(config.model, *backend, comm, pipeline);
+              EXPECT_TRUE(model.layout_shape(config.seq_tokens, B) == layout);
+            });
+            EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
+            // Compute tier: the model states' table (ZeRO 0: fp32 weights, gradients, Adam m and v: 16 B a
+            // parameter, with the layout's alignment) + the arena.
+            double states = 0;
+            for (const pipeline::StateSpec& spec :
+                 pipeline::model_state_buffers(model::ParameterLayout(config.model), pipeline::StateShape{}))
+              states += static_cast<double>(spec.bytes());
+            EXPECT_NEAR(states, 16.0 * static_cast<double>(config.model.parameter_count()), 0.01 * states);
+            EXPECT_DOUBLE_EQ(plan.compute_peak.bytes,
+                             states + static_cast<double>(pipeline::chunk_arena_bytes(layout)));
+          }
         }
       }
     }

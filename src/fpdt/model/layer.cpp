@@ -57,6 +57,11 @@ void LayerMath::norm_forward(float* out, float* mean, float* rstd, const float* 
     backend_.rmsnorm_forward(out, rstd, x, weight, n, config_.hidden, config_.norm_eps);
   else
     backend_.layernorm_forward(out, mean, rstd, x, weight, bias, n, config_.hidden, config_.norm_eps);
+  round_kept(out, n * config_.hidden);
+}
+
+void LayerMath::round_kept(float* x, int64_t n) {
+  if (precision_ == kernels::Precision::bf16) backend_.round_to_bf16(x, n);
 }
 
 void LayerMath::norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
@@ -73,6 +78,7 @@ void LayerMath::embedding_forward(const GlobalTensors& w, const int32_t* tokens,
                                   float* x, int64_t n) {
   backend_.embedding_forward(x, tokens, w.embed, n, config_.hidden, false);
   if (config_.learned_positions()) backend_.embedding_forward(x, position_ids, w.pos_embed, n, config_.hidden, true);
+  round_kept(x, n * config_.hidden);
 }
 
 void LayerMath::embedding_backward(const GlobalTensors& g, const int32_t* tokens, const int32_t* position_ids,
@@ -88,14 +94,18 @@ void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, c
   const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
   norm_forward(saved.norm, saved.mean, saved.rstd, x, w.attn_norm_weight, w.attn_norm_bias, n);
   const float* b = w.qkv_bias;
-  backend_.linear_forward(q, saved.norm, w.qkv_weight, b, n, h, qd, false);
-  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false);
+  backend_.linear_forward(q, saved.norm, w.qkv_weight, b, n, h, qd, false, precision_);
+  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false,
+                          precision_);
   backend_.linear_forward(v, saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, b ? b + qd + kvd : nullptr, n, h, kvd,
-                          false);
+                          false, precision_);
   if (config_.uses_rope()) {
     backend_.rope_forward(q, pos, n, config_.heads, config_.head_dim, rope_.params());
     backend_.rope_forward(k, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
   }
+  round_kept(q, n * qd);
+  round_kept(k, n * kvd);
+  round_kept(v, n * kvd);
 }
 
 void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTensors& g, const float* x,
@@ -107,11 +117,11 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
     backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
   }
   float* db = g.qkv_bias;
-  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, w.qkv_weight, n, h, qd, false);
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, w.qkv_weight, n, h, qd, false, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd} * h, db ? db + qd : nullptr, dk, saved.norm,
-                           w.qkv_weight + int64_t{qd} * h, n, h, kvd, true);
+                           w.qkv_weight + int64_t{qd} * h, n, h, kvd, true, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd + kvd} * h, db ? db + qd + kvd : nullptr, dv,
-                           saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, n, h, kvd, true);
+                           saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, n, h, kvd, true, precision_);
   norm_backward(dx, g.attn_norm_weight, g.attn_norm_bias, scratch.d_norm, x, w.attn_norm_weight, saved.mean,
                 saved.rstd, n);
 }
@@ -121,13 +131,14 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
 void LayerMath::attention_output_forward(const LayerTensors& w, const float* attn, const float* x, float* x_mid,
                                          int64_t n) {
   if (x_mid != x) backend_.memory().copy(x_mid, x, sizeof(float) * static_cast<size_t>(n) * config_.hidden);
-  backend_.linear_forward(x_mid, attn, w.out_weight, w.out_bias, n, config_.q_dim(), config_.hidden, true);
+  backend_.linear_forward(x_mid, attn, w.out_weight, w.out_bias, n, config_.q_dim(), config_.hidden, true, precision_);
+  round_kept(x_mid, n * config_.hidden);
 }
 
 void LayerMath::attention_output_backward(const LayerTensors& w, const LayerTensors& g, const float* attn,
                                           const float* d_mid, float* d_attn, int64_t n) {
   backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, w.out_weight, n, config_.q_dim(),
-                           config_.hidden, false);
+                           config_.hidden, false, precision_);
 }
 
 // ---- MLP --------------------------------------------------------------------------------------------
@@ -137,32 +148,37 @@ void LayerMath::mlp_forward(const LayerTensors& w, const float* x_mid, float* x_
   const int h = config_.hidden, f = config_.ffn_hidden;
   norm_forward(saved.norm, saved.mean, saved.rstd, x_mid, w.mlp_norm_weight, w.mlp_norm_bias, n);
   if (config_.family == Family::llama) {
-    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, nullptr, n, h, f, false);
-    backend_.linear_forward(saved.up, saved.norm, w.up_weight + int64_t{f} * h, nullptr, n, h, f, false);
+    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, nullptr, n, h, f, false, precision_);
+    backend_.linear_forward(saved.up, saved.norm, w.up_weight + int64_t{f} * h, nullptr, n, h, f, false, precision_);
+    round_kept(saved.gate, n * f);
+    round_kept(saved.up, n * f);
     backend_.swiglu_forward(saved.act, saved.gate, saved.up, n * f);
   } else {
-    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, w.up_bias, n, h, f, false);
+    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, w.up_bias, n, h, f, false, precision_);
+    round_kept(saved.gate, n * f);
     backend_.gelu_forward(saved.act, saved.gate, n * f);
   }
+  round_kept(saved.act, n * f);
   if (x_out != x_mid) backend_.memory().copy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
-  backend_.linear_forward(x_out, saved.act, w.down_weight, w.down_bias, n, f, h, true);
+  backend_.linear_forward(x_out, saved.act, w.down_weight, w.down_bias, n, f, h, true, precision_);
+  round_kept(x_out, n * h);
 }
 
 void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const float* x_mid, int64_t n,
                              const MlpActivations& saved, float* d_res, const LayerScratch& scratch) {
   const int h = config_.hidden, f = config_.ffn_hidden;
   backend_.linear_backward(scratch.d_act, g.down_weight, g.down_bias, d_res, saved.act, w.down_weight, n, f, h,
-                           false);
+                           false, precision_);
   if (config_.family == Family::llama) {
     backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f);
     backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
-                             false);
+                             false, precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,
-                             w.up_weight + int64_t{f} * h, n, h, f, true);
+                             w.up_weight + int64_t{f} * h, n, h, f, true, precision_);
   } else {
     backend_.gelu_backward(scratch.d_gate, scratch.d_act, saved.gate, n * f);
     backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
-                             false);
+                             false, precision_);
   }
   norm_backward(d_res, g.mlp_norm_weight, g.mlp_norm_bias, scratch.d_norm, x_mid, w.mlp_norm_weight, saved.mean,
                 saved.rstd, n);
@@ -181,7 +197,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
   for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = logits ? logits + begin * V : scratch.logits;
-    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w.head, nullptr, count, h, V, false);
+    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w.head, nullptr, count, h, V, false, precision_);
     if (per_token.predictions != nullptr) backend_.argmax_rows(per_token.predictions + begin, chunk_logits, count, V);
     if (targets == nullptr) continue;
     const int32_t* chunk_targets = targets + begin;
@@ -198,7 +214,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
     backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
                                     count, V);
     backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h, w.head, count,
-                             h, V, false);
+                             h, V, false, precision_);
   }
   if (dx != nullptr)
     norm_backward(dx, g->final_norm_weight, g->final_norm_bias, d_norm, x, w.final_norm_weight, saved.mean,

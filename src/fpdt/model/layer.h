@@ -96,11 +96,27 @@ struct TokenResults {
   int32_t* predictions = nullptr;  // (n) argmax of its logits (the lowest id among equals): the greedy next token
 };
 
+// The precision of the model's maths (kernels::Precision, DESIGN.md §4). In bf16 every GEMM takes
+// Precision::bf16 (its products' inputs rounded to bf16, fp32 sums), and so does attention (the caller's),
+// and the activations the model KEEPS are bf16 values in fp32 lanes, each rounded once where it is
+// produced (the round_to_bf16 op) — at these points, the one list of them:
+//   embedding_forward          x, the first layer's input
+//   norm_forward               the output of every norm: attention, MLP and final (mean, rstd stay fp32)
+//   attention_input_forward    q and k after RoPE, v
+//   the caller (round_kept)    the attention output o, once all its kv blocks are merged
+//   attention_output_forward   x_mid
+//   mlp_forward                gate, up (Llama), act, and x_out: the next layer's input
+// The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
+// backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
+// Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
+// every gradient, the weights (the GEMMs round them on the way in).
 class LayerMath {
  public:
-  LayerMath(const ModelConfig& config, kernels::Backend& backend)
-      : config_(config), backend_(backend), rope_(rope_frequencies(config)) {}
+  LayerMath(const ModelConfig& config, kernels::Backend& backend,
+            kernels::Precision precision = kernels::Precision::fp32)
+      : config_(config), backend_(backend), precision_(precision), rope_(rope_frequencies(config)) {}
   const ModelConfig& config() const { return config_; }
+  kernels::Precision precision() const { return precision_; }
 
   // x (n, h) → q (n, Hq·D), k, v (n, Hkv·D), RoPE applied at positions pos (n) (Llama).
   void attention_input_forward(const LayerTensors& w, const float* x, const int64_t* pos, int64_t n,
@@ -139,7 +155,11 @@ class LayerMath {
                          const HeadScratch& scratch, float* logits, float* dx, float* d_norm,
                          const TokenResults& per_token = {});
 
-  // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT). dx accumulates.
+  // x (n) rounded to bf16 in bf16 (a kept activation: the list above); nothing in fp32.
+  void round_kept(float* x, int64_t n);
+
+  // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT); out is kept (rounded in bf16).
+  // dx accumulates.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                     int64_t n);
   void norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
@@ -148,6 +168,7 @@ class LayerMath {
  private:
   const ModelConfig& config_;
   kernels::Backend& backend_;
+  kernels::Precision precision_;
   RopeFrequencies rope_;  // the config's RoPE table, made once
 };
 

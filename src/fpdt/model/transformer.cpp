@@ -54,13 +54,14 @@ void check_batch(const ModelConfig& config, const Batch& batch) {
   }
 }
 
-Transformer::Transformer(const ModelConfig& config, kernels::Backend& backend, uint64_t seed)
+Transformer::Transformer(const ModelConfig& config, kernels::Backend& backend, uint64_t seed,
+                         kernels::Precision precision)
     : config_(config),
       backend_(backend),
       layout_((config.validate(), config)),
       params_(layout_, "model parameters"),
       grads_(layout_, "parameter gradients"),
-      math_(config_, backend_) {
+      math_(config_, backend_, precision) {
   init_parameters(config_, layout_, params_, seed);
 }
 
@@ -159,7 +160,8 @@ void Transformer::layer_forward(int layer) {
   math_.attention_input_forward(w, residual_[layer], positions_.data(), N, a.input, a.q, a.k, a.v);
   const double scale = config_.attention_scale(layer);
   backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, doc_ids_, B_, T_, config_.heads, config_.kv_heads,
-                             config_.head_dim, scale, config_.window(layer));
+                             config_.head_dim, scale, config_.window(layer), math_.precision());
+  math_.round_kept(a.attn, N * config_.q_dim());
   math_.attention_output_forward(w, a.attn, residual_[layer], a.x_mid, N);
   math_.mlp_forward(w, a.x_mid, residual_[layer + 1], N, a.mlp);
 }
@@ -173,7 +175,7 @@ void Transformer::layer_backward(int layer) {
   math_.attention_output_backward(w, g, a.attn, d_resid_, d_attn_, N);
   const double scale = config_.attention_scale(layer);
   backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, doc_ids_, B_, T_, config_.heads,
-                              config_.kv_heads, config_.head_dim, scale, config_.window(layer));
+                              config_.kv_heads, config_.head_dim, scale, config_.window(layer), math_.precision());
   math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, d_q_, d_k_, d_v_, d_resid_,
                                  scratch_);
 }

@@ -37,8 +37,10 @@ void check_batch(const ModelConfig& config, const Batch& batch);
 
 class Transformer {
  public:
-  // Parameters are initialised from `seed` (see init_parameters); gradients start at zero.
-  Transformer(const ModelConfig& config, kernels::Backend& backend, uint64_t seed = 1234);
+  // Parameters are initialised from `seed` (see init_parameters); gradients start at zero. precision: the
+  // maths' (layer.h: in bf16 the GEMMs and attention round their inputs, the kept activations are bf16).
+  Transformer(const ModelConfig& config, kernels::Backend& backend, uint64_t seed = 1234,
+              kernels::Precision precision = kernels::Precision::fp32);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }

@@ -34,7 +34,7 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
                                                            pipeline.forward_only},
                                                 seed)),
       states_(*own_states_),
-      math_(config_, backend_),
+      math_(config_, backend_, pipeline.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
@@ -45,7 +45,7 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       sp_(sp),
       pipeline_(pipeline),
       states_(states),
-      math_(config_, backend_),
+      math_(config_, backend_, pipeline.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {
   FPDT_CHECK(states.zero().recompute_layer == (pipeline.recompute == Recompute::layer), "pipeline",
              "the model states were planned for another --recompute than the pipeline's", "");
@@ -70,13 +70,13 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   std::vector<BlockMask> masks;
   for (int layer = 0; layer < config_.layers; ++layer)
     masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
-  return make_schedule(plan, pass, pipeline_.recompute, masks, mlp_kept());
+  return make_schedule(plan, pass, pipeline_.recompute, masks, mlp_kept(), bf16_store());
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
   return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers, sizeof(float),
-                                mlp_kept(), !pipeline_.forward_only);
+                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers,
+                                stored_activation_bytes(pipeline_.precision), mlp_kept(), !pipeline_.forward_only);
 }
 
 // A forward-only layout stores nothing for a backward, the MLP's activations neither.
@@ -359,6 +359,18 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       memory_.fill_zero(a[buffer], bytes_[static_cast<size_t>(a.buffer(buffer))]);
       return;
     }
+    case Op::pack: {  // the buffer's fp32 lanes → its twin's bf16 (exact: the model rounded them, layer.h)
+      const auto a = operands_of<Op::pack>(step, bind);
+      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(a.buffer(from))] / sizeof(float));
+      backend_.pack_bf16(reinterpret_cast<uint16_t*>(a[to]), a[from], elements);
+      return;
+    }
+    case Op::unpack: {
+      const auto a = operands_of<Op::unpack>(step, bind);
+      const int64_t elements = static_cast<int64_t>(bytes_[static_cast<size_t>(a.buffer(to))] / sizeof(float));
+      backend_.unpack_bf16(a[to], reinterpret_cast<const uint16_t*>(a[from]), elements);
+      return;
+    }
     case Op::inputs: upload_inputs(step.chunk, step.flag); return;
     case Op::docs: upload_documents(step.chunk, operands_of<Op::docs>(step, bind).buffer(buffer)); return;
     case Op::q_to_heads:
@@ -414,6 +426,8 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       float* lse_out = a[lse];
       backend_.attention_chunk_forward(o_out, lse_out, block(layer, a[q], a[k], a[v], step.chunk, step.kv_chunk),
                                        step.flag);
+      // The diagonal block is the q chunk's last: o is final, and kept (rounded in bf16, layer.h).
+      if (step.kv_chunk == step.chunk) math_.round_kept(o_out, n * config_.q_dim());
       return;
     }
     case Op::attention_output: {
@@ -564,6 +578,7 @@ kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const 
   params.kv_begin = plan_.chunk_begin(kv_chunk);
   params.scale = config_.attention_scale(layer);
   params.window = config_.window(layer);  // the window its block mask was made with (schedule_for)
+  params.precision = pipeline_.precision;
   return params;
 }
 

@@ -36,6 +36,10 @@ struct PipelineConfig {
   int chunks = 1;            // u, when chunk_tokens is 0
   OffloadConfig offload;
   Recompute recompute = Recompute::none;
+  // The maths' precision (model/layer.h): in bf16 the GEMMs and attention round their inputs, the kept
+  // activations are bf16 values, and the store holds them as bf16 (memory_layout.h); LSE, Δ, dQ and the
+  // other gradients stay fp32.
+  kernels::Precision precision = kernels::Precision::fp32;
   // Forward passes only (evaluation): the store keeps what a forward needs (memory_layout.h: two
   // layers' inputs, one layer's k and v) and the arena has no backward buffers; forward_backward is
   // refused.
@@ -82,6 +86,8 @@ class FpdtModel {
   LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
   // Whether the store keeps the MLP's activations for the backward (keep_mlp_activations).
   bool mlp_kept() const;
+  // Whether the store's activation arrays are bf16 (the precision's).
+  bool bf16_store() const { return pipeline_.precision == kernels::Precision::bf16; }
 
   // Lays out the offload store and the compute-tier chunk buffers for micro-batches of B sequences of
   // S tokens (the only allocations of a step). Called implicitly when S or B changes.

@@ -58,6 +58,10 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
   return shape;
 }
 
+int64_t stored_activation_bytes(kernels::Precision precision) {
+  return precision == kernels::Precision::bf16 ? 2 : 4;
+}
+
 bool keep_mlp_activations(bool store_resident, bool recompute_layer) { return store_resident && !recompute_layer; }
 
 int64_t head_rows(const LayoutShape& s) {
@@ -70,6 +74,8 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
   const int64_t qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
   const int64_t head = head_rows(s);
   const int64_t back = s.backward ? 1 : 0;  // the backward's buffers: none in a forward-only layout
+  const int64_t packed = s.activation_bytes < 4 ? 1 : 0;  // staging twins: a bf16 store only
+  const int64_t mlp = s.mlp_kept ? 1 : 0;                 // the MLP's activations go through the store
   using E = Element;
   std::vector<BufferSpec> table = {
       {Buf::tokens, "tokens", "(B·c)", E::int32, n},
@@ -79,47 +85,65 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::position_ids, "position_ids", "(B·c)", E::int32, n},
       {Buf::q_docs, "q_docs", "(B, C)", E::int32, C_rows},
       {Buf::kv_docs, "kv_docs", "(B, C)", E::int32, C_rows},
-      {Buf::x, "x", "(B·c, h)", E::activation, n * s.h},
-      {Buf::x_mid, "x_mid", "(B·c, h)", E::activation, n * s.h},
-      {Buf::x_out, "x_out", "(B·c, h)", E::activation, n * s.h},
-      {Buf::norm, "norm", "(B·c, h)", E::activation, n * s.h},
+      {Buf::x, "x", "(B·c, h)", E::fp32, n * s.h},
+      {Buf::x_mid, "x_mid", "(B·c, h)", E::fp32, n * s.h},
+      {Buf::x_out, "x_out", "(B·c, h)", E::fp32, n * s.h},
+      {Buf::norm, "norm", "(B·c, h)", E::fp32, n * s.h},
       {Buf::norm_mean, "norm_mean", "(B·c)", E::fp32, n},
       {Buf::norm_rstd, "norm_rstd", "(B·c)", E::fp32, n},
-      {Buf::q_local, "q_local", "(B·c, Hq·D)", E::activation, n * s.q},
-      {Buf::k_local, "k_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
-      {Buf::v_local, "v_local", "(B·c, Hkv·D)", E::activation, n * s.kv},
-      {Buf::q_head, "q_head", "(B, C, Hq/P, D)", E::activation, qh},
-      {Buf::k_head, "k_head", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::v_head, "v_head", "(B, C, Hkv/P, D)", E::activation, kvh},
-      {Buf::o_head, "o_head", "(B, C, Hq/P, D)", E::activation, qh},
+      {Buf::q_local, "q_local", "(B·c, Hq·D)", E::fp32, n * s.q},
+      {Buf::k_local, "k_local", "(B·c, Hkv·D)", E::fp32, n * s.kv},
+      {Buf::v_local, "v_local", "(B·c, Hkv·D)", E::fp32, n * s.kv},
+      {Buf::q_head, "q_head", "(B, C, Hq/P, D)", E::fp32, qh},
+      {Buf::k_head, "k_head", "(B, C, Hkv/P, D)", E::fp32, kvh},
+      {Buf::v_head, "v_head", "(B, C, Hkv/P, D)", E::fp32, kvh},
+      {Buf::o_head, "o_head", "(B, C, Hq/P, D)", E::fp32, qh},
       {Buf::lse, "lse", "(B, Hq/P, C)", E::fp32, lse},
-      {Buf::o_local, "o_local", "(B·c, Hq·D)", E::activation, n * s.q},
-      {Buf::mlp_norm, "mlp_norm", "(B·c, h)", E::activation, n * s.h},
+      {Buf::o_local, "o_local", "(B·c, Hq·D)", E::fp32, n * s.q},
+      {Buf::mlp_norm, "mlp_norm", "(B·c, h)", E::fp32, n * s.h},
       {Buf::mlp_mean, "mlp_mean", "(B·c)", E::fp32, n},
       {Buf::mlp_rstd, "mlp_rstd", "(B·c)", E::fp32, n},
-      {Buf::gate, "gate", "(B·c, f)", E::activation, n * s.f},
-      {Buf::up, "up", "(B·c, f)", E::activation, n * s.f},
-      {Buf::act, "act", "(B·c, f)", E::activation, n * s.f},
-      {Buf::pack, "pack", "(c, max(Hq, kv send heads), D)", E::activation,
+      {Buf::gate, "gate", "(B·c, f)", E::fp32, n * s.f},
+      {Buf::up, "up", "(B·c, f)", E::fp32, n * s.f},
+      {Buf::act, "act", "(B·c, f)", E::fp32, n * s.f},
+      {Buf::pack, "pack", "(c, max(Hq, kv send heads), D)", E::fp32,
        s.c * std::max(s.q, s.kv_heads_width())},
       {Buf::exchange_rows, "exchange_rows", "(P·c) replicated kv rows", E::int32, s.kv_replicated ? s.P * s.c : 0},
       {Buf::logits, "logits", "(n, V) n = head rows", E::fp32, head * s.V},
       {Buf::losses, "losses", "(n)", E::fp32, head},
       {Buf::logits_lse, "logits_lse", "(n)", E::fp32, head},
-      {Buf::d_res, "d_res", "(B·c, h)", E::activation, back * (n * s.h)},
-      {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::activation, back * (n * s.q)},
-      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::activation, back * qh},
+      {Buf::d_res, "d_res", "(B·c, h)", E::fp32, back * (n * s.h)},
+      {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::fp32, back * (n * s.q)},
+      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::fp32, back * qh},
       {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, back * lse},
       {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
       {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
       {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, back * qh},
-      {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::activation, back * (n * s.q)},
-      {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::activation, back * (n * s.kv)},
-      {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::activation, back * (n * s.kv)},
-      {Buf::d_norm, "d_norm", "(B·c, h)", E::activation, back * (n * s.h)},
-      {Buf::d_act, "d_act", "(B·c, f)", E::activation, back * (n * s.f)},
-      {Buf::d_gate, "d_gate", "(B·c, f)", E::activation, back * (n * s.f)},
-      {Buf::d_up, "d_up", "(B·c, f)", E::activation, back * (n * s.f)},
+      {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::fp32, back * (n * s.q)},
+      {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::fp32, back * (n * s.kv)},
+      {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::fp32, back * (n * s.kv)},
+      {Buf::d_norm, "d_norm", "(B·c, h)", E::fp32, back * (n * s.h)},
+      {Buf::d_act, "d_act", "(B·c, f)", E::fp32, back * (n * s.f)},
+      {Buf::d_gate, "d_gate", "(B·c, f)", E::fp32, back * (n * s.f)},
+      {Buf::d_up, "d_up", "(B·c, f)", E::fp32, back * (n * s.f)},
+      // bf16 staging: each its buffer's elements, in a bf16 store only
+      {Buf::x_bf16, "x_bf16", "(B·c, h)", E::activation, packed * n * s.h},
+      {Buf::x_out_bf16, "x_out_bf16", "(B·c, h)", E::activation, packed * n * s.h},
+      {Buf::x_mid_bf16, "x_mid_bf16", "(B·c, h)", E::activation, packed * back * n * s.h},
+      {Buf::q_head_bf16, "q_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::k_head_bf16, "k_head_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::v_head_bf16, "v_head_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::k_stage0_bf16, "k_stage0_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::k_stage1_bf16, "k_stage1_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::v_stage0_bf16, "v_stage0_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::v_stage1_bf16, "v_stage1_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
+      {Buf::o_head_bf16, "o_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::o_local_bf16, "o_local_bf16", "(B·c, Hq·D)", E::activation, packed * back * (n * s.q)},
+      {Buf::gate_bf16, "gate_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
+      {Buf::up_bf16, "up_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
+      {Buf::act_bf16, "act_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
+      {Buf::q_stage0_bf16, "q_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::q_stage1_bf16, "q_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
   };
   // The double buffer's two stages, shaped as what they stage (double_buffer.h); then the table in Buf order.
   for (const BufferSpec& row : stage_buffers(table, s)) table.push_back(row);
@@ -132,6 +156,29 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
 const char* buffer_name(Buf buffer) {
   static const std::vector<BufferSpec> names = chunk_buffers(LayoutShape{});
   return buffer == Buf::none ? "-" : names.at(static_cast<size_t>(buffer)).name;
+}
+
+Buf packed_twin(Buf buffer) {
+  switch (buffer) {
+    case Buf::x: return Buf::x_bf16;
+    case Buf::x_out: return Buf::x_out_bf16;
+    case Buf::x_mid: return Buf::x_mid_bf16;
+    case Buf::q_head: return Buf::q_head_bf16;
+    case Buf::k_head: return Buf::k_head_bf16;
+    case Buf::v_head: return Buf::v_head_bf16;
+    case Buf::k_stage0: return Buf::k_stage0_bf16;
+    case Buf::k_stage1: return Buf::k_stage1_bf16;
+    case Buf::v_stage0: return Buf::v_stage0_bf16;
+    case Buf::v_stage1: return Buf::v_stage1_bf16;
+    case Buf::o_head: return Buf::o_head_bf16;
+    case Buf::o_local: return Buf::o_local_bf16;
+    case Buf::gate: return Buf::gate_bf16;
+    case Buf::up: return Buf::up_bf16;
+    case Buf::act: return Buf::act_bf16;
+    case Buf::q_stage0: return Buf::q_stage0_bf16;
+    case Buf::q_stage1: return Buf::q_stage1_bf16;
+    default: return Buf::none;
+  }
 }
 
 std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
@@ -154,8 +201,8 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::gate, "gate", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
-      {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, grad_kept, n * s.h},
-      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
+      {Array::d_res, "d_res", "(B·c, h)", grads, E::fp32, grad_kept, n * s.h},
+      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
       {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
   };
@@ -167,6 +214,11 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
 const char* array_name(Array array) {
   static const std::vector<ArraySpec> names = store_arrays(LayoutShape{});
   return names.at(static_cast<size_t>(array)).name;
+}
+
+bool holds_activations(Array array) {
+  static const std::vector<ArraySpec> specs = store_arrays(LayoutShape{});
+  return specs.at(static_cast<size_t>(array)).element == Element::activation;
 }
 
 bool layout_fits_64_bits(const LayoutShape& s) {

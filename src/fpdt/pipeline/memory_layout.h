@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/kernels/ops.h"
 #include "fpdt/model/config.h"
 #include "fpdt/model/parameters.h"
 #include "fpdt/pipeline/chunk_plan.h"
@@ -42,7 +43,8 @@ struct LayoutShape {
   int64_t P = 1;
   bool kv_replicated = false;    // P > Hkv: each rank gets one kv head, gradients summed back
   bool mlp_kept = false;         // the store keeps the MLP's activations for the backward (keep_mlp_activations)
-  int64_t activation_bytes = 4;  // a: one stored activation element (4 fp32; the plan also models 2, bf16)
+  int64_t activation_bytes = 4;  // a: one stored activation element, 4 (fp32) or 2 (bf16): the store's and
+                                 // its staging buffers'; the compute tier computes in fp32 lanes in both
 
   bool operator==(const LayoutShape&) const = default;
   int64_t rows() const { return B * c; }                            // token rows of a chunk
@@ -50,14 +52,17 @@ struct LayoutShape {
   int64_t kv_heads_width() const { return P * local_kv_heads * D; } // max(Hkv, P)·D per local token
 };
 
-// What one element of a buffer is: a stored activation (activation_bytes), or always fp32 (LSE,
-// statistics, accumulators), or an index.
+// What one element of a buffer is: a stored activation (activation_bytes: bf16 in a bf16 run, where the
+// store holds the values the model rounded, layer.h), or always fp32 (every compute-tier buffer — bf16
+// values sit in fp32 lanes there — and in the store the LSE, Δ and the gradients), or an index.
 enum class Element : uint8_t { activation, fp32, int32, int64 };
 int64_t element_bytes(Element element, const LayoutShape& shape);
 
 // The compute-tier chunk buffers, in arena order. The stage buffers are the double buffer's
 // (double_buffer.h): the kv chunk (forward) or the q set (backward) being computed and the one being
-// prefetched.
+// prefetched. With a bf16 store (activation_bytes 2) each buffer that a bf16 array is fetched into or
+// written from has a bf16 staging twin (packed_twin): the schedule packs the buffer into it before a
+// write and unpacks it into the buffer after a fetch; in fp32 the twins hold nothing.
 enum class Buf : uint8_t {
   // per-chunk inputs
   tokens, targets, loss_mask, positions, position_ids, q_docs, kv_docs,
@@ -69,6 +74,10 @@ enum class Buf : uint8_t {
   d_res, d_attn, d_o_head, delta, d_k, d_v, q_stage0, q_stage1, do_stage0, do_stage1,
   lse_stage0, lse_stage1, delta_stage0, delta_stage1, dq_stage0, dq_stage1, dq_first,
   dq_local, dk_local, dv_local, d_norm, d_act, d_gate, d_up,
+  // bf16 staging twins (a bf16 store only)
+  x_bf16, x_out_bf16, x_mid_bf16, q_head_bf16, k_head_bf16, v_head_bf16, k_stage0_bf16, k_stage1_bf16,
+  v_stage0_bf16, v_stage1_bf16, o_head_bf16, o_local_bf16, gate_bf16, up_bf16, act_bf16, q_stage0_bf16,
+  q_stage1_bf16,
   count,
   none = 255
 };
@@ -85,6 +94,8 @@ struct BufferSpec {
 // Every buffer, in Buf order.
 std::vector<BufferSpec> chunk_buffers(const LayoutShape& shape);
 const char* buffer_name(Buf buffer);
+// The bf16 staging twin of a buffer that bf16 arrays go through (x → x_bf16); Buf::none for the others.
+Buf packed_twin(Buf buffer);
 
 // The offload store's arrays: `layers` × u slots (layer-major), each one chunk of `elements`. The MLP's
 // activations (gate, up, act) have slots only when the shape keeps them (mlp_kept).
@@ -110,6 +121,11 @@ struct ArraySpec {
 };
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
+// Whether the array holds activations (bf16 in a bf16 run), not fp32 statistics or gradients.
+bool holds_activations(Array array);
+
+// The bytes of one stored activation element (LayoutShape::activation_bytes) in a run of `precision`.
+int64_t stored_activation_bytes(kernels::Precision precision);
 
 // The table's sizes for `config` on the plan's ranks and chunks with B sequences per chunk, keeping
 // `stored_layers` layers' activations (and the MLP's too when mlp_kept), each activation element

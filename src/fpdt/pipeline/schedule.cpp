@@ -109,6 +109,8 @@ const char* op_name(Op op) {
     case Op::inputs: return "inputs";
     case Op::docs: return "docs";
     case Op::segment: return "segment (model states)";
+    case Op::pack: return "pack bf16";
+    case Op::unpack: return "unpack bf16";
     case Op::q_to_heads: return "all-to-all q to heads";
     case Op::kv_to_heads: return "all-to-all kv to heads";
     case Op::q_to_sequence: return "all-to-all q to sequence";
@@ -201,12 +203,18 @@ constexpr int kWritten = OperandOf<Op::write>(Operand::buffer).position;
 // Appends steps to one program, deriving its waits (see schedule.h) from the copies it has queued.
 class Builder {
  public:
-  explicit Builder(Program& program) : program_(program) {
+  // bf16_store: the activation arrays go through the buffers' bf16 twins (make_schedule).
+  Builder(Program& program, bool bf16_store) : program_(program), bf16_store_(bf16_store) {
     pending_fetch_.fill(-1);
     pending_write_.fill(kBeforeProgram);
+    pending_unpack_.fill(-1);
   }
 
   void fetch(Array array, LayerRef layer, int chunk, Buf buffer) {
+    if (packs(array)) {  // into the twin; unpacked into the buffer before its first use
+      pending_unpack_[index(buffer)] = chunk;
+      buffer = packed_twin(buffer);
+    }
     FPDT_ASSERT(pending_fetch_[index(buffer)] < 0);  // a fetch is consumed before the next into the buffer
     Step step{Op::fetch};
     step.array = array;
@@ -219,6 +227,11 @@ class Builder {
   }
 
   void write(Buf buffer, Array array, LayerRef layer, int chunk) {
+    if (packs(array)) {
+      compute<Op::pack>(chunk, {{Operand::from, buffer}, {Operand::to, packed_twin(buffer)}});
+      buffer = packed_twin(buffer);
+    }
+    unpack_before(buffer);
     Step step{Op::write};
     step.array = array;
     step.layer = layer;
@@ -233,6 +246,7 @@ class Builder {
   // A compute step of `op`, its buffers by role: b.compute<Op::attention_delta>(i, {{d_o, ...}, {o, ...}, ...}).
   template <Op op>
   void compute(int chunk, std::initializer_list<Named<op>> operands, bool flag = false, int kv_chunk = -1) {
+    for (const Named<op>& operand : operands) unpack_before(operand.buffer);
     Step step{op};
     step.flag = flag;
     step.chunk = chunk;
@@ -248,6 +262,16 @@ class Builder {
  private:
   static constexpr int kBeforeProgram = INT_MIN;
   static size_t index(Buf buffer) { return static_cast<size_t>(buffer); }
+
+  bool packs(Array array) const { return bf16_store_ && holds_activations(array); }
+
+  // A buffer whose data was fetched into its bf16 twin is unpacked from it before any step uses it.
+  void unpack_before(Buf buffer) {
+    if (buffer == Buf::none || pending_unpack_[index(buffer)] < 0) return;
+    const int chunk = pending_unpack_[index(buffer)];
+    pending_unpack_[index(buffer)] = -1;
+    compute<Op::unpack>(chunk, {{Operand::from, packed_twin(buffer)}, {Operand::to, buffer}});
+  }
 
   // Emits the wait `step` needs — for the fetches into what it reads and the writes out of what it
   // overwrites — as one wait for the latest of them (the queue is FIFO).
@@ -275,6 +299,8 @@ class Builder {
   }
 
   Program& program_;
+  bool bf16_store_;
+  std::array<int, kBufCount> pending_unpack_;  // the chunk fetched into the buffer's twin, not yet unpacked
   std::array<int, kBufCount> pending_fetch_;  // copy number of a fetch into the buffer not yet waited for
   std::array<int, kBufCount> pending_write_;  // copy number of the last write out of the buffer
   int done_ = -1;                             // every copy ≤ this has finished
@@ -476,7 +502,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
 }  // namespace
 
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks, bool mlp_kept) {
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept, bool bf16_store) {
   FPDT_ASSERT(!layer_masks.empty());
   FPDT_ASSERT(!(mlp_kept && recompute == Recompute::layer));
   Schedule schedule;
@@ -486,6 +512,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   schedule.recompute = recompute;
   const bool backward = pass == Pass::forward_backward;
   schedule.mlp_kept = mlp_kept && backward;
+  schedule.bf16_store = bf16_store;
   const int u = plan.chunks;
   const LayerRef l = LayerRef::this_layer;
   using enum Operand;
@@ -493,7 +520,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
     Program program;
     program.name = name;
     program.mask = mask;
-    Builder builder(program);
+    Builder builder(program, bf16_store);
     build(builder);
     schedule.programs.push_back(std::move(program));
     return static_cast<int>(schedule.programs.size()) - 1;
@@ -573,7 +600,8 @@ std::string Schedule::describe() const {
                      std::to_string(plan.chunk_tokens) + " = " + std::to_string(plan.ranks) + " ranks x c " +
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
-                     word(recompute) + (mlp_kept ? "; MLP activations kept" : "") + "\n";
+                     word(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
+                     (bf16_store ? "; bf16 store" : "") + "\n";
   for (size_t m = 0; m < masks.size(); ++m)
     text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
             "\n" + masks[m].describe_blocks();

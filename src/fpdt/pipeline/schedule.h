@@ -78,6 +78,9 @@ enum class Op : uint8_t {
   inputs,   // the chunk's token ids and positions (flag: and targets, loss mask) from the batch
   docs,     // its buffer (q_docs or kv_docs) = document ids of global chunk `chunk`
   segment,  // a layer backward's halves meet: the model states' steps between them (zero_plan.h)
+  // a bf16 store (memory_layout.h packed_twin): a buffer goes out and comes in through its bf16 twin
+  pack,     // from a buffer to its twin, before the twin is written out
+  unpack,   // from a twin to its buffer, after the fetch into the twin, before the buffer's first use
   // the Ulysses all-to-all, from one layout to the other
   q_to_heads, kv_to_heads, q_to_sequence, kv_grad_to_sequence,
   // the maths, forward
@@ -159,6 +162,8 @@ constexpr Signature signature(Op op) {
     case Op::segment: return {};
     case Op::zero:
     case Op::docs: return {{buffer, out}};
+    case Op::pack:
+    case Op::unpack:
     case Op::q_to_heads:
     case Op::kv_to_heads:
     case Op::q_to_sequence:
@@ -226,6 +231,7 @@ struct Schedule {
   Pass pass = Pass::forward_backward;
   Recompute recompute = Recompute::none;
   bool mlp_kept = false;  // the forward writes the MLP's activations to the store; the backward reads them
+  bool bf16_store = false;  // the activation arrays are bf16: they go through the buffers' bf16 twins
   std::vector<BlockMask> masks;  // the distinct masks of the layers (layers with equal masks share programs)
   std::vector<Program> programs;
   struct Call {
@@ -241,8 +247,10 @@ struct Schedule {
 // layer_masks: the block mask of each layer (their count is the number of layers); layers whose masks
 // are equal (e.g. all but the sliding-window ones) run the same layer programs. mlp_kept (recompute
 // none only; keep_mlp_activations): the MLP's activations go through the store instead of being
-// recomputed in the backward.
+// recomputed in the backward. bf16_store: the arrays that hold activations (holds_activations) are bf16,
+// so each write of one is a pack into the buffer's twin and a write of the twin, each fetch of one a fetch
+// into the twin and an unpack into the buffer right before the buffer's first use (its waits derived).
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks, bool mlp_kept = false);
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept = false, bool bf16_store = false);
 
 }  // namespace fpdt::pipeline

@@ -231,7 +231,7 @@ void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s
 }
 
 // fpdt, ours: the model states of the pipeline's table (memory_layout.h's model_state_buffers, which
-// pipeline::ModelStates allocates), with the plan's weight size a.
+// pipeline::ModelStates allocates): fp32 weights whatever the precision (a bf16 run keeps no bf16 copy).
 void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanShape& s) {
   model::ModelConfig planned = config.model;
   if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
@@ -241,14 +241,14 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
   shape.W = config.zero_stage >= 1 ? s.W : 1;
   shape.offload_optimizer = config.offload_optimizer;
   shape.recompute_layer = config.recompute == Recompute::layer;
-  shape.weight_bytes = static_cast<int64_t>(s.a);
+  shape.weight_bytes = 4;  // fp32 in both precisions: a bf16 run's GEMMs round the weights on the way in
   const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
   for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
     const bool whole = spec.elements == layout.total_numel();
     std::string formula;
     switch (spec.id) {
-      case pipeline::StateBuf::weights: formula = whole ? "a·N" : "a·" + shards; break;
-      case pipeline::StateBuf::slot: formula = "largest unit in it: a or 4 bytes a value (ZeRO plan)"; break;
+      case pipeline::StateBuf::weights: formula = whole ? "4·N" : "4·" + shards; break;
+      case pipeline::StateBuf::slot: formula = "largest unit in it: 4 bytes a value (ZeRO plan)"; break;
       default: formula = whole ? "4·N" : "4·" + shards; break;
     }
     out.add("model states: " + spec.name, "model states", spec.tier, Phase::always, d(spec.bytes()), formula);
@@ -335,11 +335,11 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
             one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
   }
   out.add("d_res, dO, delta, dq of the layer", "offload chunks", chunk_tier, Phase::always,
-          store(pipeline::StoreGroup::gradients), "(a·(h + q) + 4·(Hq + q))·T");
+          store(pipeline::StoreGroup::gradients), "4·(h + 2q + Hq)·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,
           d(static_cast<int64_t>(pipeline::chunk_arena_bytes(layout))),
-          "per row of B·c: a·(7h + 11q + 4kv + 6kv_heads + 6f) + 4·(3q + 2kv_heads + 6Hq + 4 + 2P) + 24; "
-          "+ a·c·max(q, kv_heads) + 4·V·n");
+          "per row of B·c: 4·(7h + 14q + 4kv + 8kv_heads + 6f + 6Hq + 4 + 2P) + 24; + 4·c·max(q, kv_heads) + "
+          "4·V·n; a < 4 (bf16 store): + a·(3h + 5q + 6kv_heads (+ 3f kept)) per row, the bf16 twins");
   return out.take();
 }
 

@@ -193,13 +193,14 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     declare_eval_options(bound, copy);
     bound.check();
   }
-  check_runnable(kModule, s.backend, s.mode, s.precision, s.sp);
+  check_runnable(kModule, s.backend, s.mode, s.sp);
   if (s.sp != world.size())
     throw Error(kModule, "--sp " + str(s.sp) + " ranks, but the job has " + str(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt eval --sp P ...)");
   pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
       s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), pipeline::Recompute::none);
   pipeline.forward_only = true;
+  pipeline.precision = s.precision;
   pipeline::run_chunk_plan(kModule, pipeline, s.seq_tokens, s.sp);
   const std::vector<int64_t> lengths = passkey_lengths(s);
 

@@ -354,6 +354,7 @@ void MetricsLog::write(const StepMetrics& m) {
                                  {"tokens_per_second", m.tokens_per_second},
                                  {"gflops", m.gflops},
                                  {"mfu", m.mfu},
+                                 {"fp32_mfu", m.fp32_mfu},
                                  {"sgemm_ratio", m.sgemm_ratio},
                                  {"load_average", m.load_average},
                                  {"compute_peak_bytes", m.compute_peak_bytes},
@@ -377,8 +378,11 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_
   const int eta = static_cast<int>(eta_seconds + 0.5);
   std::string memory = "mem " + format_bytes(static_cast<double>(m.compute_peak_bytes));
   if (m.offload_peak_bytes > 0) memory += " + " + format_bytes(static_cast<double>(m.offload_peak_bytes)) + " offload";
-  char sgemm[32] = "";
-  if (m.sgemm_ratio > 0.0) std::snprintf(sgemm, sizeof sgemm, " (sgemm %.0f%%)", 100.0 * m.sgemm_ratio);
+  char sgemm[48] = "";
+  if (m.fp32_mfu > 0.0)
+    std::snprintf(sgemm, sizeof sgemm, " bf16 (fp32 peak %.0f%%)", 100.0 * m.fp32_mfu);
+  else if (m.sgemm_ratio > 0.0)
+    std::snprintf(sgemm, sizeof sgemm, " (sgemm %.0f%%)", 100.0 * m.sgemm_ratio);
   char load[32] = "";
   if (m.load_average >= 0.0) std::snprintf(load, sizeof load, " | load %.1f", m.load_average);
   char text[384];

@@ -24,7 +24,9 @@ struct StepMetrics {
   double cpu_seconds = 0.0;    // the process's CPU time over the step (all threads): its work, whatever else runs
   double tokens_per_second = 0.0;
   double gflops = 0.0;         // model GFLOP/s (see model_flops)
-  double mfu = 0.0;            // gflops / FMA peak (MachineRates)
+  double mfu = 0.0;            // gflops / the peak of the run's precision: fp32 the FMA peak (MachineRates),
+                               // bf16 the bf16 peak (Bf16Rates::peak_gflops; the FMA peak without bf16 units)
+  double fp32_mfu = 0.0;       // a bf16 run's gflops / the fp32 FMA peak, beside mfu; 0 in an fp32 run
   double sgemm_ratio = 0.0;    // gflops / sgemm rate (MachineRates); 0 when not measured
   double load_average = -1.0;  // 1-minute load average at the end of the step (< 0: unknown)
   size_t compute_peak_bytes = 0;

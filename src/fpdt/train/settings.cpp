@@ -40,8 +40,8 @@ struct BoundOptions {
 
 }  // namespace
 
-void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode,
-                    pipeline::Precision precision, int ranks, bool offload_optimizer) {
+void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
+                    bool offload_optimizer) {
   if (backend == "cuda" || backend == "cpu-guarded") {
     if (ranks > 1)
       throw Error(module, "--backend " + backend + " runs on one rank, but --sp x --dp asks for " + str(ranks) +
@@ -56,10 +56,6 @@ void check_runnable(const std::string& module, const std::string& backend, pipel
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
                             module + " does not run",
                 "use --mode fpdt (ours) or --mode ulysses");
-  // Until the pipeline computes in bf16 (the `precision` work in pipeline/ and model/): that work deletes
-  // this refusal.
-  if (precision == pipeline::Precision::bf16)
-    throw Error(module, "--precision bf16 is not built into the pipeline yet", "use --precision fp32");
 }
 
 FaultInjection parse_fault_injection(const std::string& text) {
@@ -167,7 +163,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  check_runnable(kModule, s.backend, s.mode, s.precision, s.sp * s.dp, s.offload_optimizer);
+  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer);
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");

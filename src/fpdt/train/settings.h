@@ -94,12 +94,12 @@ void declare_train_options(OptionSet& set, TrainSettings& settings);
 // --overwrite, ...). Throws one fpdt::Error naming the option.
 void check_settings(const TrainSettings& settings);
 
-// What the `train` and `eval` of this build cannot run: --mode fpdt-reference; --precision bf16 (not
-// built yet); a backend whose compute tier the host cannot read (cuda, cpu-guarded) on more than one
-// rank (sp × dp = `ranks`: there is no NCCL communicator yet) or with the optimizer offloaded (its
-// reduce-scatter reads the compute tier on the host).
-void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode,
-                    pipeline::Precision precision, int ranks, bool offload_optimizer = false);
+// What the `train` and `eval` of this build cannot run: --mode fpdt-reference; a backend whose compute
+// tier the host cannot read (cuda, cpu-guarded) on more than one rank (sp × dp = `ranks`: there is no
+// NCCL communicator yet) or with the optimizer offloaded (its reduce-scatter reads the compute tier on
+// the host).
+void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
+                    bool offload_optimizer = false);
 
 // The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
 nlohmann::ordered_json settings_json(const TrainSettings& settings);

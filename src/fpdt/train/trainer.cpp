@@ -68,7 +68,8 @@ RankCores fewest_cores(comm::Communicator& world, bool dry_run) {
 
 // The model's facts, then every option's value (from the option declarations), two to a row; rank 0.
 void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, const RankCores& cores,
-                 const MachineRates& rates, const comm::Communicator& world) {
+                 const MachineRates& rates, const Bf16Rates& bf16, double mfu_peak_gflops,
+                 const comm::Communicator& world) {
   auto row = [](const std::string& key, const std::string& value) {
     char line[160];
     std::snprintf(line, sizeof line, "| %-22s | %-48s |", key.c_str(), value.c_str());
@@ -107,6 +108,13 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
   }
+  if (s.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
+    row("bf16 peak GFLOP/s", bf16.peak_gflops() > 0 ? number(bf16.peak_gflops()) + " " + bf16.peak_unit() + ", measured"
+                                                    : std::string("none: no bf16 units (fp32 FMAs compute it)"));
+    if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
+  }
+  if (s.precision == pipeline::Precision::bf16 && !s.dry_run)
+    row("MFU divides by", number(mfu_peak_gflops) + " GFLOP/s a rank (fp32's beside it)");
   row("BLAS kernels", kernels::cpu::describe_blas_core());
   log::info(option_rule);
   std::vector<std::string> cells;
@@ -207,8 +215,10 @@ int set_threads(int threads) {
 }
 
 pipeline::PipelineConfig pipeline_config(const TrainSettings& s) {
-  return pipeline::make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir),
-                                        s.recompute);
+  pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
+      s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), s.recompute);
+  pipeline.precision = s.precision;
+  return pipeline;
 }
 
 pipeline::ZeroConfig zero_config(const TrainSettings& settings) {
@@ -326,10 +336,16 @@ void Trainer::build_model() {
                   "give its fp32 peak with --peak-gflops (GFLOP/s per rank)");
     rates_.fma_peak_gflops = peak->fp32_gflops;
     rates_.peak_stated_for = peak->device;
+    bf16_rates_.dot_peak_gflops = peak->bf16_gflops;  // stated, as the fp32 one
   } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
+    if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_);
   }
-  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, world_);
+  // MFU against the peak of the run's precision: a bf16 run's against the bf16 units' (given with
+  // --peak-gflops; where the CPU has none, the fp32 FMAs compute its products, so their peak).
+  const bool bf16_units = s.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
+  mfu_peak_gflops_ = bf16_units && s.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
+  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops_, world_);
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
               " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
@@ -457,7 +473,9 @@ StepMetrics Trainer::step() {
     flops_per_step_ =
         model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
-  metrics.mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
+  metrics.mfu = metrics.gflops / (mfu_peak_gflops_ * world_.size());
+  if (s.precision == pipeline::Precision::bf16)
+    metrics.fp32_mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
   if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
   metrics.load_average = load_average();
   metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;

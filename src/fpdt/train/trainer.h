@@ -105,6 +105,8 @@ class Trainer {
   int dp_index_ = 0;  // this rank's data-parallel replica
   std::unique_ptr<comm::Communicator> sp_group_;
   MachineRates rates_;  // measured at set-up (--peak-gflops: the FMA peak given, nothing measured)
+  Bf16Rates bf16_rates_;      // a bf16 run's, measured at set-up
+  double mfu_peak_gflops_ = 0.0;  // what MFU divides by: the peak of the run's precision (StepMetrics::mfu)
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<pipeline::ModelStates> states_;
   std::unique_ptr<pipeline::FpdtModel> model_;

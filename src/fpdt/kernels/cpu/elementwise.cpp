@@ -72,6 +72,19 @@ void CpuBackend::round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = fpdt::round_to_bf16(x[i]);
 }
 
+void CpuBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) dst[i] = fpdt::float_to_bf16(src[i]);
+}
+
+void CpuBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t word = static_cast<uint32_t>(src[i]) << 16;  // bf16 is fp32's upper half
+    __builtin_memcpy(&dst[i], &word, 4);
+  }
+}
+
 void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

@@ -22,7 +22,6 @@ std::string shape_text(const AttentionChunkParams& p) {
 
 void CpuBackend::validate(const AttentionChunkParams& p) {
   const std::string shape = " (" + shape_text(p) + ")";
-  if (p.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the cpu backend yet");
   FPDT_CHECK(p.B >= 0 && p.Cq >= 0 && p.Ck >= 0, "attention", "negative batch or token count" + shape,
              "check the chunk plan");
   FPDT_CHECK(p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0, "attention",

@@ -1,7 +1,8 @@
 // The CPU flash attention's backward (the design: flash_attention.h): one task per (b, kv head, 192
 // keys) goes over the 96-query tiles and q heads that see its keys, on the Q and dO of its group packed
 // once per call; dk and dv of its keys are added to once (+=), dq a tile at a time in kv-tile order
-// (+=), so the result does not depend on the threads.
+// (+=), so the result does not depend on the threads. bf16 (flash_attention.h): the rounded operands of
+// the spec, the scales applied to S and to the dQ tile instead of folded into K.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -33,9 +34,9 @@ class Counters {
 };
 
 struct BackwardScratch {
-  float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (0 past nk)
-  float* vt;        // [key panel][D][kPanel] Vᵀ (0 past nk)
-  float* kp;        // [D panel][kBwdKeys][kPanel] K × scale, by panels of kPanel head dims (0 past D)
+  float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (bf16: r(k)) (0 past nk)
+  float* vt;        // [key panel][D][kPanel] Vᵀ (bf16: r(v)) (0 past nk)
+  float* kp;        // [D panel][kBwdKeys][kPanel] K × scale (bf16: r(k)), by panels of kPanel head dims (0 past D)
   float* dkt;       // [key panel][D][kPanel] dKᵀ accumulator (unscaled)
   float* dvt;       // [key panel][D][kPanel] dVᵀ accumulator
   float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
@@ -91,10 +92,11 @@ struct BackwardScratch {
 
 // P and dS of one key panel of a pair from S and dP, for the rows [begin, end) of the q tile.
 // Query i sees key j (of the kv tile) iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window
-// (with a window), and docs match.
-template <bool kMasked>
+// (with a window), and docs match. kBf16: S is r(q)·r(k), scaled here by score_scale, and the P and dS
+// the products read next are r(P) and r(dS) (dS itself from the unrounded P).
+template <bool kMasked, bool kBf16>
 void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_rel, int nk, int64_t window,
-                          bool has_docs) {
+                          bool has_docs, float score_scale) {
   float* sp = s.sp + panel * kBwdQueries * kPanel;
   float* dpp = s.dpp + panel * kBwdQueries * kPanel;
   float* ds = s.ds + panel * kPanel;
@@ -104,11 +106,18 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     k_doc0 = iload<Vec>(s.k_docs + panel * kPanel);
     k_doc1 = iload<Vec>(s.k_docs + panel * kPanel + kLanes);
   }
+  const Vec scale = vset<Vec>(score_scale);
   for (int i = rows.begin; i < rows.end; ++i) {
     const Vec lse2 = vbroadcast<Vec>(s.lse2 + i);
     const Vec delta = vbroadcast<Vec>(s.delta + i);
-    Vec p0 = vexp2(vsub(vload<Vec>(sp + i * kPanel), lse2));
-    Vec p1 = vexp2(vsub(vload<Vec>(sp + i * kPanel + kLanes), lse2));
+    Vec p0, p1;
+    if constexpr (kBf16) {
+      p0 = vexp2(vfma(vload<Vec>(sp + i * kPanel), scale, vsub(vset<Vec>(0.0f), lse2)));
+      p1 = vexp2(vfma(vload<Vec>(sp + i * kPanel + kLanes), scale, vsub(vset<Vec>(0.0f), lse2)));
+    } else {
+      p0 = vexp2(vsub(vload<Vec>(sp + i * kPanel), lse2));
+      p1 = vexp2(vsub(vload<Vec>(sp + i * kPanel + kLanes), lse2));
+    }
     if constexpr (kMasked) {
       // visible iff j < limit, limit = min(q_rel + i, nk − 1) + 1
       const VecI limit = iset<Vec>(clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys));
@@ -124,8 +133,14 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
       p0 = zero_unless(vis0, p0);
       p1 = zero_unless(vis1, p1);
     }
-    const Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
-    const Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
+    Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
+    Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
+    if constexpr (kBf16) {
+      p0 = vround_bf16(p0);
+      p1 = vround_bf16(p1);
+      ds0 = vround_bf16(ds0);
+      ds1 = vround_bf16(ds1);
+    }
     vstore(sp + i * kPanel, p0);
     vstore(sp + i * kPanel + kLanes, p1);
     vstore(dpp + i * kPanel, ds0);
@@ -213,6 +228,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const int d_panels = panels(D);
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   const float scale = static_cast<float>(p.scale);
+  const bool bf16 = p.precision == Precision::bf16;
 
   DocRange k_docs;
   if (has_docs) {
@@ -227,8 +243,9 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     for (int panel = 0; panel < panels_k; ++panel) {
       const int j0 = panel * kPanel, count = std::min(kPanel, nk - j0), next = std::clamp(nk - j0 - kPanel, 0, kPanel);
       transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, next, D,
-                           qk_scale);
-      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f);
+                           bf16 ? 1.0f : qk_scale, bf16);
+      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f,
+                           bf16);
     }
     std::fill(s.dkt, s.dkt + panels_k * D * kPanel, 0.0f);
     std::fill(s.dvt, s.dvt + panels_k * D * kPanel, 0.0f);
@@ -238,7 +255,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
         for (int c = 0; c < kPanel; ++c) {
           const int d = dp * kPanel + c;
-          dst[c] = d < D ? k_row[d] * scale : 0.0f;
+          dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;
         }
       }
     }
@@ -314,10 +331,14 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
-          if (range.masked) {
-            probabilities_and_ds<true>(s, panel, range, q_first - k_first, nk, p.window, has_docs);
+          if (range.masked && bf16) {
+            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale);
+          } else if (range.masked) {
+            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f);
+          } else if (bf16) {
+            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale);
           } else {
-            probabilities_and_ds<false>(s, panel, range, 0, nk, 0, false);
+            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f);
           }
         }
         // dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel);  dKᵀ += Qᵀ · dS_panel
@@ -334,7 +355,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
                                                         s.dkt + panel * D * kPanel);
         }
         // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
-        // the keys it may see (none: zero)
+        // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
         for (int g = 0; g * kRows < mq; ++g) {
           const Span keys = dq_keys[g];
           for (int dp = 0; dp < d_panels; ++dp)
@@ -348,17 +369,18 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       wait_for_turn(counter, turn);
       if (mask != TileMask::skip) {
         const int full_panels = D / kPanel;
+        const Vec dq_scale = vset<Vec>(bf16 ? scale : 1.0f);
         for (int i = 0; i < mq; ++i) {
           float* dq_row = args.dq + ((b * p.Cq + q_lo + i) * p.H + h) * D;
           if (i + kPrefetchRows < mq) prefetch_row(dq_row + kPrefetchRows * p.H * D, D);
           for (int dp = 0; dp < full_panels; ++dp) {
             const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
             float* dst = dq_row + dp * kPanel;
-            vstore(dst, vadd(vload<Vec>(dst), vload<Vec>(src)));
-            vstore(dst + kLanes, vadd(vload<Vec>(dst + kLanes), vload<Vec>(src + kLanes)));
+            vstore(dst, vfma(vload<Vec>(src), dq_scale, vload<Vec>(dst)));
+            vstore(dst + kLanes, vfma(vload<Vec>(src + kLanes), dq_scale, vload<Vec>(dst + kLanes)));
           }
           for (int d = full_panels * kPanel; d < D; ++d)
-            dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel];
+            dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel] * (bf16 ? scale : 1.0f);
         }
       }
       counter.store(turn + 1, std::memory_order_release);
@@ -387,6 +409,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
   // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
   const int D = p.D;
+  const bool bf16 = p.precision == Precision::bf16;
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
@@ -420,8 +443,10 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
           prefetch_row(q_rows + (i + kPrefetchRows) * row_stride, D);
           prefetch_row(do_rows + (i + kPrefetchRows) * row_stride, D);
         }
-        pack_row_by_groups(packed_q + t * tile_floats + i * kRows, kBwdQueries * kRows, q_rows + i * row_stride, D);
-        pack_row_by_groups(packed_do + t * tile_floats + i * kRows, kBwdQueries * kRows, do_rows + i * row_stride, D);
+        pack_row_by_groups(packed_q + t * tile_floats + i * kRows, kBwdQueries * kRows, q_rows + i * row_stride, D,
+                           bf16);
+        pack_row_by_groups(packed_do + t * tile_floats + i * kRows, kBwdQueries * kRows, do_rows + i * row_stride, D,
+                           bf16);
       }
     });
     args.first_group = first;

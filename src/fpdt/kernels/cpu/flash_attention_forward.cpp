@@ -1,7 +1,8 @@
 // The CPU flash attention's forward (the design: flash_attention.h): one task per (b, q head, 192
 // queries) runs the online softmax over the 96-key tiles its queries may see, on the K and V of its
 // (b, kv head) group packed once per call. out and lse are overwritten (=), or merged into by
-// log-sum-exp with accumulate.
+// log-sum-exp with accumulate. bf16 (flash_attention.h): the rounded operands of the spec, the scale
+// applied to the scores, the running max an integer in log2 units.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,13 +15,14 @@ namespace fpdt::kernels::cpu::flash {
 namespace {
 
 struct ForwardScratch {
-  float* qt;        // [panel][D][kPanel] Qᵀ of the task's queries, times scale·log2 e; zero past mq
+  float* qt;        // [panel][D][kPanel] Qᵀ of the task's queries, times scale·log2 e (bf16: r(q)); zero past mq
   float* st;        // [panel][kFwdKeys][kPanel] Sᵀ, then Pᵀ, of one kv tile
   float* ot;        // [panel][D][kPanel] Oᵀ accumulator (unnormalised)
   float* m;         // (kFwdQueries) running max, log2 units
   float* l;         // (kFwdQueries) running sum
   float* alpha;     // (kFwdQueries) rescale of this step
   float* m_init;    // (kFwdQueries) m at the start (accumulate mode)
+  float* l_init;    // (kFwdQueries) l at the start (accumulate mode)
   int32_t* q_docs;  // (kFwdQueries)
   int32_t* k_docs;  // (kFwdKeys)
 
@@ -37,25 +39,34 @@ struct ForwardScratch {
     float* l = carve.take(kFwdQueries);
     float* alpha = carve.take(kFwdQueries);
     float* m_init = carve.take(kFwdQueries);
+    float* l_init = carve.take(kFwdQueries);
     int32_t* q_docs = carve.take_ints(kFwdQueries);
     int32_t* k_docs = carve.take_ints(kFwdKeys);
-    if (s) *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, q_docs, k_docs};
+    if (s) *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, l_init, q_docs, k_docs};
     return carve.used();
   }
-  ForwardScratch(float* qt, float* st, float* ot, float* m, float* l, float* alpha, float* m_init, int32_t* q_docs,
-                 int32_t* k_docs)
-      : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), q_docs(q_docs), k_docs(k_docs) {}
+  ForwardScratch(float* qt, float* st, float* ot, float* m, float* l, float* alpha, float* m_init, float* l_init,
+                 int32_t* q_docs, int32_t* k_docs)
+      : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), l_init(l_init), q_docs(q_docs),
+        k_docs(k_docs) {}
 };
 
 // Online softmax of nk keys of a kv tile over one panel of kPanel queries. sp: the panel's Sᵀ rows
 // (nk × kPanel), replaced by Pᵀ; k_first_rel: the first key's position minus the task's first query's;
-// k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task.
-template <bool kMasked>
+// k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task. kBf16: the
+// scores are r(q)·r(k), scaled here by score_scale; the running max is lifted to an integer (the spec's
+// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃.
+template <bool kMasked, bool kBf16>
 void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, const int32_t* k_docs,
-                   int64_t window, bool has_docs) {
+                   int64_t window, bool has_docs, float score_scale) {
   Vec mx0 = vload<Vec>(s.m + i0), mx1 = vload<Vec>(s.m + i0 + kLanes);
   const Vec m_old0 = mx0, m_old1 = mx1;
   const Vec neg_inf = vset<Vec>(-kInf);
+  const Vec scale = vset<Vec>(score_scale);
+  auto score = [&](int j, int half) {  // the score of key j, lanes of half 0 or 1, in log2 units
+    const Vec x = vload<Vec>(sp + j * kPanel + half * kLanes);
+    return kBf16 ? vmul(x, scale) : x;
+  };
   if constexpr (kMasked) {
     // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), i < k_first_rel + j + window
     // (with a window), and docs match.
@@ -77,8 +88,8 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
         const VecI k_doc = iset<Vec>(k_docs[j]);
         keep(vis0, vis1, equal(q_doc0, k_doc), equal(q_doc1, k_doc));
       }
-      const Vec s0 = select(vis0, vload<Vec>(sp + j * kPanel), neg_inf);
-      const Vec s1 = select(vis1, vload<Vec>(sp + j * kPanel + kLanes), neg_inf);
+      const Vec s0 = select(vis0, score(j, 0), neg_inf);
+      const Vec s1 = select(vis1, score(j, 1), neg_inf);
       vstore(sp + j * kPanel, s0);
       vstore(sp + j * kPanel + kLanes, s1);
       mx0 = vmax(mx0, s0);
@@ -86,9 +97,18 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
     }
   } else {
     for (int j = 0; j < nk; ++j) {
-      mx0 = vmax(mx0, vload<Vec>(sp + j * kPanel));
-      mx1 = vmax(mx1, vload<Vec>(sp + j * kPanel + kLanes));
+      const Vec s0 = score(j, 0), s1 = score(j, 1);
+      if constexpr (kBf16) {
+        vstore(sp + j * kPanel, s0);
+        vstore(sp + j * kPanel + kLanes, s1);
+      }
+      mx0 = vmax(mx0, s0);
+      mx1 = vmax(mx1, s1);
     }
+  }
+  if constexpr (kBf16) {
+    mx0 = vceil(mx0);
+    mx1 = vceil(mx1);
   }
   // A query that has seen nothing yet keeps m = −inf; subtract 0 instead so that 2^(−inf) = 0.
   const Vec use0 = select(equal(mx0, neg_inf), vset<Vec>(0.0f), mx0);
@@ -99,8 +119,8 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
   for (int j = 0; j < nk; ++j) {
     const Vec p0 = vexp2(vsub(vload<Vec>(sp + j * kPanel), use0));
     const Vec p1 = vexp2(vsub(vload<Vec>(sp + j * kPanel + kLanes), use1));
-    vstore(sp + j * kPanel, p0);
-    vstore(sp + j * kPanel + kLanes, p1);
+    vstore(sp + j * kPanel, kBf16 ? vround_bf16(p0) : p0);
+    vstore(sp + j * kPanel + kLanes, kBf16 ? vround_bf16(p1) : p1);
     sum0 = vadd(sum0, p0);
     sum1 = vadd(sum1, p1);
   }
@@ -126,22 +146,26 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   float* out_rows = out + ((b * p.Cq + q_lo) * p.H + h) * D;
   float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
   const bool has_docs = p.q_doc_ids != nullptr;
+  const bool bf16 = p.precision == Precision::bf16;
 
   // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
-  // Qᵀ is zero there, so those columns stay finite.
+  // Qᵀ is zero there, so those columns stay finite. A resumed row starts from m + log2 l = its lse
+  // (log2 units): l = 1 in fp32; in bf16 m is the integer above, and the Oᵀ below starts at out · l.
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   for (int i = 0; i < panels_q * kPanel; ++i) {
     const bool resume = accumulate && i < mq && lse_row[i] > -kInf;
-    s.m[i] = resume ? lse_row[i] * kLog2e : -kInf;
-    s.l[i] = resume ? 1.0f : 0.0f;
+    const float lse2 = resume ? lse_row[i] * kLog2e : -kInf;
+    s.m[i] = bf16 ? std::ceil(lse2) : lse2;
+    s.l[i] = !resume ? 0.0f : bf16 ? std::exp2(lse2 - s.m[i]) : 1.0f;
     s.m_init[i] = s.m[i];
+    s.l_init[i] = s.l[i];
   }
   for (int panel = 0; panel < panels_q; ++panel) {
     const int64_t i0 = static_cast<int64_t>(panel) * kPanel;
     const int count = static_cast<int>(std::min<int64_t>(kPanel, mq - i0));
     const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
     transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
-                         qk_scale);
+                         bf16 ? 1.0f : qk_scale, bf16);
     float* ot = s.ot + panel * D * kPanel;
     if (!accumulate) {
       std::fill(ot, ot + D * kPanel, 0.0f);
@@ -151,6 +175,13 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     for (int c = 0; c < count; ++c)  // a row that has seen nothing yet starts from 0, not from out
       if (s.m_init[i0 + c] == -kInf)
         for (int d = 0; d < D; ++d) ot[d * kPanel + c] = 0.0f;
+    if (bf16) {  // out · l_init, in unnormalised units (l_init = 0 where the row has seen nothing)
+      const Vec l0 = vload<Vec>(s.l_init + i0), l1 = vload<Vec>(s.l_init + i0 + kLanes);
+      for (int d = 0; d < D; ++d) {
+        vstore(ot + d * kPanel, vmul(vload<Vec>(ot + d * kPanel), l0));
+        vstore(ot + d * kPanel + kLanes, vmul(vload<Vec>(ot + d * kPanel + kLanes), l1));
+      }
+    }
   }
   DocRange q_docs;
   if (has_docs) {
@@ -202,11 +233,17 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       if (range.end <= range.begin) continue;
       float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
       const int n = range.end - range.begin;
-      if (range.masked) {
-        softmax_panel<true>(sp, n, panel * kPanel, s, k_first + range.begin - q_first, s.k_docs + range.begin,
-                            p.window, has_docs);
+      const int64_t k_first_rel = k_first + range.begin - q_first;
+      if (range.masked && bf16) {
+        softmax_panel<true, true>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
+                                  has_docs, qk_scale);
+      } else if (range.masked) {
+        softmax_panel<true, false>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
+                                   has_docs, 1.0f);
+      } else if (bf16) {
+        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale);
       } else {
-        softmax_panel<false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false);
+        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f);
       }
       // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel)
       panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp,
@@ -224,7 +261,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       }
       continue;
     }
-    if (accumulate && l == 1.0f && s.m[i] == s.m_init[i]) continue;  // this block added nothing
+    if (accumulate && l == s.l_init[i] && s.m[i] == s.m_init[i]) continue;  // this block added nothing
     if (i + kPrefetchRows < mq) prefetch_row(out_row + kPrefetchRows * q_row_stride, D);
     column_to_row<false>(out_row, s.ot + (i / kPanel) * D * kPanel + i % kPanel, D, 1.0f / l);
     lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
@@ -239,6 +276,7 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
   // and cache misses (measured: 15 % of the forward at D = 64). Groups go in batches whose packed
   // copy fits the pack budget, so this scratch is O(Ck·D), whatever H.
   const int D = p.D;
+  const bool bf16 = p.precision == Precision::bf16;
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
@@ -266,12 +304,12 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
       for (int j = 0; j < nk; ++j) {
         const float* k_row = k_rows + j * k_row_stride;
         float* k_column = k_dst + (j / kRows) * D * kRows + j % kRows;
-        for (int d = 0; d < D; ++d) k_column[d * kRows] = k_row[d];
+        for (int d = 0; d < D; ++d) k_column[d * kRows] = bf16 ? round_to_bf16(k_row[d]) : k_row[d];
         if (j + kPrefetchRows < nk) {
           prefetch_row(k_row + kPrefetchRows * k_row_stride, D);
           prefetch_row(v_rows + (j + kPrefetchRows) * k_row_stride, D);
         }
-        pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D);
+        pack_row_by_groups(v_dst + j * kRows, kFwdKeys * kRows, v_rows + j * k_row_stride, D, bf16);
       }
     });
     // Task t: q tile from the last (the most kv tiles under a causal mask) to the first, then the

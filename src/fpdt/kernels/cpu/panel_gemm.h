@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "fpdt/kernels/cpu/simd.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -126,13 +127,23 @@ void panel_gemm(int M, int K, const float* a, int64_t a_stride, int64_t a_group_
 }
 
 // Scatter one row of D floats into kRows-wide groups: dst[g·group_stride + r] = row[g·kRows + r],
-// zero past D (the A operand of a product whose rows are head dims).
-inline void pack_row_by_groups(float* dst, int64_t group_stride, const float* row, int D) {
+// zero past D (the A operand of a product whose rows are head dims); with to_bf16, each rounded to
+// bf16 (round_to_bf16, dtype.h).
+inline void pack_row_by_groups(float* dst, int64_t group_stride, const float* row, int D, bool to_bf16 = false) {
   int g = 0;
-  for (; (g + 1) * kRows <= D; ++g) std::memcpy(dst + g * group_stride, row + g * kRows, kRows * sizeof(float));
+  for (; (g + 1) * kRows <= D; ++g) {
+    if (!to_bf16) {
+      std::memcpy(dst + g * group_stride, row + g * kRows, kRows * sizeof(float));
+      continue;
+    }
+    for (int r = 0; r < kRows; ++r) dst[g * group_stride + r] = round_to_bf16(row[g * kRows + r]);
+  }
   if (g * kRows < D) {
     float* tail = dst + g * group_stride;
-    for (int r = 0; r < kRows; ++r) tail[r] = g * kRows + r < D ? row[g * kRows + r] : 0.0f;
+    for (int r = 0; r < kRows; ++r) {
+      const float x = g * kRows + r < D ? row[g * kRows + r] : 0.0f;
+      tail[r] = to_bf16 ? round_to_bf16(x) : x;
+    }
   }
 }
 
@@ -145,11 +156,12 @@ inline void prefetch_row(const float* row, int D) {
 constexpr int kPrefetchRows = 8;
 
 // One panel of a transposed tile from up to kPanel rows of D floats: dst[d·kPanel + c] = scale ·
-// rows[c·row_stride + d] for the columns c < count, 0 past it (1 <= count; rows past it are not read).
-// Gathers, so that each row is read where it lies (rows of q, k, v are H·D floats apart), after
-// asking for the `next` rows that follow the panel's kPanel (the next panel's).
+// rows[c·row_stride + d] for the columns c < count, 0 past it (1 <= count; rows past it are not read),
+// rounded to bf16 after the scaling with to_bf16. Gathers, so that each row is read where it lies
+// (rows of q, k, v are H·D floats apart), after asking for the `next` rows that follow the panel's
+// kPanel (the next panel's).
 inline void transpose_into_panel(float* dst, const float* rows, int64_t row_stride, int count, int next, int D,
-                                 float scale) {
+                                 float scale, bool to_bf16 = false) {
   for (int c = 0; c < next; ++c) prefetch_row(rows + (kPanel + c) * row_stride, D);
   const Vec factor = vset<Vec>(scale);
   for (int half = 0; half < 2; ++half) {
@@ -161,7 +173,10 @@ inline void transpose_into_panel(float* dst, const float* rows, int64_t row_stri
     const VecI lane = ilanes<Vec>(half * kLanes);
     const Mask valid = greater(iset<Vec>(count), lane);
     const VecI index = imul(imin(lane, iset<Vec>(count - 1)), iset<Vec>(static_cast<int32_t>(row_stride)));
-    for (int d = 0; d < D; ++d) vstore(dst_half + d * kPanel, zero_unless(valid, vmul(vgather(rows + d, index), factor)));
+    for (int d = 0; d < D; ++d) {
+      const Vec x = vmul(vgather(rows + d, index), factor);
+      vstore(dst_half + d * kPanel, zero_unless(valid, to_bf16 ? vround_bf16(x) : x));
+    }
   }
 }
 

@@ -83,11 +83,13 @@ FPDT_SIMD_OPERATIONS(__m512, __m512i, _mm512, 512)
 
 // The operations named differently at the two widths; AVX2's masks are vectors, AVX-512's bits.
 constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+constexpr int kRoundUp = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
 template <>
 inline __m256 vbroadcast<__m256>(const float* p) {
   return _mm256_broadcast_ss(p);
 }
 inline __m256 vround(__m256 x) { return _mm256_round_ps(x, kRoundNearest); }
+inline __m256 vceil(__m256 x) { return _mm256_round_ps(x, kRoundUp); }
 inline __m256 vgather(const float* base, __m256i index) { return _mm256_i32gather_ps(base, index, 4); }  // base[index]
 inline __m256i greater(__m256i a, __m256i b) { return _mm256_cmpgt_epi32(a, b); }
 inline __m256i equal(__m256i a, __m256i b) { return _mm256_cmpeq_epi32(a, b); }
@@ -103,6 +105,7 @@ inline __m512 vbroadcast<__m512>(const float* p) {
   return _mm512_set1_ps(*p);
 }
 inline __m512 vround(__m512 x) { return _mm512_roundscale_ps(x, kRoundNearest); }
+inline __m512 vceil(__m512 x) { return _mm512_roundscale_ps(x, kRoundUp); }
 inline __m512 vgather(const float* base, __m512i index) { return _mm512_i32gather_ps(index, base, 4); }  // base[index]
 inline __mmask16 greater(__m512i a, __m512i b) { return _mm512_cmpgt_epi32_mask(a, b); }
 inline __mmask16 equal(__m512i a, __m512i b) { return _mm512_cmpeq_epi32_mask(a, b); }
@@ -112,6 +115,30 @@ inline __mmask16 both(__mmask16 a, __mmask16 b) { return a & b; }
 inline __m512 select(__mmask16 m, __m512 yes, __m512 no) { return _mm512_mask_blend_ps(m, no, yes); }
 inline __m512 zero_unless(__mmask16 m, __m512 v) { return _mm512_maskz_mov_ps(m, v); }
 inline __m512 zero_where(__mmask16 m, __m512 v) { return _mm512_maskz_mov_ps(static_cast<__mmask16>(~m), v); }
+#endif
+
+// x rounded to the nearest bf16 value, ties to even, kept in the fp32 lane: dtype.h's round_to_bf16
+// lane by lane (add 0x7fff plus the kept part's lowest bit, drop the low 16 bits; a NaN stays a quiet
+// NaN). The rounded-operand products of the bf16 attention (flash_attention.h) read these.
+inline __m256 vround_bf16(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i sum = _mm256_add_epi32(bits, _mm256_add_epi32(lowest_kept, _mm256_set1_epi32(0x7fff)));
+  const __m256 rounded = _mm256_castsi256_ps(_mm256_and_si256(sum, _mm256_set1_epi32(~0xffff)));
+  const __m256 quiet_nan = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(~0xffff)), _mm256_set1_epi32(0x00400000)));
+  return _mm256_blendv_ps(rounded, quiet_nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+#if defined(__AVX512F__)
+inline __m512 vround_bf16(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i lowest_kept = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i sum = _mm512_add_epi32(bits, _mm512_add_epi32(lowest_kept, _mm512_set1_epi32(0x7fff)));
+  const __m512 rounded = _mm512_castsi512_ps(_mm512_and_si512(sum, _mm512_set1_epi32(~0xffff)));
+  const __m512 quiet_nan = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(~0xffff)), _mm512_set1_epi32(0x00400000)));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), rounded, quiet_nan);
+}
 #endif
 
 // c[0]·x^(N−1) + c[1]·x^(N−2) + … + c[N−1] by Horner's rule, one FMA a coefficient.

@@ -184,6 +184,16 @@ __global__ void round_to_bf16_kernel(float* x, int64_t n) {
     x[i] = nearest_bf16(x[i]);
 }
 
+__global__ void pack_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+__global__ void unpack_bf16_kernel(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+}
+
 // x (N, H, D) rotated in place by sign · angle (sign = +1 forward, −1 backward).
 void rope_rotate(cudaStream_t stream, float* x, const int64_t* pos, int64_t N, int H, int D, const RopeParams& rope,
                  double sign) {
@@ -318,6 +328,18 @@ void CudaBackend::scale_inplace(float* x, float alpha, int64_t n) {
 void CudaBackend::round_to_bf16(float* x, int64_t n) {
   if (n == 0) return;
   round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, n);
+  FPDT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) {
+  if (n == 0) return;
+  pack_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dst, src, n);
+  FPDT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
+  if (n == 0) return;
+  unpack_bf16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dst, src, n);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 

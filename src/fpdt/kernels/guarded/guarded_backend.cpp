@@ -147,6 +147,12 @@ void GuardedBackend::sum_squares(double* sums, const float* x, int64_t n, int64_
 }
 void GuardedBackend::scale_inplace(float* x, float alpha, int64_t n) { cpu_.scale_inplace(readable(x), alpha, n); }
 void GuardedBackend::round_to_bf16(float* x, int64_t n) { cpu_.round_to_bf16(readable(x), n); }
+void GuardedBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) {
+  cpu_.pack_bf16(readable(dst), readable(src), n);
+}
+void GuardedBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
+  cpu_.unpack_bf16(readable(dst), readable(src), n);
+}
 void GuardedBackend::add_inplace(float* y, const float* x, int64_t n) {
   cpu_.add_inplace(readable(y), readable(x), n);
 }

@@ -2,13 +2,15 @@
 // attention.h). One query row at a time: scaled scores over the visible keys (t <= s, within the
 // window, same document), softmax by
 // max / exp / sum, then out and lse. All arithmetic in float64; slow on purpose (it is the oracle).
+// bf16 rounds each product's operands first (attention_chunk.h states which).
 #include "fpdt/kernels/reference/attention.h"
 
 #include <cmath>
 #include <vector>
 
-#include "fpdt/base/error.h"
+#include "fpdt/kernels/reference/attention_chunk.h"
 #include "fpdt/kernels/reference/reference_backend.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::kernels::reference {
 
@@ -20,12 +22,19 @@ bool visible(const int32_t* doc_ids, int64_t S, int64_t window, int b, int64_t s
   return doc_ids == nullptr || doc_ids[b * S + t] == doc_ids[b * S + s];
 }
 
+// The value a product reads: x itself in fp32, x rounded to bf16 (through float) in bf16.
+template <typename T>
+double operand(T x, bool bf16) {
+  return bf16 ? fpdt::round_to_bf16(static_cast<float>(x)) : static_cast<double>(x);
+}
+
 }  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window) {
+                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window, Precision precision) {
   const int group = Hq / Hkv;  // q heads per kv head
+  const bool bf16 = precision == Precision::bf16;
   std::vector<double> scores(S);  // (S) scaled scores of one query row; only t <= s is used
   std::vector<double> acc(D);
   for (int b = 0; b < B; ++b) {
@@ -38,22 +47,24 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
           if (!visible(doc_ids, S, window, b, s, t)) continue;
           const T* k_row = k + ((b * S + t) * Hkv + kv_head) * D;
           double dot = 0.0;
-          for (int d = 0; d < D; ++d) dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
+          for (int d = 0; d < D; ++d) dot += operand(q_row[d], bf16) * operand(k_row[d], bf16);
           scores[t] = scale * dot;
           max = std::fmax(max, scores[t]);
         }
+        const double anchor = bf16 ? power_of_two_max(max) : max;  // m* (attention_chunk.h)
         double sum = 0.0;
         for (int d = 0; d < D; ++d) acc[d] = 0.0;
         for (int64_t t = 0; t <= s; ++t) {
           if (!visible(doc_ids, S, window, b, s, t)) continue;
-          const double p = std::exp(scores[t] - max);  // unnormalised probability
+          const double p = std::exp(scores[t] - anchor);  // unnormalised probability P̃
           sum += p;
+          const double p_in = operand(p, bf16);
           const T* v_row = v + ((b * S + t) * Hkv + kv_head) * D;
-          for (int d = 0; d < D; ++d) acc[d] += p * static_cast<double>(v_row[d]);
+          for (int d = 0; d < D; ++d) acc[d] += p_in * operand(v_row[d], bf16);
         }
         T* out_row = out + ((b * S + s) * Hq + head) * D;
         for (int d = 0; d < D; ++d) out_row[d] = static_cast<T>(acc[d] / sum);
-        lse[(static_cast<int64_t>(b) * Hq + head) * S + s] = static_cast<T>(max + std::log(sum));
+        lse[(static_cast<int64_t>(b) * Hq + head) * S + s] = static_cast<T>(anchor + std::log(sum));
       }
     }
   }
@@ -62,8 +73,9 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale, int64_t window) {
+                        double scale, int64_t window, Precision precision) {
   const int group = Hq / Hkv;
+  const bool bf16 = precision == Precision::bf16;
   // Accumulate in float64, round to T at the end. dk and dv sum over the q heads of a group.
   std::vector<double> dq_acc(static_cast<size_t>(B) * S * Hq * D, 0.0);   // (B, S, Hq, D)
   std::vector<double> dk_acc(static_cast<size_t>(B) * S * Hkv * D, 0.0);  // (B, S, Hkv, D)
@@ -87,15 +99,16 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
           double dot = 0.0;
           double dp = 0.0;  // dP = dout · v
           for (int d = 0; d < D; ++d) {
-            dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
-            dp += static_cast<double>(dout_row[d]) * static_cast<double>(v_row[d]);
+            dot += operand(q_row[d], bf16) * operand(k_row[d], bf16);
+            dp += operand(dout_row[d], bf16) * operand(v_row[d], bf16);
           }
           const double p = std::exp(scale * dot - row_lse);  // P = exp(score − lse)
           const double ds = p * (dp - delta);                // dS = P (dP − Δ)
+          const double p_in = operand(p, bf16), ds_in = operand(ds, bf16);
           for (int d = 0; d < D; ++d) {
-            dv_acc[kv_index + d] += p * static_cast<double>(dout_row[d]);    // dV += Pᵀ dO
-            dq_acc[q_index + d] += scale * ds * static_cast<double>(k_row[d]);  // dQ = scale dS K
-            dk_acc[kv_index + d] += scale * ds * static_cast<double>(q_row[d]);  // dK = scale dSᵀ Q
+            dv_acc[kv_index + d] += p_in * operand(dout_row[d], bf16);         // dV += Pᵀ dO
+            dq_acc[q_index + d] += scale * ds_in * operand(k_row[d], bf16);    // dQ = scale dS K
+            dk_acc[kv_index + d] += scale * ds_in * operand(q_row[d], bf16);   // dK = scale dSᵀ Q
           }
         }
       }
@@ -109,29 +122,28 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const int32_t*,
-                                       int, int64_t, int, int, int, double, int64_t);
+                                       int, int64_t, int, int, int, double, int64_t, Precision);
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
-                                        const int32_t*, int, int64_t, int, int, int, double, int64_t);
+                                        const int32_t*, int, int64_t, int, int, int, double, int64_t, Precision);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const float*, const int32_t*, int, int64_t,
-                                        int, int, int, double, int64_t);
+                                        int, int, int, double, int64_t, Precision);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, const double*, const int32_t*, int,
-                                         int64_t, int, int, int, double, int64_t);
+                                         int64_t, int, int, int, double, int64_t, Precision);
 
 void ReferenceBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                          const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
                                          double scale, int64_t window, Precision precision) {
-  if (precision != Precision::fp32) throw Error("kernels", "attention_forward: bf16 is not built on the reference backend yet");
-  reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window);
+  reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
 }
 
 void ReferenceBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                           const float* k, const float* v, const float* out, const float* lse,
                                           const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
                                           double scale, int64_t window, Precision precision) {
-  if (precision != Precision::fp32) throw Error("kernels", "attention_backward: bf16 is not built on the reference backend yet");
-  reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale, window);
+  reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale, window,
+                                precision);
 }
 
 }  // namespace fpdt::kernels::reference

@@ -7,6 +7,9 @@
 //             scaled, masked scores of each query row (fp32 on every backend's fast path).
 //   backward: dq (B, S, Hq, D), dk and dv (B, S, Hkv, D), all overwritten (=), computed from the
 //             final out and lse (Δ = rowsum(dout ∘ out)), as FlashAttention does.
+//   precision: bf16 rounds the operands of each product exactly as the chunk spec does
+//             (attention_chunk.h: r(q), r(k), r(v), r(P̃) with P̃ from the power-of-two max, r(dout),
+//             r(P), r(dS)); a double input is rounded through float. Accumulation stays float64.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +20,12 @@ namespace fpdt::kernels::reference {
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window);
+                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window,
+                       Precision precision = Precision::fp32);
 
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale, int64_t window);
+                        double scale, int64_t window, Precision precision = Precision::fp32);
 
 }  // namespace fpdt::kernels::reference

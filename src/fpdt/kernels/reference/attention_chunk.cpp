@@ -1,11 +1,12 @@
-// Reference chunk-pair attention (see attention_chunk.h): one query row at a time, float64 inside.
+// Reference chunk-pair attention (see attention_chunk.h): one query row at a time, float64 inside;
+// with Precision::bf16 the operands of each product are rounded to bf16 first, as the header says.
 #include "fpdt/kernels/reference/attention_chunk.h"
 
 #include <cmath>
 #include <vector>
 
-#include "fpdt/base/error.h"
 #include "fpdt/kernels/reference/reference_backend.h"
+#include "fpdt/tensor/dtype.h"
 
 namespace fpdt::kernels::reference {
 
@@ -16,16 +17,25 @@ bool visible(const AttentionChunkParams& p, int b, int64_t i, int64_t j) {
   return p.q_doc_ids == nullptr || p.q_doc_ids[b * p.Cq + i] == p.kv_doc_ids[b * p.Ck + j];
 }
 
-double dot(const float* a, const float* b, int D) {
+// The value a product reads: x itself in fp32, rounded to bf16 in bf16.
+double operand(double x, bool bf16) { return bf16 ? fpdt::round_to_bf16(static_cast<float>(x)) : x; }
+
+double dot(const float* a, const float* b, int D, bool bf16) {
   double sum = 0.0;
-  for (int d = 0; d < D; ++d) sum += static_cast<double>(a[d]) * static_cast<double>(b[d]);
+  for (int d = 0; d < D; ++d) sum += operand(a[d], bf16) * operand(b[d], bf16);
   return sum;
 }
 
 }  // namespace
 
+double power_of_two_max(double m) {
+  constexpr double kLn2 = 0.6931471805599453;
+  return kLn2 * std::ceil(m / kLn2);
+}
+
 void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   const int group = p.H / p.Hkv;
+  const bool bf16 = p.precision == Precision::bf16;
   std::vector<double> scores(static_cast<size_t>(p.Ck));
   std::vector<double> acc(static_cast<size_t>(p.D));
   for (int b = 0; b < p.B; ++b)
@@ -37,7 +47,7 @@ void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams&
         double max = -INFINITY;
         for (int64_t j = 0; j < p.Ck; ++j) {
           if (!visible(p, b, i, j)) continue;
-          scores[j] = p.scale * dot(q_row, p.k + ((b * p.Ck + j) * p.Hkv + head / group) * p.D, p.D);
+          scores[j] = p.scale * dot(q_row, p.k + ((b * p.Ck + j) * p.Hkv + head / group) * p.D, p.D, bf16);
           max = std::fmax(max, scores[j]);
         }
         if (max == -INFINITY) {  // no visible key: the empty softmax
@@ -47,16 +57,18 @@ void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams&
           }
           continue;
         }
-        double sum = 0.0;
+        const double anchor = bf16 ? power_of_two_max(max) : max;  // m*
+        double sum = 0.0;  // l, from the unrounded P̃
         for (int d = 0; d < p.D; ++d) acc[d] = 0.0;
         for (int64_t j = 0; j < p.Ck; ++j) {
           if (!visible(p, b, i, j)) continue;
-          const double weight = std::exp(scores[j] - max);
+          const double weight = std::exp(scores[j] - anchor);  // P̃_j
           sum += weight;
+          const double rounded_weight = operand(weight, bf16);
           const float* v_row = p.v + ((b * p.Ck + j) * p.Hkv + head / group) * p.D;
-          for (int d = 0; d < p.D; ++d) acc[d] += weight * v_row[d];
+          for (int d = 0; d < p.D; ++d) acc[d] += rounded_weight * operand(v_row[d], bf16);
         }
-        const double block_lse = max + std::log(sum);
+        const double block_lse = anchor + std::log(sum);
         if (!accumulate || row_lse == -INFINITY) {
           for (int d = 0; d < p.D; ++d) out_row[d] = static_cast<float>(acc[d] / sum);
           row_lse = static_cast<float>(block_lse);
@@ -75,13 +87,14 @@ void attention_chunk_delta(float* delta, const float* dout, const float* out, in
     for (int head = 0; head < H; ++head)
       for (int64_t i = 0; i < Cq; ++i) {
         const int64_t row = ((b * Cq + i) * H + head) * D;
-        delta[(b * H + head) * Cq + i] = static_cast<float>(dot(dout + row, out + row, D));
+        delta[(b * H + head) * Cq + i] = static_cast<float>(dot(dout + row, out + row, D, /*bf16=*/false));
       }
 }
 
 void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                               const float* delta, const AttentionChunkParams& p) {
   const int group = p.H / p.Hkv;
+  const bool bf16 = p.precision == Precision::bf16;
   std::vector<double> dq_row(static_cast<size_t>(p.D));
   for (int b = 0; b < p.B; ++b)
     for (int head = 0; head < p.H; ++head)
@@ -94,13 +107,14 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
         for (int64_t j = 0; j < p.Ck; ++j) {
           if (!visible(p, b, i, j)) continue;
           const int64_t kv_row = ((b * p.Ck + j) * p.Hkv + head / group) * p.D;
-          const double prob = std::exp(p.scale * dot(p.q + row, p.k + kv_row, p.D) - row_lse);
-          const double dprob = dot(dout + row, p.v + kv_row, p.D);
-          const double dscore = prob * (dprob - row_delta);
+          const double prob = std::exp(p.scale * dot(p.q + row, p.k + kv_row, p.D, bf16) - row_lse);  // P
+          const double dprob = dot(dout + row, p.v + kv_row, p.D, bf16);                              // dP
+          const double dscore = prob * (dprob - row_delta);                                            // dS
+          const double prob_in = operand(prob, bf16), dscore_in = operand(dscore, bf16);
           for (int d = 0; d < p.D; ++d) {
-            dv[kv_row + d] += static_cast<float>(prob * dout[row + d]);
-            dk[kv_row + d] += static_cast<float>(p.scale * dscore * p.q[row + d]);
-            dq_row[d] += p.scale * dscore * p.k[kv_row + d];
+            dv[kv_row + d] += static_cast<float>(prob_in * operand(dout[row + d], bf16));
+            dk[kv_row + d] += static_cast<float>(p.scale * dscore_in * operand(p.q[row + d], bf16));
+            dq_row[d] += p.scale * dscore_in * operand(p.k[kv_row + d], bf16);
           }
         }
         for (int d = 0; d < p.D; ++d) dq[row + d] += static_cast<float>(dq_row[d]);
@@ -109,7 +123,6 @@ void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout
 
 void ReferenceBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,
                                                bool accumulate) {
-  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the reference backend yet");
   reference::attention_chunk_forward(out, lse, params, accumulate);
 }
 
@@ -120,7 +133,6 @@ void ReferenceBackend::attention_chunk_delta(float* delta, const float* dout, co
 
 void ReferenceBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                                 const float* delta, const AttentionChunkParams& params) {
-  if (params.precision != Precision::fp32) throw Error("kernels", "attention: bf16 is not built on the reference backend yet");
   reference::attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
 }
 

@@ -40,6 +40,12 @@ template void scale_inplace<double>(double*, double, int64_t);
 void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = fpdt::round_to_bf16(x[i]);
 }
+void pack_bf16(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fpdt::float_to_bf16(src[i]);
+}
+void unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fpdt::bf16_to_float(src[i]);
+}
 
 template void add_inplace<float>(float*, const float*, int64_t);
 template void add_inplace<double>(double*, const double*, int64_t);
@@ -55,6 +61,8 @@ void ReferenceBackend::scale_inplace(float* x, float alpha, int64_t n) { referen
 
 void ReferenceBackend::add_inplace(float* y, const float* x, int64_t n) { reference::add_inplace(y, x, n); }
 void ReferenceBackend::round_to_bf16(float* x, int64_t n) { reference::round_to_bf16(x, n); }
+void ReferenceBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) { reference::pack_bf16(dst, src, n); }
+void ReferenceBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) { reference::unpack_bf16(dst, src, n); }
 
 void ReferenceBackend::count_invalid(int64_t* count, const float* x, int64_t n, bool negative_invalid) {
   *count = reference::count_invalid(x, n, negative_invalid);

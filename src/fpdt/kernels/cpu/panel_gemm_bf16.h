@@ -1,0 +1,125 @@
+// The bf16 panel products of the CPU attention, on AVX512-BF16's dot products: C (M × kPanel) op= A (M × K)
+// · B (K × kPanel) as panel_gemm.h's, with A and B held as pairs of bf16 along K — one 32-bit word per
+// pair, the even k in the low half — and vdpbf16ps adding both products of a pair into each fp32
+// accumulator (exact products, fp32 sums: the spec's within fp32 reordering). Used when the CPU has
+// AVX512-BF16 (bf16_dot_products_available); otherwise the bf16 attention runs the fp32 panel_gemm on
+// the same rounded values. Compiled for AVX512-BF16 by a target pragma, called only after that check.
+#pragma once
+
+#include <cstdint>
+
+#include "fpdt/kernels/cpu/panel_gemm.h"
+
+#if defined(__AVX512F__)
+#define FPDT_BF16_DOT_PRODUCTS 1
+#else
+#define FPDT_BF16_DOT_PRODUCTS 0
+#endif
+
+namespace fpdt::kernels::cpu {
+
+// Whether this build has the bf16 dot-product kernels (it targets AVX-512) and this CPU runs them.
+inline bool bf16_dot_products_available() {
+#if FPDT_BF16_DOT_PRODUCTS
+  static const bool available = __builtin_cpu_supports("avx512bf16");
+  return available;
+#else
+  return false;
+#endif
+}
+
+// Pairs of rows of a panel: dst[k2·kPanel + c] = (bf16 of rows[2·k2][c]) | (bf16 of rows[2·k2 + 1][c]) << 16
+// for k2 < ⌈K / 2⌉, from K rows of kPanel floats that already hold bf16 values (round_to_bf16): their
+// upper halves are the bf16 bits. Row K (odd K) reads as zero.
+inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
+  const int pairs = K / 2;
+  for (int k2 = 0; k2 < pairs; ++k2)
+    for (int c = 0; c < kPanel; ++c) {
+      uint32_t even, odd;
+      __builtin_memcpy(&even, rows + (2 * k2) * kPanel + c, 4);
+      __builtin_memcpy(&odd, rows + (2 * k2 + 1) * kPanel + c, 4);
+      dst[k2 * kPanel + c] = (even >> 16) | (odd & 0xffff0000u);
+    }
+  if (K % 2 != 0)
+    for (int c = 0; c < kPanel; ++c) {
+      uint32_t even;
+      __builtin_memcpy(&even, rows + (K - 1) * kPanel + c, 4);
+      dst[pairs * kPanel + c] = even >> 16;
+    }
+}
+
+#if FPDT_BF16_DOT_PRODUCTS
+#pragma GCC push_options
+#pragma GCC target("avx512bf16,avx512bw,avx512vl")
+
+// Register tile: C (R × kPanel) op= A (R × K) · B (K × kPanel), K2 = ⌈K / 2⌉ pairs; the pair k2 of A's row
+// r is the word a[r·a_row + k2·a_pair], B's pair row k2 the kPanel words b[k2·kPanel ..].
+#define FPDT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <int R, Store kStore>
+inline void bf16_register_tile(int K2, const uint32_t* __restrict a, int64_t a_row, int64_t a_pair,
+                               const uint32_t* __restrict b, float* __restrict c, const float* __restrict col_scale) {
+  static_assert(R >= 1 && R <= 8 && kPanel == 32, "bf16 tiles: 1 to 8 rows of two 16-float vectors");
+#define FPDT_DECLARE(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
+  FPDT_FOR_ROWS(FPDT_DECLARE)
+#undef FPDT_DECLARE
+  if constexpr (kStore != Store::overwrite) {
+    __m512 s0 = _mm512_set1_ps(1.0f), s1 = s0;
+    if constexpr (kStore == Store::rescale) {
+      s0 = _mm512_loadu_ps(col_scale);
+      s1 = _mm512_loadu_ps(col_scale + 16);
+    }
+#define FPDT_LOAD(r)                                                 \
+  if constexpr (R > r) {                                             \
+    c##r##0 = _mm512_mul_ps(_mm512_loadu_ps(c + r * kPanel), s0);      \
+    c##r##1 = _mm512_mul_ps(_mm512_loadu_ps(c + r * kPanel + 16), s1); \
+  }
+    FPDT_FOR_ROWS(FPDT_LOAD)
+#undef FPDT_LOAD
+  }
+  for (int k2 = 0; k2 < K2; ++k2) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + k2 * kPanel);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + k2 * kPanel + 16);
+#define FPDT_DOT(r)                                                                                  \
+  if constexpr (R > r) {                                                                             \
+    const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * a_row + k2 * a_pair])); \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, ar, b0);                                                     \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, ar, b1);                                                     \
+  }
+    FPDT_FOR_ROWS(FPDT_DOT)
+#undef FPDT_DOT
+  }
+#define FPDT_STORE(r)                                  \
+  if constexpr (R > r) {                               \
+    _mm512_storeu_ps(c + r * kPanel, c##r##0);      \
+    _mm512_storeu_ps(c + r * kPanel + 16, c##r##1); \
+  }
+  FPDT_FOR_ROWS(FPDT_STORE)
+#undef FPDT_STORE
+}
+#undef FPDT_FOR_ROWS
+
+template <int R, Store kStore>
+inline void bf16_register_tile_of(int rows, int K2, const uint32_t* a, int64_t a_row, int64_t a_pair, const uint32_t* b,
+                                  float* c, const float* col_scale) {
+  if constexpr (R > 1) {
+    if (rows < R) return bf16_register_tile_of<R - 1, kStore>(rows, K2, a, a_row, a_pair, b, c, col_scale);
+  }
+  bf16_register_tile<R, kStore>(K2, a, a_row, a_pair, b, c, col_scale);
+}
+
+// Panel GEMM: C (M × kPanel) op= A (M × K) · B (K × kPanel) in bf16 pairs, M cut into groups of kRows
+// rows, group g of A at a + g·a_group. A's layouts as panel_gemm's, in words: packed [k2][kRows] (a_row
+// 1, a_pair kRows), rows (a_row = the row's words, a_pair 1).
+template <Store kStore>
+void bf16_panel_gemm(int M, int K, const uint32_t* a, int64_t a_row, int64_t a_pair, int64_t a_group,
+                     const uint32_t* b, float* c, const float* col_scale = nullptr) {
+  const int K2 = (K + 1) / 2;
+  for (int m0 = 0, g = 0; m0 < M; m0 += kRows, ++g)
+    bf16_register_tile_of<kRows, kStore>(std::min(kRows, M - m0), K2, a + g * a_group, a_row, a_pair, b,
+                                         c + m0 * kPanel, col_scale);
+}
+
+#pragma GCC pop_options
+#endif
+
+}  // namespace fpdt::kernels::cpu
