@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/kernels/cpu/flash_attention_mask.h"
+#include "fpdt/kernels/cpu/flash_attention_pairs.h"
 
 namespace fpdt::kernels::cpu::flash {
 
@@ -47,6 +49,9 @@ struct BackwardScratch {
   float* delta;     // (kBwdQueries)
   int32_t* q_docs;  // (kBwdQueries)
   int32_t* k_docs;  // (kBwdKeys), padded to whole panels
+  // bf16 dot products (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel];
+  // K [D panel][key pair][kPanel]; P or dS of one panel [query pair][kPanel]; dS [i][key pair].
+  uint32_t *ktw, *vtw, *kpw, *pw, *dsw;
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -71,7 +76,18 @@ struct BackwardScratch {
     for (int i = 0; i < 11; ++i) slices[i] = carve.take(sizes[i]);
     int32_t* q_docs = carve.take_ints(kBwdQueries);
     int32_t* k_docs = carve.take_ints(kBwdKeys);
+    auto words = [&](size_t count) { return reinterpret_cast<uint32_t*>(carve.take(count)); };
+    uint32_t* ktw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* vtw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
+    uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
+    uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
     if (s) {
+      s->ktw = ktw;
+      s->vtw = vtw;
+      s->kpw = kpw;
+      s->pw = pw;
+      s->dsw = dsw;
       s->kt = slices[0];
       s->vt = slices[1];
       s->kp = slices[2];
@@ -229,6 +245,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   const float scale = static_cast<float>(p.scale);
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
+  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys), query_pairs = pairs(kBwdQueries);
 
   DocRange k_docs;
   if (has_docs) {
@@ -258,6 +276,14 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;
         }
       }
+    }
+    if (dots) {
+      for (int panel = 0; panel < panels_k; ++panel) {
+        pair_panel_rows(s.ktw + panel * D2 * kPanel, s.kt + panel * D * kPanel, D);
+        pair_panel_rows(s.vtw + panel * D2 * kPanel, s.vt + panel * D * kPanel, D);
+      }
+      for (int dp = 0; dp < d_panels; ++dp)
+        pair_panel_rows(s.kpw + dp * key_pairs * kPanel, s.kp + dp * kBwdKeys * kPanel, nk);
     }
     packed = true;
   };
@@ -317,10 +343,23 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
           s.delta[i] = delta[i];
         }
+        // The same tiles as bf16 pairs (flash_attention_pairs.h): by rows, then by columns.
+        const auto* q_rows_pairs = reinterpret_cast<const uint32_t*>(q_tile_packed);
+        const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
+        const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
+        const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {
+            for (const auto& [a, b, c] : {std::tuple{q_rows_pairs, s.ktw, s.sp}, std::tuple{do_rows_pairs, s.vtw, s.dpp}})
+              bf16_panel_gemm<Store::overwrite>(range.end - range.begin, D, a + range.begin * D2, D2, 1, kRows * D2,
+                                                b + panel * D2 * kPanel, c + (panel * kBwdQueries + range.begin) * kPanel);
+            continue;
+          }
+#endif
           panel_gemm<Layout::grouped, Store::overwrite>(
               range.end - range.begin, D, q_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
               s.kt + panel * D * kPanel, s.sp + (panel * kBwdQueries + range.begin) * kPanel);
@@ -345,6 +384,17 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {  // range.begin is a whole row group: even
+            const int n = range.end - range.begin;
+            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.sp, s.dvt}, std::tuple{q_columns_pairs, s.dpp, s.dkt}}) {
+              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
+              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows,
+                                                 s.pw, c + panel * D * kPanel);
+            }
+            continue;
+          }
+#endif
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.sp + (panel * kBwdQueries + range.begin) * kPanel,
@@ -358,6 +408,20 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
         for (int g = 0; g * kRows < mq; ++g) {
           const Span keys = dq_keys[g];
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {  // keys.begin is a whole panel: even
+            const int rows_in_group = std::min(kRows, mq - g * kRows);
+            for (int r = 0; r < rows_in_group; ++r)
+              pair_row(s.dsw + (g * kRows + r) * key_pairs + keys.begin / 2, s.ds + (g * kRows + r) * kBwdKeys + keys.begin,
+                       keys.end - keys.begin);
+            for (int dp = 0; dp < d_panels; ++dp)
+              bf16_panel_gemm<Store::overwrite>(rows_in_group, keys.end - keys.begin,
+                                                s.dsw + g * kRows * key_pairs + keys.begin / 2, key_pairs, 1, 0,
+                                                s.kpw + (dp * key_pairs + keys.begin / 2) * kPanel,
+                                                s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
+            continue;
+          }
+#endif
           for (int dp = 0; dp < d_panels; ++dp)
             panel_gemm<Layout::rows, Store::overwrite>(std::min(kRows, mq - g * kRows), keys.end - keys.begin,
                                                        s.ds + g * kRows * kBwdKeys + keys.begin, kBwdKeys, 0,
@@ -410,6 +474,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
@@ -438,6 +503,11 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
       const int64_t row_stride = static_cast<int64_t>(p.H) * D;
       const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
       const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      if (dots) {
+        pack_q_tile_pairs(packed_q + t * tile_floats, tile_floats, q_rows, row_stride, mq, D);
+        pack_q_tile_pairs(packed_do + t * tile_floats, tile_floats, do_rows, row_stride, mq, D);
+        return;
+      }
       for (int i = 0; i < mq; ++i) {
         if (i + kPrefetchRows < mq) {
           prefetch_row(q_rows + (i + kPrefetchRows) * row_stride, D);
