@@ -7,8 +7,8 @@
 // a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
 // of each reported; on a shared machine the ratios fall with the share the attention gets (the load
 // average is printed with them). With --bf16, each round also times the bf16 attention (the spec of
-// reference/attention_chunk.h) on AVX512-BF16's dot products where the CPU has them, and forced onto the
-// fp32 products over the same rounded operands (what a CPU without them runs): the bf16_* fields.
+// reference/attention_chunk.h) on AVX512-BF16's dot products where the CPU has them (turned on for it),
+// and on the fp32 products over the same rounded operands (the default): the bf16_* fields.
 // The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096] [--bf16]
 #include <omp.h>
@@ -147,8 +147,9 @@ int main(int argc, char** argv) {
     double sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
     for (int rep = 0; rep < o.reps; ++rep) {
       if (o.bf16) {
+        const bool saved = CpuBackend::set_bf16_dot_products(true);
         const auto [fwd, bwd] = time_pass(Precision::bf16);
-        const bool saved = CpuBackend::set_bf16_dot_products(false);
+        CpuBackend::set_bf16_dot_products(false);
         const auto [fwd_fallback, bwd_fallback] = time_pass(Precision::bf16);
         CpuBackend::set_bf16_dot_products(saved);
         std::printf("round %d: bf16 forward %.3f s, backward %.3f s (%s); on fp32 products %.3f s, %.3f s\n", rep,

@@ -5,8 +5,8 @@
 // merging 1/2/4/8 kv blocks equals one block, with and without a window; masked blocks leave their
 // outputs untouched; the backward against float64 finite differences; diagonal blocks at offsets off
 // every tile against the reference chunk kernels; determinism across thread counts and pack budgets;
-// and the errors at the edge. (Each op against the reference at many shapes:
-// backend_ops_test.cpp.)
+// and the errors at the edge. Each of these in fp32 and in bf16 (against the bf16 reference, both of
+// the cpu backend's bf16 paths). (Each op against the reference at many shapes: backend_ops_test.cpp.)
 #include <omp.h>
 
 #include <algorithm>
@@ -59,8 +59,8 @@ void PrintTo(const Problem& c, std::ostream* os) {
 const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
 
 // The arithmetics the kernels are tested in: fp32, and bf16 both ways the cpu backend runs it — on
-// AVX512-BF16's dot products (where this CPU and build have them; otherwise this is the next one) and
-// forced onto the fp32 products over the same rounded operands, as on a CPU without them.
+// AVX512-BF16's dot products (turned on for the test; where this CPU or build lacks them, this is the
+// next one) and on the fp32 products over the same rounded operands (the default).
 enum class Arithmetic { fp32, bf16_dot_products, bf16_fp32_products };
 const auto kArithmetics =
     ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products);

@@ -33,7 +33,8 @@
 // log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run either on
 // AVX512-BF16's dot products (panel_gemm_bf16.h; the operands packed as bf16 pairs) or, on a CPU or
 // build without them, on the fp32 panel products over the same rounded values: the same sums within
-// fp32 reordering. The choice: use_bf16_dot_products, by the CPU's flags at run time.
+// fp32 reordering. The choice: use_bf16_dot_products, by the CPU's flags at run time once allowed
+// (off by default: see bf16_dot_products_allowed).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
@@ -67,9 +68,12 @@ constexpr int kBwdKeys = 192;     // keys per backward task (multiple of kPanel)
 constexpr int kFwdPanels = kFwdQueries / kPanel, kBwdPanels = kBwdKeys / kPanel;
 // Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
 inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
-// Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products:
-// tests turn it off to run the fp32-product path on the same machine).
-inline std::atomic<bool> bf16_dot_products_allowed{true};
+// Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products).
+// Off by default, by measurement: on the Sapphire-Rapids-class Xeon this was built on, vdpbf16ps issues at
+// half FMA's rate — the same FLOP rate (421 vs 420 GFLOP/s, one thread, bench/RESULTS.md) — so the pairs
+// only add their packing, and the attention ran at 0.7× the fp32 products on the same rounded operands.
+// A CPU whose bf16 dot products are double-rate turns them on; tests run both paths.
+inline std::atomic<bool> bf16_dot_products_allowed{false};
 inline bool use_bf16_dot_products(const AttentionChunkParams& p) {
   return p.precision == Precision::bf16 && bf16_dot_products_allowed.load() && bf16_dot_products_available();
 }

@@ -1,6 +1,6 @@
 // The bf16 pairs the AVX512-BF16 attention products read (panel_gemm_bf16.h: one 32-bit word per two
 // bf16 along a product's inner dimension, the even one low): the packings of K, V (forward) and Q, dO
-// (backward) once per call, and the row pairings of the tiles a task makes (P, dS). Each layout is the
+// (backward) once per call (the tiles a task pairs itself: panel_gemm_bf16.h). Each layout is the
 // fp32 path's (flash_attention_forward.cpp, _backward.cpp) with the inner dimension halved into words;
 // the halves past the data are 0 (a pair's other half, and a zero times a finite value, adds nothing).
 #pragma once
@@ -33,22 +33,6 @@ inline void pack_kv_pairs(float* k_group, float* v_group, int64_t tile, int nk, 
       v_half[2 * ((static_cast<size_t>(d / kRows) * key_pairs + j / 2) * kRows + d % kRows) + j % 2] =
           float_to_bf16(v_row[d]);
     }
-  }
-}
-
-// Words of n floats that hold bf16 values, paired along the row: dst[m] = pair (src[2m], src[2m + 1]),
-// src[n] read as 0 (odd n).
-inline void pair_row(uint32_t* dst, const float* src, int n) {
-  for (int m = 0; m < n / 2; ++m) {
-    uint32_t even, odd;
-    __builtin_memcpy(&even, src + 2 * m, 4);
-    __builtin_memcpy(&odd, src + 2 * m + 1, 4);
-    dst[m] = (even >> 16) | (odd & 0xffff0000u);
-  }
-  if (n % 2 != 0) {
-    uint32_t even;
-    __builtin_memcpy(&even, src + n - 1, 4);
-    dst[n / 2] = even >> 16;
   }
 }
 
