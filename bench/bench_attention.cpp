@@ -6,8 +6,11 @@
 // forward 4·pairs·D·H·B (QKᵀ and PV over the visible (query, key) pairs: S²/2 causal, about S·W with
 // a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
 // of each reported; on a shared machine the ratios fall with the share the attention gets (the load
-// average is printed with them). The LAST line printed is one JSON object.
-//   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096]
+// average is printed with them). With --bf16, each round also times the bf16 attention (the spec of
+// reference/attention_chunk.h) on AVX512-BF16's dot products where the CPU has them (turned on for it),
+// and on the fp32 products over the same rounded operands (the default): the bf16_* fields.
+// The LAST line printed is one JSON object.
+//   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096] [--bf16]
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/train/metrics.h"
 
 namespace {
@@ -37,12 +41,13 @@ struct Options {
   int reps = 3;  // rounds of (sgemm, forward, backward); the best of each is reported
   bool docs = false;
   int64_t window = 0;  // sliding window in tokens; 0: none
+  bool bf16 = false;   // also time the bf16 attention, both ways
 };
 
 void usage() {
   std::printf(
       "usage: bench_attention [--seq S] [--batch B] [--heads H] [--kv-heads Hkv] [--head-dim D] [--threads T]\n"
-      "                       [--reps N] [--docs] [--window W]\n");
+      "                       [--reps N] [--docs] [--window W] [--bf16]\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -71,6 +76,8 @@ Options parse(int argc, char** argv) {
       o.docs = true;
     else if (arg == "--window")
       o.window = value();
+    else if (arg == "--bf16")
+      o.bf16 = true;
     else if (arg == "--help" || arg == "-h") {
       usage();
       std::exit(0);
@@ -122,8 +129,36 @@ int main(int argc, char** argv) {
     int vector_bits = 0;
     const double fma_gflops = fpdt::train::measure_fma_peak_gflops(o.threads, &vector_bits);
     backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale, W);
+    using fpdt::kernels::Precision;
+    using fpdt::kernels::cpu::CpuBackend;
+    // One forward and backward in `precision`: (forward, backward) seconds by the wall.
+    auto time_pass = [&](Precision precision) {
+      auto start = std::chrono::steady_clock::now();
+      backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
+                                W, precision);
+      const double fwd = seconds_since(start);
+      start = std::chrono::steady_clock::now();
+      backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                                 lse.data(), doc_ids, B, S, H, Hkv, D, scale, W, precision);
+      return std::pair{fwd, seconds_since(start)};
+    };
+    const bool dots = fpdt::kernels::cpu::bf16_dot_products_available();
+    double bf16_fwd = 1e30, bf16_bwd = 1e30, fallback_fwd = 1e30, fallback_bwd = 1e30;
     double sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
     for (int rep = 0; rep < o.reps; ++rep) {
+      if (o.bf16) {
+        const bool saved = CpuBackend::set_bf16_dot_products(true);
+        const auto [fwd, bwd] = time_pass(Precision::bf16);
+        CpuBackend::set_bf16_dot_products(false);
+        const auto [fwd_fallback, bwd_fallback] = time_pass(Precision::bf16);
+        CpuBackend::set_bf16_dot_products(saved);
+        std::printf("round %d: bf16 forward %.3f s, backward %.3f s (%s); on fp32 products %.3f s, %.3f s\n", rep,
+                    fwd, bwd, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products", fwd_fallback, bwd_fallback);
+        bf16_fwd = std::min(bf16_fwd, fwd);
+        bf16_bwd = std::min(bf16_bwd, bwd);
+        fallback_fwd = std::min(fallback_fwd, fwd_fallback);
+        fallback_bwd = std::min(fallback_bwd, bwd_fallback);
+      }
       const double sgemm_rate = fpdt::train::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
       backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
@@ -148,14 +183,24 @@ int main(int argc, char** argv) {
     double checksum = 0.0;
     for (size_t i = 0; i < q_size; i += 997) checksum += out[i] + dq[i];
     std::printf("checksum %.6g\n", checksum);
+    std::string bf16_fields;
+    if (o.bf16) {
+      char text[512];
+      std::snprintf(text, sizeof text,
+                    ", \"bf16_dot_products\": %s, \"bf16_fwd_gflops\": %.2f, \"bf16_bwd_gflops\": %.2f, "
+                    "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f",
+                    dots ? "true" : "false", fwd_flops / bf16_fwd / 1e9, bwd_flops / bf16_bwd / 1e9,
+                    fwd_flops / fallback_fwd / 1e9, bwd_flops / fallback_bwd / 1e9);
+      bf16_fields = text;
+    }
     std::printf(
         "{\"bench\": \"attention\", \"batch\": %d, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
         "\"threads\": %d, \"docs\": %s, \"window\": %lld, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"fwd_gflops\": %.2f, "
         "\"bwd_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f, "
-        "\"fma_peak_gflops\": %.2f, \"vector_bits\": %d, \"fwd_mfu\": %.3f, \"bwd_mfu\": %.3f, \"load_average\": %.2f}\n",
+        "\"fma_peak_gflops\": %.2f, \"vector_bits\": %d, \"fwd_mfu\": %.3f, \"bwd_mfu\": %.3f, \"load_average\": %.2f%s}\n",
         B, static_cast<long long>(S), H, Hkv, D, o.threads, o.docs ? "true" : "false", static_cast<long long>(W),
         fwd_best, bwd_best, fwd_gflops, bwd_gflops, sgemm_gflops, fwd_gflops / sgemm_gflops, bwd_gflops / sgemm_gflops,
-        fma_gflops, vector_bits, fwd_gflops / fma_gflops, bwd_gflops / fma_gflops, load);
+        fma_gflops, vector_bits, fwd_gflops / fma_gflops, bwd_gflops / fma_gflops, load, bf16_fields.c_str());
     return 0;
   } catch (const fpdt::Error& error) {
     std::fprintf(stderr, "%s\n", error.what());

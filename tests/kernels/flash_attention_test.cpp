@@ -5,8 +5,8 @@
 // merging 1/2/4/8 kv blocks equals one block, with and without a window; masked blocks leave their
 // outputs untouched; the backward against float64 finite differences; diagonal blocks at offsets off
 // every tile against the reference chunk kernels; determinism across thread counts and pack budgets;
-// and the errors at the edge. (Each op against the reference at many shapes:
-// backend_ops_test.cpp.)
+// and the errors at the edge. Each of these in fp32 and in bf16 (against the bf16 reference, both of
+// the cpu backend's bf16 paths). (Each op against the reference at many shapes: backend_ops_test.cpp.)
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
 #include "testing.h"
@@ -56,6 +57,33 @@ void PrintTo(const Problem& c, std::ostream* os) {
 }
 
 const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
+
+// The arithmetics the kernels are tested in: fp32, and bf16 both ways the cpu backend runs it — on
+// AVX512-BF16's dot products (turned on for the test; where this CPU or build lacks them, this is the
+// next one) and on the fp32 products over the same rounded operands (the default).
+enum class Arithmetic { fp32, bf16_dot_products, bf16_fp32_products };
+const auto kArithmetics =
+    ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products);
+Precision precision_of(Arithmetic a) { return a == Arithmetic::fp32 ? Precision::fp32 : Precision::bf16; }
+const char* arithmetic_name(Arithmetic a) {
+  return a == Arithmetic::fp32 ? "fp32" : a == Arithmetic::bf16_dot_products ? "bf16dots" : "bf16fp32products";
+}
+// The cpu backend's bf16 path for the scope of a test.
+class ArithmeticScope {
+ public:
+  explicit ArithmeticScope(Arithmetic a)
+      : saved_(cpu::CpuBackend::set_bf16_dot_products(a != Arithmetic::bf16_fp32_products)) {
+    if (a == Arithmetic::bf16_dot_products)
+      std::printf("[ bf16     ] AVX512-BF16 dot products: %s\n",
+                  cpu::bf16_dot_products_available() ? "used" : "not on this CPU/build (fp32 products)");
+  }
+  ~ArithmeticScope() { cpu::CpuBackend::set_bf16_dot_products(saved_); }
+  ArithmeticScope(const ArithmeticScope&) = delete;
+  ArithmeticScope& operator=(const ArithmeticScope&) = delete;
+
+ private:
+  bool saved_;
+};
 
 // Random inputs of a problem, in float (what the kernel sees) and the same values in double.
 struct Inputs {
@@ -280,12 +308,13 @@ void PrintTo(const ChunkCase& c, std::ostream* os) {
 }
 
 // (backend, case): the reference's chunk kernels (the spec) and the cpu flash kernels.
-class ChunkedAttention : public ::testing::TestWithParam<std::tuple<std::string, ChunkCase, Precision>> {};
+class ChunkedAttention : public ::testing::TestWithParam<std::tuple<std::string, ChunkCase, Arithmetic>> {};
 
 TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
-  const auto& [backend_name, chunk_case, precision] = GetParam();
+  const auto& [backend_name, chunk_case, arithmetic] = GetParam();
+  const ArithmeticScope scope(arithmetic);
   ChunkCase cc = chunk_case;
-  cc.problem.precision = precision;
+  cc.problem.precision = precision_of(arithmetic);
   const Problem& c = cc.problem;
   Rng rng(fresh_seed());
   const Inputs in = make_inputs(rng, c);
@@ -311,11 +340,11 @@ INSTANTIATE_TEST_SUITE_P(Backends, ChunkedAttention,
                                                               ChunkCase{{2, 300, 4, 4, 32, true, 37}, 100, 70},
                                                               ChunkCase{{1, 330, 8, 2, 48, false, 200}, 130, 97},
                                                               ChunkCase{{1, 100, 2, 1, 16, false, 1}, 30, 30}),
-                                            ::testing::Values(Precision::fp32, Precision::bf16)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, ChunkCase, Precision>>& info) {
+                                            kArithmetics),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, ChunkCase, Arithmetic>>& info) {
                            const ChunkCase& c = std::get<1>(info.param);
                            std::ostringstream name;
-                           name << std::get<0>(info.param) << "_" << precision_name(std::get<2>(info.param)) << "_B"
+                           name << std::get<0>(info.param) << "_" << arithmetic_name(std::get<2>(info.param)) << "_B"
                                 << c.problem.B << "_S" << c.problem.S << "_Hkv"
                                 << c.problem.Hkv << "_D" << c.problem.D << "_Cq" << c.q_chunk << "_Ck" << c.kv_chunk
                                 << (c.problem.documents ? "_docs" : "");
@@ -341,12 +370,13 @@ double lse_error(const std::vector<float>& got, const std::vector<float>& want) 
 // the kv block in one call (forward by LSE merge; backward: dq sums, dk and dv concatenate) — also
 // with a sliding window, under which some pieces lie wholly before the window of some q rows and
 // the last q rows see no key of the block at all.
-class FlashMerge : public ::testing::TestWithParam<std::tuple<int64_t, Precision>> {};
+class FlashMerge : public ::testing::TestWithParam<std::tuple<int64_t, Arithmetic>> {};
 
 TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
   Rng rng(fresh_seed());
   cpu::CpuBackend flash;
-  const Problem c{2, 0, 8, 2, 64, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
+  const ArithmeticScope scope(std::get<1>(GetParam()));
+  const Problem c{2, 0, 8, 2, 64, true, std::get<0>(GetParam()), precision_of(std::get<1>(GetParam()))};
   const int64_t Cq = 150, Ck = 333, q_begin = 400, kv_begin = 100;  // a diagonal block: kv ends at 432
   const int64_t Wq = static_cast<int64_t>(c.H) * c.D, Wkv = static_cast<int64_t>(c.Hkv) * c.D;
   const auto q = random_normal<float>(rng, c.B * Cq * Wq);
@@ -418,9 +448,9 @@ TEST_P(FlashMerge, KvPiecesInAnyOrderEqualOneBlock) {
 
 // Window 0: none; 90: below one 96-token tile, and q rows from 522 on see no key of [100, 433).
 INSTANTIATE_TEST_SUITE_P(Windows, FlashMerge,
-                         ::testing::Combine(::testing::Values(0, 90), ::testing::Values(Precision::fp32, Precision::bf16)),
+                         ::testing::Combine(::testing::Values(0, 90), kArithmetics),
                          [](const auto& info) {
-                           return std::string(precision_name(std::get<1>(info.param)))
+                           return std::string(arithmetic_name(std::get<1>(info.param)))
                                .append("_window")
                                .append(std::to_string(std::get<0>(info.param)));
                          });
@@ -464,8 +494,10 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
   before_window.window = 1;
 
   for (AttentionChunkParams p : {above, other_document, before_window})
-    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
-    p.precision = precision;
+    for (const Arithmetic arithmetic :
+         {Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products}) {
+    const ArithmeticScope scope(arithmetic);
+    p.precision = precision_of(arithmetic);
     auto out = random_normal<float>(rng, q.size());
     auto out_lse = random_normal<float>(rng, lse.size());
     const auto out_before = out, lse_before = out_lse;
@@ -491,7 +523,7 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
 // Inside a diagonal block, the q rows before the block's first key see nothing, and with a window of
 // 100 neither do the rows from 120 + 150 + 99 = 369 on: merged with accumulate, they keep their out
 // and lse bit for bit; the other rows change. In fp32 and bf16.
-class FlashMaskedRows : public ::testing::TestWithParam<Precision> {};
+class FlashMaskedRows : public ::testing::TestWithParam<Arithmetic> {};
 
 TEST_P(FlashMaskedRows, RowsThatSeeNothingAreUntouched) {
   Rng rng(fresh_seed());
@@ -514,7 +546,8 @@ TEST_P(FlashMaskedRows, RowsThatSeeNothingAreUntouched) {
   p.kv_begin = kv_begin;
   p.scale = 0.125;
   p.window = window;
-  p.precision = GetParam();
+  const ArithmeticScope scope(GetParam());
+  p.precision = precision_of(GetParam());
   auto out = random_normal<float>(rng, q.size());
   auto lse = random_normal<float>(rng, B * H * Cq);
   const auto out_before = out, lse_before = lse;
@@ -530,8 +563,8 @@ TEST_P(FlashMaskedRows, RowsThatSeeNothingAreUntouched) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, FlashMaskedRows, ::testing::Values(Precision::fp32, Precision::bf16),
-                         [](const auto& info) { return std::string(precision_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashMaskedRows, kArithmetics,
+                         [](const auto& info) { return std::string(arithmetic_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
 // The fp32 backward, fed chunk pair by chunk pair, against float64 central finite differences of
@@ -604,11 +637,12 @@ FloatResult flash_full(const Problem& c, const Inputs& in) {
 // dq adds its kv tiles in a fixed order — with a window, from the first kv tile whose window reaches
 // the q tile — and every other output is written by one task: the results are bitwise the same
 // whatever the thread count.
-class FlashDeterminism : public ::testing::TestWithParam<std::tuple<int64_t, Precision>> {};
+class FlashDeterminism : public ::testing::TestWithParam<std::tuple<int64_t, Arithmetic>> {};
 
 TEST_P(FlashDeterminism, SameBitsForOneAndManyThreads) {
   Rng rng(fresh_seed());
-  const Problem c{1, 400, 4, 2, 64, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
+  const ArithmeticScope scope(std::get<1>(GetParam()));
+  const Problem c{1, 400, 4, 2, 64, true, std::get<0>(GetParam()), precision_of(std::get<1>(GetParam()))};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
@@ -629,7 +663,8 @@ TEST_P(FlashDeterminism, SameBitsForOneAndManyThreads) {
 // the budget is tiny, all at once by default: the same bits either way.
 TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
   Rng rng(fresh_seed());
-  const Problem c{2, 300, 4, 2, 48, true, std::get<0>(GetParam()), std::get<1>(GetParam())};
+  const ArithmeticScope scope(std::get<1>(GetParam()));
+  const Problem c{2, 300, 4, 2, 48, true, std::get<0>(GetParam()), precision_of(std::get<1>(GetParam()))};
   const Inputs in = make_inputs(rng, c);
   auto run = [&](int64_t budget_floats) {
     const int64_t saved = cpu::CpuBackend::set_pack_budget_floats(budget_floats);
@@ -649,9 +684,9 @@ TEST_P(FlashDeterminism, SameBitsWhateverThePackBudget) {
 
 // Window 0: none; 150: across the 96-token tiles, so q tiles have different first visitors.
 INSTANTIATE_TEST_SUITE_P(Windows, FlashDeterminism,
-                         ::testing::Combine(::testing::Values(0, 150), ::testing::Values(Precision::fp32, Precision::bf16)),
+                         ::testing::Combine(::testing::Values(0, 150), kArithmetics),
                          [](const auto& info) {
-                           return std::string(precision_name(std::get<1>(info.param)))
+                           return std::string(arithmetic_name(std::get<1>(info.param)))
                                .append("_window")
                                .append(std::to_string(std::get<0>(info.param)));
                          });
@@ -672,10 +707,12 @@ struct DiagonalCase {
 
 void PrintTo(const DiagonalCase& c, std::ostream* os) { *os << c.what; }
 
-class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Precision>> {};
+class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Arithmetic>> {};
 
 TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
-  const auto& [c, precision] = GetParam();
+  const auto& [c, arithmetic] = GetParam();
+  const ArithmeticScope scope(arithmetic);
+  const Precision precision = precision_of(arithmetic);
   Rng rng(fresh_seed());
   cpu::CpuBackend flash;
   auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position + 11 * b) / 37); };
@@ -744,9 +781,9 @@ INSTANTIATE_TEST_SUITE_P(
         DiagonalCase{"one_query", 3, 2, 1, 8, 255, 1, 0, 256, 0, true},
         DiagonalCase{"few_keys_many_queries", 1, 8, 2, 40, 223, 256, 200, 33, 0, false},
         DiagonalCase{"odd_head_dim", 2, 4, 2, 15, 30, 140, 0, 170, 0, true}),
-    ::testing::Values(Precision::fp32, Precision::bf16)),
-    [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Precision>>& info) {
-      return std::string(precision_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
+    kArithmetics),
+    [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Arithmetic>>& info) {
+      return std::string(arithmetic_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
     });
 
 // ---------------------------------------------------------------------------------------------

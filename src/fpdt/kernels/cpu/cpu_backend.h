@@ -8,7 +8,9 @@
 // (q block, kv block) kernels that FPDT feeds one chunk pair at a time and merges by log-sum-exp,
 // and the full-sequence attention as one block. It never materialises a (Cq, Ck) matrix: scratch is
 // a few tiles of 96–192 tokens per thread plus a capped packed copy of K/V or Q/dO
-// (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32 storage and compute, LSE in fp32.
+// (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32 storage; fp32 compute, or bf16 by the
+// reference's spec (fp32 products on bf16-rounded operands; AVX512-BF16 dot products on request);
+// softmax and LSE in fp32.
 // Masking (one rule for every block, ops.h): key j of the kv block is visible from query i iff
 // position_visible(q_begin + i, kv_begin + j, window) and, with document ids, q_doc_ids[b, i] ==
 // kv_doc_ids[b, j]. A block wholly above the causal diagonal or before the window is skipped
@@ -45,6 +47,10 @@ class CpuBackend final : public Backend {
   // (b, kv head) group: 2·Ck·D floats forward, about 2·Cq·D·H/Hkv backward). Returns the previous
   // cap. Results do not depend on it (tests lower it to run many batches).
   static int64_t set_pack_budget_floats(int64_t floats);
+  // Lets bf16 attention use AVX512-BF16's dot products where the CPU has them, or not (the default: the
+  // fp32 products on the same rounded operands, measured faster here; flash_attention.h says why);
+  // returns the previous setting.
+  static bool set_bf16_dot_products(bool allowed);
 };
 
 }  // namespace fpdt::kernels::cpu

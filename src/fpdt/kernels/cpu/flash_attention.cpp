@@ -49,6 +49,8 @@ int64_t CpuBackend::set_pack_budget_floats(int64_t floats) {
   return flash::pack_budget_floats.exchange(std::max<int64_t>(floats, 0));
 }
 
+bool CpuBackend::set_bf16_dot_products(bool allowed) { return flash::bf16_dot_products_allowed.exchange(allowed); }
+
 void CpuBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   validate(p);
   if (p.B == 0 || p.Cq == 0) return;

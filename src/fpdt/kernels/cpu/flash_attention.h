@@ -1,5 +1,6 @@
 // What the CPU flash attention's files share (flash_attention.cpp: the entry points; _forward.cpp,
-// _backward.cpp: the kernels; _mask.h: the mask by tiles; panel_gemm.h: the products; simd.h: the
+// _backward.cpp: the kernels; _mask.h: the mask by tiles; _dq_order.h: the backward's dq order;
+// _pairs.h: the bf16 pair packings; panel_gemm.h, panel_gemm_bf16.h: the products; simd.h: the
 // vectors): the tile sizes, the scratch and the task loop. Not part of the backend's interface.
 //
 // FlashAttention-2 tiling with micro-kernels of our own (no BLAS), AVX-512 where the build targets it,
@@ -27,6 +28,14 @@
 // half a page each, and streaming them stalled on TLB and cache misses. The transposed operands a
 // task builds for itself (Qᵀ forward, Kᵀ and Vᵀ backward) are gathered a panel at a time, and its
 // transposed results (Oᵀ, dKᵀ, dVᵀ) gathered back into rows.
+// bf16 (Precision::bf16, the spec: reference/attention_chunk.h): the operands are rounded where they are
+// packed or transposed, the scale moves from the packed Qᵀ / Kᵀ / K onto the scores and the dQ tile,
+// P̃, P and dS are rounded as the softmax writes them, and the forward's running max is an integer in
+// log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run either on
+// AVX512-BF16's dot products (panel_gemm_bf16.h; the operands packed as bf16 pairs) or, on a CPU or
+// build without them, on the fp32 panel products over the same rounded values: the same sums within
+// fp32 reordering. The choice: use_bf16_dot_products, by the CPU's flags at run time once allowed
+// (off by default: see bf16_dot_products_allowed).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
@@ -42,6 +51,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cpu/panel_gemm.h"
+#include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/ops.h"
 
 namespace fpdt::kernels::cpu::flash {
@@ -59,6 +69,16 @@ constexpr int kBwdKeys = 192;     // keys per backward task (multiple of kPanel)
 constexpr int kFwdPanels = kFwdQueries / kPanel, kBwdPanels = kBwdKeys / kPanel;
 // Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
 inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
+// Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products).
+// Off by default, by measurement: on the Sapphire-Rapids-class Xeon this was built on, vdpbf16ps issues at
+// half FMA's rate — the same FLOP rate (421 vs 420 GFLOP/s, one thread, bench/RESULTS.md) — so the pairs
+// only add their packing, and the attention ran at 0.7× the fp32 products on the same rounded operands.
+// A CPU whose bf16 dot products are double-rate turns them on; tests run both paths.
+inline std::atomic<bool> bf16_dot_products_allowed{false};
+inline bool use_bf16_dot_products(const AttentionChunkParams& p) {
+  return p.precision == Precision::bf16 && bf16_dot_products_allowed.load() && bf16_dot_products_available();
+}
+inline int pairs(int K) { return (K + 1) / 2; }  // bf16 pairs of K values (the last one padded with 0)
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
 static_assert(kFwdKeys % kRows == 0 && kBwdQueries % kRows == 0, "token-row tiles must be whole row groups");
 

@@ -8,30 +8,16 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/cpu/flash_attention_dq_order.h"
 #include "fpdt/kernels/cpu/flash_attention_mask.h"
+#include "fpdt/kernels/cpu/flash_attention_pairs.h"
 
 namespace fpdt::kernels::cpu::flash {
 
 namespace {
-
-// Turn counters of the backward dq accumulation, grown on demand like the workspace.
-class Counters {
- public:
-  std::atomic<int32_t>* zeroed(size_t count) {
-    if (count > capacity_) {
-      data_ = std::make_unique<std::atomic<int32_t>[]>(count);
-      capacity_ = count;
-    }
-    for (size_t i = 0; i < count; ++i) data_[i].store(0, std::memory_order_relaxed);
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<std::atomic<int32_t>[]> data_;
-  size_t capacity_ = 0;
-};
 
 struct BackwardScratch {
   float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (bf16: r(k)) (0 past nk)
@@ -47,6 +33,9 @@ struct BackwardScratch {
   float* delta;     // (kBwdQueries)
   int32_t* q_docs;  // (kBwdQueries)
   int32_t* k_docs;  // (kBwdKeys), padded to whole panels
+  // bf16 dot products (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel];
+  // K [D panel][key pair][kPanel]; P or dS of one panel [query pair][kPanel]; dS [i][key pair].
+  uint32_t *ktw, *vtw, *kpw, *pw, *dsw;
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -71,7 +60,18 @@ struct BackwardScratch {
     for (int i = 0; i < 11; ++i) slices[i] = carve.take(sizes[i]);
     int32_t* q_docs = carve.take_ints(kBwdQueries);
     int32_t* k_docs = carve.take_ints(kBwdKeys);
+    auto words = [&](size_t count) { return reinterpret_cast<uint32_t*>(carve.take(count)); };
+    uint32_t* ktw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* vtw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
+    uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
+    uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
     if (s) {
+      s->ktw = ktw;
+      s->vtw = vtw;
+      s->kpw = kpw;
+      s->pw = pw;
+      s->dsw = dsw;
       s->kt = slices[0];
       s->vt = slices[1];
       s->kp = slices[2];
@@ -150,18 +150,6 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
   }
 }
 
-// Waits until it is kv tile `turn`'s turn to add into this (b, q head, q tile)'s dq.
-void wait_for_turn(const std::atomic<int32_t>& counter, int32_t turn) {
-  int spins = 0;
-  while (counter.load(std::memory_order_acquire) != turn) {
-    if (++spins < 256) {
-      _mm_pause();
-    } else {
-      std::this_thread::yield();
-    }
-  }
-}
-
 struct BackwardArgs {
   float* dq;
   float* dk;
@@ -178,38 +166,6 @@ struct BackwardArgs {
   int64_t first_group;
   int64_t tile_floats;
 };
-
-// The q tiles [first, end) the backward task of kv tile `kv_tile` visits: from the first whose last
-// row (as if the q tile were whole) is causally at or after the kv tile's first key; with a window, up
-// to the last whose first row is within the window of the kv tile's last key (as if it were whole).
-// Both bounds grow with kv_tile, so the visitors of a q tile are consecutive kv tiles, and they add
-// into its dq in order: first_visitor(q_tile), first_visitor + 1, …
-struct QTileRange {
-  int64_t first, end;
-};
-QTileRange visited_q_tiles(const AttentionChunkParams& p, int64_t kv_tile, int64_t q_tiles) {
-  const int64_t k_first = p.kv_begin + kv_tile * kBwdKeys;
-  const int64_t first = k_first <= p.q_begin ? 0 : std::min(q_tiles, (k_first - p.q_begin) / kBwdQueries);
-  if (p.window == 0) return {first, q_tiles};
-  const int64_t last_row = k_first + kBwdKeys - 1 + p.window - 1 - p.q_begin;  // of the q block, that sees a key
-  const int64_t end = last_row < 0 ? 0 : std::min(q_tiles, last_row / kBwdQueries + 1);
-  return {first, std::max(first, end)};
-}
-
-// The first kv tile whose backward task visits q tile `q_tile` (kv tile 0 without a window).
-int64_t first_visitor(const AttentionChunkParams& p, int64_t q_tile, int64_t q_tiles) {
-  if (p.window == 0) return 0;
-  int64_t lo = 0, hi = ceil_div(p.Ck, kBwdKeys);  // bisection: the ranges' ends grow with the kv tile
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (visited_q_tiles(p, mid, q_tiles).end > q_tile) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
-}
 
 // One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
 // that may see them and every q head of the group.
@@ -229,6 +185,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
   const float scale = static_cast<float>(p.scale);
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
+  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys), query_pairs = pairs(kBwdQueries);
 
   DocRange k_docs;
   if (has_docs) {
@@ -258,6 +216,14 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;
         }
       }
+    }
+    if (dots) {
+      for (int panel = 0; panel < panels_k; ++panel) {
+        pair_panel_rows(s.ktw + panel * D2 * kPanel, s.kt + panel * D * kPanel, D);
+        pair_panel_rows(s.vtw + panel * D2 * kPanel, s.vt + panel * D * kPanel, D);
+      }
+      for (int dp = 0; dp < d_panels; ++dp)
+        pair_panel_rows(s.kpw + dp * key_pairs * kPanel, s.kp + dp * kBwdKeys * kPanel, nk);
     }
     packed = true;
   };
@@ -317,10 +283,23 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
           s.delta[i] = delta[i];
         }
+        // The same tiles as bf16 pairs (flash_attention_pairs.h): by rows, then by columns.
+        const auto* q_rows_pairs = reinterpret_cast<const uint32_t*>(q_tile_packed);
+        const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
+        const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
+        const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {
+            for (const auto& [a, b, c] : {std::tuple{q_rows_pairs, s.ktw, s.sp}, std::tuple{do_rows_pairs, s.vtw, s.dpp}})
+              bf16_panel_gemm<Store::overwrite>(range.end - range.begin, D, a + range.begin * D2, D2, 1, kRows * D2,
+                                                b + panel * D2 * kPanel, c + (panel * kBwdQueries + range.begin) * kPanel);
+            continue;
+          }
+#endif
           panel_gemm<Layout::grouped, Store::overwrite>(
               range.end - range.begin, D, q_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
               s.kt + panel * D * kPanel, s.sp + (panel * kBwdQueries + range.begin) * kPanel);
@@ -345,6 +324,17 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {  // range.begin is a whole row group: even
+            const int n = range.end - range.begin;
+            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.sp, s.dvt}, std::tuple{q_columns_pairs, s.dpp, s.dkt}}) {
+              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
+              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows,
+                                                 s.pw, c + panel * D * kPanel);
+            }
+            continue;
+          }
+#endif
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.sp + (panel * kBwdQueries + range.begin) * kPanel,
@@ -358,6 +348,20 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
         for (int g = 0; g * kRows < mq; ++g) {
           const Span keys = dq_keys[g];
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {  // keys.begin is a whole panel: even
+            const int rows_in_group = std::min(kRows, mq - g * kRows);
+            for (int r = 0; r < rows_in_group; ++r)
+              pair_row(s.dsw + (g * kRows + r) * key_pairs + keys.begin / 2, s.ds + (g * kRows + r) * kBwdKeys + keys.begin,
+                       keys.end - keys.begin);
+            for (int dp = 0; dp < d_panels; ++dp)
+              bf16_panel_gemm<Store::overwrite>(rows_in_group, keys.end - keys.begin,
+                                                s.dsw + g * kRows * key_pairs + keys.begin / 2, key_pairs, 1, 0,
+                                                s.kpw + (dp * key_pairs + keys.begin / 2) * kPanel,
+                                                s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
+            continue;
+          }
+#endif
           for (int dp = 0; dp < d_panels; ++dp)
             panel_gemm<Layout::rows, Store::overwrite>(std::min(kRows, mq - g * kRows), keys.end - keys.begin,
                                                        s.ds + g * kRows * kBwdKeys + keys.begin, kBwdKeys, 0,
@@ -410,6 +414,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
@@ -438,6 +443,11 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
       const int64_t row_stride = static_cast<int64_t>(p.H) * D;
       const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
       const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      if (dots) {
+        pack_q_tile_pairs(packed_q + t * tile_floats, tile_floats, q_rows, row_stride, mq, D);
+        pack_q_tile_pairs(packed_do + t * tile_floats, tile_floats, do_rows, row_stride, mq, D);
+        return;
+      }
       for (int i = 0; i < mq; ++i) {
         if (i + kPrefetchRows < mq) {
           prefetch_row(q_rows + (i + kPrefetchRows) * row_stride, D);

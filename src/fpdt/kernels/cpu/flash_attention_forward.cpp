@@ -9,6 +9,7 @@
 
 #include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/kernels/cpu/flash_attention_mask.h"
+#include "fpdt/kernels/cpu/flash_attention_pairs.h"
 
 namespace fpdt::kernels::cpu::flash {
 
@@ -25,6 +26,8 @@ struct ForwardScratch {
   float* l_init;    // (kFwdQueries) l at the start (accumulate mode)
   int32_t* q_docs;  // (kFwdQueries)
   int32_t* k_docs;  // (kFwdKeys)
+  uint32_t* qw;     // bf16 dot products: [panel][D pair][kPanel] Qᵀ as bf16 pairs
+  uint32_t* pw;     // bf16 dot products: [key pair][kPanel] Pᵀ of one panel as bf16 pairs
 
   ForwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -42,13 +45,19 @@ struct ForwardScratch {
     float* l_init = carve.take(kFwdQueries);
     int32_t* q_docs = carve.take_ints(kFwdQueries);
     int32_t* k_docs = carve.take_ints(kFwdKeys);
-    if (s) *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, l_init, q_docs, k_docs};
+    auto* qw = reinterpret_cast<uint32_t*>(carve.take(panels_q * pairs(D) * kPanel));
+    auto* pw = reinterpret_cast<uint32_t*>(carve.take(pairs(kFwdKeys) * kPanel));
+    if (s) {
+      *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, l_init, q_docs, k_docs};
+      s->qw = qw;
+      s->pw = pw;
+    }
     return carve.used();
   }
   ForwardScratch(float* qt, float* st, float* ot, float* m, float* l, float* alpha, float* m_init, float* l_init,
                  int32_t* q_docs, int32_t* k_docs)
       : qt(qt), st(st), ot(ot), m(m), l(l), alpha(alpha), m_init(m_init), l_init(l_init), q_docs(q_docs),
-        k_docs(k_docs) {}
+        k_docs(k_docs), qw(nullptr), pw(nullptr) {}
 };
 
 // Online softmax of nk keys of a kv tile over one panel of kPanel queries. sp: the panel's Sᵀ rows
@@ -134,7 +143,8 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
 
 // One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
 // k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
-// (both packed once per call by attention_chunk_forward).
+// (both packed once per call by attention_chunk_forward). With bf16 dot products the same buffers hold
+// bf16 pairs: K as [kv tile][key group][D pair][kRows] words, V as [kv tile][D group][key pair][kRows].
 void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
                   const float* k_head, const float* v_head, ForwardScratch& s) {
   const int D = p.D;
@@ -147,6 +157,8 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
   const bool has_docs = p.q_doc_ids != nullptr;
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
+  const int D2 = pairs(D);
 
   // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
   // Qᵀ is zero there, so those columns stay finite. A resumed row starts from m + log2 l = its lse
@@ -166,6 +178,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
     transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
                          bf16 ? 1.0f : qk_scale, bf16);
+    if (dots) pair_panel_rows(s.qw + panel * D2 * kPanel, s.qt + panel * D * kPanel, D);
     float* ot = s.ot + panel * D * kPanel;
     if (!accumulate) {
       std::fill(ot, ot + D * kPanel, 0.0f);
@@ -222,12 +235,22 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
     // rows stay in L1 while the Qᵀ panels stream past.
     const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
+    const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
     for (int j0 = 0; j0 < nk; j0 += kRows)
-      for (int panel = 0; panel < panels_q; ++panel)
-        if (keys[panel].begin <= j0 && j0 < keys[panel].end)
-          panel_gemm<Layout::packed, Store::overwrite>(std::min(kRows, keys[panel].end - j0), D, k_tile + j0 * D, 0, 0,
-                                                       s.qt + panel * D * kPanel, s.st + (panel * kFwdKeys + j0) * kPanel);
+      for (int panel = 0; panel < panels_q; ++panel) {
+        if (keys[panel].begin > j0 || j0 >= keys[panel].end) continue;
+        const int rows = std::min(kRows, keys[panel].end - j0);
+        float* st = s.st + (panel * kFwdKeys + j0) * kPanel;
+#if FPDT_BF16_DOT_PRODUCTS
+        if (dots) {
+          bf16_panel_gemm<Store::overwrite>(rows, D, k_tile_pairs + j0 * D2, 1, kRows, 0, s.qw + panel * D2 * kPanel, st);
+          continue;
+        }
+#endif
+        panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel, st);
+      }
     const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
+    const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
     for (int panel = 0; panel < panels_q; ++panel) {
       const Span range = keys[panel];
       if (range.end <= range.begin) continue;
@@ -245,7 +268,16 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       } else {
         softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f);
       }
-      // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel)
+      // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel); range.begin is even
+#if FPDT_BF16_DOT_PRODUCTS
+      if (dots) {
+        pair_panel_rows(s.pw, sp, n);
+        bf16_panel_gemm<Store::rescale>(D, n, v_tile_pairs + (range.begin / 2) * kRows, 1, kRows,
+                                        pairs(kFwdKeys) * kRows, s.pw, s.ot + panel * D * kPanel,
+                                        s.alpha + panel * kPanel);
+        continue;
+      }
+#endif
       panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp,
                                                  s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
     }
@@ -277,6 +309,7 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
   // copy fits the pack budget, so this scratch is O(Ck·D), whatever H.
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
+  const bool dots = use_bf16_dot_products(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
@@ -299,6 +332,11 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
       const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
       const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
       const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      if (dots) {
+        pack_kv_pairs(packed_k + (g - first) * k_floats, packed_v + (g - first) * v_floats, tile, nk, k_rows, v_rows,
+                   k_row_stride, D);
+        return;
+      }
       float* k_dst = packed_k + (g - first) * k_floats + kv_lo * D;
       float* v_dst = packed_v + (g - first) * v_floats + tile * row_groups(D) * kFwdKeys * kRows;
       for (int j = 0; j < nk; ++j) {

@@ -28,24 +28,49 @@ inline bool bf16_dot_products_available() {
 #endif
 }
 
-// Pairs of rows of a panel: dst[k2·kPanel + c] = (bf16 of rows[2·k2][c]) | (bf16 of rows[2·k2 + 1][c]) << 16
-// for k2 < ⌈K / 2⌉, from K rows of kPanel floats that already hold bf16 values (round_to_bf16): their
-// upper halves are the bf16 bits. Row K (odd K) reads as zero.
+// The word of a bf16 pair from two floats that hold bf16 values (round_to_bf16): their upper halves are
+// the bf16 bits, the even one goes low.
+inline uint32_t bf16_pair_word(const float* even, const float* odd) {
+  uint32_t low, high;
+  __builtin_memcpy(&low, even, 4);
+  __builtin_memcpy(&high, odd, 4);
+  return (low >> 16) | (high & 0xffff0000u);
+}
+
+// Pairs of rows of a panel: dst[k2·kPanel + c] = the pair (rows[2·k2][c], rows[2·k2 + 1][c]) for
+// k2 < ⌈K / 2⌉, from K rows of kPanel floats that hold bf16 values; row K (odd K) reads as zero.
 inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
-  const int pairs = K / 2;
-  for (int k2 = 0; k2 < pairs; ++k2)
-    for (int c = 0; c < kPanel; ++c) {
-      uint32_t even, odd;
-      __builtin_memcpy(&even, rows + (2 * k2) * kPanel + c, 4);
-      __builtin_memcpy(&odd, rows + (2 * k2 + 1) * kPanel + c, 4);
-      dst[k2 * kPanel + c] = (even >> 16) | (odd & 0xffff0000u);
+  const float zero[kPanel] = {};
+  for (int k2 = 0; k2 < (K + 1) / 2; ++k2) {
+    const float* even = rows + (2 * k2) * kPanel;
+    const float* odd = 2 * k2 + 1 < K ? rows + (2 * k2 + 1) * kPanel : zero;
+#if defined(__AVX512BW__)
+    for (int half = 0; half < 2; ++half) {  // the upper 16 bits of each odd lane over the even lane's, shifted
+      const __m512i low = _mm512_srli_epi32(_mm512_loadu_si512(even + 16 * half), 16);
+      const __m512i high = _mm512_loadu_si512(odd + 16 * half);
+      _mm512_storeu_si512(dst + k2 * kPanel + 16 * half, _mm512_mask_blend_epi16(0xAAAAAAAAu, low, high));
     }
-  if (K % 2 != 0)
-    for (int c = 0; c < kPanel; ++c) {
-      uint32_t even;
-      __builtin_memcpy(&even, rows + (K - 1) * kPanel + c, 4);
-      dst[pairs * kPanel + c] = even >> 16;
-    }
+#else
+    for (int c = 0; c < kPanel; ++c) dst[k2 * kPanel + c] = bf16_pair_word(even + c, odd + c);
+#endif
+  }
+}
+
+// Words of n floats that hold bf16 values, paired along the row: dst[m] = the pair (src[2m], src[2m + 1]),
+// src[n] read as 0 (odd n).
+inline void pair_row(uint32_t* dst, const float* src, int n) {
+  int m = 0;
+#if defined(__AVX512BW__)
+  alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                            23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                            45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i index = _mm512_load_si512(kUpperHalves);
+  for (; 2 * m + 32 <= n; m += 16)  // 32 floats → their 32 upper halves, in order: 16 pairs
+    _mm512_storeu_si512(dst + m, _mm512_permutex2var_epi16(_mm512_loadu_si512(src + 2 * m), index,
+                                                           _mm512_loadu_si512(src + 2 * m + 16)));
+#endif
+  const float zero = 0.0f;
+  for (; 2 * m < n; ++m) dst[m] = bf16_pair_word(src + 2 * m, 2 * m + 1 < n ? src + 2 * m + 1 : &zero);
 }
 
 #if FPDT_BF16_DOT_PRODUCTS

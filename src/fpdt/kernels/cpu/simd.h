@@ -120,26 +120,21 @@ inline __m512 zero_where(__mmask16 m, __m512 v) { return _mm512_maskz_mov_ps(sta
 // x rounded to the nearest bf16 value, ties to even, kept in the fp32 lane: dtype.h's round_to_bf16
 // lane by lane (add 0x7fff plus the kept part's lowest bit, drop the low 16 bits; a NaN stays a quiet
 // NaN). The rounded-operand products of the bf16 attention (flash_attention.h) read these.
-inline __m256 vround_bf16(__m256 x) {
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i sum = _mm256_add_epi32(bits, _mm256_add_epi32(lowest_kept, _mm256_set1_epi32(0x7fff)));
-  const __m256 rounded = _mm256_castsi256_ps(_mm256_and_si256(sum, _mm256_set1_epi32(~0xffff)));
-  const __m256 quiet_nan = _mm256_castsi256_ps(
-      _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(~0xffff)), _mm256_set1_epi32(0x00400000)));
-  return _mm256_blendv_ps(rounded, quiet_nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
+#define FPDT_SIMD_ROUND_BF16(V, P, BITS)                                                                    \
+  inline V vround_bf16(V x) {                                                                               \
+    const auto bits = P##_castps_si##BITS(x);                                                               \
+    const auto lowest_kept = P##_and_si##BITS(P##_srli_epi32(bits, 16), P##_set1_epi32(1));                 \
+    const auto sum = P##_add_epi32(bits, P##_add_epi32(lowest_kept, P##_set1_epi32(0x7fff)));               \
+    const V rounded = P##_castsi##BITS##_ps(P##_and_si##BITS(sum, P##_set1_epi32(~0xffff)));                \
+    const V quiet_nan = P##_castsi##BITS##_ps(                                                              \
+        P##_or_si##BITS(P##_and_si##BITS(bits, P##_set1_epi32(~0xffff)), P##_set1_epi32(0x00400000)));      \
+    return select(equal(x, x), rounded, quiet_nan); /* x == x: not NaN */                                   \
+  }
+FPDT_SIMD_ROUND_BF16(__m256, _mm256, 256)
 #if defined(__AVX512F__)
-inline __m512 vround_bf16(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i lowest_kept = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i sum = _mm512_add_epi32(bits, _mm512_add_epi32(lowest_kept, _mm512_set1_epi32(0x7fff)));
-  const __m512 rounded = _mm512_castsi512_ps(_mm512_and_si512(sum, _mm512_set1_epi32(~0xffff)));
-  const __m512 quiet_nan = _mm512_castsi512_ps(
-      _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(~0xffff)), _mm512_set1_epi32(0x00400000)));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), rounded, quiet_nan);
-}
+FPDT_SIMD_ROUND_BF16(__m512, _mm512, 512)
 #endif
+#undef FPDT_SIMD_ROUND_BF16
 
 // c[0]·x^(N−1) + c[1]·x^(N−2) + … + c[N−1] by Horner's rule, one FMA a coefficient.
 template <class V, int N>

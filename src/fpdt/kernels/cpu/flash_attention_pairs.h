@@ -1,0 +1,60 @@
+// The bf16 pairs the AVX512-BF16 attention products read (panel_gemm_bf16.h: one 32-bit word per two
+// bf16 along a product's inner dimension, the even one low): the packings of K, V (forward) and Q, dO
+// (backward) once per call (the tiles a task pairs itself: panel_gemm_bf16.h). Each layout is the
+// fp32 path's (flash_attention_forward.cpp, _backward.cpp) with the inner dimension halved into words;
+// the halves past the data are 0 (a pair's other half, and a zero times a finite value, adds nothing).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/tensor/dtype.h"
+
+namespace fpdt::kernels::cpu::flash {
+
+// The K and V tile `tile` of one (b, kv head) group as bf16 pairs (forward_task's layouts), into the
+// group's packed buffers: K [key group][D pair][kRows] words at word kv_lo·⌈D/2⌉, V [D group][key
+// pair][kRows] words at word tile·row_groups(D)·⌈kFwdKeys/2⌉·kRows; the halves past D and past nk are 0.
+inline void pack_kv_pairs(float* k_group, float* v_group, int64_t tile, int nk, const float* k_rows, const float* v_rows,
+                int64_t row_stride, int D) {
+  const int D2 = pairs(D), key_pairs = pairs(kFwdKeys);
+  auto* k_half = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(k_group) + tile * kFwdKeys * D2);
+  auto* v_half = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(v_group) +
+                                             tile * row_groups(D) * key_pairs * kRows);
+  std::fill(k_half, k_half + 2 * static_cast<size_t>(kFwdKeys) * D2, uint16_t{0});
+  std::fill(v_half, v_half + 2 * static_cast<size_t>(row_groups(D)) * key_pairs * kRows, uint16_t{0});
+  for (int j = 0; j < nk; ++j) {
+    const float* k_row = k_rows + j * row_stride;
+    const float* v_row = v_rows + j * row_stride;
+    uint16_t* k_key = k_half + 2 * (static_cast<size_t>(j / kRows) * D2 * kRows + j % kRows);
+    for (int d = 0; d < D; ++d) {
+      k_key[2 * (d / 2) * kRows + d % 2] = float_to_bf16(k_row[d]);
+      v_half[2 * ((static_cast<size_t>(d / kRows) * key_pairs + j / 2) * kRows + d % kRows) + j % 2] =
+          float_to_bf16(v_row[d]);
+    }
+  }
+}
+
+// One q tile of Q or dO (mq rows of D floats, row_stride apart) as bf16 pairs, in the two layouts the
+// backward's products read, into one tile slot of the packed copy (tile_floats floats, ≥ both):
+//   by rows: [i][D pair] words at the slot's start — A of S = Q Kᵀ and dP = dO Vᵀ (pairs along D);
+//   by columns: [D group][i pair][kRows] words at word tile_floats / 2 — A of dKᵀ = Qᵀ dS and
+//   dVᵀ = dOᵀ P (pairs along the queries).
+inline void pack_q_tile_pairs(float* slot, int64_t tile_floats, const float* rows, int64_t row_stride, int mq, int D) {
+  const int D2 = pairs(D), query_pairs = pairs(kBwdQueries);
+  auto* by_rows = reinterpret_cast<uint16_t*>(slot);
+  auto* by_columns = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(slot) + tile_floats / 2);
+  std::fill(by_rows, by_rows + 2 * static_cast<size_t>(kBwdQueries) * D2, uint16_t{0});
+  std::fill(by_columns, by_columns + 2 * static_cast<size_t>(row_groups(D)) * query_pairs * kRows, uint16_t{0});
+  for (int i = 0; i < mq; ++i) {
+    const float* row = rows + i * row_stride;
+    for (int d = 0; d < D; ++d) {
+      const uint16_t value = float_to_bf16(row[d]);
+      by_rows[static_cast<size_t>(i) * 2 * D2 + d] = value;
+      by_columns[2 * ((static_cast<size_t>(d / kRows) * query_pairs + i / 2) * kRows + d % kRows) + i % 2] = value;
+    }
+  }
+}
+
+}  // namespace fpdt::kernels::cpu::flash
