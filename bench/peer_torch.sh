@@ -16,7 +16,8 @@
 # Prints medians, ratios and the load range — of wall time, and of the process's CPU time over the step,
 # which a shared machine moves less (both tools wait passively). bench/results/peer_torch.json keeps the
 # shapes of earlier runs that this one did not run (each with its date); the table lists them all.
-#   usage: bench/peer_torch.sh [BUILD_DIR]      RUNS=3 SHAPES="t2k t8k t32k demo" MEMORY=1 TORCH_BF16=1 override
+#   usage: bench/peer_torch.sh [BUILD_DIR]      RUNS=3 SHAPES="t2k t8k t32k demo" MEMORY=1 TORCH_BF16=1 override;
+#          TOOLS="torch-bf16 fpdt-bf16" runs only those rows (of torch torch-bf16 fpdt fpdt-resident fpdt-bf16)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -93,6 +94,10 @@ for shape in $shapes; do
     order=(torch fpdt); [ "$shape" = t32k ] && order+=(fpdt-resident)
     [ "$torch_bf16" = 1 ] && order+=(torch-bf16)
     [ "$fpdt_bf16" = 1 ] && order+=(fpdt-bf16)
+    if [ -n "${TOOLS:-}" ]; then  # the caller's rows, in the caller's order, of those this shape has
+      chosen=(); for tool in $TOOLS; do [[ " ${order[*]} " == *" $tool "* ]] && chosen+=("$tool"); done
+      order=("${chosen[@]}")
+    fi
     for i in $(seq 0 $((${#order[@]} - 1))); do
       case ${order[$(((i + run - 1) % ${#order[@]}))]} in
         torch) run_torch "$shape" "$run" fp32 ;;
@@ -151,7 +156,7 @@ for shape in dict.fromkeys(r["shape"] for r in timed):
     tb = med(shape, "torch-bf16", "step_seconds")
     for tool in dict.fromkeys(r["tool"] for r in timed if r["shape"] == shape and r["tool"] not in peers):
         f, fr = med(shape, tool, "step_seconds"), med(shape, tool, "peak_rss_bytes")
-        entry = {"fpdt": tool, "torch_step_seconds": t, "fpdt_step_seconds": f, "speedup": t / f,
+        entry = {"fpdt": tool, "torch_step_seconds": t, "fpdt_step_seconds": f, "speedup": t / f if t else None,
                  "torch_tokens_per_second": med(shape, "torch", "tokens_per_second"),
                  "fpdt_tokens_per_second": med(shape, tool, "tokens_per_second"), "torch_peak_rss_bytes": tr,
                  "fpdt_peak_rss_bytes": fr, "fpdt_mfu": med(shape, tool, "mfu"),
@@ -172,9 +177,10 @@ for shape, e in summary["shapes"].items():
     tb, tb_cpu = e.get("torch_bf16_step_seconds"), e.get("torch_bf16_cpu_seconds")  # absent in earlier runs
     cpu = (f"{e['torch_cpu_seconds']:.2f} / {e['fpdt_cpu_seconds']:.2f} = {e['torch_cpu_seconds'] / e['fpdt_cpu_seconds']:.2f}"
            if e.get("fpdt_cpu_seconds") and e.get("torch_cpu_seconds") else "—")
-    print(f"| {shape} | {t:.3f} | {f'{tb:.3f}' if tb else '—'} | {f:.3f} | {t / f:.2f} | {f'{tb / f:.2f}' if tb else '—'} | "
-          f"{e['torch_tokens_per_second']:.0f} | {e['fpdt_tokens_per_second']:.0f} | {cpu} | "
-          f"{f'{tb_cpu:.2f}' if tb_cpu else '—'} | {tr / 2**20:.0f} | {fr / 2**20:.0f} | {fr / tr:.3f} | "
+    dash = lambda value, form: format(value, form) if value else "—"  # a row the run left out (TOOLS)
+    print(f"| {shape} | {dash(t, '.3f')} | {dash(tb, '.3f')} | {f:.3f} | {dash(t and t / f, '.2f')} | {dash(tb and tb / f, '.2f')} | "
+          f"{dash(e['torch_tokens_per_second'], '.0f')} | {e['fpdt_tokens_per_second']:.0f} | {cpu} | "
+          f"{dash(tb_cpu, '.2f')} | {dash(tr and tr / 2**20, '.0f')} | {fr / 2**20:.0f} | {dash(tr and fr / tr, '.3f')} | "
           f"{e['load_min']:.1f}–{e['load_max']:.1f} | {e.get('medians_of', '?')} | {e.get('date', 'earlier')} |")
 
 budget = 16 * 2**30
