@@ -20,6 +20,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
@@ -58,31 +59,45 @@ void PrintTo(const Problem& c, std::ostream* os) {
 
 const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
 
-// The arithmetics the kernels are tested in: fp32, and bf16 both ways the cpu backend runs it — on
-// AVX512-BF16's dot products (turned on for the test; where this CPU or build lacks them, this is the
-// next one) and on the fp32 products over the same rounded operands (the default).
-enum class Arithmetic { fp32, bf16_dot_products, bf16_fp32_products };
-const auto kArithmetics =
-    ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products);
+// The arithmetics the kernels are tested in: fp32, and bf16 each way the cpu backend runs it — on AMX-BF16
+// tiles (the default where the CPU has them), on AVX512-BF16's dot products (turned on for the test), and
+// on the fp32 products over the same rounded operands; where this CPU or build lacks a unit, its row runs
+// the next path.
+enum class Arithmetic { fp32, bf16_amx_tiles, bf16_dot_products, bf16_fp32_products };
+const auto kArithmetics = ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_amx_tiles, Arithmetic::bf16_dot_products,
+                                            Arithmetic::bf16_fp32_products);
 Precision precision_of(Arithmetic a) { return a == Arithmetic::fp32 ? Precision::fp32 : Precision::bf16; }
 const char* arithmetic_name(Arithmetic a) {
-  return a == Arithmetic::fp32 ? "fp32" : a == Arithmetic::bf16_dot_products ? "bf16dots" : "bf16fp32products";
+  switch (a) {
+    case Arithmetic::fp32: return "fp32";
+    case Arithmetic::bf16_amx_tiles: return "bf16amx";
+    case Arithmetic::bf16_dot_products: return "bf16dots";
+    case Arithmetic::bf16_fp32_products: return "bf16fp32products";
+  }
+  return "";
 }
 // The cpu backend's bf16 path for the scope of a test.
 class ArithmeticScope {
  public:
   explicit ArithmeticScope(Arithmetic a)
-      : saved_(cpu::CpuBackend::set_bf16_dot_products(a != Arithmetic::bf16_fp32_products)) {
+      : saved_dots_(cpu::CpuBackend::set_bf16_dot_products(a == Arithmetic::bf16_dot_products)),
+        saved_amx_(cpu::CpuBackend::set_amx_tiles(a == Arithmetic::bf16_amx_tiles)) {
+    if (a == Arithmetic::bf16_amx_tiles)
+      std::printf("[ bf16     ] AMX-BF16 tiles: %s\n",
+                  cpu::amx_tiles_available() ? "used" : "not on this CPU/build (fp32 products)");
     if (a == Arithmetic::bf16_dot_products)
       std::printf("[ bf16     ] AVX512-BF16 dot products: %s\n",
                   cpu::bf16_dot_products_available() ? "used" : "not on this CPU/build (fp32 products)");
   }
-  ~ArithmeticScope() { cpu::CpuBackend::set_bf16_dot_products(saved_); }
+  ~ArithmeticScope() {
+    cpu::CpuBackend::set_bf16_dot_products(saved_dots_);
+    cpu::CpuBackend::set_amx_tiles(saved_amx_);
+  }
   ArithmeticScope(const ArithmeticScope&) = delete;
   ArithmeticScope& operator=(const ArithmeticScope&) = delete;
 
  private:
-  bool saved_;
+  bool saved_dots_, saved_amx_;
 };
 
 // Random inputs of a problem, in float (what the kernel sees) and the same values in double.
@@ -495,7 +510,7 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
 
   for (AttentionChunkParams p : {above, other_document, before_window})
     for (const Arithmetic arithmetic :
-         {Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products}) {
+         {Arithmetic::fp32, Arithmetic::bf16_amx_tiles, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products}) {
     const ArithmeticScope scope(arithmetic);
     p.precision = precision_of(arithmetic);
     auto out = random_normal<float>(rng, q.size());

@@ -51,6 +51,9 @@ class CpuBackend final : public Backend {
   // fp32 products on the same rounded operands, measured faster here; flash_attention.h says why);
   // returns the previous setting.
   static bool set_bf16_dot_products(bool allowed);
+  // Lets bf16 attention use AMX-BF16 tiles where the CPU has them and Linux grants the tile state, or not
+  // (then the dot products or the fp32 products, as set above); on by default; returns the previous setting.
+  static bool set_amx_tiles(bool allowed);
 };
 
 }  // namespace fpdt::kernels::cpu

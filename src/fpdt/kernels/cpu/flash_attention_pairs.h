@@ -3,6 +3,8 @@
 // (backward) once per call (the tiles a task pairs itself: panel_gemm_bf16.h). Each layout is the
 // fp32 path's (flash_attention_forward.cpp, _backward.cpp) with the inner dimension halved into words;
 // the halves past the data are 0 (a pair's other half, and a zero times a finite value, adds nothing).
+// The AMX tiles (panel_gemm_amx.h) read their A operands by rows of words instead: pack_kv_amx and
+// pack_q_tile_amx, their rows padded to whole tiles and K steps with zeros.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +55,57 @@ inline void pack_q_tile_pairs(float* slot, int64_t tile_floats, const float* row
       const uint16_t value = float_to_bf16(row[d]);
       by_rows[static_cast<size_t>(i) * 2 * D2 + d] = value;
       by_columns[2 * ((static_cast<size_t>(d / kRows) * query_pairs + i / 2) * kRows + d % kRows) + i % 2] = value;
+    }
+  }
+}
+
+// The K and V tile `tile` of one (b, kv head) group in the AMX forward's layouts, into the group's packed
+// buffers: K [key][amx_round(⌈D/2⌉) D pairs] words (A of Sᵀ = K Qᵀ) at word tile·kFwdKeys·amx_round(⌈D/2⌉),
+// Vᵀ [amx_round(D) head dims][kAmxTokenWords key pairs] words (A of Oᵀ = Vᵀ Pᵀ) at word
+// tile·amx_round(D)·kAmxTokenWords; every half past D or nk is 0.
+inline void pack_kv_amx(float* k_group, float* v_group, int64_t tile, int nk, const float* k_rows, const float* v_rows,
+                        int64_t row_stride, int D) {
+  const int k_words = amx_round(pairs(D));
+  const size_t k_halves = 2 * static_cast<size_t>(kFwdKeys) * k_words;
+  const size_t v_halves = 2 * static_cast<size_t>(amx_round(D)) * kAmxTokenWords;
+  auto* k_half = reinterpret_cast<uint16_t*>(k_group) + tile * k_halves;
+  auto* v_half = reinterpret_cast<uint16_t*>(v_group) + tile * v_halves;
+  std::fill(k_half, k_half + k_halves, uint16_t{0});
+  std::fill(v_half, v_half + v_halves, uint16_t{0});
+  for (int j = 0; j < nk; ++j) {
+    const float* k_row = k_rows + j * row_stride;
+    const float* v_row = v_rows + j * row_stride;
+    uint16_t* k_key = k_half + 2 * static_cast<size_t>(j) * k_words;
+    for (int d = 0; d < D; ++d) {
+      k_key[d] = float_to_bf16(k_row[d]);
+      v_half[static_cast<size_t>(d) * 2 * kAmxTokenWords + j] = float_to_bf16(v_row[d]);
+    }
+  }
+}
+// Words of one tile of the AMX forward's packed K and V.
+inline int64_t amx_k_tile_words(int D) { return static_cast<int64_t>(kFwdKeys) * amx_round(pairs(D)); }
+inline int64_t amx_v_tile_words(int D) { return static_cast<int64_t>(amx_round(D)) * kAmxTokenWords; }
+
+// One q tile of Q or dO (mq rows of D floats, row_stride apart) in the AMX backward's layouts, into one
+// tile slot of the packed copy (amx_q_tile_words(D) words):
+//   by rows: [i][amx_round(⌈D/2⌉) D pairs] words at the slot's start — A of S = Q Kᵀ and dP = dO Vᵀ;
+//   by columns: [amx_round(D) head dims][kAmxTokenWords query pairs] words after them — A of dKᵀ = Qᵀ dS
+//   and dVᵀ = dOᵀ P. Every half past D or mq is 0.
+inline int64_t amx_q_rows_words(int D) { return static_cast<int64_t>(kBwdQueries) * amx_round(pairs(D)); }
+inline int64_t amx_q_tile_words(int D) {
+  return amx_q_rows_words(D) + static_cast<int64_t>(amx_round(D)) * kAmxTokenWords;
+}
+inline void pack_q_tile_amx(float* slot, const float* rows, int64_t row_stride, int mq, int D) {
+  const int row_words = amx_round(pairs(D));
+  auto* by_rows = reinterpret_cast<uint16_t*>(slot);
+  uint16_t* by_columns = by_rows + 2 * amx_q_rows_words(D);
+  std::fill(by_rows, by_rows + 2 * amx_q_tile_words(D), uint16_t{0});
+  for (int i = 0; i < mq; ++i) {
+    const float* row = rows + i * row_stride;
+    for (int d = 0; d < D; ++d) {
+      const uint16_t value = float_to_bf16(row[d]);
+      by_rows[static_cast<size_t>(i) * 2 * row_words + d] = value;
+      by_columns[static_cast<size_t>(d) * 2 * kAmxTokenWords + i] = value;
     }
   }
 }
