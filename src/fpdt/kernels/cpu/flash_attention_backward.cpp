@@ -23,8 +23,8 @@ struct BackwardScratch {
   float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (bf16: r(k)) (0 past nk)
   float* vt;        // [key panel][D][kPanel] Vᵀ (bf16: r(v)) (0 past nk)
   float* kp;        // [D panel][kBwdKeys][kPanel] K × scale (bf16: r(k)), by panels of kPanel head dims (0 past D)
-  float* dkt;       // [key panel][D][kPanel] dKᵀ accumulator (unscaled)
-  float* dvt;       // [key panel][D][kPanel] dVᵀ accumulator
+  float* dkt;       // [key panel][amx_round(D)][kPanel] dKᵀ accumulator (unscaled; rows past D for AMX)
+  float* dvt;       // [key panel][amx_round(D)][kPanel] dVᵀ accumulator
   float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
   float* dpp;       // [key panel][kBwdQueries][kPanel] dP, then dS
   float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
@@ -33,8 +33,9 @@ struct BackwardScratch {
   float* delta;     // (kBwdQueries)
   int32_t* q_docs;  // (kBwdQueries)
   int32_t* k_docs;  // (kBwdKeys), padded to whole panels
-  // bf16 dot products (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel];
-  // K [D panel][key pair][kPanel]; P or dS of one panel [query pair][kPanel]; dS [i][key pair].
+  // bf16 dot products and AMX (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel]
+  // (AMX: amx_round(⌈D/2⌉) pair rows, 0 past ⌈D/2⌉); K [D panel][key pair][kPanel]; P or dS of one panel
+  // [query pair][kPanel]; dS [i][key pair].
   uint32_t *ktw, *vtw, *kpw, *pw, *dsw;
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
@@ -48,8 +49,8 @@ struct BackwardScratch {
         key_panels * D * kPanel,
         key_panels * D * kPanel,
         static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
-        key_panels * D * kPanel,
-        key_panels * D * kPanel,
+        key_panels * amx_round(D) * kPanel,
+        key_panels * amx_round(D) * kPanel,
         key_panels * kBwdQueries * kPanel,
         key_panels * kBwdQueries * kPanel,
         static_cast<size_t>(kBwdQueries) * kBwdKeys,
@@ -61,8 +62,8 @@ struct BackwardScratch {
     int32_t* q_docs = carve.take_ints(kBwdQueries);
     int32_t* k_docs = carve.take_ints(kBwdKeys);
     auto words = [&](size_t count) { return reinterpret_cast<uint32_t*>(carve.take(count)); };
-    uint32_t* ktw = words(key_panels * pairs(D) * kPanel);
-    uint32_t* vtw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* ktw = words(key_panels * amx_round(pairs(D)) * kPanel);
+    uint32_t* vtw = words(key_panels * amx_round(pairs(D)) * kPanel);
     uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
     uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
     uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
@@ -159,8 +160,9 @@ struct BackwardArgs {
   const float* delta;
   const AttentionChunkParams* p;
   std::atomic<int32_t>* counters;  // (B, H, q tiles)
-  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows]:
-  // tile t of q head hg of group g at (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
+  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows] (bf16
+  // dot products, AMX: flash_attention_pairs.h's layouts): tile t of q head hg of group g at
+  // (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
   const float* packed_q;
   const float* packed_do;
   int64_t first_group;
@@ -186,7 +188,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const float scale = static_cast<float>(p.scale);
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
+  const bool amx = use_amx_tiles(p);
   const int D2 = pairs(D), key_pairs = pairs(kBwdKeys), query_pairs = pairs(kBwdQueries);
+  const int D2_tiles = amx_round(D2), dt_rows = amx_round(D);  // AMX's pair rows of Kᵀ, Vᵀ; rows of dKᵀ, dVᵀ
+  const int kt_words = amx ? D2_tiles : D2;
 
   DocRange k_docs;
   if (has_docs) {
@@ -205,8 +210,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f,
                            bf16);
     }
-    std::fill(s.dkt, s.dkt + panels_k * D * kPanel, 0.0f);
-    std::fill(s.dvt, s.dvt + panels_k * D * kPanel, 0.0f);
+    std::fill(s.dkt, s.dkt + panels_k * dt_rows * kPanel, 0.0f);
+    std::fill(s.dvt, s.dvt + panels_k * dt_rows * kPanel, 0.0f);
     for (int j = 0; j < nk; ++j) {
       const float* k_row = k_rows + j * k_row_stride;
       for (int dp = 0; dp < d_panels; ++dp) {
@@ -217,13 +222,19 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         }
       }
     }
-    if (dots) {
+    if (dots || amx) {  // AMX: the pair rows past the data 0, to whole K steps
       for (int panel = 0; panel < panels_k; ++panel) {
-        pair_panel_rows(s.ktw + panel * D2 * kPanel, s.kt + panel * D * kPanel, D);
-        pair_panel_rows(s.vtw + panel * D2 * kPanel, s.vt + panel * D * kPanel, D);
+        for (auto [words, floats] : {std::pair{s.ktw, s.kt}, std::pair{s.vtw, s.vt}}) {
+          uint32_t* panel_words = words + panel * kt_words * kPanel;
+          pair_panel_rows(panel_words, floats + panel * D * kPanel, D);
+          std::fill(panel_words + D2 * kPanel, panel_words + kt_words * kPanel, 0u);
+        }
       }
-      for (int dp = 0; dp < d_panels; ++dp)
-        pair_panel_rows(s.kpw + dp * key_pairs * kPanel, s.kp + dp * kBwdKeys * kPanel, nk);
+      for (int dp = 0; dp < d_panels; ++dp) {
+        uint32_t* panel_words = s.kpw + dp * key_pairs * kPanel;
+        pair_panel_rows(panel_words, s.kp + dp * kBwdKeys * kPanel, nk);
+        std::fill(panel_words + pairs(nk) * kPanel, panel_words + key_pairs * kPanel, 0u);
+      }
     }
     packed = true;
   };
@@ -288,10 +299,24 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
         const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
         const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
+        // The same tiles in the AMX layouts (flash_attention_pairs.h): by rows, then by columns.
+        const auto* q_rows_amx = reinterpret_cast<const uint32_t*>(q_tile_packed);
+        const auto* do_rows_amx = reinterpret_cast<const uint32_t*>(do_tile_packed);
+        const uint32_t* q_columns_amx = q_rows_amx + amx_q_rows_words(D);
+        const uint32_t* do_columns_amx = do_rows_amx + amx_q_rows_words(D);
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_AMX_TILES
+          if (amx) {  // from a whole tile of 16 rows (the rows before range.begin are not read)
+            const int begin = range.begin / kAmxRows * kAmxRows;
+            for (const auto& [a, b, c] : {std::tuple{q_rows_amx, s.ktw, s.sp}, std::tuple{do_rows_amx, s.vtw, s.dpp}})
+              amx_panel_gemm<Store::overwrite>(range.end - begin, D2_tiles, a + begin * D2_tiles, D2_tiles,
+                                               b + panel * D2_tiles * kPanel, c + (panel * kBwdQueries + begin) * kPanel);
+            continue;
+          }
+#endif
 #if FPDT_BF16_DOT_PRODUCTS
           if (dots) {
             for (const auto& [a, b, c] : {std::tuple{q_rows_pairs, s.ktw, s.sp}, std::tuple{do_rows_pairs, s.vtw, s.dpp}})
@@ -324,13 +349,25 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_AMX_TILES
+          if (amx) {  // range.begin is a whole row group: even; P's and dS's pair rows padded to whole K steps
+            const int n = range.end - range.begin;
+            for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.sp, s.dvt}, std::tuple{q_columns_amx, s.dpp, s.dkt}}) {
+              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
+              std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
+              amx_panel_gemm<Store::accumulate>(D, pairs(n), a + range.begin / 2, kAmxTokenWords, s.pw,
+                                                c + panel * dt_rows * kPanel);
+            }
+            continue;
+          }
+#endif
 #if FPDT_BF16_DOT_PRODUCTS
           if (dots) {  // range.begin is a whole row group: even
             const int n = range.end - range.begin;
             for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.sp, s.dvt}, std::tuple{q_columns_pairs, s.dpp, s.dkt}}) {
               pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
               bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows,
-                                                 s.pw, c + panel * D * kPanel);
+                                                 s.pw, c + panel * dt_rows * kPanel);
             }
             continue;
           }
@@ -338,15 +375,40 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.sp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dvt + panel * D * kPanel);
+                                                        s.dvt + panel * dt_rows * kPanel);
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, q_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.dpp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dkt + panel * D * kPanel);
+                                                        s.dkt + panel * dt_rows * kPanel);
         }
         // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
         // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
-        for (int g = 0; g * kRows < mq; ++g) {
+#if FPDT_AMX_TILES
+        if (amx) {  // by whole tiles of 16 rows, over the key panels any of its rows sees, dS 0 where a row does not
+          for (int i0 = 0; i0 < mq; i0 += kAmxRows) {
+            int first = panels_k, end = 0;
+            for (int panel = 0; panel < panels_k; ++panel)
+              if (rows[panel].begin < i0 + kAmxRows && i0 < rows[panel].end) {
+                first = std::min(first, panel);
+                end = panel + 1;
+              }
+            for (int i = i0; i < i0 + kAmxRows; ++i)
+              for (int panel = first; panel < end; ++panel) {
+                uint32_t* dst = s.dsw + i * key_pairs + panel * (kPanel / 2);
+                if (i < mq && rows[panel].begin <= i && i < rows[panel].end)
+                  pair_row(dst, s.ds + i * kBwdKeys + panel * kPanel, kPanel);
+                else
+                  std::fill(dst, dst + kPanel / 2, 0u);
+              }
+            const int key_words = first < end ? (end - first) * (kPanel / 2) : 0;
+            for (int dp = 0; dp < d_panels; ++dp)
+              amx_panel_gemm<Store::overwrite>(kAmxRows, key_words, s.dsw + i0 * key_pairs + first * (kPanel / 2), key_pairs,
+                                               s.kpw + (dp * key_pairs + first * (kPanel / 2)) * kPanel,
+                                               s.dq + (dp * kBwdQueries + i0) * kPanel);
+          }
+        }
+#endif
+        for (int g = 0; g * kRows < (amx ? 0 : mq); ++g) {
           const Span keys = dq_keys[g];
 #if FPDT_BF16_DOT_PRODUCTS
           if (dots) {  // keys.begin is a whole panel: even
@@ -400,8 +462,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
       prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
     }
-    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * D * kPanel + j % kPanel, D, scale);
-    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * D * kPanel + j % kPanel, D, 1.0f);
+    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, scale);
+    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, 1.0f);
   }
 }
 
@@ -415,11 +477,13 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
+  const bool amx = use_amx_tiles(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
-  const int64_t tile_floats = static_cast<int64_t>(row_groups(D)) * kBwdQueries * kRows;
+  const int64_t tile_floats =
+      amx ? static_cast<int64_t>(round_up16(amx_q_tile_words(D))) : int64_t{row_groups(D)} * kBwdQueries * kRows;
   const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
   const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / group_floats, 1, groups);
   thread_local Counters counters;
@@ -443,6 +507,11 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
       const int64_t row_stride = static_cast<int64_t>(p.H) * D;
       const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
       const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      if (amx) {
+        pack_q_tile_amx(packed_q + t * tile_floats, q_rows, row_stride, mq, D);
+        pack_q_tile_amx(packed_do + t * tile_floats, do_rows, row_stride, mq, D);
+        return;
+      }
       if (dots) {
         pack_q_tile_pairs(packed_q + t * tile_floats, tile_floats, q_rows, row_stride, mq, D);
         pack_q_tile_pairs(packed_do + t * tile_floats, tile_floats, do_rows, row_stride, mq, D);
@@ -464,6 +533,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
     // group. A task waits only on the same group's lower kv tiles, handed out earlier.
     run_tasks(kv_tiles * count, scratch, per_thread, [&](int64_t t, float* mine) {
       BackwardScratch s(mine, D);
+      const AmxTilesScope tiles(amx);
       const int64_t g = first + t % count;
       backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / count, s);
     });
