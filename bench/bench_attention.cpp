@@ -7,8 +7,10 @@
 // a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
 // of each reported; on a shared machine the ratios fall with the share the attention gets (the load
 // average is printed with them). With --bf16, each round also times the bf16 attention (the spec of
-// reference/attention_chunk.h) on AVX512-BF16's dot products where the CPU has them (turned on for it),
-// and on the fp32 products over the same rounded operands (the default): the bf16_* fields.
+// reference/attention_chunk.h) each way the backend runs it — on AMX-BF16 tiles (the default where the
+// CPU has them), on AVX512-BF16's dot products, on the fp32 products over the same rounded operands; a
+// path the CPU lacks runs the next one — and the backend's bf16 GEMM (train/metrics.h's
+// measure_bf16_gemm_gflops, oneDNN): the bf16_* fields, bf16_*_ratio the AMX path over that GEMM rate.
 // The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096] [--bf16]
 #include <omp.h>
@@ -26,6 +28,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/train/metrics.h"
 
@@ -142,22 +145,33 @@ int main(int argc, char** argv) {
                                  lse.data(), doc_ids, B, S, H, Hkv, D, scale, W, precision);
       return std::pair{fwd, seconds_since(start)};
     };
+    const bool amx = fpdt::kernels::cpu::amx_tiles_available();
     const bool dots = fpdt::kernels::cpu::bf16_dot_products_available();
-    double bf16_fwd = 1e30, bf16_bwd = 1e30, fallback_fwd = 1e30, fallback_bwd = 1e30;
-    double sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
+    // The bf16 paths (AMX tiles, dot products, fp32 products): the best (forward, backward) seconds of each.
+    constexpr int kBf16Paths = 3;
+    std::pair<double, double> bf16_best[kBf16Paths] = {{1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}};
+    double bf16_gemm_gflops = 0.0, sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
     for (int rep = 0; rep < o.reps; ++rep) {
       if (o.bf16) {
-        const bool saved = CpuBackend::set_bf16_dot_products(true);
-        const auto [fwd, bwd] = time_pass(Precision::bf16);
-        CpuBackend::set_bf16_dot_products(false);
-        const auto [fwd_fallback, bwd_fallback] = time_pass(Precision::bf16);
-        CpuBackend::set_bf16_dot_products(saved);
-        std::printf("round %d: bf16 forward %.3f s, backward %.3f s (%s); on fp32 products %.3f s, %.3f s\n", rep,
-                    fwd, bwd, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products", fwd_fallback, bwd_fallback);
-        bf16_fwd = std::min(bf16_fwd, fwd);
-        bf16_bwd = std::min(bf16_bwd, bwd);
-        fallback_fwd = std::min(fallback_fwd, fwd_fallback);
-        fallback_bwd = std::min(fallback_bwd, bwd_fallback);
+        const bool saved_amx = CpuBackend::set_amx_tiles(false), saved_dots = CpuBackend::set_bf16_dot_products(false);
+        std::pair<double, double> times[kBf16Paths];
+        for (int path = 0; path < kBf16Paths; ++path) {
+          CpuBackend::set_amx_tiles(path == 0);
+          CpuBackend::set_bf16_dot_products(path == 1);
+          times[path] = time_pass(Precision::bf16);
+          bf16_best[path] = {std::min(bf16_best[path].first, times[path].first),
+                             std::min(bf16_best[path].second, times[path].second)};
+        }
+        CpuBackend::set_amx_tiles(saved_amx);
+        CpuBackend::set_bf16_dot_products(saved_dots);
+        const double gemm_rate = fpdt::train::measure_bf16_gemm_gflops(o.threads);
+        bf16_gemm_gflops = std::max(bf16_gemm_gflops, gemm_rate);
+        std::printf(
+            "round %d: bf16 forward, backward %.3f s, %.3f s (%s); %.3f s, %.3f s (%s); on fp32 products %.3f s, "
+            "%.3f s; bf16 GEMM %.1f GFLOP/s\n",
+            rep, times[0].first, times[0].second, amx ? "AMX-BF16" : "no AMX: next path", times[1].first,
+            times[1].second, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products", times[2].first, times[2].second,
+            gemm_rate);
       }
       const double sgemm_rate = fpdt::train::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
@@ -185,12 +199,17 @@ int main(int argc, char** argv) {
     std::printf("checksum %.6g\n", checksum);
     std::string bf16_fields;
     if (o.bf16) {
-      char text[512];
+      char text[1024];
+      const double amx_fwd = fwd_flops / bf16_best[0].first / 1e9, amx_bwd = bwd_flops / bf16_best[0].second / 1e9;
       std::snprintf(text, sizeof text,
-                    ", \"bf16_dot_products\": %s, \"bf16_fwd_gflops\": %.2f, \"bf16_bwd_gflops\": %.2f, "
-                    "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f",
-                    dots ? "true" : "false", fwd_flops / bf16_fwd / 1e9, bwd_flops / bf16_bwd / 1e9,
-                    fwd_flops / fallback_fwd / 1e9, bwd_flops / fallback_bwd / 1e9);
+                    ", \"amx_tiles\": %s, \"bf16_amx_fwd_gflops\": %.2f, \"bf16_amx_bwd_gflops\": %.2f, "
+                    "\"bf16_dot_products\": %s, \"bf16_dots_fwd_gflops\": %.2f, \"bf16_dots_bwd_gflops\": %.2f, "
+                    "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f, "
+                    "\"bf16_gemm_gflops\": %.2f, \"bf16_fwd_ratio\": %.3f, \"bf16_bwd_ratio\": %.3f",
+                    amx ? "true" : "false", amx_fwd, amx_bwd, dots ? "true" : "false",
+                    fwd_flops / bf16_best[1].first / 1e9, bwd_flops / bf16_best[1].second / 1e9,
+                    fwd_flops / bf16_best[2].first / 1e9, bwd_flops / bf16_best[2].second / 1e9, bf16_gemm_gflops,
+                    amx_fwd / bf16_gemm_gflops, amx_bwd / bf16_gemm_gflops);
       bf16_fields = text;
     }
     std::printf(

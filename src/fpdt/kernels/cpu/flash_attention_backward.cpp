@@ -212,10 +212,18 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
     }
     std::fill(s.dkt, s.dkt + panels_k * dt_rows * kPanel, 0.0f);
     std::fill(s.dvt, s.dvt + panels_k * dt_rows * kPanel, 0.0f);
+    const Vec k_scale = vset<Vec>(scale);
     for (int j = 0; j < nk; ++j) {
       const float* k_row = k_rows + j * k_row_stride;
       for (int dp = 0; dp < d_panels; ++dp) {
         float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
+        if ((dp + 1) * kPanel <= D) {  // a whole panel of head dims, in vectors
+          for (int c = 0; c < kPanel; c += kLanes) {
+            const Vec x = vload<Vec>(k_row + dp * kPanel + c);
+            vstore(dst + c, bf16 ? vround_bf16(x) : vmul(x, k_scale));
+          }
+          continue;
+        }
         for (int c = 0; c < kPanel; ++c) {
           const int d = dp * kPanel + c;
           dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;

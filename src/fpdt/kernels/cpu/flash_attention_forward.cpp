@@ -65,10 +65,12 @@ struct ForwardScratch {
 // (nk × kPanel), replaced by Pᵀ; k_first_rel: the first key's position minus the task's first query's;
 // k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task. kBf16: the
 // scores are r(q)·r(k), scaled here by score_scale; the running max is lifted to an integer (the spec's
-// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃.
+// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃; with
+// pairs_out (bf16 dot products, AMX), r(P̃ᵀ) goes there as bf16 pairs instead ([key pair][kPanel] words,
+// ⌈nk/2⌉ rows, the odd key past nk 0) and sp keeps the scores.
 template <bool kMasked, bool kBf16>
 void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, const int32_t* k_docs,
-                   int64_t window, bool has_docs, float score_scale) {
+                   int64_t window, bool has_docs, float score_scale, uint32_t* pairs_out) {
   Vec mx0 = vload<Vec>(s.m + i0), mx1 = vload<Vec>(s.m + i0 + kLanes);
   const Vec m_old0 = mx0, m_old1 = mx1;
   const Vec neg_inf = vset<Vec>(-kInf);
@@ -126,13 +128,25 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
   const Vec alpha0 = vexp2(vsub(m_old0, use0));
   const Vec alpha1 = vexp2(vsub(m_old1, use1));
   Vec sum0 = vset<Vec>(0.0f), sum1 = vset<Vec>(0.0f);
-  for (int j = 0; j < nk; ++j) {
-    const Vec p0 = vexp2(vsub(vload<Vec>(sp + j * kPanel), use0));
-    const Vec p1 = vexp2(vsub(vload<Vec>(sp + j * kPanel + kLanes), use1));
-    vstore(sp + j * kPanel, kBf16 ? vround_bf16(p0) : p0);
-    vstore(sp + j * kPanel + kLanes, kBf16 ? vround_bf16(p1) : p1);
-    sum0 = vadd(sum0, p0);
-    sum1 = vadd(sum1, p1);
+  auto probability = [&](int j, int half) {  // P̃ of key j, unrounded; 0 past nk
+    if (j >= nk) return vset<Vec>(0.0f);
+    const Vec p = vexp2(vsub(vload<Vec>(sp + j * kPanel + half * kLanes), half == 0 ? use0 : use1));
+    (half == 0 ? sum0 : sum1) = vadd(half == 0 ? sum0 : sum1, p);
+    return p;
+  };
+  if (kBf16 && pairs_out) {
+    for (int j = 0; j < nk; j += 2) {
+      const Vec even0 = probability(j, 0), even1 = probability(j, 1);
+      const Vec odd0 = probability(j + 1, 0), odd1 = probability(j + 1, 1);
+      store_pair_row(pairs_out + (j / 2) * kPanel, vround_bf16(even0), vround_bf16(even1), vround_bf16(odd0),
+                     vround_bf16(odd1));
+    }
+  } else {
+    for (int j = 0; j < nk; ++j) {
+      const Vec p0 = probability(j, 0), p1 = probability(j, 1);
+      vstore(sp + j * kPanel, kBf16 ? vround_bf16(p0) : p0);
+      vstore(sp + j * kPanel + kLanes, kBf16 ? vround_bf16(p1) : p1);
+    }
   }
   vstore(s.m + i0, mx0);
   vstore(s.m + i0 + kLanes, mx1);
@@ -278,23 +292,23 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
       const int n = range.end - range.begin;
       const int64_t k_first_rel = k_first + range.begin - q_first;
+      uint32_t* pairs_out = dots || amx ? s.pw : nullptr;  // Pᵀ as bf16 pairs, for the products that read them
       if (range.masked && bf16) {
         softmax_panel<true, true>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                  has_docs, qk_scale);
+                                  has_docs, qk_scale, pairs_out);
       } else if (range.masked) {
         softmax_panel<true, false>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                   has_docs, 1.0f);
+                                   has_docs, 1.0f, nullptr);
       } else if (bf16) {
-        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale);
+        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale, pairs_out);
       } else {
-        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f);
+        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f, nullptr);
       }
       // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel); range.begin is even
       float* ot = s.ot + panel * ot_rows * kPanel;
 #if FPDT_AMX_TILES
       if (amx) {  // Pᵀ's pair rows padded with zeros to whole K steps
         const uint32_t* v_tile_amx = reinterpret_cast<const uint32_t*>(v_head) + tile * amx_v_tile_words(D);
-        pair_panel_rows(s.pw, sp, n);
         std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
         amx_panel_gemm<Store::rescale>(D, pairs(n), v_tile_amx + range.begin / 2, kAmxTokenWords, s.pw, ot,
                                        s.alpha + panel * kPanel);
@@ -303,7 +317,6 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
 #endif
 #if FPDT_BF16_DOT_PRODUCTS
       if (dots) {
-        pair_panel_rows(s.pw, sp, n);
         bf16_panel_gemm<Store::rescale>(D, n, v_tile_pairs + (range.begin / 2) * kRows, 1, kRows,
                                         pairs(kFwdKeys) * kRows, s.pw, ot,
                                         s.alpha + panel * kPanel);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/tensor/dtype.h"
 
@@ -72,14 +73,11 @@ inline void pack_kv_amx(float* k_group, float* v_group, int64_t tile, int nk, co
   auto* v_half = reinterpret_cast<uint16_t*>(v_group) + tile * v_halves;
   std::fill(k_half, k_half + k_halves, uint16_t{0});
   std::fill(v_half, v_half + v_halves, uint16_t{0});
+  uint16_t v_key[CpuBackend::kMaxHeadDim];
   for (int j = 0; j < nk; ++j) {
-    const float* k_row = k_rows + j * row_stride;
-    const float* v_row = v_rows + j * row_stride;
-    uint16_t* k_key = k_half + 2 * static_cast<size_t>(j) * k_words;
-    for (int d = 0; d < D; ++d) {
-      k_key[d] = float_to_bf16(k_row[d]);
-      v_half[static_cast<size_t>(d) * 2 * kAmxTokenWords + j] = float_to_bf16(v_row[d]);
-    }
+    bf16_row(k_half + 2 * static_cast<size_t>(j) * k_words, k_rows + j * row_stride, D);
+    bf16_row(v_key, v_rows + j * row_stride, D);
+    for (int d = 0; d < D; ++d) v_half[static_cast<size_t>(d) * 2 * kAmxTokenWords + j] = v_key[d];
   }
 }
 // Words of one tile of the AMX forward's packed K and V.
@@ -100,14 +98,10 @@ inline void pack_q_tile_amx(float* slot, const float* rows, int64_t row_stride, 
   auto* by_rows = reinterpret_cast<uint16_t*>(slot);
   uint16_t* by_columns = by_rows + 2 * amx_q_rows_words(D);
   std::fill(by_rows, by_rows + 2 * amx_q_tile_words(D), uint16_t{0});
-  for (int i = 0; i < mq; ++i) {
-    const float* row = rows + i * row_stride;
-    for (int d = 0; d < D; ++d) {
-      const uint16_t value = float_to_bf16(row[d]);
-      by_rows[static_cast<size_t>(i) * 2 * row_words + d] = value;
-      by_columns[static_cast<size_t>(d) * 2 * kAmxTokenWords + i] = value;
-    }
-  }
+  for (int i = 0; i < mq; ++i) bf16_row(by_rows + static_cast<size_t>(i) * 2 * row_words, rows + i * row_stride, D);
+  for (int d = 0; d < D; ++d)
+    for (int i = 0; i < mq; ++i)
+      by_columns[static_cast<size_t>(d) * 2 * kAmxTokenWords + i] = by_rows[static_cast<size_t>(i) * 2 * row_words + d];
 }
 
 }  // namespace fpdt::kernels::cpu::flash

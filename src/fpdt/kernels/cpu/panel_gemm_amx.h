@@ -72,9 +72,10 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void amx_panel_gemm(int M, 
                                                                           const float* col_scale = nullptr) {
   const int rows = amx_round(M), steps = amx_round(K2) / kAmxWords;
   const int64_t a_bytes = a_stride * 4, b_bytes = kPanel * 4, c_bytes = kPanel * 4;
-  if constexpr (kStore == Store::rescale) {
-    const __m512 s0 = _mm512_loadu_ps(col_scale), s1 = _mm512_loadu_ps(col_scale + 16);
-    for (int m = 0; m < rows; ++m) {
+  if constexpr (kStore == Store::rescale) {  // (a scale of all ones, the usual case, leaves C as it is)
+    const __m512 s0 = _mm512_loadu_ps(col_scale), s1 = _mm512_loadu_ps(col_scale + 16), one = _mm512_set1_ps(1.0f);
+    const bool ones = (_mm512_cmpeq_ps_mask(s0, one) & _mm512_cmpeq_ps_mask(s1, one)) == 0xffff;
+    for (int m = 0; m < (ones ? 0 : rows); ++m) {
       _mm512_storeu_ps(c + m * kPanel, _mm512_mul_ps(_mm512_loadu_ps(c + m * kPanel), s0));
       _mm512_storeu_ps(c + m * kPanel + 16, _mm512_mul_ps(_mm512_loadu_ps(c + m * kPanel + 16), s1));
     }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "fpdt/kernels/cpu/panel_gemm.h"
+#include "fpdt/tensor/dtype.h"
 
 #if defined(__AVX512F__)
 #define FPDT_BF16_DOT_PRODUCTS 1
@@ -54,6 +55,38 @@ inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
     for (int c = 0; c < kPanel; ++c) dst[k2 * kPanel + c] = bf16_pair_word(even + c, odd + c);
 #endif
   }
+}
+
+// One pair row of a panel from two rows of kPanel floats that hold bf16 values, as vectors (the even
+// row's halves (even0, even1), the odd's): dst[c] = the pair (even[c], odd[c]) — pair_panel_rows's word
+// for one k2, without the rows' round trip through memory.
+inline void store_pair_row(uint32_t* dst, Vec even0, Vec even1, Vec odd0, Vec odd1) {
+#if defined(__AVX512BW__)
+  static_assert(kLanes == 16, "AVX-512 vectors");
+  const Vec evens[2] = {even0, even1}, odds[2] = {odd0, odd1};
+  for (int half = 0; half < 2; ++half)
+    _mm512_storeu_si512(dst + 16 * half, _mm512_mask_blend_epi16(0xAAAAAAAAu,
+                                                                 _mm512_srli_epi32(_mm512_castps_si512(evens[half]), 16),
+                                                                 _mm512_castps_si512(odds[half])));
+#else
+  alignas(64) float even[kPanel], odd[kPanel];
+  vstore(even, even0);
+  vstore(even + kLanes, even1);
+  vstore(odd, odd0);
+  vstore(odd + kLanes, odd1);
+  for (int c = 0; c < kPanel; ++c) dst[c] = bf16_pair_word(even + c, odd + c);
+#endif
+}
+
+// A row of n floats as bf16 (float_to_bf16, dtype.h): dst[i] = float_to_bf16(src[i]), in vectors.
+inline void bf16_row(uint16_t* dst, const float* src, int n) {
+  int i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(vround_bf16(_mm512_loadu_ps(src + i))), 16)));
+#endif
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
 // Words of n floats that hold bf16 values, paired along the row: dst[m] = the pair (src[2m], src[2m + 1]),
