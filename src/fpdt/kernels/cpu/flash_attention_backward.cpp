@@ -35,8 +35,8 @@ struct BackwardScratch {
   int32_t* k_docs;  // (kBwdKeys), padded to whole panels
   // bf16 dot products and AMX (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel]
   // (AMX: amx_round(⌈D/2⌉) pair rows, 0 past ⌈D/2⌉); K [D panel][key pair][kPanel]; P or dS of one panel
-  // [query pair][kPanel]; dS [i][key pair].
-  uint32_t *ktw, *vtw, *kpw, *pw, *dsw;
+  // [query pair][kPanel] (pw_ds: dS); dS [i][key pair].
+  uint32_t *ktw, *vtw, *kpw, *pw, *pw_ds, *dsw;
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -66,12 +66,14 @@ struct BackwardScratch {
     uint32_t* vtw = words(key_panels * amx_round(pairs(D)) * kPanel);
     uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
     uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
+    uint32_t* pw_ds = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
     uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
     if (s) {
       s->ktw = ktw;
       s->vtw = vtw;
       s->kpw = kpw;
       s->pw = pw;
+      s->pw_ds = pw_ds;
       s->dsw = dsw;
       s->kt = slices[0];
       s->vt = slices[1];
@@ -94,10 +96,13 @@ struct BackwardScratch {
 // P and dS of one key panel of a pair from S and dP, for the rows [begin, end) of the q tile.
 // Query i sees key j (of the kv tile) iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window
 // (with a window), and docs match. kBf16: S is r(q)·r(k), scaled here by score_scale, and the P and dS
-// the products read next are r(P) and r(dS) (dS itself from the unrounded P).
+// the products read next are r(P) and r(dS) (dS itself from the unrounded P). With pairs (bf16 dot
+// products, AMX: to_pairs) they go out as bf16 pairs instead of floats: P and dS by pairs of rows into s.pw and
+// s.pw_ds ([query pair][kPanel] words from row `begin`, the row past an odd end 0), dS by pairs of keys
+// into the rows' words of s.dsw.
 template <bool kMasked, bool kBf16>
 void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_rel, int nk, int64_t window,
-                          bool has_docs, float score_scale) {
+                          bool has_docs, float score_scale, bool to_pairs) {
   float* sp = s.sp + panel * kBwdQueries * kPanel;
   float* dpp = s.dpp + panel * kBwdQueries * kPanel;
   float* ds = s.ds + panel * kPanel;
@@ -108,7 +113,10 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     k_doc1 = iload<Vec>(s.k_docs + panel * kPanel + kLanes);
   }
   const Vec scale = vset<Vec>(score_scale);
-  for (int i = rows.begin; i < rows.end; ++i) {
+  struct Row {
+    Vec p0, p1, ds0, ds1;
+  };
+  auto row = [&](int i) -> Row {
     const Vec lse2 = vbroadcast<Vec>(s.lse2 + i);
     const Vec delta = vbroadcast<Vec>(s.delta + i);
     Vec p0, p1;
@@ -136,12 +144,23 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     }
     Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
     Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
-    if constexpr (kBf16) {
-      p0 = vround_bf16(p0);
-      p1 = vround_bf16(p1);
-      ds0 = vround_bf16(ds0);
-      ds1 = vround_bf16(ds1);
+    if constexpr (kBf16) return {vround_bf16(p0), vround_bf16(p1), vround_bf16(ds0), vround_bf16(ds1)};
+    return {p0, p1, ds0, ds1};
+  };
+  if (kBf16 && to_pairs) {
+    const Vec zero = vset<Vec>(0.0f);
+    for (int i = rows.begin; i < rows.end; i += 2) {
+      const Row even = row(i), odd = i + 1 < rows.end ? row(i + 1) : Row{zero, zero, zero, zero};
+      const int pair_row_index = (i - rows.begin) / 2;
+      store_pair_row(s.pw + pair_row_index * kPanel, even.p0, even.p1, odd.p0, odd.p1);
+      store_pair_row(s.pw_ds + pair_row_index * kPanel, even.ds0, even.ds1, odd.ds0, odd.ds1);
+      store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even.ds0, even.ds1);
+      if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd.ds0, odd.ds1);
     }
+    return;
+  }
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const auto [p0, p1, ds0, ds1] = row(i);
     vstore(sp + i * kPanel, p0);
     vstore(sp + i * kPanel + kLanes, p1);
     vstore(dpp + i * kPanel, ds0);
@@ -340,43 +359,37 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
               range.end - range.begin, D, do_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
               s.vt + panel * D * kPanel, s.dpp + (panel * kBwdQueries + range.begin) * kPanel);
         }
+        // Per key panel, P and dS, then dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel) and
+        // dKᵀ += Qᵀ · dS_panel (with bf16 pairs, P and dS as s.pw and s.pw_ds)
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
           if (range.masked && bf16) {
-            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale);
+            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale,
+                                             dots || amx);
           } else if (range.masked) {
-            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f);
+            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f, false);
           } else if (bf16) {
-            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale);
+            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale, dots || amx);
           } else {
-            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f);
+            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f, false);
           }
-        }
-        // dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel);  dKᵀ += Qᵀ · dS_panel
-        for (int panel = 0; panel < panels_k; ++panel) {
-          const Span range = rows[panel];
-          if (range.end <= range.begin) continue;
+          const int n = range.end - range.begin;  // range.begin is a whole row group: even
 #if FPDT_AMX_TILES
-          if (amx) {  // range.begin is a whole row group: even; P's and dS's pair rows padded to whole K steps
-            const int n = range.end - range.begin;
-            for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.sp, s.dvt}, std::tuple{q_columns_amx, s.dpp, s.dkt}}) {
-              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
-              std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
-              amx_panel_gemm<Store::accumulate>(D, pairs(n), a + range.begin / 2, kAmxTokenWords, s.pw,
+          if (amx) {  // P's and dS's pair rows padded with zeros to whole K steps
+            for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.pw, s.dvt}, std::tuple{q_columns_amx, s.pw_ds, s.dkt}}) {
+              std::fill(b + pairs(n) * kPanel, b + amx_round(pairs(n)) * kPanel, 0u);
+              amx_panel_gemm<Store::accumulate>(D, pairs(n), a + range.begin / 2, kAmxTokenWords, b,
                                                 c + panel * dt_rows * kPanel);
             }
             continue;
           }
 #endif
 #if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {  // range.begin is a whole row group: even
-            const int n = range.end - range.begin;
-            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.sp, s.dvt}, std::tuple{q_columns_pairs, s.dpp, s.dkt}}) {
-              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
-              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows,
-                                                 s.pw, c + panel * dt_rows * kPanel);
-            }
+          if (dots) {
+            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.pw, s.dvt}, std::tuple{q_columns_pairs, s.pw_ds, s.dkt}})
+              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows, b,
+                                                 c + panel * dt_rows * kPanel);
             continue;
           }
 #endif
@@ -400,13 +413,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
                 first = std::min(first, panel);
                 end = panel + 1;
               }
-            for (int i = i0; i < i0 + kAmxRows; ++i)
+            for (int i = i0; i < i0 + kAmxRows; ++i)  // (the rows' words of the panels they see: probabilities_and_ds)
               for (int panel = first; panel < end; ++panel) {
                 uint32_t* dst = s.dsw + i * key_pairs + panel * (kPanel / 2);
-                if (i < mq && rows[panel].begin <= i && i < rows[panel].end)
-                  pair_row(dst, s.ds + i * kBwdKeys + panel * kPanel, kPanel);
-                else
-                  std::fill(dst, dst + kPanel / 2, 0u);
+                if (i >= mq || i < rows[panel].begin || rows[panel].end <= i) std::fill(dst, dst + kPanel / 2, 0u);
               }
             const int key_words = first < end ? (end - first) * (kPanel / 2) : 0;
             for (int dp = 0; dp < d_panels; ++dp)
@@ -419,11 +429,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         for (int g = 0; g * kRows < (amx ? 0 : mq); ++g) {
           const Span keys = dq_keys[g];
 #if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {  // keys.begin is a whole panel: even
+          if (dots) {  // keys.begin is a whole panel: even; the group's rows of dS as pairs: probabilities_and_ds
             const int rows_in_group = std::min(kRows, mq - g * kRows);
-            for (int r = 0; r < rows_in_group; ++r)
-              pair_row(s.dsw + (g * kRows + r) * key_pairs + keys.begin / 2, s.ds + (g * kRows + r) * kBwdKeys + keys.begin,
-                       keys.end - keys.begin);
             for (int dp = 0; dp < d_panels; ++dp)
               bf16_panel_gemm<Store::overwrite>(rows_in_group, keys.end - keys.begin,
                                                 s.dsw + g * kRows * key_pairs + keys.begin / 2, key_pairs, 1, 0,

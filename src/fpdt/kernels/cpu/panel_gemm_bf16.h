@@ -78,6 +78,24 @@ inline void store_pair_row(uint32_t* dst, Vec even0, Vec even1, Vec odd0, Vec od
 #endif
 }
 
+// 16 words from 32 floats that hold bf16 values, as two vectors (lo: the first 16), paired along them:
+// dst[m] = the pair (x[2m], x[2m + 1]).
+inline void store_pairs_along(uint32_t* dst, Vec lo, Vec hi) {
+#if defined(__AVX512BW__)
+  static_assert(kLanes == 16, "AVX-512 vectors");
+  alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                            23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                            45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(_mm512_castps_si512(lo), _mm512_load_si512(kUpperHalves),
+                                                     _mm512_castps_si512(hi)));
+#else
+  alignas(64) float x[kPanel];
+  vstore(x, lo);
+  vstore(x + kLanes, hi);
+  for (int m = 0; m < kPanel / 2; ++m) dst[m] = bf16_pair_word(x + 2 * m, x + 2 * m + 1);
+#endif
+}
+
 // A row of n floats as bf16 (float_to_bf16, dtype.h): dst[i] = float_to_bf16(src[i]), in vectors.
 inline void bf16_row(uint16_t* dst, const float* src, int n) {
   int i = 0;
@@ -87,23 +105,6 @@ inline void bf16_row(uint16_t* dst, const float* src, int n) {
                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(vround_bf16(_mm512_loadu_ps(src + i))), 16)));
 #endif
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-}
-
-// Words of n floats that hold bf16 values, paired along the row: dst[m] = the pair (src[2m], src[2m + 1]),
-// src[n] read as 0 (odd n).
-inline void pair_row(uint32_t* dst, const float* src, int n) {
-  int m = 0;
-#if defined(__AVX512BW__)
-  alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                            23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                            45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i index = _mm512_load_si512(kUpperHalves);
-  for (; 2 * m + 32 <= n; m += 16)  // 32 floats → their 32 upper halves, in order: 16 pairs
-    _mm512_storeu_si512(dst + m, _mm512_permutex2var_epi16(_mm512_loadu_si512(src + 2 * m), index,
-                                                           _mm512_loadu_si512(src + 2 * m + 16)));
-#endif
-  const float zero = 0.0f;
-  for (; 2 * m < n; ++m) dst[m] = bf16_pair_word(src + 2 * m, 2 * m + 1 < n ? src + 2 * m + 1 : &zero);
 }
 
 #if FPDT_BF16_DOT_PRODUCTS
