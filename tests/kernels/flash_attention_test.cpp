@@ -722,13 +722,8 @@ struct DiagonalCase {
 
 void PrintTo(const DiagonalCase& c, std::ostream* os) { *os << c.what; }
 
-class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Arithmetic>> {};
-
-TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
-  const auto& [c, arithmetic] = GetParam();
-  const ArithmeticScope scope(arithmetic);
-  const Precision precision = precision_of(arithmetic);
-  Rng rng(fresh_seed());
+// The check of one case, in the cpu backend's current arithmetic (ArithmeticScope).
+void expect_block_matches_reference_chunk_kernels(const DiagonalCase& c, Precision precision, Rng& rng) {
   cpu::CpuBackend flash;
   auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position + 11 * b) / 37); };
   const int64_t earlier_begin = std::max<int64_t>(0, c.kv_begin - 50), earlier_keys = c.kv_begin - earlier_begin;
@@ -784,6 +779,15 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
               relative_error(dq, dq_want), relative_error(dk, dk_want), relative_error(dv, dv_want));
 }
 
+class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Arithmetic>> {};
+
+TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
+  const auto& [c, arithmetic] = GetParam();
+  const ArithmeticScope scope(arithmetic);
+  Rng rng(fresh_seed());
+  expect_block_matches_reference_chunk_kernels(c, precision_of(arithmetic), rng);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Offsets, FlashDiagonal,
     ::testing::Combine(::testing::Values(
@@ -800,6 +804,36 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Arithmetic>>& info) {
       return std::string(arithmetic_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
     });
+
+// The same check on blocks of fresh random shapes: ragged block lengths and offsets (off every tile and
+// register tile: the AMX path's whole 16-row tiles and 32-key steps included), diagonal or not, GQA,
+// D of 64, 128 or odd, with or without a window and documents.
+class FlashRandomBlocks : public ::testing::TestWithParam<Arithmetic> {};
+
+TEST_P(FlashRandomBlocks, MatchTheReferenceChunkKernels) {
+  const ArithmeticScope scope(GetParam());
+  Rng rng(fresh_seed());
+  constexpr int kHeadDims[] = {64, 128, 33, 97};
+  for (int draw = 0; draw < 6; ++draw) {
+    DiagonalCase c{"random", 1 + static_cast<int>(rng.below(2)), 0, 1 + static_cast<int>(rng.below(2)),
+                   kHeadDims[rng.below(4)], 0, 1 + static_cast<int64_t>(rng.below(300)), 0,
+                   1 + static_cast<int64_t>(rng.below(300)), 0, rng.below(2) == 1};
+    c.H = c.Hkv * (1 << rng.below(3));  // groups of 1, 2 or 4 q heads
+    c.kv_begin = static_cast<int64_t>(rng.below(200));
+    // (with documents (37 tokens each), a block on the diagonal, so that some pairs share one)
+    c.q_begin = c.kv_begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(c.documents ? c.Ck : c.Ck + 200)));
+    c.window = rng.below(2) == 1 ? 1 + static_cast<int64_t>(rng.below(250)) : 0;
+    if (!block_has_visible_pair(c.q_begin, c.Cq, c.kv_begin, c.Ck, c.window)) c.window = 0;  // the causal block sees
+    std::printf("[ draw     ] B=%d H=%d Hkv=%d D=%d q [%lld, +%lld) kv [%lld, +%lld) window %lld docs %d\n", c.B, c.H,
+                c.Hkv, c.D, static_cast<long long>(c.q_begin), static_cast<long long>(c.Cq),
+                static_cast<long long>(c.kv_begin), static_cast<long long>(c.Ck), static_cast<long long>(c.window),
+                c.documents);
+    expect_block_matches_reference_chunk_kernels(c, precision_of(GetParam()), rng);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashRandomBlocks, kArithmetics,
+                         [](const auto& info) { return std::string(arithmetic_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
 TEST(FlashParams, RefusedAtTheEdge) {
