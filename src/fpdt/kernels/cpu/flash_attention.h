@@ -31,11 +31,15 @@
 // bf16 (Precision::bf16, the spec: reference/attention_chunk.h): the operands are rounded where they are
 // packed or transposed, the scale moves from the packed Qᵀ / Kᵀ / K onto the scores and the dQ tile,
 // P̃, P and dS are rounded as the softmax writes them, and the forward's running max is an integer in
-// log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run either on
-// AVX512-BF16's dot products (panel_gemm_bf16.h; the operands packed as bf16 pairs) or, on a CPU or
-// build without them, on the fp32 panel products over the same rounded values: the same sums within
-// fp32 reordering. The choice: use_bf16_dot_products, by the CPU's flags at run time once allowed
-// (off by default: see bf16_dot_products_allowed).
+// log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run on AMX-BF16 tiles
+// (panel_gemm_amx.h; the operands packed as bf16 pairs in rows padded to whole tiles, the softmax
+// writing P̃, P, dS as pairs), or on AVX512-BF16's dot products (panel_gemm_bf16.h; the same pairs in
+// the fp32 path's layouts), or, on a CPU or build without either, on the fp32 panel products over the
+// same rounded values: the same sums within fp32 reordering. The choice: use_amx_tiles (on by default),
+// then use_bf16_dot_products (off by default: see bf16_dot_products_allowed), by the CPU's flags at run
+// time. An AMX product computes whole 16-row tiles and 32-value K steps: the rows before a span's
+// begin (down to a multiple of 16) and past its end are computed and not read; its operands' padding
+// is zeros (B) or finite values (A).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
