@@ -208,7 +208,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
   const bool amx = use_amx_tiles(p);
-  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys), query_pairs = pairs(kBwdQueries);
+  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys);
+  [[maybe_unused]] const int query_pairs = pairs(kBwdQueries);  // (the dot products')
   const int D2_tiles = amx_round(D2), dt_rows = amx_round(D);  // AMX's pair rows of Kᵀ, Vᵀ; rows of dKᵀ, dVᵀ
   const int kt_words = amx ? D2_tiles : D2;
 
@@ -324,13 +325,13 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         // The same tiles as bf16 pairs (flash_attention_pairs.h): by rows, then by columns.
         const auto* q_rows_pairs = reinterpret_cast<const uint32_t*>(q_tile_packed);
         const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
-        const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
-        const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
+        [[maybe_unused]] const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
+        [[maybe_unused]] const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
         // The same tiles in the AMX layouts (flash_attention_pairs.h): by rows, then by columns.
         const auto* q_rows_amx = reinterpret_cast<const uint32_t*>(q_tile_packed);
         const auto* do_rows_amx = reinterpret_cast<const uint32_t*>(do_tile_packed);
-        const uint32_t* q_columns_amx = q_rows_amx + amx_q_rows_words(D);
-        const uint32_t* do_columns_amx = do_rows_amx + amx_q_rows_words(D);
+        [[maybe_unused]] const uint32_t* q_columns_amx = q_rows_amx + amx_q_rows_words(D);
+        [[maybe_unused]] const uint32_t* do_columns_amx = do_rows_amx + amx_q_rows_words(D);
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
@@ -374,7 +375,7 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
           } else {
             probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f, false);
           }
-          const int n = range.end - range.begin;  // range.begin is a whole row group: even
+          [[maybe_unused]] const int n = range.end - range.begin;  // range.begin is a whole row group: even
 #if FPDT_AMX_TILES
           if (amx) {  // P's and dS's pair rows padded with zeros to whole K steps
             for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.pw, s.dvt}, std::tuple{q_columns_amx, s.pw_ds, s.dkt}}) {

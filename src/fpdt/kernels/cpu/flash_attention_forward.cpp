@@ -259,7 +259,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
     // rows stay in L1 while the Qᵀ panels stream past.
     const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
-    const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
+    [[maybe_unused]] const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
 #if FPDT_AMX_TILES
     if (amx) {  // per panel, its keys from a whole tile of 16 rows (the rows before begin are not read)
       const uint32_t* k_tile_amx = reinterpret_cast<const uint32_t*>(k_head) + tile * amx_k_tile_words(D);
@@ -285,7 +285,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
         panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel, st);
       }
     const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
-    const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
+    [[maybe_unused]] const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
     for (int panel = 0; panel < panels_q; ++panel) {
       const Span range = keys[panel];
       if (range.end <= range.begin) continue;

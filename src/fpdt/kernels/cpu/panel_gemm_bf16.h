@@ -78,8 +78,8 @@ inline void store_pair_row(uint32_t* dst, Vec even0, Vec even1, Vec odd0, Vec od
 #endif
 }
 
-// 16 words from 32 floats that hold bf16 values, as two vectors (lo: the first 16), paired along them:
-// dst[m] = the pair (x[2m], x[2m + 1]).
+// kPanel / 2 words from a panel row of kPanel floats that hold bf16 values, as two vectors (lo: the first
+// kLanes), paired along them: dst[m] = the pair (x[2m], x[2m + 1]).
 inline void store_pairs_along(uint32_t* dst, Vec lo, Vec hi) {
 #if defined(__AVX512BW__)
   static_assert(kLanes == 16, "AVX-512 vectors");
