@@ -7,8 +7,13 @@
 // a window W), backward 2.5× that. Rounds of (sgemm, forward, backward) are interleaved and the best
 // of each reported; on a shared machine the ratios fall with the share the attention gets (the load
 // average is printed with them). With --bf16, each round also times the bf16 attention (the spec of
-// reference/attention_chunk.h) on AVX512-BF16's dot products where the CPU has them (turned on for it),
-// and on the fp32 products over the same rounded operands (the default): the bf16_* fields.
+// reference/attention_chunk.h) each way the backend runs it — on AMX-BF16 tiles (the default where the
+// CPU has them), on AVX512-BF16's dot products, on the fp32 products over the same rounded operands; a
+// path the CPU lacks runs the next one — and the bf16 GEMM the model's linears run (cpu/gemm.h's gemm_bf16,
+// oneDNN, at their 8192 × 1536 × 512 forward shape, bf16 operands) and the backend's bf16 linear_forward
+// with its copies (train/metrics.h's measure_bf16_gemm_gflops): the bf16_* fields. The bf16 paths are
+// timed by the wall and by the process's CPU time (*_cpu_gflops: flops per CPU second × threads, as the
+// GEMM rates are); bf16_fwd_ratio, bf16_bwd_ratio: the AMX path's CPU rates over the bf16 GEMM's.
 // The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096] [--bf16]
 #include <omp.h>
@@ -26,6 +31,8 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/gemm.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/train/metrics.h"
 
@@ -131,33 +138,85 @@ int main(int argc, char** argv) {
     backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale, W);
     using fpdt::kernels::Precision;
     using fpdt::kernels::cpu::CpuBackend;
-    // One forward and backward in `precision`: (forward, backward) seconds by the wall.
+    // One forward and backward in `precision`: (forward, backward) seconds by the wall, and of CPU time.
+    struct PassTimes {
+      double fwd = 1e30, bwd = 1e30, fwd_cpu = 1e30, bwd_cpu = 1e30;
+      void keep_best(const PassTimes& t) {
+        fwd = std::min(fwd, t.fwd);
+        bwd = std::min(bwd, t.bwd);
+        fwd_cpu = std::min(fwd_cpu, t.fwd_cpu);
+        bwd_cpu = std::min(bwd_cpu, t.bwd_cpu);
+      }
+    };
     auto time_pass = [&](Precision precision) {
+      PassTimes t;
       auto start = std::chrono::steady_clock::now();
+      double cpu_start = fpdt::train::process_cpu_seconds();
       backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
                                 W, precision);
-      const double fwd = seconds_since(start);
+      t.fwd = seconds_since(start);
+      t.fwd_cpu = fpdt::train::process_cpu_seconds() - cpu_start;
       start = std::chrono::steady_clock::now();
+      cpu_start = fpdt::train::process_cpu_seconds();
       backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                                  lse.data(), doc_ids, B, S, H, Hkv, D, scale, W, precision);
-      return std::pair{fwd, seconds_since(start)};
+      t.bwd = seconds_since(start);
+      t.bwd_cpu = fpdt::train::process_cpu_seconds() - cpu_start;
+      return t;
     };
+    // The bf16 GEMM of the model's linears at 8192 × 1536 × 512 (x · wᵀ, bf16 operands), flops per CPU second
+    // × threads, the best of three calls (after one warm-up).
+    constexpr int kGemmM = 8192, kGemmN = 1536, kGemmK = 512;
+    std::vector<uint16_t> gemm_a, gemm_b;
+    std::vector<float> gemm_c;
+    if (o.bf16) {
+      std::vector<float> values(static_cast<size_t>(kGemmM) * kGemmK);
+      for (float& value : values) value = static_cast<float>(rng.normal());
+      gemm_a.resize(values.size());
+      gemm_b.resize(static_cast<size_t>(kGemmN) * kGemmK);
+      fpdt::kernels::cpu::to_bf16(gemm_a.data(), values.data(), static_cast<int64_t>(gemm_a.size()));
+      fpdt::kernels::cpu::to_bf16(gemm_b.data(), values.data(), static_cast<int64_t>(gemm_b.size()));
+      gemm_c.resize(static_cast<size_t>(kGemmM) * kGemmN);
+    }
+    auto bf16_gemm_rate = [&] {
+      double best = 0.0;
+      for (int call = 0; call < 4; ++call) {
+        const double cpu_start = fpdt::train::process_cpu_seconds();
+        fpdt::kernels::cpu::gemm_bf16(false, true, kGemmM, kGemmN, kGemmK, gemm_a.data(), kGemmK, gemm_b.data(), kGemmK,
+                                      false, gemm_c.data(), kGemmN);
+        const double rate =
+            2.0 * kGemmM * kGemmN * kGemmK / (fpdt::train::process_cpu_seconds() - cpu_start) * o.threads * 1e-9;
+        if (call > 0) best = std::max(best, rate);
+      }
+      return best;
+    };
+    const bool amx = fpdt::kernels::cpu::amx_tiles_available();
     const bool dots = fpdt::kernels::cpu::bf16_dot_products_available();
-    double bf16_fwd = 1e30, bf16_bwd = 1e30, fallback_fwd = 1e30, fallback_bwd = 1e30;
-    double sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
+    // The bf16 paths (AMX tiles, dot products, fp32 products): the best times of each.
+    constexpr int kBf16Paths = 3;
+    PassTimes bf16_best[kBf16Paths];
+    double bf16_gemm_gflops = 0.0, bf16_linear_gflops = 0.0, sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;
     for (int rep = 0; rep < o.reps; ++rep) {
       if (o.bf16) {
-        const bool saved = CpuBackend::set_bf16_dot_products(true);
-        const auto [fwd, bwd] = time_pass(Precision::bf16);
-        CpuBackend::set_bf16_dot_products(false);
-        const auto [fwd_fallback, bwd_fallback] = time_pass(Precision::bf16);
-        CpuBackend::set_bf16_dot_products(saved);
-        std::printf("round %d: bf16 forward %.3f s, backward %.3f s (%s); on fp32 products %.3f s, %.3f s\n", rep,
-                    fwd, bwd, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products", fwd_fallback, bwd_fallback);
-        bf16_fwd = std::min(bf16_fwd, fwd);
-        bf16_bwd = std::min(bf16_bwd, bwd);
-        fallback_fwd = std::min(fallback_fwd, fwd_fallback);
-        fallback_bwd = std::min(fallback_bwd, bwd_fallback);
+        const bool saved_amx = CpuBackend::set_amx_tiles(false), saved_dots = CpuBackend::set_bf16_dot_products(false);
+        PassTimes times[kBf16Paths];
+        for (int path = 0; path < kBf16Paths; ++path) {
+          CpuBackend::set_amx_tiles(path == 0);
+          CpuBackend::set_bf16_dot_products(path == 1);
+          times[path] = time_pass(Precision::bf16);
+          bf16_best[path].keep_best(times[path]);
+        }
+        CpuBackend::set_amx_tiles(saved_amx);
+        CpuBackend::set_bf16_dot_products(saved_dots);
+        const double gemm_rate = bf16_gemm_rate(), linear_rate = fpdt::train::measure_bf16_gemm_gflops(o.threads);
+        bf16_gemm_gflops = std::max(bf16_gemm_gflops, gemm_rate);
+        bf16_linear_gflops = std::max(bf16_linear_gflops, linear_rate);
+        std::printf(
+            "round %d: bf16 forward, backward %.3f s, %.3f s (%s; CPU %.3f s, %.3f s); %.3f s, %.3f s (%s); on fp32 "
+            "products %.3f s, %.3f s; bf16 GEMM %.1f GFLOP/s, bf16 linear with copies %.1f (per CPU second)\n",
+            rep, times[0].fwd, times[0].bwd, amx ? "AMX-BF16" : "no AMX: next path", times[0].fwd_cpu,
+            times[0].bwd_cpu, times[1].fwd, times[1].bwd, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products",
+            times[2].fwd, times[2].bwd, gemm_rate, linear_rate);
       }
       const double sgemm_rate = fpdt::train::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
@@ -185,12 +244,24 @@ int main(int argc, char** argv) {
     std::printf("checksum %.6g\n", checksum);
     std::string bf16_fields;
     if (o.bf16) {
-      char text[512];
+      char text[1536];
+      auto rate = [&](double flops, double seconds) { return flops / seconds / 1e9; };
+      const double amx_fwd_cpu = rate(fwd_flops, bf16_best[0].fwd_cpu / o.threads);
+      const double amx_bwd_cpu = rate(bwd_flops, bf16_best[0].bwd_cpu / o.threads);
       std::snprintf(text, sizeof text,
-                    ", \"bf16_dot_products\": %s, \"bf16_fwd_gflops\": %.2f, \"bf16_bwd_gflops\": %.2f, "
-                    "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f",
-                    dots ? "true" : "false", fwd_flops / bf16_fwd / 1e9, bwd_flops / bf16_bwd / 1e9,
-                    fwd_flops / fallback_fwd / 1e9, bwd_flops / fallback_bwd / 1e9);
+                    ", \"amx_tiles\": %s, \"bf16_amx_fwd_gflops\": %.2f, \"bf16_amx_bwd_gflops\": %.2f, "
+                    "\"bf16_amx_fwd_cpu_gflops\": %.2f, \"bf16_amx_bwd_cpu_gflops\": %.2f, "
+                    "\"bf16_dot_products\": %s, \"bf16_dots_fwd_gflops\": %.2f, \"bf16_dots_bwd_gflops\": %.2f, "
+                    "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f, "
+                    "\"bf16_fp32_products_fwd_cpu_gflops\": %.2f, \"bf16_fp32_products_bwd_cpu_gflops\": %.2f, "
+                    "\"bf16_gemm_gflops\": %.2f, \"bf16_gemm_shape\": \"%dx%dx%d\", \"bf16_linear_gflops\": %.2f, "
+                    "\"bf16_fwd_ratio\": %.3f, \"bf16_bwd_ratio\": %.3f",
+                    amx ? "true" : "false", rate(fwd_flops, bf16_best[0].fwd), rate(bwd_flops, bf16_best[0].bwd),
+                    amx_fwd_cpu, amx_bwd_cpu, dots ? "true" : "false", rate(fwd_flops, bf16_best[1].fwd),
+                    rate(bwd_flops, bf16_best[1].bwd), rate(fwd_flops, bf16_best[2].fwd),
+                    rate(bwd_flops, bf16_best[2].bwd), rate(fwd_flops, bf16_best[2].fwd_cpu / o.threads),
+                    rate(bwd_flops, bf16_best[2].bwd_cpu / o.threads), bf16_gemm_gflops, kGemmM, kGemmN, kGemmK,
+                    bf16_linear_gflops, amx_fwd_cpu / bf16_gemm_gflops, amx_bwd_cpu / bf16_gemm_gflops);
       bf16_fields = text;
     }
     std::printf(

@@ -20,6 +20,7 @@
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
@@ -58,31 +59,45 @@ void PrintTo(const Problem& c, std::ostream* os) {
 
 const char* precision_name(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp32"; }
 
-// The arithmetics the kernels are tested in: fp32, and bf16 both ways the cpu backend runs it — on
-// AVX512-BF16's dot products (turned on for the test; where this CPU or build lacks them, this is the
-// next one) and on the fp32 products over the same rounded operands (the default).
-enum class Arithmetic { fp32, bf16_dot_products, bf16_fp32_products };
-const auto kArithmetics =
-    ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products);
+// The arithmetics the kernels are tested in: fp32, and bf16 each way the cpu backend runs it — on AMX-BF16
+// tiles (the default where the CPU has them), on AVX512-BF16's dot products (turned on for the test), and
+// on the fp32 products over the same rounded operands; where this CPU or build lacks a unit, its row runs
+// the next path.
+enum class Arithmetic { fp32, bf16_amx_tiles, bf16_dot_products, bf16_fp32_products };
+const auto kArithmetics = ::testing::Values(Arithmetic::fp32, Arithmetic::bf16_amx_tiles, Arithmetic::bf16_dot_products,
+                                            Arithmetic::bf16_fp32_products);
 Precision precision_of(Arithmetic a) { return a == Arithmetic::fp32 ? Precision::fp32 : Precision::bf16; }
 const char* arithmetic_name(Arithmetic a) {
-  return a == Arithmetic::fp32 ? "fp32" : a == Arithmetic::bf16_dot_products ? "bf16dots" : "bf16fp32products";
+  switch (a) {
+    case Arithmetic::fp32: return "fp32";
+    case Arithmetic::bf16_amx_tiles: return "bf16amx";
+    case Arithmetic::bf16_dot_products: return "bf16dots";
+    case Arithmetic::bf16_fp32_products: return "bf16fp32products";
+  }
+  return "";
 }
 // The cpu backend's bf16 path for the scope of a test.
 class ArithmeticScope {
  public:
   explicit ArithmeticScope(Arithmetic a)
-      : saved_(cpu::CpuBackend::set_bf16_dot_products(a != Arithmetic::bf16_fp32_products)) {
+      : saved_dots_(cpu::CpuBackend::set_bf16_dot_products(a == Arithmetic::bf16_dot_products)),
+        saved_amx_(cpu::CpuBackend::set_amx_tiles(a == Arithmetic::bf16_amx_tiles)) {
+    if (a == Arithmetic::bf16_amx_tiles)
+      std::printf("[ bf16     ] AMX-BF16 tiles: %s\n",
+                  cpu::amx_tiles_available() ? "used" : "not on this CPU/build (fp32 products)");
     if (a == Arithmetic::bf16_dot_products)
       std::printf("[ bf16     ] AVX512-BF16 dot products: %s\n",
                   cpu::bf16_dot_products_available() ? "used" : "not on this CPU/build (fp32 products)");
   }
-  ~ArithmeticScope() { cpu::CpuBackend::set_bf16_dot_products(saved_); }
+  ~ArithmeticScope() {
+    cpu::CpuBackend::set_bf16_dot_products(saved_dots_);
+    cpu::CpuBackend::set_amx_tiles(saved_amx_);
+  }
   ArithmeticScope(const ArithmeticScope&) = delete;
   ArithmeticScope& operator=(const ArithmeticScope&) = delete;
 
  private:
-  bool saved_;
+  bool saved_dots_, saved_amx_;
 };
 
 // Random inputs of a problem, in float (what the kernel sees) and the same values in double.
@@ -495,7 +510,7 @@ TEST(FlashMasked, FullyMaskedBlockIsSkipped) {
 
   for (AttentionChunkParams p : {above, other_document, before_window})
     for (const Arithmetic arithmetic :
-         {Arithmetic::fp32, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products}) {
+         {Arithmetic::fp32, Arithmetic::bf16_amx_tiles, Arithmetic::bf16_dot_products, Arithmetic::bf16_fp32_products}) {
     const ArithmeticScope scope(arithmetic);
     p.precision = precision_of(arithmetic);
     auto out = random_normal<float>(rng, q.size());
@@ -707,13 +722,8 @@ struct DiagonalCase {
 
 void PrintTo(const DiagonalCase& c, std::ostream* os) { *os << c.what; }
 
-class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Arithmetic>> {};
-
-TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
-  const auto& [c, arithmetic] = GetParam();
-  const ArithmeticScope scope(arithmetic);
-  const Precision precision = precision_of(arithmetic);
-  Rng rng(fresh_seed());
+// The check of one case, in the cpu backend's current arithmetic (ArithmeticScope).
+void expect_block_matches_reference_chunk_kernels(const DiagonalCase& c, Precision precision, Rng& rng) {
   cpu::CpuBackend flash;
   auto doc_of = [](int b, int64_t position) { return static_cast<int32_t>((position + 11 * b) / 37); };
   const int64_t earlier_begin = std::max<int64_t>(0, c.kv_begin - 50), earlier_keys = c.kv_begin - earlier_begin;
@@ -769,6 +779,15 @@ TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
               relative_error(dq, dq_want), relative_error(dk, dk_want), relative_error(dv, dv_want));
 }
 
+class FlashDiagonal : public ::testing::TestWithParam<std::tuple<DiagonalCase, Arithmetic>> {};
+
+TEST_P(FlashDiagonal, MatchesTheReferenceChunkKernels) {
+  const auto& [c, arithmetic] = GetParam();
+  const ArithmeticScope scope(arithmetic);
+  Rng rng(fresh_seed());
+  expect_block_matches_reference_chunk_kernels(c, precision_of(arithmetic), rng);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Offsets, FlashDiagonal,
     ::testing::Combine(::testing::Values(
@@ -785,6 +804,36 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Arithmetic>>& info) {
       return std::string(arithmetic_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
     });
+
+// The same check on blocks of fresh random shapes: ragged block lengths and offsets (off every tile and
+// register tile: the AMX path's whole 16-row tiles and 32-key steps included), diagonal or not, GQA,
+// D of 64, 128 or odd, with or without a window and documents.
+class FlashRandomBlocks : public ::testing::TestWithParam<Arithmetic> {};
+
+TEST_P(FlashRandomBlocks, MatchTheReferenceChunkKernels) {
+  const ArithmeticScope scope(GetParam());
+  Rng rng(fresh_seed());
+  constexpr int kHeadDims[] = {64, 128, 33, 97};
+  for (int draw = 0; draw < 6; ++draw) {
+    DiagonalCase c{"random", 1 + static_cast<int>(rng.below(2)), 0, 1 + static_cast<int>(rng.below(2)),
+                   kHeadDims[rng.below(4)], 0, 1 + static_cast<int64_t>(rng.below(300)), 0,
+                   1 + static_cast<int64_t>(rng.below(300)), 0, rng.below(2) == 1};
+    c.H = c.Hkv * (1 << rng.below(3));  // groups of 1, 2 or 4 q heads
+    c.kv_begin = static_cast<int64_t>(rng.below(200));
+    // (with documents (37 tokens each), a block on the diagonal, so that some pairs share one)
+    c.q_begin = c.kv_begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(c.documents ? c.Ck : c.Ck + 200)));
+    c.window = rng.below(2) == 1 ? 1 + static_cast<int64_t>(rng.below(250)) : 0;
+    if (!block_has_visible_pair(c.q_begin, c.Cq, c.kv_begin, c.Ck, c.window)) c.window = 0;  // the causal block sees
+    std::printf("[ draw     ] B=%d H=%d Hkv=%d D=%d q [%lld, +%lld) kv [%lld, +%lld) window %lld docs %d\n", c.B, c.H,
+                c.Hkv, c.D, static_cast<long long>(c.q_begin), static_cast<long long>(c.Cq),
+                static_cast<long long>(c.kv_begin), static_cast<long long>(c.Ck), static_cast<long long>(c.window),
+                c.documents);
+    expect_block_matches_reference_chunk_kernels(c, precision_of(GetParam()), rng);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashRandomBlocks, kArithmetics,
+                         [](const auto& info) { return std::string(arithmetic_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------
 TEST(FlashParams, RefusedAtTheEdge) {

@@ -3,8 +3,6 @@
 
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/timer.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/tensor/dtype.h"
 
 namespace fpdt::train {
@@ -116,31 +115,16 @@ __attribute__((target("avx512f,avx512bf16"))) double bf16_dot_flops(int64_t iter
   return static_cast<double>(iterations) * kChains * 16 * 2 * 2;
 }
 
-// AMX's tile state must be granted to the process before any thread touches it (Linux ≥ 5.16).
-bool amx_state_permitted() {
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  static const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  return permitted;
-}
-
 // AMX tile products: C tiles 0–3 (16 × 16 fp32) += A tiles 4–5 (16 × 32 bf16) · B tiles 6–7 (32 × 16
 // bf16, in AMX's pair-interleaved layout), four independent accumulators; each tdpbf16ps is
-// 16 · 16 · 32 products, 16384 flops. The calling thread configures the tiles and releases them.
+// 16 · 16 · 32 products, 16384 flops. The calling thread configures the tiles (kernels/cpu/panel_gemm_amx.h)
+// and releases them.
 __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_flops(int64_t iterations) {
-  struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-  } config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;  // 16 fp32 or 32 bf16
-    config.rows[t] = 16;
-  }
   alignas(64) uint16_t operand[16 * 32];
   const uint16_t small = fpdt::float_to_bf16(1e-3f);
   for (uint16_t& v : operand) v = small;
   alignas(64) float result[16 * 16] = {};
-  _tile_loadconfig(&config);
+  kernels::cpu::amx_configure_tiles();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -156,7 +140,7 @@ __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_flops(int64_t itera
     _tile_dpbf16ps(3, 5, 7);
   }
   _tile_stored(0, result, 64);
-  _tile_release();
+  kernels::cpu::amx_release_tiles();
   volatile float sink = result[0];
   (void)sink;
   return static_cast<double>(iterations) * 4 * 16 * 16 * 32 * 2;
@@ -248,7 +232,7 @@ double measure_bf16_dot_peak_gflops(int threads) {
 }
 
 double measure_amx_bf16_peak_gflops(int threads) {
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") || !amx_state_permitted()) return 0.0;
+  if (!kernels::cpu::amx_tiles_supported()) return 0.0;
   // ~50 ms a trial at 2 GHz, one tdpbf16ps every 16 cycles.
   return measure_team_peak(threads, 1'500'000, amx_bf16_flops);
 }

@@ -47,10 +47,13 @@ class CpuBackend final : public Backend {
   // (b, kv head) group: 2·Ck·D floats forward, about 2·Cq·D·H/Hkv backward). Returns the previous
   // cap. Results do not depend on it (tests lower it to run many batches).
   static int64_t set_pack_budget_floats(int64_t floats);
-  // Lets bf16 attention use AVX512-BF16's dot products where the CPU has them, or not (the default: the
-  // fp32 products on the same rounded operands, measured faster here; flash_attention.h says why);
-  // returns the previous setting.
+  // Lets bf16 attention use AVX512-BF16's dot products where the CPU has them and AMX tiles are not in use,
+  // or not (the default: the fp32 products on the same rounded operands, measured faster here;
+  // flash_attention.h says why); returns the previous setting.
   static bool set_bf16_dot_products(bool allowed);
+  // Lets bf16 attention use AMX-BF16 tiles where the CPU has them and Linux grants the tile state, or not
+  // (then the dot products or the fp32 products, as set above); on by default; returns the previous setting.
+  static bool set_amx_tiles(bool allowed);
 };
 
 }  // namespace fpdt::kernels::cpu

@@ -51,6 +51,8 @@ int64_t CpuBackend::set_pack_budget_floats(int64_t floats) {
 
 bool CpuBackend::set_bf16_dot_products(bool allowed) { return flash::bf16_dot_products_allowed.exchange(allowed); }
 
+bool CpuBackend::set_amx_tiles(bool allowed) { return flash::amx_tiles_allowed.exchange(allowed); }
+
 void CpuBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   validate(p);
   if (p.B == 0 || p.Cq == 0) return;

@@ -31,11 +31,15 @@
 // bf16 (Precision::bf16, the spec: reference/attention_chunk.h): the operands are rounded where they are
 // packed or transposed, the scale moves from the packed Qᵀ / Kᵀ / K onto the scores and the dQ tile,
 // P̃, P and dS are rounded as the softmax writes them, and the forward's running max is an integer in
-// log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run either on
-// AVX512-BF16's dot products (panel_gemm_bf16.h; the operands packed as bf16 pairs) or, on a CPU or
-// build without them, on the fp32 panel products over the same rounded values: the same sums within
-// fp32 reordering. The choice: use_bf16_dot_products, by the CPU's flags at run time once allowed
-// (off by default: see bf16_dot_products_allowed).
+// log2 units (so r(P̃) is the spec's, whatever the tiling). The products then run on AMX-BF16 tiles
+// (panel_gemm_amx.h; the operands packed as bf16 pairs in rows padded to whole tiles, the softmax
+// writing P̃, P, dS as pairs), or on AVX512-BF16's dot products (panel_gemm_bf16.h; the same pairs in
+// the fp32 path's layouts), or, on a CPU or build without either, on the fp32 panel products over the
+// same rounded values: the same sums within fp32 reordering. The choice: use_amx_tiles (on by default),
+// then use_bf16_dot_products (off by default: see bf16_dot_products_allowed), by the CPU's flags at run
+// time. An AMX product computes whole 16-row tiles and 32-value K steps: the rows before a span's
+// begin (down to a multiple of 16) and past its end are computed and not read; its operands' padding
+// is zeros (B) or finite values (A).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
@@ -51,6 +55,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cpu/panel_gemm.h"
+#include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/ops.h"
 
@@ -75,9 +80,27 @@ inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 // only add their packing, and the attention ran at 0.7× the fp32 products on the same rounded operands.
 // A CPU whose bf16 dot products are double-rate turns them on; tests run both paths.
 inline std::atomic<bool> bf16_dot_products_allowed{false};
-inline bool use_bf16_dot_products(const AttentionChunkParams& p) {
-  return p.precision == Precision::bf16 && bf16_dot_products_allowed.load() && bf16_dot_products_available();
+// Whether bf16 attention may use AMX-BF16 tiles where the CPU has them (CpuBackend::set_amx_tiles): on by
+// default, and first choice (bench/RESULTS.md, Attention v8); the dot products or the fp32 products next.
+inline std::atomic<bool> amx_tiles_allowed{true};
+inline bool use_amx_tiles(const AttentionChunkParams& p) {
+  return p.precision == Precision::bf16 && amx_tiles_allowed.load() && amx_tiles_available();
 }
+inline bool use_bf16_dot_products(const AttentionChunkParams& p) {
+  return p.precision == Precision::bf16 && bf16_dot_products_allowed.load() && bf16_dot_products_available() &&
+         !use_amx_tiles(p);
+}
+// The AMX layouts' inner dimension along tokens: a token tile's bf16 pairs as rows of kAmxTokenWords
+// words (48 or 96 used): a product that starts at an even row group inside the tile reads whole K steps
+// of 16 words past its end without leaving the row (begin/2 + ⌈n/32⌉·16 ≤ 64 for n ≤ 96 − begin).
+constexpr int kAmxTokenWords = 64;
+constexpr bool amx_token_rows_fit(int tokens) {
+  for (int begin = 0; begin < tokens; begin += kRows)
+    if (begin / 2 + (tokens - begin + 31) / 32 * kAmxWords > kAmxTokenWords) return false;
+  return true;
+}
+static_assert(amx_token_rows_fit(kFwdKeys) && amx_token_rows_fit(kBwdQueries),
+              "a key or query tile's pairs, and the K steps past them, fit in a row of kAmxTokenWords words");
 inline int pairs(int K) { return (K + 1) / 2; }  // bf16 pairs of K values (the last one padded with 0)
 static_assert(kFwdQueries % kPanel == 0 && kBwdKeys % kPanel == 0, "token-vector tiles must be whole panels");
 static_assert(kFwdKeys % kRows == 0 && kBwdQueries % kRows == 0, "token-row tiles must be whole row groups");

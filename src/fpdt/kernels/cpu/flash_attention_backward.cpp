@@ -23,8 +23,8 @@ struct BackwardScratch {
   float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (bf16: r(k)) (0 past nk)
   float* vt;        // [key panel][D][kPanel] Vᵀ (bf16: r(v)) (0 past nk)
   float* kp;        // [D panel][kBwdKeys][kPanel] K × scale (bf16: r(k)), by panels of kPanel head dims (0 past D)
-  float* dkt;       // [key panel][D][kPanel] dKᵀ accumulator (unscaled)
-  float* dvt;       // [key panel][D][kPanel] dVᵀ accumulator
+  float* dkt;       // [key panel][amx_round(D)][kPanel] dKᵀ accumulator (unscaled; rows past D for AMX)
+  float* dvt;       // [key panel][amx_round(D)][kPanel] dVᵀ accumulator
   float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
   float* dpp;       // [key panel][kBwdQueries][kPanel] dP, then dS
   float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
@@ -33,9 +33,10 @@ struct BackwardScratch {
   float* delta;     // (kBwdQueries)
   int32_t* q_docs;  // (kBwdQueries)
   int32_t* k_docs;  // (kBwdKeys), padded to whole panels
-  // bf16 dot products (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel];
-  // K [D panel][key pair][kPanel]; P or dS of one panel [query pair][kPanel]; dS [i][key pair].
-  uint32_t *ktw, *vtw, *kpw, *pw, *dsw;
+  // bf16 dot products and AMX (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel]
+  // (AMX: amx_round(⌈D/2⌉) pair rows, 0 past ⌈D/2⌉); K [D panel][key pair][kPanel]; P or dS of one panel
+  // [query pair][kPanel] (pw_ds: dS); dS [i][key pair].
+  uint32_t *ktw, *vtw, *kpw, *pw, *pw_ds, *dsw;
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -48,8 +49,8 @@ struct BackwardScratch {
         key_panels * D * kPanel,
         key_panels * D * kPanel,
         static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
-        key_panels * D * kPanel,
-        key_panels * D * kPanel,
+        key_panels * amx_round(D) * kPanel,
+        key_panels * amx_round(D) * kPanel,
         key_panels * kBwdQueries * kPanel,
         key_panels * kBwdQueries * kPanel,
         static_cast<size_t>(kBwdQueries) * kBwdKeys,
@@ -61,16 +62,18 @@ struct BackwardScratch {
     int32_t* q_docs = carve.take_ints(kBwdQueries);
     int32_t* k_docs = carve.take_ints(kBwdKeys);
     auto words = [&](size_t count) { return reinterpret_cast<uint32_t*>(carve.take(count)); };
-    uint32_t* ktw = words(key_panels * pairs(D) * kPanel);
-    uint32_t* vtw = words(key_panels * pairs(D) * kPanel);
+    uint32_t* ktw = words(key_panels * amx_round(pairs(D)) * kPanel);
+    uint32_t* vtw = words(key_panels * amx_round(pairs(D)) * kPanel);
     uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
     uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
+    uint32_t* pw_ds = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
     uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
     if (s) {
       s->ktw = ktw;
       s->vtw = vtw;
       s->kpw = kpw;
       s->pw = pw;
+      s->pw_ds = pw_ds;
       s->dsw = dsw;
       s->kt = slices[0];
       s->vt = slices[1];
@@ -93,10 +96,13 @@ struct BackwardScratch {
 // P and dS of one key panel of a pair from S and dP, for the rows [begin, end) of the q tile.
 // Query i sees key j (of the kv tile) iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window
 // (with a window), and docs match. kBf16: S is r(q)·r(k), scaled here by score_scale, and the P and dS
-// the products read next are r(P) and r(dS) (dS itself from the unrounded P).
+// the products read next are r(P) and r(dS) (dS itself from the unrounded P). With pairs (bf16 dot
+// products, AMX: to_pairs) they go out as bf16 pairs instead of floats: P and dS by pairs of rows into s.pw and
+// s.pw_ds ([query pair][kPanel] words from row `begin`, the row past an odd end 0), dS by pairs of keys
+// into the rows' words of s.dsw.
 template <bool kMasked, bool kBf16>
 void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_rel, int nk, int64_t window,
-                          bool has_docs, float score_scale) {
+                          bool has_docs, float score_scale, bool to_pairs) {
   float* sp = s.sp + panel * kBwdQueries * kPanel;
   float* dpp = s.dpp + panel * kBwdQueries * kPanel;
   float* ds = s.ds + panel * kPanel;
@@ -107,7 +113,10 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     k_doc1 = iload<Vec>(s.k_docs + panel * kPanel + kLanes);
   }
   const Vec scale = vset<Vec>(score_scale);
-  for (int i = rows.begin; i < rows.end; ++i) {
+  struct Row {
+    Vec p0, p1, ds0, ds1;
+  };
+  auto row = [&](int i) -> Row {
     const Vec lse2 = vbroadcast<Vec>(s.lse2 + i);
     const Vec delta = vbroadcast<Vec>(s.delta + i);
     Vec p0, p1;
@@ -135,12 +144,23 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     }
     Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
     Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
-    if constexpr (kBf16) {
-      p0 = vround_bf16(p0);
-      p1 = vround_bf16(p1);
-      ds0 = vround_bf16(ds0);
-      ds1 = vround_bf16(ds1);
+    if constexpr (kBf16) return {vround_bf16(p0), vround_bf16(p1), vround_bf16(ds0), vround_bf16(ds1)};
+    return {p0, p1, ds0, ds1};
+  };
+  if (kBf16 && to_pairs) {
+    const Vec zero = vset<Vec>(0.0f);
+    for (int i = rows.begin; i < rows.end; i += 2) {
+      const Row even = row(i), odd = i + 1 < rows.end ? row(i + 1) : Row{zero, zero, zero, zero};
+      const int pair_row_index = (i - rows.begin) / 2;
+      store_pair_row(s.pw + pair_row_index * kPanel, even.p0, even.p1, odd.p0, odd.p1);
+      store_pair_row(s.pw_ds + pair_row_index * kPanel, even.ds0, even.ds1, odd.ds0, odd.ds1);
+      store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even.ds0, even.ds1);
+      if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd.ds0, odd.ds1);
     }
+    return;
+  }
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const auto [p0, p1, ds0, ds1] = row(i);
     vstore(sp + i * kPanel, p0);
     vstore(sp + i * kPanel + kLanes, p1);
     vstore(dpp + i * kPanel, ds0);
@@ -159,8 +179,9 @@ struct BackwardArgs {
   const float* delta;
   const AttentionChunkParams* p;
   std::atomic<int32_t>* counters;  // (B, H, q tiles)
-  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows]:
-  // tile t of q head hg of group g at (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
+  // Q and dO of the q heads of groups [first_group, …), packed per q tile as [D group][i][kRows] (bf16
+  // dot products, AMX: flash_attention_pairs.h's layouts): tile t of q head hg of group g at
+  // (((g − first_group)·H/Hkv + hg)·q_tiles + t)·tile_floats.
   const float* packed_q;
   const float* packed_do;
   int64_t first_group;
@@ -186,7 +207,11 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
   const float scale = static_cast<float>(p.scale);
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
-  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys), query_pairs = pairs(kBwdQueries);
+  const bool amx = use_amx_tiles(p);
+  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys);
+  [[maybe_unused]] const int query_pairs = pairs(kBwdQueries);  // (the dot products')
+  const int D2_tiles = amx_round(D2), dt_rows = amx_round(D);  // AMX's pair rows of Kᵀ, Vᵀ; rows of dKᵀ, dVᵀ
+  const int kt_words = amx ? D2_tiles : D2;
 
   DocRange k_docs;
   if (has_docs) {
@@ -205,25 +230,39 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f,
                            bf16);
     }
-    std::fill(s.dkt, s.dkt + panels_k * D * kPanel, 0.0f);
-    std::fill(s.dvt, s.dvt + panels_k * D * kPanel, 0.0f);
+    std::fill(s.dkt, s.dkt + panels_k * dt_rows * kPanel, 0.0f);
+    std::fill(s.dvt, s.dvt + panels_k * dt_rows * kPanel, 0.0f);
+    const Vec k_scale = vset<Vec>(scale);
     for (int j = 0; j < nk; ++j) {
       const float* k_row = k_rows + j * k_row_stride;
       for (int dp = 0; dp < d_panels; ++dp) {
         float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
+        if ((dp + 1) * kPanel <= D) {  // a whole panel of head dims, in vectors
+          for (int c = 0; c < kPanel; c += kLanes) {
+            const Vec x = vload<Vec>(k_row + dp * kPanel + c);
+            vstore(dst + c, bf16 ? vround_bf16(x) : vmul(x, k_scale));
+          }
+          continue;
+        }
         for (int c = 0; c < kPanel; ++c) {
           const int d = dp * kPanel + c;
           dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;
         }
       }
     }
-    if (dots) {
+    if (dots || amx) {  // AMX: the pair rows past the data 0, to whole K steps
       for (int panel = 0; panel < panels_k; ++panel) {
-        pair_panel_rows(s.ktw + panel * D2 * kPanel, s.kt + panel * D * kPanel, D);
-        pair_panel_rows(s.vtw + panel * D2 * kPanel, s.vt + panel * D * kPanel, D);
+        for (auto [words, floats] : {std::pair{s.ktw, s.kt}, std::pair{s.vtw, s.vt}}) {
+          uint32_t* panel_words = words + panel * kt_words * kPanel;
+          pair_panel_rows(panel_words, floats + panel * D * kPanel, D);
+          std::fill(panel_words + D2 * kPanel, panel_words + kt_words * kPanel, 0u);
+        }
       }
-      for (int dp = 0; dp < d_panels; ++dp)
-        pair_panel_rows(s.kpw + dp * key_pairs * kPanel, s.kp + dp * kBwdKeys * kPanel, nk);
+      for (int dp = 0; dp < d_panels; ++dp) {
+        uint32_t* panel_words = s.kpw + dp * key_pairs * kPanel;
+        pair_panel_rows(panel_words, s.kp + dp * kBwdKeys * kPanel, nk);
+        std::fill(panel_words + pairs(nk) * kPanel, panel_words + key_pairs * kPanel, 0u);
+      }
     }
     packed = true;
   };
@@ -286,12 +325,26 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
         // The same tiles as bf16 pairs (flash_attention_pairs.h): by rows, then by columns.
         const auto* q_rows_pairs = reinterpret_cast<const uint32_t*>(q_tile_packed);
         const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
-        const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
-        const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
+        [[maybe_unused]] const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
+        [[maybe_unused]] const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
+        // The same tiles in the AMX layouts (flash_attention_pairs.h): by rows, then by columns.
+        const auto* q_rows_amx = reinterpret_cast<const uint32_t*>(q_tile_packed);
+        const auto* do_rows_amx = reinterpret_cast<const uint32_t*>(do_tile_packed);
+        [[maybe_unused]] const uint32_t* q_columns_amx = q_rows_amx + amx_q_rows_words(D);
+        [[maybe_unused]] const uint32_t* do_columns_amx = do_rows_amx + amx_q_rows_words(D);
         // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
+#if FPDT_AMX_TILES
+          if (amx) {  // from a whole tile of 16 rows (the rows before range.begin are not read)
+            const int begin = range.begin / kAmxRows * kAmxRows;
+            for (const auto& [a, b, c] : {std::tuple{q_rows_amx, s.ktw, s.sp}, std::tuple{do_rows_amx, s.vtw, s.dpp}})
+              amx_panel_gemm<Store::overwrite>(range.end - begin, D2_tiles, a + begin * D2_tiles, D2_tiles,
+                                               b + panel * D2_tiles * kPanel, c + (panel * kBwdQueries + begin) * kPanel);
+            continue;
+          }
+#endif
 #if FPDT_BF16_DOT_PRODUCTS
           if (dots) {
             for (const auto& [a, b, c] : {std::tuple{q_rows_pairs, s.ktw, s.sp}, std::tuple{do_rows_pairs, s.vtw, s.dpp}})
@@ -307,53 +360,78 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
               range.end - range.begin, D, do_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
               s.vt + panel * D * kPanel, s.dpp + (panel * kBwdQueries + range.begin) * kPanel);
         }
+        // Per key panel, P and dS, then dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel) and
+        // dKᵀ += Qᵀ · dS_panel (with bf16 pairs, P and dS as s.pw and s.pw_ds)
         for (int panel = 0; panel < panels_k; ++panel) {
           const Span range = rows[panel];
           if (range.end <= range.begin) continue;
           if (range.masked && bf16) {
-            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale);
+            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale,
+                                             dots || amx);
           } else if (range.masked) {
-            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f);
+            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f, false);
           } else if (bf16) {
-            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale);
+            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale, dots || amx);
           } else {
-            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f);
+            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f, false);
           }
-        }
-        // dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel);  dKᵀ += Qᵀ · dS_panel
-        for (int panel = 0; panel < panels_k; ++panel) {
-          const Span range = rows[panel];
-          if (range.end <= range.begin) continue;
-#if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {  // range.begin is a whole row group: even
-            const int n = range.end - range.begin;
-            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.sp, s.dvt}, std::tuple{q_columns_pairs, s.dpp, s.dkt}}) {
-              pair_panel_rows(s.pw, b + (panel * kBwdQueries + range.begin) * kPanel, n);
-              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows,
-                                                 s.pw, c + panel * D * kPanel);
+          [[maybe_unused]] const int n = range.end - range.begin;  // range.begin is a whole row group: even
+#if FPDT_AMX_TILES
+          if (amx) {  // P's and dS's pair rows padded with zeros to whole K steps
+            for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.pw, s.dvt}, std::tuple{q_columns_amx, s.pw_ds, s.dkt}}) {
+              std::fill(b + pairs(n) * kPanel, b + amx_round(pairs(n)) * kPanel, 0u);
+              amx_panel_gemm<Store::accumulate>(D, pairs(n), a + range.begin / 2, kAmxTokenWords, b,
+                                                c + panel * dt_rows * kPanel);
             }
+            continue;
+          }
+#endif
+#if FPDT_BF16_DOT_PRODUCTS
+          if (dots) {
+            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.pw, s.dvt}, std::tuple{q_columns_pairs, s.pw_ds, s.dkt}})
+              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows, b,
+                                                 c + panel * dt_rows * kPanel);
             continue;
           }
 #endif
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.sp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dvt + panel * D * kPanel);
+                                                        s.dvt + panel * dt_rows * kPanel);
           panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, q_tile_packed + range.begin * kRows,
                                                         0, kBwdQueries * kRows,
                                                         s.dpp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dkt + panel * D * kPanel);
+                                                        s.dkt + panel * dt_rows * kPanel);
         }
         // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
         // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
-        for (int g = 0; g * kRows < mq; ++g) {
+#if FPDT_AMX_TILES
+        if (amx) {  // by whole tiles of 16 rows, over the key panels any of its rows sees, dS 0 where a row does not
+          for (int i0 = 0; i0 < mq; i0 += kAmxRows) {
+            int first = panels_k, end = 0;
+            for (int panel = 0; panel < panels_k; ++panel)
+              if (rows[panel].begin < i0 + kAmxRows && i0 < rows[panel].end) {
+                first = std::min(first, panel);
+                end = panel + 1;
+              }
+            for (int i = i0; i < i0 + kAmxRows; ++i)  // (the rows' words of the panels they see: probabilities_and_ds)
+              for (int panel = first; panel < end; ++panel) {
+                uint32_t* dst = s.dsw + i * key_pairs + panel * (kPanel / 2);
+                if (i >= mq || i < rows[panel].begin || rows[panel].end <= i) std::fill(dst, dst + kPanel / 2, 0u);
+              }
+            const int key_words = first < end ? (end - first) * (kPanel / 2) : 0;
+            for (int dp = 0; dp < d_panels; ++dp)
+              amx_panel_gemm<Store::overwrite>(kAmxRows, key_words, s.dsw + i0 * key_pairs + first * (kPanel / 2), key_pairs,
+                                               s.kpw + (dp * key_pairs + first * (kPanel / 2)) * kPanel,
+                                               s.dq + (dp * kBwdQueries + i0) * kPanel);
+          }
+        }
+#endif
+        for (int g = 0; g * kRows < (amx ? 0 : mq); ++g) {
           const Span keys = dq_keys[g];
 #if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {  // keys.begin is a whole panel: even
+          if (dots) {  // keys.begin is a whole panel: even; the group's rows of dS as pairs: probabilities_and_ds
             const int rows_in_group = std::min(kRows, mq - g * kRows);
-            for (int r = 0; r < rows_in_group; ++r)
-              pair_row(s.dsw + (g * kRows + r) * key_pairs + keys.begin / 2, s.ds + (g * kRows + r) * kBwdKeys + keys.begin,
-                       keys.end - keys.begin);
             for (int dp = 0; dp < d_panels; ++dp)
               bf16_panel_gemm<Store::overwrite>(rows_in_group, keys.end - keys.begin,
                                                 s.dsw + g * kRows * key_pairs + keys.begin / 2, key_pairs, 1, 0,
@@ -400,8 +478,8 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
       prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
     }
-    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * D * kPanel + j % kPanel, D, scale);
-    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * D * kPanel + j % kPanel, D, 1.0f);
+    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, scale);
+    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, 1.0f);
   }
 }
 
@@ -415,11 +493,13 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
+  const bool amx = use_amx_tiles(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kBwdKeys);
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
-  const int64_t tile_floats = static_cast<int64_t>(row_groups(D)) * kBwdQueries * kRows;
+  const int64_t tile_floats =
+      amx ? static_cast<int64_t>(round_up16(amx_q_tile_words(D))) : int64_t{row_groups(D)} * kBwdQueries * kRows;
   const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
   const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / group_floats, 1, groups);
   thread_local Counters counters;
@@ -443,6 +523,11 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
       const int64_t row_stride = static_cast<int64_t>(p.H) * D;
       const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
       const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      if (amx) {
+        pack_q_tile_amx(packed_q + t * tile_floats, q_rows, row_stride, mq, D);
+        pack_q_tile_amx(packed_do + t * tile_floats, do_rows, row_stride, mq, D);
+        return;
+      }
       if (dots) {
         pack_q_tile_pairs(packed_q + t * tile_floats, tile_floats, q_rows, row_stride, mq, D);
         pack_q_tile_pairs(packed_do + t * tile_floats, tile_floats, do_rows, row_stride, mq, D);
@@ -464,6 +549,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
     // group. A task waits only on the same group's lower kv tiles, handed out earlier.
     run_tasks(kv_tiles * count, scratch, per_thread, [&](int64_t t, float* mine) {
       BackwardScratch s(mine, D);
+      const AmxTilesScope tiles(amx);
       const int64_t g = first + t % count;
       backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / count, s);
     });

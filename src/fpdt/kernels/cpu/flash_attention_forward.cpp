@@ -18,7 +18,7 @@ namespace {
 struct ForwardScratch {
   float* qt;        // [panel][D][kPanel] Qᵀ of the task's queries, times scale·log2 e (bf16: r(q)); zero past mq
   float* st;        // [panel][kFwdKeys][kPanel] Sᵀ, then Pᵀ, of one kv tile
-  float* ot;        // [panel][D][kPanel] Oᵀ accumulator (unnormalised)
+  float* ot;        // [panel][amx_round(D)][kPanel] Oᵀ accumulator (unnormalised; rows past D for AMX's whole tiles)
   float* m;         // (kFwdQueries) running max, log2 units
   float* l;         // (kFwdQueries) running sum
   float* alpha;     // (kFwdQueries) rescale of this step
@@ -26,7 +26,8 @@ struct ForwardScratch {
   float* l_init;    // (kFwdQueries) l at the start (accumulate mode)
   int32_t* q_docs;  // (kFwdQueries)
   int32_t* k_docs;  // (kFwdKeys)
-  uint32_t* qw;     // bf16 dot products: [panel][D pair][kPanel] Qᵀ as bf16 pairs
+  uint32_t* qw;     // bf16 dot products, AMX: [panel][D pair][kPanel] Qᵀ as bf16 pairs (AMX: amx_round(⌈D/2⌉)
+                    // pair rows, 0 past ⌈D/2⌉)
   uint32_t* pw;     // bf16 dot products: [key pair][kPanel] Pᵀ of one panel as bf16 pairs
 
   ForwardScratch(float* base, int D) { carve(Carver(base), D, this); }
@@ -37,7 +38,7 @@ struct ForwardScratch {
     const size_t panels_q = kFwdQueries / kPanel;
     float* qt = carve.take(panels_q * D * kPanel);
     float* st = carve.take(panels_q * kFwdKeys * kPanel);
-    float* ot = carve.take(panels_q * D * kPanel);
+    float* ot = carve.take(panels_q * amx_round(D) * kPanel);
     float* m = carve.take(kFwdQueries);
     float* l = carve.take(kFwdQueries);
     float* alpha = carve.take(kFwdQueries);
@@ -45,7 +46,7 @@ struct ForwardScratch {
     float* l_init = carve.take(kFwdQueries);
     int32_t* q_docs = carve.take_ints(kFwdQueries);
     int32_t* k_docs = carve.take_ints(kFwdKeys);
-    auto* qw = reinterpret_cast<uint32_t*>(carve.take(panels_q * pairs(D) * kPanel));
+    auto* qw = reinterpret_cast<uint32_t*>(carve.take(panels_q * amx_round(pairs(D)) * kPanel));
     auto* pw = reinterpret_cast<uint32_t*>(carve.take(pairs(kFwdKeys) * kPanel));
     if (s) {
       *s = ForwardScratch{qt, st, ot, m, l, alpha, m_init, l_init, q_docs, k_docs};
@@ -64,10 +65,12 @@ struct ForwardScratch {
 // (nk × kPanel), replaced by Pᵀ; k_first_rel: the first key's position minus the task's first query's;
 // k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task. kBf16: the
 // scores are r(q)·r(k), scaled here by score_scale; the running max is lifted to an integer (the spec's
-// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃.
+// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃; with
+// pairs_out (bf16 dot products, AMX), r(P̃ᵀ) goes there as bf16 pairs instead ([key pair][kPanel] words,
+// ⌈nk/2⌉ rows, the odd key past nk 0) and sp keeps the scores.
 template <bool kMasked, bool kBf16>
 void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, const int32_t* k_docs,
-                   int64_t window, bool has_docs, float score_scale) {
+                   int64_t window, bool has_docs, float score_scale, uint32_t* pairs_out) {
   Vec mx0 = vload<Vec>(s.m + i0), mx1 = vload<Vec>(s.m + i0 + kLanes);
   const Vec m_old0 = mx0, m_old1 = mx1;
   const Vec neg_inf = vset<Vec>(-kInf);
@@ -125,13 +128,25 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
   const Vec alpha0 = vexp2(vsub(m_old0, use0));
   const Vec alpha1 = vexp2(vsub(m_old1, use1));
   Vec sum0 = vset<Vec>(0.0f), sum1 = vset<Vec>(0.0f);
-  for (int j = 0; j < nk; ++j) {
-    const Vec p0 = vexp2(vsub(vload<Vec>(sp + j * kPanel), use0));
-    const Vec p1 = vexp2(vsub(vload<Vec>(sp + j * kPanel + kLanes), use1));
-    vstore(sp + j * kPanel, kBf16 ? vround_bf16(p0) : p0);
-    vstore(sp + j * kPanel + kLanes, kBf16 ? vround_bf16(p1) : p1);
-    sum0 = vadd(sum0, p0);
-    sum1 = vadd(sum1, p1);
+  auto probability = [&](int j, int half) {  // P̃ of key j, unrounded; 0 past nk
+    if (j >= nk) return vset<Vec>(0.0f);
+    const Vec p = vexp2(vsub(vload<Vec>(sp + j * kPanel + half * kLanes), half == 0 ? use0 : use1));
+    (half == 0 ? sum0 : sum1) = vadd(half == 0 ? sum0 : sum1, p);
+    return p;
+  };
+  if (kBf16 && pairs_out) {
+    for (int j = 0; j < nk; j += 2) {
+      const Vec even0 = probability(j, 0), even1 = probability(j, 1);
+      const Vec odd0 = probability(j + 1, 0), odd1 = probability(j + 1, 1);
+      store_pair_row(pairs_out + (j / 2) * kPanel, vround_bf16(even0), vround_bf16(even1), vround_bf16(odd0),
+                     vround_bf16(odd1));
+    }
+  } else {
+    for (int j = 0; j < nk; ++j) {
+      const Vec p0 = probability(j, 0), p1 = probability(j, 1);
+      vstore(sp + j * kPanel, kBf16 ? vround_bf16(p0) : p0);
+      vstore(sp + j * kPanel + kLanes, kBf16 ? vround_bf16(p1) : p1);
+    }
   }
   vstore(s.m + i0, mx0);
   vstore(s.m + i0 + kLanes, mx1);
@@ -144,7 +159,8 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
 // One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
 // k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
 // (both packed once per call by attention_chunk_forward). With bf16 dot products the same buffers hold
-// bf16 pairs: K as [kv tile][key group][D pair][kRows] words, V as [kv tile][D group][key pair][kRows].
+// bf16 pairs: K as [kv tile][key group][D pair][kRows] words, V as [kv tile][D group][key pair][kRows];
+// with AMX tiles pack_kv_amx's layouts (flash_attention_pairs.h).
 void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
                   const float* k_head, const float* v_head, ForwardScratch& s) {
   const int D = p.D;
@@ -158,7 +174,10 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
   const bool has_docs = p.q_doc_ids != nullptr;
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
-  const int D2 = pairs(D);
+  const bool amx = use_amx_tiles(p);
+  const int D2 = pairs(D), D2_tiles = amx_round(D2);  // pair rows of Qᵀ, AMX's padded to whole K steps
+  const int ot_rows = amx_round(D);
+  const int qw_rows = amx ? D2_tiles : D2;
 
   // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
   // Qᵀ is zero there, so those columns stay finite. A resumed row starts from m + log2 l = its lse
@@ -178,13 +197,18 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
     transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
                          bf16 ? 1.0f : qk_scale, bf16);
-    if (dots) pair_panel_rows(s.qw + panel * D2 * kPanel, s.qt + panel * D * kPanel, D);
-    float* ot = s.ot + panel * D * kPanel;
+    if (dots || amx) {
+      uint32_t* qw = s.qw + panel * qw_rows * kPanel;
+      pair_panel_rows(qw, s.qt + panel * D * kPanel, D);
+      std::fill(qw + D2 * kPanel, qw + qw_rows * kPanel, 0u);
+    }
+    float* ot = s.ot + panel * ot_rows * kPanel;
     if (!accumulate) {
-      std::fill(ot, ot + D * kPanel, 0.0f);
+      std::fill(ot, ot + ot_rows * kPanel, 0.0f);
       continue;
     }
     transpose_into_panel(ot, out_rows + i0 * q_row_stride, q_row_stride, count, next, D, 1.0f);
+    std::fill(ot + D * kPanel, ot + ot_rows * kPanel, 0.0f);
     for (int c = 0; c < count; ++c)  // a row that has seen nothing yet starts from 0, not from out
       if (s.m_init[i0 + c] == -kInf)
         for (int d = 0; d < D; ++d) ot[d * kPanel + c] = 0.0f;
@@ -235,8 +259,19 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
     // rows stay in L1 while the Qᵀ panels stream past.
     const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
-    const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
-    for (int j0 = 0; j0 < nk; j0 += kRows)
+    [[maybe_unused]] const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
+#if FPDT_AMX_TILES
+    if (amx) {  // per panel, its keys from a whole tile of 16 rows (the rows before begin are not read)
+      const uint32_t* k_tile_amx = reinterpret_cast<const uint32_t*>(k_head) + tile * amx_k_tile_words(D);
+      for (int panel = 0; panel < panels_q; ++panel) {
+        const int begin = keys[panel].begin / kAmxRows * kAmxRows;
+        if (keys[panel].end <= keys[panel].begin) continue;
+        amx_panel_gemm<Store::overwrite>(keys[panel].end - begin, D2_tiles, k_tile_amx + begin * D2_tiles, D2_tiles,
+                                         s.qw + panel * D2_tiles * kPanel, s.st + (panel * kFwdKeys + begin) * kPanel);
+      }
+    }
+#endif
+    for (int j0 = 0; j0 < (amx ? 0 : nk); j0 += kRows)
       for (int panel = 0; panel < panels_q; ++panel) {
         if (keys[panel].begin > j0 || j0 >= keys[panel].end) continue;
         const int rows = std::min(kRows, keys[panel].end - j0);
@@ -250,36 +285,46 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
         panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel, st);
       }
     const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
-    const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
+    [[maybe_unused]] const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
     for (int panel = 0; panel < panels_q; ++panel) {
       const Span range = keys[panel];
       if (range.end <= range.begin) continue;
       float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
       const int n = range.end - range.begin;
       const int64_t k_first_rel = k_first + range.begin - q_first;
+      uint32_t* pairs_out = dots || amx ? s.pw : nullptr;  // Pᵀ as bf16 pairs, for the products that read them
       if (range.masked && bf16) {
         softmax_panel<true, true>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                  has_docs, qk_scale);
+                                  has_docs, qk_scale, pairs_out);
       } else if (range.masked) {
         softmax_panel<true, false>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                   has_docs, 1.0f);
+                                   has_docs, 1.0f, nullptr);
       } else if (bf16) {
-        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale);
+        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale, pairs_out);
       } else {
-        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f);
+        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f, nullptr);
       }
       // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel); range.begin is even
+      float* ot = s.ot + panel * ot_rows * kPanel;
+#if FPDT_AMX_TILES
+      if (amx) {  // Pᵀ's pair rows padded with zeros to whole K steps
+        const uint32_t* v_tile_amx = reinterpret_cast<const uint32_t*>(v_head) + tile * amx_v_tile_words(D);
+        std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
+        amx_panel_gemm<Store::rescale>(D, pairs(n), v_tile_amx + range.begin / 2, kAmxTokenWords, s.pw, ot,
+                                       s.alpha + panel * kPanel);
+        continue;
+      }
+#endif
 #if FPDT_BF16_DOT_PRODUCTS
       if (dots) {
-        pair_panel_rows(s.pw, sp, n);
         bf16_panel_gemm<Store::rescale>(D, n, v_tile_pairs + (range.begin / 2) * kRows, 1, kRows,
-                                        pairs(kFwdKeys) * kRows, s.pw, s.ot + panel * D * kPanel,
+                                        pairs(kFwdKeys) * kRows, s.pw, ot,
                                         s.alpha + panel * kPanel);
         continue;
       }
 #endif
-      panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp,
-                                                 s.ot + panel * D * kPanel, s.alpha + panel * kPanel);
+      panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp, ot,
+                                                 s.alpha + panel * kPanel);
     }
   }
 
@@ -295,7 +340,7 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     }
     if (accumulate && l == s.l_init[i] && s.m[i] == s.m_init[i]) continue;  // this block added nothing
     if (i + kPrefetchRows < mq) prefetch_row(out_row + kPrefetchRows * q_row_stride, D);
-    column_to_row<false>(out_row, s.ot + (i / kPanel) * D * kPanel + i % kPanel, D, 1.0f / l);
+    column_to_row<false>(out_row, s.ot + (i / kPanel) * ot_rows * kPanel + i % kPanel, D, 1.0f / l);
     lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
   }
 }
@@ -310,11 +355,13 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
+  const bool amx = use_amx_tiles(p);
   const int group_heads = p.H / p.Hkv;
   const int64_t q_tiles = ceil_div(p.Cq, kFwdQueries);
   const int64_t kv_tiles = ceil_div(p.Ck, kFwdKeys);
-  const int64_t k_floats = kv_tiles * kFwdKeys * D;                      // per group
-  const int64_t v_floats = kv_tiles * row_groups(D) * kFwdKeys * kRows;  // per group
+  // per group (AMX: its own layouts, flash_attention_pairs.h)
+  const int64_t k_floats = kv_tiles * (amx ? amx_k_tile_words(D) : int64_t{kFwdKeys} * D);
+  const int64_t v_floats = kv_tiles * (amx ? amx_v_tile_words(D) : int64_t{row_groups(D)} * kFwdKeys * kRows);
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;
   const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / (k_floats + v_floats), 1, groups);
   const size_t per_thread = round_up16(ForwardScratch::floats(D));
@@ -332,6 +379,11 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
       const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
       const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
       const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
+      if (amx) {
+        pack_kv_amx(packed_k + (g - first) * k_floats, packed_v + (g - first) * v_floats, tile, nk, k_rows, v_rows,
+                    k_row_stride, D);
+        return;
+      }
       if (dots) {
         pack_kv_pairs(packed_k + (g - first) * k_floats, packed_v + (g - first) * v_floats, tile, nk, k_rows, v_rows,
                    k_row_stride, D);
@@ -355,6 +407,7 @@ void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool a
     const int64_t heads = count * group_heads;
     run_tasks(q_tiles * heads, scratch, per_thread, [&](int64_t t, float* mine) {
       ForwardScratch s(mine, D);
+      const AmxTilesScope tiles(amx);
       const int64_t q_tile = q_tiles - 1 - t / heads;
       const int64_t g = first + (t % heads) / group_heads;
       const int b = static_cast<int>(g / p.Hkv);

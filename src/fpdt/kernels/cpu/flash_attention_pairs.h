@@ -3,11 +3,14 @@
 // (backward) once per call (the tiles a task pairs itself: panel_gemm_bf16.h). Each layout is the
 // fp32 path's (flash_attention_forward.cpp, _backward.cpp) with the inner dimension halved into words;
 // the halves past the data are 0 (a pair's other half, and a zero times a finite value, adds nothing).
+// The AMX tiles (panel_gemm_amx.h) read their A operands by rows of words instead: pack_kv_amx and
+// pack_q_tile_amx, their rows padded to whole tiles and K steps with zeros.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/tensor/dtype.h"
 
@@ -55,6 +58,71 @@ inline void pack_q_tile_pairs(float* slot, int64_t tile_floats, const float* row
       by_columns[2 * ((static_cast<size_t>(d / kRows) * query_pairs + i / 2) * kRows + d % kRows) + i % 2] = value;
     }
   }
+}
+
+// One column of words of a transposed pair layout from two rows of D bf16 values: dst[d·row_words] = the
+// pair (even[d], odd[d]) for d < D (odd null: zeros) — a token pair's words down the head-dim rows.
+inline void scatter_pair_column(uint32_t* dst, int64_t row_words, const uint16_t* even, const uint16_t* odd, int D) {
+  int d = 0;
+#if defined(__AVX512F__)
+  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(static_cast<int32_t>(row_words)));
+  for (; d + 16 <= D; d += 16) {
+    const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + d)));
+    const __m512i high = odd ? _mm512_slli_epi32(
+                                   _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(odd + d))), 16)
+                             : _mm512_setzero_si512();
+    _mm512_i32scatter_epi32(dst + d * row_words, index, _mm512_or_si512(low, high), 4);
+  }
+#endif
+  for (; d < D; ++d) dst[d * row_words] = even[d] | (odd ? static_cast<uint32_t>(odd[d]) << 16 : 0u);
+}
+
+// The K and V tile `tile` of one (b, kv head) group in the AMX forward's layouts, into the group's packed
+// buffers: K [key][amx_round(⌈D/2⌉) D pairs] words (A of Sᵀ = K Qᵀ) at word tile·kFwdKeys·amx_round(⌈D/2⌉),
+// Vᵀ [amx_round(D) head dims][kAmxTokenWords key pairs] words (A of Oᵀ = Vᵀ Pᵀ) at word
+// tile·amx_round(D)·kAmxTokenWords; every half past D or nk is 0.
+inline void pack_kv_amx(float* k_group, float* v_group, int64_t tile, int nk, const float* k_rows, const float* v_rows,
+                        int64_t row_stride, int D) {
+  const int k_words = amx_round(pairs(D));
+  const size_t k_halves = 2 * static_cast<size_t>(kFwdKeys) * k_words;
+  const size_t v_halves = 2 * static_cast<size_t>(amx_round(D)) * kAmxTokenWords;
+  auto* k_half = reinterpret_cast<uint16_t*>(k_group) + tile * k_halves;
+  auto* v_half = reinterpret_cast<uint16_t*>(v_group) + tile * v_halves;
+  std::fill(k_half, k_half + k_halves, uint16_t{0});
+  std::fill(v_half, v_half + v_halves, uint16_t{0});
+  for (int j = 0; j < nk; ++j) bf16_row(k_half + 2 * static_cast<size_t>(j) * k_words, k_rows + j * row_stride, D);
+  uint16_t v_keys[2][CpuBackend::kMaxHeadDim];
+  for (int j = 0; j < nk; j += 2) {
+    bf16_row(v_keys[0], v_rows + j * row_stride, D);
+    if (j + 1 < nk) bf16_row(v_keys[1], v_rows + (j + 1) * row_stride, D);
+    scatter_pair_column(reinterpret_cast<uint32_t*>(v_half) + j / 2, kAmxTokenWords, v_keys[0],
+                        j + 1 < nk ? v_keys[1] : nullptr, D);
+  }
+}
+// Words of one tile of the AMX forward's packed K and V.
+inline int64_t amx_k_tile_words(int D) { return static_cast<int64_t>(kFwdKeys) * amx_round(pairs(D)); }
+inline int64_t amx_v_tile_words(int D) { return static_cast<int64_t>(amx_round(D)) * kAmxTokenWords; }
+
+// One q tile of Q or dO (mq rows of D floats, row_stride apart) in the AMX backward's layouts, into one
+// tile slot of the packed copy (amx_q_tile_words(D) words):
+//   by rows: [i][amx_round(⌈D/2⌉) D pairs] words at the slot's start — A of S = Q Kᵀ and dP = dO Vᵀ;
+//   by columns: [amx_round(D) head dims][kAmxTokenWords query pairs] words after them — A of dKᵀ = Qᵀ dS
+//   and dVᵀ = dOᵀ P. Every half past D or mq is 0.
+inline int64_t amx_q_rows_words(int D) { return static_cast<int64_t>(kBwdQueries) * amx_round(pairs(D)); }
+inline int64_t amx_q_tile_words(int D) {
+  return amx_q_rows_words(D) + static_cast<int64_t>(amx_round(D)) * kAmxTokenWords;
+}
+inline void pack_q_tile_amx(float* slot, const float* rows, int64_t row_stride, int mq, int D) {
+  const int row_words = amx_round(pairs(D));
+  auto* by_rows = reinterpret_cast<uint16_t*>(slot);
+  uint16_t* by_columns = by_rows + 2 * amx_q_rows_words(D);
+  std::fill(by_rows, by_rows + 2 * amx_q_tile_words(D), uint16_t{0});
+  for (int i = 0; i < mq; ++i) bf16_row(by_rows + static_cast<size_t>(i) * 2 * row_words, rows + i * row_stride, D);
+  for (int i = 0; i < mq; i += 2)
+    scatter_pair_column(reinterpret_cast<uint32_t*>(by_columns) + i / 2, kAmxTokenWords,
+                        by_rows + static_cast<size_t>(i) * 2 * row_words,
+                        i + 1 < mq ? by_rows + static_cast<size_t>(i + 1) * 2 * row_words : nullptr, D);
 }
 
 }  // namespace fpdt::kernels::cpu::flash

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "fpdt/kernels/cpu/panel_gemm.h"
+#include "fpdt/tensor/dtype.h"
 
 #if defined(__AVX512F__)
 #define FPDT_BF16_DOT_PRODUCTS 1
@@ -56,21 +57,54 @@ inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
   }
 }
 
-// Words of n floats that hold bf16 values, paired along the row: dst[m] = the pair (src[2m], src[2m + 1]),
-// src[n] read as 0 (odd n).
-inline void pair_row(uint32_t* dst, const float* src, int n) {
-  int m = 0;
+// One pair row of a panel from two rows of kPanel floats that hold bf16 values, as vectors (the even
+// row's halves (even0, even1), the odd's): dst[c] = the pair (even[c], odd[c]) — pair_panel_rows's word
+// for one k2, without the rows' round trip through memory.
+inline void store_pair_row(uint32_t* dst, Vec even0, Vec even1, Vec odd0, Vec odd1) {
 #if defined(__AVX512BW__)
+  static_assert(kLanes == 16, "AVX-512 vectors");
+  const Vec evens[2] = {even0, even1}, odds[2] = {odd0, odd1};
+  for (int half = 0; half < 2; ++half)
+    _mm512_storeu_si512(dst + 16 * half, _mm512_mask_blend_epi16(0xAAAAAAAAu,
+                                                                 _mm512_srli_epi32(_mm512_castps_si512(evens[half]), 16),
+                                                                 _mm512_castps_si512(odds[half])));
+#else
+  alignas(64) float even[kPanel], odd[kPanel];
+  vstore(even, even0);
+  vstore(even + kLanes, even1);
+  vstore(odd, odd0);
+  vstore(odd + kLanes, odd1);
+  for (int c = 0; c < kPanel; ++c) dst[c] = bf16_pair_word(even + c, odd + c);
+#endif
+}
+
+// kPanel / 2 words from a panel row of kPanel floats that hold bf16 values, as two vectors (lo: the first
+// kLanes), paired along them: dst[m] = the pair (x[2m], x[2m + 1]).
+inline void store_pairs_along(uint32_t* dst, Vec lo, Vec hi) {
+#if defined(__AVX512BW__)
+  static_assert(kLanes == 16, "AVX-512 vectors");
   alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
                                                             23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
                                                             45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i index = _mm512_load_si512(kUpperHalves);
-  for (; 2 * m + 32 <= n; m += 16)  // 32 floats → their 32 upper halves, in order: 16 pairs
-    _mm512_storeu_si512(dst + m, _mm512_permutex2var_epi16(_mm512_loadu_si512(src + 2 * m), index,
-                                                           _mm512_loadu_si512(src + 2 * m + 16)));
+  _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(_mm512_castps_si512(lo), _mm512_load_si512(kUpperHalves),
+                                                     _mm512_castps_si512(hi)));
+#else
+  alignas(64) float x[kPanel];
+  vstore(x, lo);
+  vstore(x + kLanes, hi);
+  for (int m = 0; m < kPanel / 2; ++m) dst[m] = bf16_pair_word(x + 2 * m, x + 2 * m + 1);
 #endif
-  const float zero = 0.0f;
-  for (; 2 * m < n; ++m) dst[m] = bf16_pair_word(src + 2 * m, 2 * m + 1 < n ? src + 2 * m + 1 : &zero);
+}
+
+// A row of n floats as bf16 (float_to_bf16, dtype.h): dst[i] = float_to_bf16(src[i]), in vectors.
+inline void bf16_row(uint16_t* dst, const float* src, int n) {
+  int i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(vround_bf16(_mm512_loadu_ps(src + i))), 16)));
+#endif
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
 #if FPDT_BF16_DOT_PRODUCTS
