@@ -293,7 +293,7 @@ class Simulator {
     const Buf buffer = step.buffer(Operand::buffer);
     bool twin = false;
     for (int k = 0; k < kBufCount; ++k) twin = twin || packed_twin(static_cast<Buf>(k)) == buffer;
-    EXPECT_EQ(twin, s_.bf16_store && holds_activations(step.array))
+    EXPECT_EQ(twin, s_.bf16_store && stored_as_activation(step.array))
         << buffer_name(buffer) << " for array " << array_name(step.array);
   }
 
