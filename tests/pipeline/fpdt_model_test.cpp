@@ -383,7 +383,8 @@ TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
 }
 
 // A bf16 run's store holds its activation arrays and dO in bf16 (LSE, Δ and the gradients that are summed
-// into, d_res and dQ, stay fp32): the dry run counts what the real run allocates, to the byte, in both tiers
+// into, d_res and dQ, stay fp32; dQ in the slots of o and o_local, dead by then): the dry run counts what
+// the real run allocates, to the byte, in both tiers
 // (the chunk buffers are fp32 lanes with bf16 twins for the arrays that go out and come in), and the store
 // is its closed form (docs/memory.md §7) in both precisions. Measured on the demo model's shape with
 // realistic chunks (every slot is then whole 4 KiB transfer blocks, so the closed form is exact).
@@ -436,14 +437,15 @@ TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
     };
     // The closed form per token, a bytes per activation element: layer inputs (L + 1)·a·h; per layer
     // (recompute none) a·(h + 3q + 2kv) + 4·Hq, and 3a·f of MLP activations when resident; the layer in
-    // backward's d_res, Δ, dQ in fp32 and dO in a: 4·(h + q + Hq) + a·q (P = 1: kv_heads = kv).
+    // backward's d_res and Δ in fp32 and dO in a, 4·(h + Hq) + a·q, dQ (fp32) in the slots of its o and
+    // o_local (P = 1: kv_heads = kv).
     const double h = demo.hidden, q = demo.q_dim(), kv = demo.kv_dim(), Hq = demo.heads, f = demo.ffn_hidden,
                  L = demo.layers;
     auto per_token = [&](double a, StoreGroup group) {
       switch (group) {
         case StoreGroup::inputs: return (L + 1) * a * h;
         case StoreGroup::activations: return L * (a * (h + 3 * q + 2 * kv) + 4 * Hq + (resident ? 3 * a * f : 0.0));
-        case StoreGroup::gradients: return 4 * (h + q + Hq) + a * q;
+        case StoreGroup::gradients: return 4 * (h + Hq) + a * q;
       }
       return 0.0;
     };

@@ -210,10 +210,18 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::d_res, "d_res", "(B·c, h)", grads, E::fp32, grad_kept, n * s.h},
       {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
-      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
+      // In the slots of o and o_local of its layer (ArraySpec::in_slots_of): as many layers as they keep.
+      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, stored, qh, Array::o},
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
   for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
+  for (const ArraySpec& array : table) {
+    if (array.in_slots_of == Array::count) continue;
+    const ArraySpec &first = table[static_cast<size_t>(array.in_slots_of)],
+                    &second = table[static_cast<size_t>(array.in_slots_of) + 1];
+    FPDT_ASSERT(first.layers == array.layers && second.layers == array.layers);
+    FPDT_ASSERT(first.slot_bytes(s) + second.slot_bytes(s) >= array.slot_bytes(s));  // 4 ≤ 2a for a ≥ 2
+  }
   return table;
 }
 
@@ -257,7 +265,7 @@ size_t chunk_arena_bytes(const LayoutShape& shape) {
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group) {
   size_t total = 0;
   for (const ArraySpec& array : store_arrays(shape))
-    if (!group || array.group == *group)
+    if ((!group || array.group == *group) && array.in_slots_of == Array::count)
       total += static_cast<size_t>(array.slot_bytes(shape)) * static_cast<size_t>(array.layers * shape.u);
   return total;
 }

@@ -119,6 +119,12 @@ struct ArraySpec {
   int64_t layers;     // L + 1 (layer inputs and the final hidden state), stored_layers, or 1; the slots of
                       // layer l are those of l mod layers (0: the array is not laid out)
   int64_t elements;   // per slot
+  // Array::count: slots of its own. Else the array has none: its slot of (layer, chunk) is the slot of that
+  // layer and chunk of array `in_slots_of` and of the array after it in the table, which the store lays
+  // out side by side (the pair holds at least slot_bytes), and which are dead while this array is live.
+  // Only dQ of the layer in backward: from its phase A's chunk i (zeroed after Δ, the last read of o and
+  // o_local of chunk i) to its phase B's outer step i, o and o_local of chunk i are read by nothing.
+  Array in_slots_of = Array::count;
   int64_t slot_bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
 };
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
@@ -153,7 +159,7 @@ int64_t head_rows(const LayoutShape& shape);
 bool layout_fits_64_bits(const LayoutShape& shape);
 
 // Σ over the table: the arena (compute tier) and the store (offload tier, or compute under --offload
-// none), or one group of its arrays.
+// none), or one group of its arrays (an array in the slots of others adds nothing).
 size_t chunk_arena_bytes(const LayoutShape& shape);
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group = std::nullopt);
 
