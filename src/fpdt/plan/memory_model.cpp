@@ -334,7 +334,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
             "offload chunks", chunk_tier, Phase::always, store(pipeline::StoreGroup::activations),
             one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
   }
-  out.add("d_res, dO, delta of the layer (dq in its o slots)", "offload chunks", chunk_tier, Phase::always,
+  out.add("d_res, dO, delta (dq: in o's slots)", "offload chunks", chunk_tier, Phase::always,
           store(pipeline::StoreGroup::gradients), "(4·(h + Hq) + a·q)·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,
           d(static_cast<int64_t>(pipeline::chunk_arena_bytes(layout))),
