@@ -93,6 +93,41 @@ TEST(Commands, DryRunPrintsTheScheduleAndThePadding) {
     EXPECT_NE(run.output.find(expected), std::string::npos) << expected << " in\n" << run.output;
 }
 
+// `train --dry-run` lays out what a real step allocates and moves: a step's tier peaks and offload traffic
+// (metrics.jsonl) equal the dry run's to the byte, in fp32 and in bf16 (whose store holds the activations
+// and dO as bf16 words, with bf16 twins in the arena), offloaded to RAM, with and without recompute; and
+// the bf16 store is the smaller.
+TEST(Commands, DryRunIsTheRealStepToTheByteInBothPrecisions) {
+  const TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  for (const std::string recompute : {"none", "layer"}) {
+    int64_t store_fp32 = 0, store_bf16 = 0;
+    for (const std::string precision : {"fp32", "bf16"}) {
+      SCOPED_TRACE(precision + ", recompute " + recompute);
+      const std::string name = precision + "_" + recompute;
+      // S = 512 (the last --seq counts): chunks of 2 × 128 rows, so that most store slots are more than one
+      // 4 KiB transfer block and the precisions' stores differ.
+      auto args = [&](const std::string& out) {
+        std::vector<std::string> words = setup.train_args(dir.file(out), 1);
+        words.insert(words.end(), {"--chunks", "4", "--offload", "ram", "--recompute", recompute, "--precision",
+                                   precision, "--eval-batches", "0", "--seq", "512"});
+        return join_args(words);
+      };
+      const ProgramResult real = run_fpdt(args("run_" + name));
+      ASSERT_EQ(real.exit_status, 0) << real.output;
+      const std::vector<nlohmann::json> steps = metrics_lines(dir.file("run_" + name) + "/metrics.jsonl");
+      ASSERT_EQ(steps.size(), 1u) << real.output;
+      const ProgramResult dry = run_fpdt(args("dry_" + name) + " --dry-run");
+      ASSERT_EQ(dry.exit_status, 0) << dry.output;
+      const nlohmann::json laid_out = nlohmann::json::parse(dry.output.substr(dry.output.rfind("\n{") + 1));
+      for (const char* field : {"compute_peak_bytes", "offload_peak_bytes", "offload_read_bytes", "offload_written_bytes"})
+        EXPECT_EQ(steps[0].at(field).get<int64_t>(), laid_out.at(field).get<int64_t>()) << field;
+      (precision == "fp32" ? store_fp32 : store_bf16) = laid_out.at("offload_peak_bytes").get<int64_t>();
+    }
+    EXPECT_LT(store_bf16, store_fp32) << "recompute " << recompute;
+  }
+}
+
 TEST(Commands, TrainsOnVersionOneByteShards) {
   // Shards from before shards recorded their tokenizer (version 1, no tokenizer.json beside them) are
   // byte-tokenizer shards: training runs, and the checkpoint carries the byte tokenizer.

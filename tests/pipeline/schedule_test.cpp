@@ -212,15 +212,25 @@ class Simulator {
     int64_t number;
     bool fetch;
     int buffer;
-    std::tuple<int, int, int> slot;
+    std::vector<std::tuple<int, int, int>> slots;  // slots(step)
     Value value;  // a write's data, taken when queued (a change before it completes is a failure)
   };
 
-  std::tuple<int, int, int> slot(const Step& step) const {
+  // The store slots a fetch reads (the first) and a write fills (all): dQ's are its layer's o and o_local
+  // (ArraySpec::in_slots_of), so a write of dQ overwrites them, and a later fetch of either finds dQ.
+  std::vector<std::tuple<int, int, int>> slots(const Step& step) const {
     const int layer = step.layer == LayerRef::next_layer ? layer_ + 1 : layer_;
-    const bool one_layer = step.array >= Array::d_res ||
-                           (step.array != Array::x && s_.recompute == Recompute::layer);
-    return {static_cast<int>(step.array), one_layer ? 0 : layer, step.chunk};
+    const ArraySpec spec = store_arrays(LayoutShape{}).at(static_cast<size_t>(step.array));
+    std::vector<Array> arrays = {step.array};
+    if (spec.in_slots_of != Array::count)
+      arrays = {spec.in_slots_of, static_cast<Array>(static_cast<int>(spec.in_slots_of) + 1)};
+    std::vector<std::tuple<int, int, int>> keys;
+    for (const Array array : arrays) {
+      const bool one_layer = (array >= Array::d_res && array != Array::d_q) ||
+                             (array != Array::x && s_.recompute == Recompute::layer);
+      keys.emplace_back(static_cast<int>(array), one_layer ? 0 : layer, step.chunk);
+    }
+    return keys;
   }
 
   // Completes the copies numbered below `end` (global numbers), in order.
@@ -229,12 +239,12 @@ class Simulator {
       Copy copy = std::move(queue_.front());
       queue_.pop_front();
       if (copy.fetch) {
-        const auto found = store_.find(copy.slot);
+        const auto found = store_.find(copy.slots[0]);
         ASSERT_TRUE(found != store_.end()) << "fetch of a slot never written";
         buffers_[copy.buffer] = found->second;
         fetching_.erase(copy.buffer);
       } else {
-        store_[copy.slot] = copy.value;
+        for (const auto& slot : copy.slots) store_[slot] = copy.value;
         writing_.erase(writing_.find(copy.buffer));
       }
     }
@@ -293,7 +303,7 @@ class Simulator {
     const Buf buffer = step.buffer(Operand::buffer);
     bool twin = false;
     for (int k = 0; k < kBufCount; ++k) twin = twin || packed_twin(static_cast<Buf>(k)) == buffer;
-    EXPECT_EQ(twin, s_.bf16_store && holds_activations(step.array))
+    EXPECT_EQ(twin, s_.bf16_store && stored_as_activation(step.array))
         << buffer_name(buffer) << " for array " << array_name(step.array);
   }
 
@@ -308,12 +318,12 @@ class Simulator {
         EXPECT_FALSE(fetching_.count(static_cast<int>(at(buffer)))) << "a second fetch into "
                                                                    << buffer_name(at(buffer));
         fetching_.insert(static_cast<int>(at(buffer)));
-        queue_.push_back({next_copy_++, true, static_cast<int>(at(buffer)), slot(step), {}});
+        queue_.push_back({next_copy_++, true, static_cast<int>(at(buffer)), slots(step), {}});
         return;
       }
       case Op::write:
         expect_through_twin(step);
-        queue_.push_back({next_copy_++, false, static_cast<int>(at(buffer)), slot(step), read(at(buffer))});
+        queue_.push_back({next_copy_++, false, static_cast<int>(at(buffer)), slots(step), read(at(buffer))});
         writing_.insert(static_cast<int>(at(buffer)));
         return;
       case Op::wait: complete_until(step.copy < 0 ? program_start_ : program_start_ + step.copy + 1); return;

@@ -144,6 +144,9 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::act_bf16, "act_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
       {Buf::q_stage0_bf16, "q_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
       {Buf::q_stage1_bf16, "q_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::d_o_head_bf16, "d_o_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::do_stage0_bf16, "do_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::do_stage1_bf16, "do_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
   };
   // The double buffer's two stages, shaped as what they stage (double_buffer.h); then the table in Buf order.
   for (const BufferSpec& row : stage_buffers(table, s)) table.push_back(row);
@@ -177,6 +180,9 @@ Buf packed_twin(Buf buffer) {
     case Buf::act: return Buf::act_bf16;
     case Buf::q_stage0: return Buf::q_stage0_bf16;
     case Buf::q_stage1: return Buf::q_stage1_bf16;
+    case Buf::d_o_head: return Buf::d_o_head_bf16;
+    case Buf::do_stage0: return Buf::do_stage0_bf16;
+    case Buf::do_stage1: return Buf::do_stage1_bf16;
     default: return Buf::none;
   }
 }
@@ -202,12 +208,20 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::d_res, "d_res", "(B·c, h)", grads, E::fp32, grad_kept, n * s.h},
-      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
+      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
-      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, grad_kept, qh},
+      // In the slots of o and o_local of its layer (ArraySpec::in_slots_of): as many layers as they keep.
+      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, stored, qh, Array::o},
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
   for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
+  for (const ArraySpec& array : table) {
+    if (array.in_slots_of == Array::count) continue;
+    const ArraySpec &first = table[static_cast<size_t>(array.in_slots_of)],
+                    &second = table[static_cast<size_t>(array.in_slots_of) + 1];
+    FPDT_ASSERT(first.layers == array.layers && second.layers == array.layers);
+    FPDT_ASSERT(first.slot_bytes(s) + second.slot_bytes(s) >= array.slot_bytes(s));  // 4 ≤ 2a for a ≥ 2
+  }
   return table;
 }
 
@@ -216,7 +230,7 @@ const char* array_name(Array array) {
   return names.at(static_cast<size_t>(array)).name;
 }
 
-bool holds_activations(Array array) {
+bool stored_as_activation(Array array) {
   static const std::vector<ArraySpec> specs = store_arrays(LayoutShape{});
   return specs.at(static_cast<size_t>(array)).element == Element::activation;
 }
@@ -251,7 +265,7 @@ size_t chunk_arena_bytes(const LayoutShape& shape) {
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group) {
   size_t total = 0;
   for (const ArraySpec& array : store_arrays(shape))
-    if (!group || array.group == *group)
+    if ((!group || array.group == *group) && array.in_slots_of == Array::count)
       total += static_cast<size_t>(array.slot_bytes(shape)) * static_cast<size_t>(array.layers * shape.u);
   return total;
 }

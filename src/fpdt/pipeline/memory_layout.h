@@ -43,8 +43,8 @@ struct LayoutShape {
   int64_t P = 1;
   bool kv_replicated = false;    // P > Hkv: each rank gets one kv head, gradients summed back
   bool mlp_kept = false;         // the store keeps the MLP's activations for the backward (keep_mlp_activations)
-  int64_t activation_bytes = 4;  // a: one stored activation element, 4 (fp32) or 2 (bf16): the store's and
-                                 // its staging buffers'; the compute tier computes in fp32 lanes in both
+  int64_t activation_bytes = 4;  // a: one stored activation (or dO) element, 4 (fp32) or 2 (bf16): the
+                                 // store's and its staging buffers'; the compute tier computes in fp32 lanes in both
 
   bool operator==(const LayoutShape&) const = default;
   int64_t rows() const { return B * c; }                            // token rows of a chunk
@@ -53,8 +53,9 @@ struct LayoutShape {
 };
 
 // What one element of a buffer is: a stored activation (activation_bytes: bf16 in a bf16 run, where the
-// store holds the values the model rounded, layer.h), or always fp32 (every compute-tier buffer — bf16
-// values sit in fp32 lanes there — and in the store the LSE, Δ and the gradients), or an index.
+// store holds the values the model rounded, layer.h — and dO, which the spec rounds before every product
+// it enters, attention_chunk.h), or always fp32 (every compute-tier buffer — bf16 values sit in fp32 lanes
+// there — and in the store the LSE, Δ and the gradients that are summed into: d_res, dQ), or an index.
 enum class Element : uint8_t { activation, fp32, int32, int64 };
 int64_t element_bytes(Element element, const LayoutShape& shape);
 
@@ -77,7 +78,7 @@ enum class Buf : uint8_t {
   // bf16 staging twins (a bf16 store only)
   x_bf16, x_out_bf16, x_mid_bf16, q_head_bf16, k_head_bf16, v_head_bf16, k_stage0_bf16, k_stage1_bf16,
   v_stage0_bf16, v_stage1_bf16, o_head_bf16, o_local_bf16, gate_bf16, up_bf16, act_bf16, q_stage0_bf16,
-  q_stage1_bf16,
+  q_stage1_bf16, d_o_head_bf16, do_stage0_bf16, do_stage1_bf16,
   count,
   none = 255
 };
@@ -102,7 +103,8 @@ Buf packed_twin(Buf buffer);
 enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, gate, up, act, d_res, d_o, delta, d_q, count };
 constexpr int kArrayCount = static_cast<int>(Array::count);
 // What an array keeps: layer inputs (L + 1: the last is the final hidden state), a stored layer's
-// activations, or the gradients of the layer in backward.
+// activations, or the gradients of the layer in backward (d_res and dQ are summed into, so fp32; Δ is a
+// softmax statistic, fp32; dO enters only products, which round it, so it is stored as an activation).
 // A layout for forward passes only keeps what a forward needs: the input of the running layer and of
 // the next (2 layers, the slots of layer l at l mod 2), the running layer's k and v (for its later
 // chunks), nothing else; its arena has no backward buffers.
@@ -117,12 +119,19 @@ struct ArraySpec {
   int64_t layers;     // L + 1 (layer inputs and the final hidden state), stored_layers, or 1; the slots of
                       // layer l are those of l mod layers (0: the array is not laid out)
   int64_t elements;   // per slot
+  // Array::count: slots of its own. Else the array has none: its slot of (layer, chunk) is the slot of that
+  // layer and chunk of array `in_slots_of` and of the array after it in the table, which the store lays
+  // out side by side (the pair holds at least slot_bytes), and which are dead while this array is live.
+  // Only dQ of the layer in backward: from its phase A's chunk i (zeroed after Δ, the last read of o and
+  // o_local of chunk i) to its phase B's outer step i, o and o_local of chunk i are read by nothing.
+  Array in_slots_of = Array::count;
   int64_t slot_bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
 };
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
-// Whether the array holds activations (bf16 in a bf16 run), not fp32 statistics or gradients.
-bool holds_activations(Array array);
+// Whether the array's elements are activation-sized (Element::activation: bf16 words in a bf16 run) —
+// the activations and dO — not fp32 statistics or the gradients that are summed into.
+bool stored_as_activation(Array array);
 
 // The bytes of one stored activation element (LayoutShape::activation_bytes) in a run of `precision`.
 int64_t stored_activation_bytes(kernels::Precision precision);
@@ -150,7 +159,7 @@ int64_t head_rows(const LayoutShape& shape);
 bool layout_fits_64_bits(const LayoutShape& shape);
 
 // Σ over the table: the arena (compute tier) and the store (offload tier, or compute under --offload
-// none), or one group of its arrays.
+// none), or one group of its arrays (an array in the slots of others adds nothing).
 size_t chunk_arena_bytes(const LayoutShape& shape);
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group = std::nullopt);
 

@@ -19,7 +19,9 @@ namespace fpdt::pipeline {
 
 class OffloadStore {
  public:
-  // Lays out store_arrays(shape) and allocates them in one piece. dry: counted in the tier only
+  // Lays out store_arrays(shape) and allocates them in one piece: each array's slots in (layer, chunk)
+  // order, the two arrays whose slots another one shares (ArraySpec::in_slots_of) slot by slot side by
+  // side, and that one in their pairs. dry: counted in the tier only
   // (--dry-run). Throws fpdt::Error naming the tier when it does not fit its limit, or the directory
   // when the file cannot be created or grown.
   OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& config, const LayoutShape& shape, bool dry);
@@ -41,6 +43,7 @@ class OffloadStore {
   struct Placed {
     size_t offset;      // of slot 0
     size_t slot_bytes;  // rounded to the transfer block
+    size_t stride;      // from one slot to the next: slot_bytes, or a pair's (ArraySpec::in_slots_of)
     size_t bytes;       // elements · element size
     int64_t layers;
   };

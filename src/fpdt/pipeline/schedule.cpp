@@ -263,7 +263,7 @@ class Builder {
   static constexpr int kBeforeProgram = INT_MIN;
   static size_t index(Buf buffer) { return static_cast<size_t>(buffer); }
 
-  bool packs(Array array) const { return bf16_store_ && holds_activations(array); }
+  bool packs(Array array) const { return bf16_store_ && stored_as_activation(array); }
 
   // A buffer whose data was fetched into its bf16 twin is unpacked from it before any step uses it.
   void unpack_before(Buf buffer) {

@@ -247,7 +247,7 @@ struct Schedule {
 // layer_masks: the block mask of each layer (their count is the number of layers); layers whose masks
 // are equal (e.g. all but the sliding-window ones) run the same layer programs. mlp_kept (recompute
 // none only; keep_mlp_activations): the MLP's activations go through the store instead of being
-// recomputed in the backward. bf16_store: the arrays that hold activations (holds_activations) are bf16,
+// recomputed in the backward. bf16_store: the activation-sized arrays (stored_as_activation) are bf16,
 // so each write of one is a pack into the buffer's twin and a write of the twin, each fetch of one a fetch
 // into the twin and an unpack into the buffer right before the buffer's first use (its waits derived).
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
