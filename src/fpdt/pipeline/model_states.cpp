@@ -106,7 +106,8 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
     held_.push_back(std::move(held));
   }
   for (size_t u = 0; u < units; ++u) {  // stage 3 bf16: each partition rank's floats of the unit's vectors
-    const std::vector<ShardRange> vectors = unit_vectors(layout_, static_cast<int>(u));
+    vectors_.push_back(unit_vectors(layout_, static_cast<int>(u)));
+    const std::vector<ShardRange>& vectors = vectors_.back();
     std::vector<size_t> counts;
     for (int r = 0; r < partition_ranks_; ++r) {
       const ShardRange range = shard_range(layout_.units()[u].numel(), partition_ranks_, r);
@@ -117,6 +118,7 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
     }
     vector_counts_.push_back(std::move(counts));
   }
+  largest_vectors_ = largest_unit_vectors(layout_);
   if (dry_) return;
 
   if (zero_.stage <= 2) whole_weights_.emplace(layout_, arrays_[static_cast<size_t>(StateBuf::weights)]);
@@ -263,7 +265,7 @@ void ModelStates::gather_words_and_vectors(int unit, int slot) {
   const ShardRange& own = own_[u];
   const float* shard = part(StateBuf::weights, unit);  // (own.size())
   float* into = this->slot(slot);                      // the unit's layout, fp32
-  const std::vector<ShardRange> vectors = unit_vectors(layout_, unit);
+  const std::vector<ShardRange>& vectors = vectors_[u];
   if (comm_->size() == 1) {
     memory_.copy(slot_words_[static_cast<size_t>(slot)], own_words(unit), static_cast<size_t>(own.size()) * 2);
     for (const ShardRange& vector : vectors)
@@ -273,8 +275,8 @@ void ModelStates::gather_words_and_vectors(int unit, int slot) {
   std::vector<size_t> word_bytes;
   for (size_t count : counts_[u]) word_bytes.push_back(count * 2);
   comm_->all_gather_v(own_words(unit), slot_words_[static_cast<size_t>(slot)], word_bytes.data());
-  float* mine = vector_staging_;                                     // (vector_counts_[u][rank])
-  float* gathered = vector_staging_ + largest_unit_vectors(layout_);  // (Σ vectors of the unit)
+  float* mine = vector_staging_;                         // (vector_counts_[u][rank])
+  float* gathered = vector_staging_ + largest_vectors_;  // (Σ vectors of the unit)
   int64_t packed = 0;
   for (const ShardRange& vector : vectors) {
     const int64_t begin = std::max(vector.begin, own.begin), end = std::min(vector.end, own.end);

@@ -185,7 +185,9 @@ class ModelStates {
   uint16_t* words_ = nullptr;                 // the bf16 working copy (whole, or shards at stage 3)
   std::vector<uint16_t*> slot_words_;         // stage 3 bf16: each slot's bf16 twin
   float* vector_staging_ = nullptr;           // stage 3 bf16: this rank's vectors | the gathered vectors
+  std::vector<std::vector<ShardRange>> vectors_;    // per unit: its fp32 vectors (unit_vectors)
   std::vector<std::vector<size_t>> vector_counts_;  // per unit: every partition rank's vector floats
+  int64_t largest_vectors_ = 0;                     // one half of the vector staging, in floats
   std::optional<model::ParameterBlock> whole_weights_, whole_gradients_;
 
   ZeroPlan plan_;
