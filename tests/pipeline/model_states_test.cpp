@@ -4,6 +4,8 @@
 // the stages then train alike, the gathered words included, is cli/zero_test's Bf16 test.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "fpdt/comm/threads/thread_communicator.h"
@@ -67,6 +69,54 @@ TEST(WorkingCopy, IsTheRoundedMastersAfterInitEachStepAndLoad) {
       expect_working_copy_rounds_the_masters(states, tag + ", loaded");
     });
   }
+}
+
+// ZeRO-3 in bf16 gathers each unit as its bf16 words (2 bytes a value) plus its fp32 vectors, and the
+// embeddings in fp32; in fp32 every unit at 4 bytes a value. A forward pass's gathers (the ZeRO plan's
+// steps) on 2 ranks send exactly that: (P − 1) = 1 copy of this rank's share of each unit gathered.
+TEST(WorkingCopy, ZeroThreeGathersTheWordsHalfTheBytes) {
+  const model::ModelConfig config = model::preset("llama-tiny");
+  const model::ParameterLayout layout(config);
+  uint64_t sent[2] = {0, 0}, want[2] = {0, 0};  // fp32, bf16
+  for (const kernels::Precision precision : {kernels::Precision::fp32, kernels::Precision::bf16}) {
+    const bool bf16 = precision == kernels::Precision::bf16;
+    comm::run_ranks(2, [&](comm::Communicator& world) {
+      auto backend = kernels::make_backend("cpu");
+      ZeroConfig zero;
+      zero.stage = 3;
+      zero.precision = precision;
+      ModelStates states(config, *backend, world, zero, 11);
+      const uint64_t before = states.bytes_sent();
+      states.begin_pass(false);
+      const std::vector<ZeroSegment>& pass = states.plan().pass(false);
+      for (size_t segment = 0; segment < pass.size(); ++segment) {
+        states.before_segment(static_cast<int>(segment));
+        states.after_segment(static_cast<int>(segment));
+      }
+      states.end_pass();
+      if (world.rank() != 0) return;
+      sent[bf16] = states.bytes_sent() - before;
+      for (const ZeroSegment& segment : pass)
+        for (const ZeroStep& step : segment.before) {
+          if (step.kind != ZeroStep::Kind::gather) continue;
+          const ShardRange& own = states.own(step.unit);
+          int64_t vector_floats = 0;
+          for (const ShardRange& vector : unit_vectors(layout, step.unit))
+            vector_floats += std::max<int64_t>(0, std::min(vector.end, own.end) - std::max(vector.begin, own.begin));
+          const bool words = bf16 && gathers_bf16_words(step.unit);
+          want[bf16] += static_cast<uint64_t>(words ? 2 * own.size() + 4 * vector_floats : 4 * own.size());
+        }
+    });
+  }
+  std::printf("[ bytes    ] ZeRO-3 forward gathers, rank 0 of 2: fp32 %llu, bf16 %llu (%.3f)\n",
+              static_cast<unsigned long long>(sent[0]), static_cast<unsigned long long>(sent[1]),
+              static_cast<double>(sent[1]) / static_cast<double>(sent[0]));
+  EXPECT_GT(want[0], 0u);
+  EXPECT_EQ(sent[0], want[0]);
+  EXPECT_EQ(sent[1], want[1]);
+  // The layers and the head at half, the embeddings (lookups) whole: below 1, above one half.
+  EXPECT_LT(sent[1], sent[0]);
+  EXPECT_GT(2 * sent[1], sent[0]);
 }
 
 TEST(WorkingCopy, AnFp32RunKeepsNone) {

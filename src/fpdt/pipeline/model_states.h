@@ -106,6 +106,9 @@ class ModelStates {
   const uint16_t* unit_weights_bf16(int unit) const;
   // Test hook: this rank's words of `unit`'s own part (own(unit).size() of them) into host memory.
   void read_working_copy(int unit, uint16_t* words);
+  // Payload bytes this rank sent over ZeRO's group since construction (comm::Communicator::bytes_sent:
+  // the gathers and reduce-scatters); 0 with one rank.
+  uint64_t bytes_sent() const { return group_ ? group_->bytes_sent() : 0; }
 
   // ---- the optimizer step -------------------------------------------------------------------------
   // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate; from stage 2 the
