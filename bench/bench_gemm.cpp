@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
     }
     json += "]";
 
-    // The backend's bf16 linear ops, forward + backward (6·T·in·out flops), interleaved rounds as above.
+    // The backend's bf16 linear ops, forward + backward (6·T·in·out flops): 3·reps rounds after a warm-up,
+    // the two ways alternating which goes first (the first after a shape change pays its cache misses).
     fpdt::kernels::cpu::CpuBackend backend;
     enum LinearWay { kWorkingCopy, kValues, kLinearWays };
     const char* const kWayNames[kLinearWays] = {"w from working copy", "w converted per call"};
@@ -212,8 +213,9 @@ int main(int argc, char** argv) {
       const fpdt::kernels::Precision bf16p = fpdt::kernels::Precision::bf16;
       double best_cpu[kLinearWays] = {0.0, 0.0}, best_wall[kLinearWays] = {0.0, 0.0};
       const double flops = 6.0 * T * l.in * static_cast<double>(l.out);
-      for (int rep = 0; rep <= o.reps; ++rep)  // rep 0 warms up
-        for (int way = 0; way < kLinearWays; ++way) {
+      for (int rep = 0; rep <= 3 * o.reps; ++rep)  // rep 0 warms up
+        for (int turn = 0; turn < kLinearWays; ++turn) {
+          const int way = (turn + rep) % kLinearWays;
           const fpdt::kernels::WeightMatrix weight(w.data(), way == kWorkingCopy ? words.data() : nullptr);
           const double cpu_start = fpdt::train::process_cpu_seconds();
           const auto wall_start = std::chrono::steady_clock::now();

@@ -1,5 +1,5 @@
 // A bf16 run's working copy of the weights (pipeline/model_states.h): after initialisation, after each
-// AdamW step and after a load (a resume), the bf16 words the GEMMs read are round_to_bf16 of the fp32
+// AdamW step, after a load (a resume) and after refresh_working_copy, the bf16 words the GEMMs read are round_to_bf16 of the fp32
 // masters, bit for bit, on every rank and stage — whole below stage 3, this rank's shards at 3. (That
 // the stages then train alike, the gathered words included, is cli/zero_test's Bf16 test.)
 #include <gtest/gtest.h>
@@ -67,6 +67,12 @@ TEST(WorkingCopy, IsTheRoundedMastersAfterInitEachStepAndLoad) {
       for (int64_t i = 0; i < loaded.numel(); ++i) loaded.data()[i] = static_cast<float>(rng.normal());
       states.load_weights(loaded);
       expect_working_copy_rounds_the_masters(states, tag + ", loaded");
+      if (stage == 0) {  // written through weights() (host-writable here), then refreshed
+        model::ParameterBlock& weights = states.weights();
+        for (int64_t i = 0; i < weights.numel(); ++i) weights.data()[i] = static_cast<float>(rng.normal());
+        states.refresh_working_copy();
+        expect_working_copy_rounds_the_masters(states, tag + ", written and refreshed");
+      }
     });
   }
 }

@@ -364,6 +364,11 @@ void ModelStates::make_working_copy(int unit) {
     backend_.pack_bf16(own_words(unit), part(StateBuf::weights, unit), own_[u].size());
 }
 
+void ModelStates::refresh_working_copy() {
+  finish_update();
+  for (size_t u = 0; u < own_.size(); ++u) make_working_copy(static_cast<int>(u));
+}
+
 void ModelStates::read_working_copy(int unit, uint16_t* words) {
   finish_update();
   FPDT_CHECK(bf16(), kModule, "an fp32 run keeps no bf16 working copy", "run with --precision bf16");
@@ -563,7 +568,7 @@ void ModelStates::load_weights(const model::ParameterBlock& whole) {
     if (zero_.stage >= 3) memory_.upload(part(StateBuf::weights, static_cast<int>(u)), from, bytes);
     if (host_) std::memcpy(part(StateBuf::master, static_cast<int>(u)), from, bytes);
   }
-  for (size_t u = 0; u < own_.size(); ++u) make_working_copy(static_cast<int>(u));
+  refresh_working_copy();
 }
 
 void ModelStates::read_moments(int unit, float* m, float* v) {

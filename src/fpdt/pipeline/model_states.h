@@ -85,8 +85,11 @@ class ModelStates {
 
   // The whole weights (below stage 3) and gradients (below stage 2); throw fpdt::Error at stages that
   // shard them. Blocks of compute-tier handles: for backend ops; the host reads them through
-  // gather_weights (a GPU's, or cpu-guarded's, would crash it).
+  // gather_weights (a GPU's, or cpu-guarded's, would crash it). Writes into weights() do not reach a
+  // bf16 run's working copy: call refresh_working_copy() after them (load_weights does its own).
   model::ParameterBlock& weights();
+  // A bf16 run: the working copy re-made from the weights (nothing in fp32).
+  void refresh_working_copy();
   model::ParameterBlock& gradients();
 
   // ---- a pass of the pipeline: the ZeRO plan's steps around each segment of the schedule ----------
