@@ -2,9 +2,15 @@
 // — forward x · wᵀ (NT), dx = dout · w (NN), dw = doutᵀ · x (TN, the sum over tokens) — at the shapes the
 // models train with (tokens × out × in: 8192 × {512, 1536} × {512, 1536}, and 2048 × 2752 × 512, the MLP's
 // up projection at 2K): OpenBLAS sgemm on the team (team_sgemm), oneDNN's f32 matmul, oneDNN's bf16 matmul
-// on bf16 operands, and the same with its bf16 copies made (to_bf16 of both operands, as linear.cpp does).
+// on bf16 operands, the same with its bf16 copies made (to_bf16 of both operands, as linear.cpp did before
+// the weights' working copy), and as a bf16 run's linear ops run it now: the weight read from its working
+// copy's words, only the tokens' operands (x, dout) copied per call — one copy for forward and dx, both
+// for dw, whose operands are both the tokens'.
 // Beside them, in the same process and threads, the measured peaks (train/metrics.h): fp32 FMA, AVX512-BF16
-// dot products, AMX-BF16 tiles. Rates are flops per second of the process's CPU time (threads × wall on
+// dot products, AMX-BF16 tiles. Then the cpu backend's bf16 linear ops themselves, forward + backward per
+// shape: w from its working copy's words (a bf16 run now), w as values (converted per call: before the
+// working copy), beside the three products' no-copy rate (their flops over the sum of their best times).
+// Rates are flops per second of the process's CPU time (threads × wall on
 // an idle machine; a busy neighbour does not lower them, though the team's spin-waits count), the best over
 // --reps interleaved rounds; the wall-clock best is printed beside. The LAST line printed is one JSON object.
 //   build/bench/bench_gemm --threads 2 --reps 3
@@ -21,6 +27,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/onednn_gemm.h"
 #include "fpdt/tensor/dtype.h"
@@ -63,10 +70,12 @@ struct Product {
   std::string name;  // "8192x1536x512 forward"
   bool trans_a, trans_b;
   int M, N, K;
+  bool b_is_weight;  // forward, dx: B is w (a bf16 run reads its working copy); dw: B is x
 };
 
-enum Library { kOpenBlas, kOnednnF32, kOnednnBf16, kBf16WithCopies, kLibraries };
-const char* const kLibraryNames[kLibraries] = {"OpenBLAS", "oneDNN f32", "oneDNN bf16", "bf16 + copies"};
+enum Library { kOpenBlas, kOnednnF32, kOnednnBf16, kBf16WithCopies, kBf16WorkingCopy, kLibraries };
+const char* const kLibraryNames[kLibraries] = {"OpenBLAS", "oneDNN f32", "oneDNN bf16", "bf16 + copies",
+                                               "bf16 + x/dout copies"};
 
 struct Best {
   double cpu_gflops = 0.0, wall_gflops = 0.0;
@@ -86,12 +95,13 @@ int main(int argc, char** argv) {
     struct Linear {
       int tokens, out, in;
     };
-    for (const Linear l : {Linear{8192, 512, 512}, Linear{8192, 1536, 512}, Linear{8192, 512, 1536},
-                           Linear{8192, 1536, 1536}, Linear{2048, 2752, 512}}) {
+    const std::vector<Linear> linears = {Linear{8192, 512, 512}, Linear{8192, 1536, 512}, Linear{8192, 512, 1536},
+                                         Linear{8192, 1536, 1536}, Linear{2048, 2752, 512}};
+    for (const Linear l : linears) {
       const std::string shape = std::to_string(l.tokens) + "x" + std::to_string(l.out) + "x" + std::to_string(l.in);
-      products.push_back({shape + " forward", false, true, l.tokens, l.out, l.in});  // x (T, in) · wᵀ
-      products.push_back({shape + " dx", false, false, l.tokens, l.in, l.out});      // dout (T, out) · w (out, in)
-      products.push_back({shape + " dw", true, false, l.out, l.in, l.tokens});       // doutᵀ · x (T, in)
+      products.push_back({shape + " forward", false, true, l.tokens, l.out, l.in, true});  // x (T, in) · wᵀ
+      products.push_back({shape + " dx", false, false, l.tokens, l.in, l.out, true});      // dout (T, out) · w (out, in)
+      products.push_back({shape + " dw", true, false, l.out, l.in, l.tokens, false});      // doutᵀ · x (T, in)
     }
     size_t largest = 0;
     for (const Product& p : products)
@@ -115,8 +125,9 @@ int main(int argc, char** argv) {
                               ldb, false, c.data(), p.N);
           break;
         case kBf16WithCopies:
+        case kBf16WorkingCopy:
           cpu::to_bf16(a16.data(), a.data(), int64_t{p.M} * p.K);
-          cpu::to_bf16(b16.data(), b.data(), int64_t{p.K} * p.N);
+          if (library == kBf16WithCopies || !p.b_is_weight) cpu::to_bf16(b16.data(), b.data(), int64_t{p.K} * p.N);
           [[fallthrough]];
         case kOnednnBf16:
           cpu::gemm_bf16(p.trans_a, p.trans_b, p.M, p.N, p.K, a16.data(), lda, b16.data(), ldb, false, c.data(), p.N);
@@ -158,7 +169,7 @@ int main(int argc, char** argv) {
                 o.threads, fma_peak, bf16.dot_peak_gflops, bf16.amx_peak_gflops, bf16.gemm_gflops);
     std::printf("%-24s", "GFLOP/s cpu (wall)");
     for (const char* name : kLibraryNames) std::printf(" %20s", name);
-    std::printf("   fp32 table   bf16/peak\n");
+    std::printf("   fp32 table   bf16/peak   bf16/no-copies  (bf16: the x/dout-copies column)\n");
     std::string json = "{\"bench\":\"gemm\",\"threads\":" + std::to_string(o.threads) +
                        ",\"fma_peak\":" + std::to_string(fma_peak) +
                        ",\"bf16_dot_peak\":" + std::to_string(bf16.dot_peak_gflops) +
@@ -174,9 +185,62 @@ int main(int argc, char** argv) {
       }
       const bool table_onednn = cpu::fp32_gemm_library(p.trans_a, p.trans_b, p.M, p.N, p.K) == cpu::GemmLibrary::onednn;
       const double peak = bf16.peak_gflops();
-      std::printf("   %-10s   %.2f\n", table_onednn ? "oneDNN" : "OpenBLAS",
-                  peak > 0 ? best[i][kOnednnBf16].cpu_gflops / peak : 0.0);
+      const double no_copies = best[i][kOnednnBf16].cpu_gflops;
+      std::printf("   %-10s   %9.2f   %14.2f\n", table_onednn ? "oneDNN" : "OpenBLAS",
+                  peak > 0 ? best[i][kBf16WorkingCopy].cpu_gflops / peak : 0.0,
+                  no_copies > 0 ? best[i][kBf16WorkingCopy].cpu_gflops / no_copies : 0.0);
       json += "}";
+    }
+    json += "]";
+
+    // The backend's bf16 linear ops, forward + backward (6·T·in·out flops): 3·reps rounds after a warm-up,
+    // the two ways alternating which goes first (the first after a shape change pays its cache misses).
+    fpdt::kernels::cpu::CpuBackend backend;
+    enum LinearWay { kWorkingCopy, kValues, kLinearWays };
+    const char* const kWayNames[kLinearWays] = {"w from working copy", "w converted per call"};
+    std::printf("%-24s %22s %22s %14s %14s\n", "bf16 linear fwd+bwd", kWayNames[0], kWayNames[1], "no-copy rate",
+                "copy/no-copy");
+    json += ",\"linear_ops\":[";
+    for (size_t i = 0; i < linears.size(); ++i) {
+      const Linear l = linears[i];
+      const int64_t T = l.tokens;
+      std::vector<float> x(size_t(T) * l.in), w(size_t(l.out) * l.in), dout(size_t(T) * l.out), out(dout.size()),
+          dx(x.size()), dw(w.size());
+      for (auto* v : {&x, &w, &dout})
+        for (float& value : *v) value = fpdt::round_to_bf16(static_cast<float>(rng.normal()));
+      std::vector<uint16_t> words(w.size());
+      backend.pack_bf16(words.data(), w.data(), static_cast<int64_t>(w.size()));
+      const fpdt::kernels::Precision bf16p = fpdt::kernels::Precision::bf16;
+      double best_cpu[kLinearWays] = {0.0, 0.0}, best_wall[kLinearWays] = {0.0, 0.0};
+      const double flops = 6.0 * T * l.in * static_cast<double>(l.out);
+      for (int rep = 0; rep <= 3 * o.reps; ++rep)  // rep 0 warms up
+        for (int turn = 0; turn < kLinearWays; ++turn) {
+          const int way = (turn + rep) % kLinearWays;
+          const fpdt::kernels::WeightMatrix weight(w.data(), way == kWorkingCopy ? words.data() : nullptr);
+          const double cpu_start = fpdt::train::process_cpu_seconds();
+          const auto wall_start = std::chrono::steady_clock::now();
+          backend.linear_forward(out.data(), x.data(), weight, nullptr, T, l.in, l.out, false, bf16p);
+          backend.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), weight, T, l.in, l.out, false,
+                                  bf16p);
+          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+          const double cpu_seconds = fpdt::train::process_cpu_seconds() - cpu_start;
+          if (rep == 0) continue;
+          best_cpu[way] = std::max(best_cpu[way], flops / cpu_seconds * o.threads * 1e-9);
+          best_wall[way] = std::max(best_wall[way], flops / wall * 1e-9);
+        }
+      double no_copy_seconds = 0.0;  // the three products' best CPU seconds, on bf16 operands
+      for (size_t k = 0; k < 3; ++k) {
+        const Product& p = products[3 * i + k];
+        no_copy_seconds += 2.0 * p.M * p.N * static_cast<double>(p.K) / (best[3 * i + k][kOnednnBf16].cpu_gflops * 1e9);
+      }
+      const double no_copy = flops / no_copy_seconds * 1e-9;
+      const std::string shape = std::to_string(l.tokens) + "x" + std::to_string(l.out) + "x" + std::to_string(l.in);
+      std::printf("%-24s %13.0f (%6.0f) %13.0f (%6.0f) %14.0f %14.2f\n", shape.c_str(), best_cpu[kWorkingCopy],
+                  best_wall[kWorkingCopy], best_cpu[kValues], best_wall[kValues], no_copy,
+                  best_cpu[kWorkingCopy] / no_copy);
+      json += std::string(i ? "," : "") + "{\"shape\":\"" + shape + "\",\"working_copy\":" +
+              std::to_string(best_cpu[kWorkingCopy]) + ",\"values\":" + std::to_string(best_cpu[kValues]) +
+              ",\"no_copy\":" + std::to_string(no_copy) + "}";
     }
     json += "]}";
     std::printf("%s\n", json.c_str());

@@ -4,7 +4,8 @@
 // same gradients in the same rank order and the norm in the same block order. With gradient
 // accumulation stages 2 and 3 sum each micro-batch over the ranks before adding the micro-batches, so
 // they are within 1e-6 relative, and stage 1 is still bitwise. A run saved at one world size and stage
-// resumes at another (the optimizer state resharded) as if never stopped, within 1e-6.
+// resumes at another (the optimizer state resharded) as if never stopped, within 1e-6. In bf16 (the
+// weights' bf16 working copy, ZeRO-3 gathering its words and the fp32 vectors) the same, bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,13 +35,15 @@ std::string write_gpt_config(const TempDir& dir) {
 }
 
 ZeroRun train_zero(const TinySetup& setup, const std::string& model, const std::string& out, int sp, int dp,
-                   int zero, bool offload = false, int64_t grad_accum = 1) {
+                   int zero, bool offload = false, int64_t grad_accum = 1,
+                   pipeline::Precision precision = pipeline::Precision::fp32) {
   train::TrainSettings s = setup.settings(out, 5, sp, dp);
   s.model = model;
   s.grad_accum = grad_accum;
   s.optimizer.grad_clip = 0.05;  // small enough to clip: the clip coefficient comes from the norm
   s.zero = zero;
   s.offload_optimizer = offload;
+  s.precision = precision;
   comm::run_ranks(sp * dp, [&](comm::Communicator& world) { train::train(s, world); });
   ZeroRun run;
   run.weights = checkpoint_weights(out + "/step_5");
@@ -79,6 +82,66 @@ TEST(Zero, StagesOneToThreeEndBitwiseAtStageZero) {
               train_zero(setup, models[m], dir.file(name + "_o" + std::to_string(stage)), sp, dp, stage, true), zero0,
               tag + " ZeRO " + std::to_string(stage) + " with the optimizer offloaded");
     }
+}
+
+// bf16: every stage's GEMMs read round_to_bf16 of the same masters — stage 3 its gathered words, with
+// the norm weights and biases gathered in fp32 beside them — so the runs end at stage 0's bits too.
+TEST(Zero, Bf16StagesOneToThreeEndBitwiseAtStageZero) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string models[] = {setup.config_path, write_gpt_config(dir)};
+  const pipeline::Precision bf16 = pipeline::Precision::bf16;
+  for (size_t m = 0; m < 2; ++m)
+    for (const auto& [sp, dp] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 2}}) {
+      const std::string tag = (m == 0 ? "llama" : "gpt") + std::string(" bf16 sp ") + std::to_string(sp) + " dp " +
+                              std::to_string(dp);
+      const std::string name = "bf16_" + std::to_string(m) + "_" + std::to_string(sp) + "x" + std::to_string(dp);
+      const ZeroRun zero0 = train_zero(setup, models[m], dir.file(name + "_z0"), sp, dp, 0, false, 1, bf16);
+      ASSERT_EQ(zero0.losses.size(), 5u);
+      for (int stage : {1, 2, 3})
+        expect_bitwise(
+            train_zero(setup, models[m], dir.file(name + "_z" + std::to_string(stage)), sp, dp, stage, false, 1, bf16),
+            zero0, tag + " ZeRO " + std::to_string(stage));
+      if (sp * dp == 4)
+        for (int stage : {2, 3})
+          expect_bitwise(train_zero(setup, models[m], dir.file(name + "_o" + std::to_string(stage)), sp, dp, stage,
+                                    true, 1, bf16),
+                         zero0, tag + " ZeRO " + std::to_string(stage) + " with the optimizer offloaded");
+    }
+}
+
+// A bf16 run stopped after 5 steps and resumed (the working copy re-made from the loaded masters) goes
+// on as the run that never stopped, bitwise: at stage 0, and at stage 3 with the optimizer offloaded.
+TEST(Zero, Bf16ResumesBitwise) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  for (const auto& [zero, offload] : std::vector<std::pair<int, bool>>{{0, false}, {3, true}}) {
+    const std::string name = "z" + std::to_string(zero) + (offload ? "o" : "");
+    auto settings = [&](const std::string& out) {
+      train::TrainSettings s = setup.settings(out, 10, 2, 1);
+      s.save_every = 5;
+      s.eval_batches = 0;
+      s.zero = zero;
+      s.offload_optimizer = offload;
+      s.precision = pipeline::Precision::bf16;
+      return s;
+    };
+    auto losses = [](const train::TrainSettings& s) {
+      comm::run_ranks(s.sp * s.dp, [&](comm::Communicator& world) { train::train(s, world); });
+      std::vector<double> values;
+      for (const nlohmann::json& line : metrics_lines(s.out_dir + "/metrics.jsonl")) values.push_back(line.at("loss"));
+      return values;
+    };
+    const std::vector<double> want = losses(settings(dir.file(name + "_straight")));
+    train::TrainSettings first = settings(dir.file(name + "_resumed"));
+    first.stop_after_steps = 5;
+    losses(first);
+    train::TrainSettings second = settings(dir.file(name + "_resumed"));
+    second.resume = true;
+    const std::vector<double> got = losses(second);
+    ASSERT_EQ(want.size(), 10u) << name;
+    EXPECT_EQ(got, want) << "bf16 ZeRO " << zero << (offload ? " offloaded" : "") << ": resumed losses differ";
+  }
 }
 
 TEST(Zero, GradientAccumulationIsWithinRoundingOfStageZero) {

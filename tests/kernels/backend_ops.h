@@ -318,14 +318,16 @@ inline std::vector<float> bf16_rounded(std::vector<float> values) {
 // within the fp32 bound alone (the same rounded values; only the fp32 sums differ). dbias sums the
 // unrounded dout: the fp32 bound on the unrounded reference (a rounded dout would miss it by ~1e-3). A bf16
 // product of fewer than kBf16MinOutputs outputs has the check against rounded inputs only (tolerances.h).
-inline void check_linear_in(OpCheck& t, Precision precision) {
+// working_copy (bf16): w is given only as its bf16 words (ops.h WeightMatrix, values null — as a bf16 run's
+// ZeRO-3 gathers it), which must give the same values, so the same bounds.
+inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy = false) {
   auto fp32 = [](int64_t summation) {
     return testing::fp32_bound({.summation = static_cast<double>(summation), .against = testing::Against::float64});
   };
   const bool bf16 = precision == Precision::bf16;
   auto bound = [&](int64_t summation) { return bf16 ? testing::bf16_product_bound(summation) : fp32(summation); };
   auto bound_applies = [&](int64_t outputs) { return !bf16 || outputs >= testing::kBf16MinOutputs; };
-  const std::string tag_precision = bf16 ? " bf16" : "";
+  const std::string tag_precision = bf16 ? (working_copy ? " bf16 (w as bf16 words)" : " bf16") : "";
   struct Shape {
     int64_t N;
     int I, O;
@@ -341,6 +343,11 @@ inline void check_linear_in(OpCheck& t, Precision precision) {
     const auto bias = random_normal<float>(t.rng, s.O);
     const auto dout = random_normal<float>(t.rng, s.N * s.O);
     const auto x_placed = t.place(x), w_placed = t.place(w), bias_placed = t.place(bias), dout_placed = t.place(dout);
+    std::vector<uint16_t> w_words(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_words[i] = fpdt::float_to_bf16(w[i]);
+    const auto w_words_placed = t.place(w_words);
+    const kernels::WeightMatrix w_op = working_copy ? kernels::WeightMatrix(nullptr, w_words_placed->get())
+                                                    : kernels::WeightMatrix(w_placed->get());
     const auto x64 = to_double(x), w64 = to_double(w), bias64 = to_double(bias), dout64 = to_double(dout);
     // The products' inputs as a bf16 run sees them (fp32 runs: unchanged).
     const auto x64r = bf16 ? to_double(bf16_rounded(x)) : x64, w64r = bf16 ? to_double(bf16_rounded(w)) : w64,
@@ -350,8 +357,8 @@ inline void check_linear_in(OpCheck& t, Precision precision) {
         const std::string what = std::string("linear_forward") + (with_bias ? " bias" : "") + (accumulate ? " +=" : "");
         const auto initial = random_normal<float>(t.rng, s.N * s.O);
         const auto out = t.place(initial);
-        t.backend.linear_forward(out->get(), x_placed->get(), w_placed->get(), with_bias ? bias_placed->get() : nullptr,
-                                 s.N, s.I, s.O, accumulate, precision);
+        t.backend.linear_forward(out->get(), x_placed->get(), w_op, with_bias ? bias_placed->get() : nullptr, s.N, s.I,
+                                 s.O, accumulate, precision);
         auto want = to_double(initial), want_rounded = want;
         reference::linear_forward(want.data(), x64.data(), w64.data(), with_bias ? bias64.data() : nullptr, s.N, s.I,
                                   s.O, accumulate);
@@ -378,8 +385,8 @@ inline void check_linear_in(OpCheck& t, Precision precision) {
       const auto dbias_initial = random_normal<float>(t.rng, s.O);
       const auto dx = t.place(dx_initial), dw = t.place(dw_initial), dbias = t.place(dbias_initial);
       t.backend.linear_backward(mode == Dx::none ? nullptr : dx->get(), dw->get(), with_dbias ? dbias->get() : nullptr,
-                                dout_placed->get(), x_placed->get(), w_placed->get(), s.N, s.I, s.O,
-                                mode == Dx::accumulate, precision);
+                                dout_placed->get(), x_placed->get(), w_op, s.N, s.I, s.O, mode == Dx::accumulate,
+                                precision);
       auto dx_want = to_double(dx_initial), dw_want = to_double(dw_initial), dbias_want = to_double(dbias_initial);
       reference::linear_backward(mode == Dx::none ? nullptr : dx_want.data(), dw_want.data(),
                                  with_dbias ? dbias_want.data() : nullptr, dout64.data(), x64.data(), w64.data(), s.N,
@@ -437,6 +444,7 @@ inline void check_linear_in(OpCheck& t, Precision precision) {
 inline void check_linear(OpCheck& t) {
   check_linear_in(t, Precision::fp32);
   check_linear_in(t, Precision::bf16);
+  check_linear_in(t, Precision::bf16, true);
 }
 
 // rope_forward, rope_backward

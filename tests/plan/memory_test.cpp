@@ -109,12 +109,16 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
             });
             EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
             // Compute tier: the model states' table (ZeRO 0: fp32 weights, gradients, Adam m and v: 16 B a
-            // parameter, with the layout's alignment) + the arena.
+            // parameter, and in bf16 the weights' bf16 working copy, 2 B more; with the layout's alignment)
+            // + the arena.
+            pipeline::StateShape states_shape;
+            states_shape.bf16_working_copy = precision == Precision::bf16;
             double states = 0;
             for (const pipeline::StateSpec& spec :
-                 pipeline::model_state_buffers(model::ParameterLayout(config.model), pipeline::StateShape{}))
+                 pipeline::model_state_buffers(model::ParameterLayout(config.model), states_shape))
               states += static_cast<double>(spec.bytes());
-            EXPECT_NEAR(states, 16.0 * static_cast<double>(config.model.parameter_count()), 0.01 * states);
+            const double per_parameter = precision == Precision::bf16 ? 18.0 : 16.0;
+            EXPECT_NEAR(states, per_parameter * static_cast<double>(config.model.parameter_count()), 0.01 * states);
             EXPECT_DOUBLE_EQ(plan.compute_peak.bytes,
                              states + static_cast<double>(pipeline::chunk_arena_bytes(layout)));
           }

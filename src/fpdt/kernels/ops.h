@@ -15,6 +15,26 @@ namespace fpdt::kernels {
 // every other op is fp32 in both. The pipeline rounds the activations it keeps (round_to_bf16 op).
 enum class Precision : uint8_t { fp32, bf16 };
 
+// A linear layer's weight matrix w (O, I) as the linear ops read it: its fp32 values and, in a bf16 run,
+// the bf16 words of the run's working copy (pipeline/model_states.h: round_to_bf16 of the masters, made
+// once after each update, and what ZeRO-3 gathers). A bf16 product reads the words where they are given
+// — no conversion per call — and rounds the values otherwise; an fp32 product reads the values. Where
+// the words are given the values may be absent or stale (ZeRO-3 gathers only the words of a matrix).
+struct WeightMatrix {
+  const float* values = nullptr;  // (O, I) fp32
+  const uint16_t* bf16 = nullptr; // (O, I) bf16 words, or null
+  WeightMatrix() = default;
+  WeightMatrix(const float* values_) : values(values_) {}  // NOLINT(google-explicit-constructor): an fp32 matrix
+  WeightMatrix(const float* values_, const uint16_t* bf16_) : values(values_), bf16(bf16_) {}
+  // The rows from `first_row` on of a matrix of I columns (the k rows of a fused q | k | v matrix).
+  WeightMatrix rows_from(int64_t first_row, int I) const {
+    const int64_t offset = first_row * I;
+    return WeightMatrix(values ? values + offset : nullptr, bf16 ? bf16 + offset : nullptr);
+  }
+  // Whether a product of `precision` reads the bf16 words.
+  bool reads_bf16(Precision precision) const { return precision == Precision::bf16 && bf16 != nullptr; }
+};
+
 // Target id of a position that adds nothing to the loss (PyTorch's ignore_index).
 inline constexpr int32_t kIgnoreIndex = -100;
 

@@ -8,8 +8,9 @@ namespace fpdt::model {
 namespace {
 
 // Tensor `name` inside the copy of its unit that starts at `unit`; null when the model has no such
-// tensor or the unit was not given.
-float* in_unit(const ParameterLayout& layout, const std::string& name, float* unit) {
+// tensor or the unit was not given. T: float (values) or const uint16_t (bf16 words, one per float).
+template <typename T>
+T* in_unit(const ParameterLayout& layout, const std::string& name, T* unit) {
   if (unit == nullptr || !layout.contains(name)) return nullptr;
   const int64_t offset = layout.at(name).offset;
   return unit + (offset - layout.units()[static_cast<size_t>(layout.unit_of(offset))].begin);
@@ -23,13 +24,21 @@ LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& 
                        block.data() + units[static_cast<size_t>(ParameterLayout::mlp_unit(layer))].begin);
 }
 
-LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit) {
+LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit,
+                           const uint16_t* qkv_unit_bf16, const uint16_t* mlp_unit_bf16) {
   const std::string prefix = "layers." + std::to_string(layer) + ".";
   auto qkv = [&](const char* name) { return in_unit(layout, prefix + name, qkv_unit); };
   auto mlp = [&](const char* name) { return in_unit(layout, prefix + name, mlp_unit); };
-  return LayerTensors{qkv("attn_norm.weight"), qkv("attn_norm.bias"), qkv("attn.qkv.weight"), qkv("attn.qkv.bias"),
-                      mlp("attn.out.weight"),  mlp("attn.out.bias"),  mlp("mlp_norm.weight"), mlp("mlp_norm.bias"),
-                      mlp("mlp.up.weight"),    mlp("mlp.up.bias"),    mlp("mlp.down.weight"), mlp("mlp.down.bias")};
+  auto qkv16 = [&](const char* name) { return in_unit(layout, prefix + name, qkv_unit_bf16); };
+  auto mlp16 = [&](const char* name) { return in_unit(layout, prefix + name, mlp_unit_bf16); };
+  LayerTensors t{qkv("attn_norm.weight"), qkv("attn_norm.bias"), qkv("attn.qkv.weight"), qkv("attn.qkv.bias"),
+                 mlp("attn.out.weight"),  mlp("attn.out.bias"),  mlp("mlp_norm.weight"), mlp("mlp_norm.bias"),
+                 mlp("mlp.up.weight"),    mlp("mlp.up.bias"),    mlp("mlp.down.weight"), mlp("mlp.down.bias")};
+  t.qkv_weight_bf16 = qkv16("attn.qkv.weight");
+  t.out_weight_bf16 = mlp16("attn.out.weight");
+  t.up_weight_bf16 = mlp16("mlp.up.weight");
+  t.down_weight_bf16 = mlp16("mlp.down.weight");
+  return t;
 }
 
 GlobalTensors global_tensors(const ParameterLayout& layout, const ParameterBlock& block) {
@@ -37,11 +46,15 @@ GlobalTensors global_tensors(const ParameterLayout& layout, const ParameterBlock
   return global_tensors(layout, block.data() + units.front().begin, block.data() + units.back().begin);
 }
 
-GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head) {
+GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head,
+                             const uint16_t* head_unit_bf16) {
   const bool tied = !layout.contains("lm_head.weight");
-  return GlobalTensors{in_unit(layout, "embed.weight", embeddings), in_unit(layout, "pos_embed.weight", embeddings),
-                       in_unit(layout, "final_norm.weight", head), in_unit(layout, "final_norm.bias", head),
-                       tied ? in_unit(layout, "embed.weight", embeddings) : in_unit(layout, "lm_head.weight", head)};
+  const char* head_name = tied ? "embed.weight" : "lm_head.weight";
+  GlobalTensors t{in_unit(layout, "embed.weight", embeddings), in_unit(layout, "pos_embed.weight", embeddings),
+                  in_unit(layout, "final_norm.weight", head), in_unit(layout, "final_norm.bias", head),
+                  in_unit(layout, head_name, tied ? embeddings : head)};
+  t.head_bf16 = in_unit(layout, head_name, head_unit_bf16);
+  return t;
 }
 
 double counted_targets(const int32_t* targets, const float* mask, int64_t n) {
@@ -94,11 +107,11 @@ void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, c
   const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
   norm_forward(saved.norm, saved.mean, saved.rstd, x, w.attn_norm_weight, w.attn_norm_bias, n);
   const float* b = w.qkv_bias;
-  backend_.linear_forward(q, saved.norm, w.qkv_weight, b, n, h, qd, false, precision_);
-  backend_.linear_forward(k, saved.norm, w.qkv_weight + int64_t{qd} * h, b ? b + qd : nullptr, n, h, kvd, false,
+  const kernels::WeightMatrix qkv(w.qkv_weight, w.qkv_weight_bf16);  // (qd + 2·kvd, h): q | k | v rows
+  backend_.linear_forward(q, saved.norm, qkv, b, n, h, qd, false, precision_);
+  backend_.linear_forward(k, saved.norm, qkv.rows_from(qd, h), b ? b + qd : nullptr, n, h, kvd, false, precision_);
+  backend_.linear_forward(v, saved.norm, qkv.rows_from(qd + kvd, h), b ? b + qd + kvd : nullptr, n, h, kvd, false,
                           precision_);
-  backend_.linear_forward(v, saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, b ? b + qd + kvd : nullptr, n, h, kvd,
-                          false, precision_);
   if (config_.uses_rope()) {
     backend_.rope_forward(q, pos, n, config_.heads, config_.head_dim, rope_.params());
     backend_.rope_forward(k, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
@@ -117,11 +130,12 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
     backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
   }
   float* db = g.qkv_bias;
-  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, w.qkv_weight, n, h, qd, false, precision_);
+  const kernels::WeightMatrix qkv(w.qkv_weight, w.qkv_weight_bf16);  // (qd + 2·kvd, h): q | k | v rows
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, qkv, n, h, qd, false, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd} * h, db ? db + qd : nullptr, dk, saved.norm,
-                           w.qkv_weight + int64_t{qd} * h, n, h, kvd, true, precision_);
+                           qkv.rows_from(qd, h), n, h, kvd, true, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd + kvd} * h, db ? db + qd + kvd : nullptr, dv,
-                           saved.norm, w.qkv_weight + int64_t{qd + kvd} * h, n, h, kvd, true, precision_);
+                           saved.norm, qkv.rows_from(qd + kvd, h), n, h, kvd, true, precision_);
   norm_backward(dx, g.attn_norm_weight, g.attn_norm_bias, scratch.d_norm, x, w.attn_norm_weight, saved.mean,
                 saved.rstd, n);
 }
@@ -131,13 +145,13 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
 void LayerMath::attention_output_forward(const LayerTensors& w, const float* attn, const float* x, float* x_mid,
                                          int64_t n) {
   if (x_mid != x) backend_.memory().copy(x_mid, x, sizeof(float) * static_cast<size_t>(n) * config_.hidden);
-  backend_.linear_forward(x_mid, attn, w.out_weight, w.out_bias, n, config_.q_dim(), config_.hidden, true, precision_);
+  backend_.linear_forward(x_mid, attn, {w.out_weight, w.out_weight_bf16}, w.out_bias, n, config_.q_dim(), config_.hidden, true, precision_);
   round_kept(x_mid, n * config_.hidden);
 }
 
 void LayerMath::attention_output_backward(const LayerTensors& w, const LayerTensors& g, const float* attn,
                                           const float* d_mid, float* d_attn, int64_t n) {
-  backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, w.out_weight, n, config_.q_dim(),
+  backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, {w.out_weight, w.out_weight_bf16}, n, config_.q_dim(),
                            config_.hidden, false, precision_);
 }
 
@@ -147,38 +161,40 @@ void LayerMath::mlp_forward(const LayerTensors& w, const float* x_mid, float* x_
                             const MlpActivations& saved) {
   const int h = config_.hidden, f = config_.ffn_hidden;
   norm_forward(saved.norm, saved.mean, saved.rstd, x_mid, w.mlp_norm_weight, w.mlp_norm_bias, n);
+  const kernels::WeightMatrix up(w.up_weight, w.up_weight_bf16);  // Llama (2f, h): gate | up rows; GPT (f, h)
   if (config_.family == Family::llama) {
-    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, nullptr, n, h, f, false, precision_);
-    backend_.linear_forward(saved.up, saved.norm, w.up_weight + int64_t{f} * h, nullptr, n, h, f, false, precision_);
+    backend_.linear_forward(saved.gate, saved.norm, up, nullptr, n, h, f, false, precision_);
+    backend_.linear_forward(saved.up, saved.norm, up.rows_from(f, h), nullptr, n, h, f, false, precision_);
     round_kept(saved.gate, n * f);
     round_kept(saved.up, n * f);
     backend_.swiglu_forward(saved.act, saved.gate, saved.up, n * f);
   } else {
-    backend_.linear_forward(saved.gate, saved.norm, w.up_weight, w.up_bias, n, h, f, false, precision_);
+    backend_.linear_forward(saved.gate, saved.norm, up, w.up_bias, n, h, f, false, precision_);
     round_kept(saved.gate, n * f);
     backend_.gelu_forward(saved.act, saved.gate, n * f);
   }
   round_kept(saved.act, n * f);
   if (x_out != x_mid) backend_.memory().copy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
-  backend_.linear_forward(x_out, saved.act, w.down_weight, w.down_bias, n, f, h, true, precision_);
+  backend_.linear_forward(x_out, saved.act, {w.down_weight, w.down_weight_bf16}, w.down_bias, n, f, h, true, precision_);
   round_kept(x_out, n * h);
 }
 
 void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const float* x_mid, int64_t n,
                              const MlpActivations& saved, float* d_res, const LayerScratch& scratch) {
   const int h = config_.hidden, f = config_.ffn_hidden;
-  backend_.linear_backward(scratch.d_act, g.down_weight, g.down_bias, d_res, saved.act, w.down_weight, n, f, h,
-                           false, precision_);
+  backend_.linear_backward(scratch.d_act, g.down_weight, g.down_bias, d_res, saved.act,
+                           {w.down_weight, w.down_weight_bf16}, n, f, h, false, precision_);
+  const kernels::WeightMatrix up(w.up_weight, w.up_weight_bf16);  // Llama (2f, h): gate | up rows; GPT (f, h)
   if (config_.family == Family::llama) {
     backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f);
-    backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
-                             false, precision_);
+    backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, up, n, h, f, false,
+                             precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,
-                             w.up_weight + int64_t{f} * h, n, h, f, true, precision_);
+                             up.rows_from(f, h), n, h, f, true, precision_);
   } else {
     backend_.gelu_backward(scratch.d_gate, scratch.d_act, saved.gate, n * f);
-    backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, w.up_weight, n, h, f,
-                             false, precision_);
+    backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, up, n, h, f, false,
+                             precision_);
   }
   norm_backward(d_res, g.mlp_norm_weight, g.mlp_norm_bias, scratch.d_norm, x_mid, w.mlp_norm_weight, saved.mean,
                 saved.rstd, n);
@@ -197,7 +213,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
   for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = logits ? logits + begin * V : scratch.logits;
-    backend_.linear_forward(chunk_logits, saved.norm + begin * h, w.head, nullptr, count, h, V, false, precision_);
+    backend_.linear_forward(chunk_logits, saved.norm + begin * h, {w.head, w.head_bf16}, nullptr, count, h, V, false, precision_);
     if (per_token.predictions != nullptr) backend_.argmax_rows(per_token.predictions + begin, chunk_logits, count, V);
     if (targets == nullptr) continue;
     const int32_t* chunk_targets = targets + begin;
@@ -213,7 +229,8 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
     backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
                                     count, V);
-    backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h, w.head, count,
+    backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h,
+                             {w.head, w.head_bf16}, count,
                              h, V, false, precision_);
   }
   if (dx != nullptr)

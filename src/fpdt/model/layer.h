@@ -28,11 +28,19 @@ struct LayerTensors {
   float* up_bias;
   float* down_weight; // (h, f)
   float* down_bias;
+  // A bf16 run's working copy of the matrices (bf16 words, pipeline/model_states.h), read by the GEMMs
+  // instead of the values; null in fp32, in gradients, and where no copy is kept (the GEMMs round then).
+  const uint16_t* qkv_weight_bf16 = nullptr;
+  const uint16_t* out_weight_bf16 = nullptr;
+  const uint16_t* up_weight_bf16 = nullptr;
+  const uint16_t* down_weight_bf16 = nullptr;
 };
 // In a whole block, or in copies of the layer's two units (their first floats: ZeRO-3's gathered
-// copies; a null unit leaves its tensors null).
+// copies; a null unit leaves its tensors null). qkv_unit_bf16, mlp_unit_bf16: the units' bf16 words,
+// one per float of the unit's layout (the working copy), or null.
 LayerTensors layer_tensors(const ParameterLayout& layout, const ParameterBlock& block, int layer);
-LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit);
+LayerTensors layer_tensors(const ParameterLayout& layout, int layer, float* qkv_unit, float* mlp_unit,
+                           const uint16_t* qkv_unit_bf16 = nullptr, const uint16_t* mlp_unit_bf16 = nullptr);
 
 // Pointers to the tensors outside the layers (weights or gradients); null where the model has none or
 // where their unit was not given.
@@ -42,10 +50,13 @@ struct GlobalTensors {
   float* final_norm_weight;  // (h)
   float* final_norm_bias;    // (h) GPT
   float* head;               // (V, h): lm_head, or embed when the embeddings are tied
+  const uint16_t* head_bf16 = nullptr;  // the head's bf16 words (as LayerTensors' *_bf16), or null
 };
 GlobalTensors global_tensors(const ParameterLayout& layout, const ParameterBlock& block);
-// embeddings, head: the first floats of the embedding and head units (either may be null).
-GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head);
+// embeddings, head: the first floats of the embedding and head units (either may be null); head_bf16:
+// the bf16 words of the unit that holds the head matrix (the embeddings' when tied), or null.
+GlobalTensors global_tensors(const ParameterLayout& layout, float* embeddings, float* head,
+                             const uint16_t* head_unit_bf16 = nullptr);
 
 // What the attention-input step saves for its backward.
 struct AttentionInput {
@@ -109,7 +120,8 @@ struct TokenResults {
 // The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
-// every gradient, the weights (the GEMMs round them on the way in).
+// every gradient, the weights (the GEMMs round them on the way in, or read the run's bf16 working copy of
+// the matrices: LayerTensors' *_bf16, the same values).
 class LayerMath {
  public:
   LayerMath(const ModelConfig& config, kernels::Backend& backend,

@@ -31,7 +31,7 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       own_world_(comm::make_local()),
       own_states_(std::make_unique<ModelStates>(config, backend, *own_world_,
                                                 ZeroConfig{0, false, pipeline.recompute == Recompute::layer,
-                                                           pipeline.forward_only},
+                                                           pipeline.forward_only, pipeline.precision},
                                                 seed)),
       states_(*own_states_),
       math_(config_, backend_, pipeline.precision),
@@ -183,13 +183,15 @@ void FpdtModel::bind_tensors() {
     case CallKind::layer_forward:
     case CallKind::layer_backward: {
       const int qkv = model::ParameterLayout::qkv_unit(call.layer), mlp = model::ParameterLayout::mlp_unit(call.layer);
-      weights_ = model::layer_tensors(layout, call.layer, states_.unit_weights(qkv), states_.unit_weights(mlp));
+      weights_ = model::layer_tensors(layout, call.layer, states_.unit_weights(qkv), states_.unit_weights(mlp),
+                                      states_.unit_weights_bf16(qkv), states_.unit_weights_bf16(mlp));
       gradients_ = model::layer_tensors(layout, call.layer, states_.unit_gradients(qkv), states_.unit_gradients(mlp));
       return;
     }
     case CallKind::head:
-      global_weights_ =
-          model::global_tensors(layout, tied ? states_.unit_weights(embeddings) : nullptr, states_.unit_weights(head));
+      global_weights_ = model::global_tensors(layout, tied ? states_.unit_weights(embeddings) : nullptr,
+                                              states_.unit_weights(head),
+                                              states_.unit_weights_bf16(tied ? embeddings : head));
       global_gradients_ = model::global_tensors(layout, tied ? states_.unit_gradients(embeddings) : nullptr,
                                                 states_.unit_gradients(head));
       return;

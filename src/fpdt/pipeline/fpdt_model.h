@@ -71,7 +71,8 @@ class FpdtModel {
   const model::ModelConfig& config() const { return config_; }
   const model::ParameterLayout& layout() const { return states_.layout(); }
   ModelStates& states() { return states_; }
-  // The whole weights and gradients, where the ZeRO stage keeps them (model_states.h).
+  // The whole weights and gradients, where the ZeRO stage keeps them (model_states.h; in bf16, after
+  // writing the weights, states().refresh_working_copy()).
   model::ParameterBlock& params() { return states_.weights(); }
   model::ParameterBlock& grads() { return states_.gradients(); }
   const PipelineConfig& pipeline() const { return pipeline_; }

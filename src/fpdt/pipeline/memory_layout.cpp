@@ -320,7 +320,38 @@ std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout,
   for (size_t k = 0; k < plan.slots.size(); ++k)
     table.push_back({StateBuf::slot, static_cast<int>(k), "ZeRO slot " + std::to_string(k), Tier::compute,
                      plan.slots[k].bytes, 1});
+  if (!s.bf16_working_copy) return table;
+  table.push_back({StateBuf::weights_bf16, 0, part(s.stage >= 3, "weights, bf16 working copy"), Tier::compute,
+                   s.stage >= 3 ? shards : whole, 2});
+  if (s.stage < 3) return table;
+  for (size_t k = 0; k < plan.slots.size(); ++k)  // a unit's words: half its fp32 bytes
+    table.push_back({StateBuf::slot_bf16, static_cast<int>(k), "ZeRO slot " + std::to_string(k) + " (bf16 words)",
+                     Tier::compute, plan.slots[k].bytes / 2, 1});
+  table.push_back({StateBuf::vector_staging, 0, "ZeRO vectors in transit (fp32)", Tier::compute,
+                   2 * largest_unit_vectors(layout), 4});
   return table;
+}
+
+std::vector<ShardRange> unit_vectors(const model::ParameterLayout& layout, int unit) {
+  std::vector<ShardRange> vectors;
+  if (!gathers_bf16_words(unit)) return vectors;
+  const model::ParameterUnit& u = layout.units()[static_cast<size_t>(unit)];
+  for (const model::ParameterInfo& info : layout.tensors())
+    if (!info.is_matrix() && info.offset >= u.begin && info.offset < u.end)
+      vectors.push_back({info.offset - u.begin, info.offset - u.begin + info.numel()});
+  return vectors;
+}
+
+bool gathers_bf16_words(int unit) { return unit != model::ParameterLayout::kEmbeddingUnit; }
+
+int64_t largest_unit_vectors(const model::ParameterLayout& layout) {
+  int64_t largest = 0;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    int64_t floats = 0;
+    for (const ShardRange& vector : unit_vectors(layout, static_cast<int>(u))) floats += vector.size();
+    largest = std::max(largest, floats);
+  }
+  return largest;
 }
 
 }  // namespace fpdt::pipeline

@@ -185,6 +185,7 @@ struct StateShape {
   bool recompute_layer = false;    // the ZeRO plan's segments read both of a layer's units in backward
   int64_t weight_bytes = 4;        // one stored weight: 4 (fp32), or 2 (bf16: the plan) with an fp32 master
   bool weights_only = false;       // a forward-only model (fpdt eval): the weights alone, stage 0
+  bool bf16_working_copy = false;  // a bf16 run: the weights' bf16 words beside them (model_states.h)
 };
 
 enum class StateBuf : uint8_t {
@@ -193,6 +194,9 @@ enum class StateBuf : uint8_t {
   master,         // fp32 master weights, where the weights are not them (bf16, or an offloaded optimizer)
   m, v,           // AdamW's moments: whole, or shards (stage ≥ 1)
   slot,           // stage ≥ 2: a ZeRO slot (zero_plan.h) for gathered weights or a unit's full gradient
+  weights_bf16,   // a bf16 run: the weights' bf16 words (the working copy), whole or shards as the weights
+  slot_bf16,      // a bf16 run at stage 3: slot `slot`'s bf16 words, where the gathered matrices land
+  vector_staging, // a bf16 run at stage 3: the gathered units' fp32 vectors (norm weights, biases), in transit
 };
 struct StateSpec {
   StateBuf id;
@@ -203,9 +207,19 @@ struct StateSpec {
   int64_t element_bytes;
   int64_t bytes() const;  // transfer_bytes(elements · element_bytes)
 };
-// Every model-state buffer of one rank, in allocation order: weights, gradients, [master], m, v, slots.
+// Every model-state buffer of one rank, in allocation order: weights, gradients, [master], m, v, slots,
+// then a bf16 run's working copy [, its slots' bf16 words and the vector staging (stage 3)].
 std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& shape);
 // The ZeRO plan of the layout's model (its slots are the table's).
 ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape);
+
+// A unit's fp32 vectors (norm weights, biases: the tensors that are not matrices), which a bf16 run's
+// ZeRO-3 gathers in fp32 beside the unit's bf16 words (model_states.h); the embeddings' unit, read by
+// lookups, is gathered whole in fp32 and has none listed. Ranges in floats from the unit's start.
+std::vector<ShardRange> unit_vectors(const model::ParameterLayout& layout, int unit);
+// Whether a bf16 run's ZeRO-3 gathers `unit` as bf16 words (+ its vectors): every unit but the embeddings.
+bool gathers_bf16_words(int unit);
+// The floats of the largest unit's vectors: one half of the vector staging (the other: this rank's part).
+int64_t largest_unit_vectors(const model::ParameterLayout& layout);
 
 }  // namespace fpdt::pipeline

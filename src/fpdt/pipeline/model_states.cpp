@@ -74,6 +74,7 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   shape.offload_optimizer = zero_.offload_optimizer;
   shape.recompute_layer = zero_.recompute_layer;
   shape.weights_only = zero_.weights_only;
+  shape.bf16_working_copy = bf16();
   plan_ = zero_plan(layout_, shape);
   table_ = model_state_buffers(layout_, shape);
   const std::string hint =
@@ -95,12 +96,29 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
       data = held.host.as<float>();
       std::memset(data, 0, bytes);
     }
-    if (spec.id == StateBuf::slot)
-      slots_.push_back(data);
-    else
-      arrays_[static_cast<size_t>(spec.id)] = data;
+    switch (spec.id) {
+      case StateBuf::slot: slots_.push_back(data); break;
+      case StateBuf::weights_bf16: words_ = reinterpret_cast<uint16_t*>(data); break;
+      case StateBuf::slot_bf16: slot_words_.push_back(reinterpret_cast<uint16_t*>(data)); break;
+      case StateBuf::vector_staging: vector_staging_ = data; break;
+      default: arrays_[static_cast<size_t>(spec.id)] = data;
+    }
     held_.push_back(std::move(held));
   }
+  for (size_t u = 0; u < units; ++u) {  // stage 3 bf16: each partition rank's floats of the unit's vectors
+    vectors_.push_back(unit_vectors(layout_, static_cast<int>(u)));
+    const std::vector<ShardRange>& vectors = vectors_.back();
+    std::vector<size_t> counts;
+    for (int r = 0; r < partition_ranks_; ++r) {
+      const ShardRange range = shard_range(layout_.units()[u].numel(), partition_ranks_, r);
+      int64_t floats = 0;
+      for (const ShardRange& vector : vectors)
+        floats += std::max<int64_t>(0, std::min(vector.end, range.end) - std::max(vector.begin, range.begin));
+      counts.push_back(static_cast<size_t>(floats));
+    }
+    vector_counts_.push_back(std::move(counts));
+  }
+  largest_vectors_ = largest_unit_vectors(layout_);
   if (dry_) return;
 
   if (zero_.stage <= 2) whole_weights_.emplace(layout_, arrays_[static_cast<size_t>(StateBuf::weights)]);
@@ -136,6 +154,7 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
     for (size_t u = 0; u < units; ++u)
       memory_.download(part(StateBuf::master, static_cast<int>(u)), part(StateBuf::weights, static_cast<int>(u)),
                        static_cast<size_t>(own_[u].size()) * sizeof(float));
+  for (size_t u = 0; u < units; ++u) make_working_copy(static_cast<int>(u));
 }
 
 ModelStates::~ModelStates() {
@@ -228,11 +247,51 @@ void ModelStates::gather(int unit, int slot) {
   const float* shard = part(StateBuf::weights, unit);
   float* into = this->slot(slot);
   const WorkQueue::Event updated = updated_[static_cast<size_t>(unit)];
-  gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, shard, into, updated] {
+  gather_done_[static_cast<size_t>(unit)] = queue_->submit([this, unit, slot, shard, into, updated] {
     if (updated != 0) optimizer_queue_->wait(updated);  // the offloaded update of this unit
     const trace::Span span("gather weights", "comm");
-    all_gather_unit(unit, shard, into);
+    if (gathers_words(unit))
+      gather_words_and_vectors(unit, slot);
+    else
+      all_gather_unit(unit, shard, into);
   });
+}
+
+// The words: one all-gather of every rank's shard of the unit (half the fp32 bytes). The vectors: each
+// rank's pieces of them packed in unit order, all-gathered (so the result is every vector of the unit in
+// unit order), then copied to their places in the fp32 slot. With one rank, compute-tier copies.
+void ModelStates::gather_words_and_vectors(int unit, int slot) {
+  const size_t u = static_cast<size_t>(unit);
+  const ShardRange& own = own_[u];
+  const float* shard = part(StateBuf::weights, unit);  // (own.size())
+  float* into = this->slot(slot);                      // the unit's layout, fp32
+  const std::vector<ShardRange>& vectors = vectors_[u];
+  if (comm_->size() == 1) {
+    memory_.copy(slot_words_[static_cast<size_t>(slot)], own_words(unit), static_cast<size_t>(own.size()) * 2);
+    for (const ShardRange& vector : vectors)
+      memory_.copy(into + vector.begin, shard + vector.begin, static_cast<size_t>(vector.size()) * sizeof(float));
+    return;
+  }
+  std::vector<size_t> word_bytes;
+  for (size_t count : counts_[u]) word_bytes.push_back(count * 2);
+  comm_->all_gather_v(own_words(unit), slot_words_[static_cast<size_t>(slot)], word_bytes.data());
+  float* mine = vector_staging_;                         // (vector_counts_[u][rank])
+  float* gathered = vector_staging_ + largest_vectors_;  // (Σ vectors of the unit)
+  int64_t packed = 0;
+  for (const ShardRange& vector : vectors) {
+    const int64_t begin = std::max(vector.begin, own.begin), end = std::min(vector.end, own.end);
+    if (begin >= end) continue;
+    memory_.copy(mine + packed, shard + (begin - own.begin), static_cast<size_t>(end - begin) * sizeof(float));
+    packed += end - begin;
+  }
+  std::vector<size_t> vector_bytes;
+  for (size_t count : vector_counts_[u]) vector_bytes.push_back(count * sizeof(float));
+  comm_->all_gather_v(mine, gathered, vector_bytes.data());
+  int64_t at = 0;
+  for (const ShardRange& vector : vectors) {
+    memory_.copy(into + vector.begin, gathered + at, static_cast<size_t>(vector.size()) * sizeof(float));
+    at += vector.size();
+  }
 }
 
 void ModelStates::reduce(int unit, int slot) {
@@ -280,6 +339,40 @@ float* ModelStates::unit_weights(int unit) const {
   const size_t u = static_cast<size_t>(unit);
   if (zero_.stage <= 2) return arrays_[static_cast<size_t>(StateBuf::weights)] + layout_.units()[u].begin;
   return gathered_in_[u] < 0 ? nullptr : slot(gathered_in_[u]);
+}
+
+const uint16_t* ModelStates::unit_weights_bf16(int unit) const {
+  const size_t u = static_cast<size_t>(unit);
+  if (!bf16()) return nullptr;
+  if (zero_.stage <= 2) return words_ + layout_.units()[u].begin;
+  if (!gathers_words(unit) || gathered_in_[u] < 0) return nullptr;
+  return slot_words_[static_cast<size_t>(gathered_in_[u])];
+}
+
+uint16_t* ModelStates::own_words(int unit) const {
+  const size_t u = static_cast<size_t>(unit);
+  return zero_.stage >= 3 ? words_ + shard_offset_[u] : words_ + layout_.units()[u].begin + own_[u].begin;
+}
+
+void ModelStates::make_working_copy(int unit) {
+  if (!bf16()) return;
+  const size_t u = static_cast<size_t>(unit);
+  if (zero_.stage <= 2)  // the whole unit: every rank holds every weight
+    backend_.pack_bf16(words_ + layout_.units()[u].begin, arrays_[static_cast<size_t>(StateBuf::weights)] +
+                                                              layout_.units()[u].begin, layout_.units()[u].numel());
+  else
+    backend_.pack_bf16(own_words(unit), part(StateBuf::weights, unit), own_[u].size());
+}
+
+void ModelStates::refresh_working_copy() {
+  finish_update();
+  for (size_t u = 0; u < own_.size(); ++u) make_working_copy(static_cast<int>(u));
+}
+
+void ModelStates::read_working_copy(int unit, uint16_t* words) {
+  finish_update();
+  FPDT_CHECK(bf16(), kModule, "an fp32 run keeps no bf16 working copy", "run with --precision bf16");
+  memory_.download(words, own_words(unit), static_cast<size_t>(own(unit).size()) * 2);
 }
 
 float* ModelStates::unit_gradients(int unit) const {
@@ -385,6 +478,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
         const int64_t n = own_[static_cast<size_t>(unit)].size();
         update_finite_[static_cast<size_t>(unit)] = none_invalid(*host_, master, n, false);
         memory_.upload(part(StateBuf::weights, unit), master, static_cast<size_t>(n) * sizeof(float));
+        if (zero_.stage >= 3) make_working_copy(unit);  // its shard's words (stage 2: after the all-gather)
       });
       if (zero_.stage == 2) {
         float* whole = arrays_[static_cast<size_t>(StateBuf::weights)] + layout_.units()[static_cast<size_t>(unit)].begin;
@@ -394,6 +488,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
           optimizer_queue_->wait(updated);
           const trace::Span span("gather weights", "comm");
           all_gather_unit(unit, mine, whole);
+          make_working_copy(unit);
         });
       }
     }
@@ -405,6 +500,7 @@ void ModelStates::adamw_update(kernels::AdamWParams hyper) {
     for (int unit = 0; unit < units; ++unit)
       all_gather_unit(unit, part(StateBuf::weights, unit), whole + layout_.units()[static_cast<size_t>(unit)].begin);
   }
+  for (int unit = 0; unit < units; ++unit) make_working_copy(unit);
 }
 
 bool ModelStates::finish_update() {
@@ -472,6 +568,7 @@ void ModelStates::load_weights(const model::ParameterBlock& whole) {
     if (zero_.stage >= 3) memory_.upload(part(StateBuf::weights, static_cast<int>(u)), from, bytes);
     if (host_) std::memcpy(part(StateBuf::master, static_cast<int>(u)), from, bytes);
   }
+  refresh_working_copy();
 }
 
 void ModelStates::read_moments(int unit, float* m, float* v) {

@@ -12,6 +12,14 @@
 // around each call of a step and runs the ZeRO plan's steps there (zero_plan.h), so every stage runs the
 // same executor; the trainer asks for the optimizer step and for checkpoints.
 //
+// bf16 runs (ZeroConfig::precision): beside the fp32 weights — the masters AdamW updates — a working copy
+// of them as bf16 words (round_to_bf16, nearest-even), whole or this rank's shards as the weights are,
+// re-made after every update, initialisation and load; the GEMMs read its words (model/layer.h), so no
+// call converts a weight. At stage 3 a unit is gathered as those words into a slot's bf16 twin (half the
+// fp32 bytes) with its fp32 vectors (norm weights, biases: unit_vectors in memory_layout.h) gathered
+// into the fp32 slot beside them; the embeddings, which lookups read, are gathered in fp32 as in fp32 runs.
+// The model uses the same values at every stage: the matrices rounded, everything else fp32.
+//
 // Determinism: every rank issues the same collectives in the same order, and sums run in rank order,
 // so no result depends on timing. Stages 1–3 give stage 0's bits when the order of the sums is the
 // same — one micro-batch per step: with gradient accumulation stage 2 and 3 sum each micro-batch over
@@ -45,6 +53,7 @@ struct ZeroConfig {
   bool offload_optimizer = false;  // stage ≥ 2: gradient shards, moments and master weights offloaded
   bool recompute_layer = false;    // the pipeline's --recompute layer (shapes the ZeRO plan's segments)
   bool weights_only = false;       // forward passes only (fpdt eval): no gradients, moments or slots; stage 0
+  kernels::Precision precision = kernels::Precision::fp32;  // bf16: a bf16 working copy of the weights (above)
 };
 // Throws fpdt::Error for a stage outside 0..3 or an offloaded optimizer below stage 2.
 void check_zero(const ZeroConfig& zero);
@@ -76,8 +85,11 @@ class ModelStates {
 
   // The whole weights (below stage 3) and gradients (below stage 2); throw fpdt::Error at stages that
   // shard them. Blocks of compute-tier handles: for backend ops; the host reads them through
-  // gather_weights (a GPU's, or cpu-guarded's, would crash it).
+  // gather_weights (a GPU's, or cpu-guarded's, would crash it). Writes into weights() do not reach a
+  // bf16 run's working copy: call refresh_working_copy() after them (load_weights does its own).
   model::ParameterBlock& weights();
+  // A bf16 run: the working copy re-made from the weights (nothing in fp32).
+  void refresh_working_copy();
   model::ParameterBlock& gradients();
 
   // ---- a pass of the pipeline: the ZeRO plan's steps around each segment of the schedule ----------
@@ -91,6 +103,15 @@ class ModelStates {
   // sees them; null where the stage keeps them in a slot the unit is not in.
   float* unit_weights(int unit) const;
   float* unit_gradients(int unit) const;
+  // A bf16 run's working copy of a unit as the current call sees it: one bf16 word per float of the
+  // unit's layout; null in fp32, and where the stage keeps no words of it (a unit not in a slot; the
+  // embeddings at stage 3). At stage 3 the fp32 slot holds only the vectors of a unit gathered so.
+  const uint16_t* unit_weights_bf16(int unit) const;
+  // Test hook: this rank's words of `unit`'s own part (own(unit).size() of them) into host memory.
+  void read_working_copy(int unit, uint16_t* words);
+  // Payload bytes this rank sent over ZeRO's group since construction (comm::Communicator::bytes_sent:
+  // the gathers and reduce-scatters); 0 with one rank.
+  uint64_t bytes_sent() const { return group_ ? group_->bytes_sent() : 0; }
 
   // ---- the optimizer step -------------------------------------------------------------------------
   // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate; from stage 2 the
@@ -132,6 +153,13 @@ class ModelStates {
   void reduce(int unit, int slot);
   // ZeRO's collectives of `unit` (all_gather_v, reduce_scatter_sum); with one rank, compute-tier copies.
   void all_gather_unit(int unit, const float* shard, float* into);
+  // A bf16 run: the working copy of `unit` re-made from the weights it holds (whole, or the shard).
+  void make_working_copy(int unit);
+  // Stage 3 bf16: the unit's bf16 words into slot `slot`'s twin, its fp32 vectors into the slot.
+  void gather_words_and_vectors(int unit, int slot);
+  bool bf16() const { return zero_.precision == kernels::Precision::bf16; }
+  bool gathers_words(int unit) const { return bf16() && zero_.stage >= 3 && gathers_bf16_words(unit); }
+  uint16_t* own_words(int unit) const;  // this rank's working copy of its part of `unit`
   void reduce_scatter_unit(int unit, const float* full, float* shard, bool add);
   float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }
   std::vector<size_t> counts_bytes(int unit) const;
@@ -160,6 +188,12 @@ class ModelStates {
   std::vector<Held> held_;
   float* arrays_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // weights .. v, by StateBuf
   std::vector<float*> slots_;
+  uint16_t* words_ = nullptr;                 // the bf16 working copy (whole, or shards at stage 3)
+  std::vector<uint16_t*> slot_words_;         // stage 3 bf16: each slot's bf16 twin
+  float* vector_staging_ = nullptr;           // stage 3 bf16: this rank's vectors | the gathered vectors
+  std::vector<std::vector<ShardRange>> vectors_;    // per unit: its fp32 vectors (unit_vectors)
+  std::vector<std::vector<size_t>> vector_counts_;  // per unit: every partition rank's vector floats
+  int64_t largest_vectors_ = 0;                     // one half of the vector staging, in floats
   std::optional<model::ParameterBlock> whole_weights_, whole_gradients_;
 
   ZeroPlan plan_;

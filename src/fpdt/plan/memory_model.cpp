@@ -231,7 +231,8 @@ void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s
 }
 
 // fpdt, ours: the model states of the pipeline's table (memory_layout.h's model_state_buffers, which
-// pipeline::ModelStates allocates): fp32 weights whatever the precision (a bf16 run keeps no bf16 copy).
+// pipeline::ModelStates allocates): fp32 weights whatever the precision, and in bf16 their bf16 working
+// copy beside them (with, at stage 3, its slots' bf16 twins and the vectors' staging).
 void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanShape& s) {
   model::ModelConfig planned = config.model;
   if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
@@ -241,7 +242,8 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
   shape.W = config.zero_stage >= 1 ? s.W : 1;
   shape.offload_optimizer = config.offload_optimizer;
   shape.recompute_layer = config.recompute == Recompute::layer;
-  shape.weight_bytes = 4;  // fp32 in both precisions: a bf16 run's GEMMs round the weights on the way in
+  shape.weight_bytes = 4;  // fp32 in both precisions: the masters; a bf16 run adds the working copy
+  shape.bf16_working_copy = config.precision == Precision::bf16;
   const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
   for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
     const bool whole = spec.elements == layout.total_numel();
@@ -249,6 +251,9 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
     switch (spec.id) {
       case pipeline::StateBuf::weights: formula = whole ? "4·N" : "4·" + shards; break;
       case pipeline::StateBuf::slot: formula = "largest unit in it: 4 bytes a value (ZeRO plan)"; break;
+      case pipeline::StateBuf::weights_bf16: formula = whole ? "2·N" : "2·" + shards; break;
+      case pipeline::StateBuf::slot_bf16: formula = "largest unit in its slot: 2 bytes a value"; break;
+      case pipeline::StateBuf::vector_staging: formula = "2 · 4 · the largest unit's norm weights and biases"; break;
       default: formula = whole ? "4·N" : "4·" + shards; break;
     }
     out.add("model states: " + spec.name, "model states", spec.tier, Phase::always, d(spec.bytes()), formula);

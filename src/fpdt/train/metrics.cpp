@@ -208,9 +208,13 @@ double measure_linear_gflops(int threads, kernels::Precision precision) {
   kernels::cpu::CpuBackend backend;
   const int previous = omp_get_max_threads();
   omp_set_num_threads(threads);
+  // bf16: B is a weight, read as a bf16 run reads it — its working copy's words, made once (model_states.h).
+  std::vector<uint16_t> b_words(precision == kernels::Precision::bf16 ? b.size() : 0);
+  if (!b_words.empty()) backend.pack_bf16(b_words.data(), b.data(), static_cast<int64_t>(b.size()));
+  const kernels::WeightMatrix w(b.data(), b_words.empty() ? nullptr : b_words.data());
   auto gemm = [&] {
     const double start = process_cpu_seconds();
-    backend.linear_forward(c.data(), a.data(), b.data(), nullptr, kN, kN, kN, false, precision);
+    backend.linear_forward(c.data(), a.data(), w, nullptr, kN, kN, kN, false, precision);
     return 2.0 * kN * kN * kN / (process_cpu_seconds() - start) * threads * 1e-9;
   };
   gemm();

@@ -70,8 +70,8 @@ MachineRates measure_machine_rates(int threads);
 //   amx_peak_gflops: AMX-BF16 tile products (tdpbf16ps: a 16 × 32 bf16 tile times a 32 × 16 one into a
 //     16 × 16 fp32 tile), four independent accumulator tiles per thread; 0 on a CPU without AMX or when
 //     Linux refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
-//   gemm_gflops: the cpu backend's bf16 linear_forward C (1024 × 1024) = A · Bᵀ, its bf16 copies of A and
-//     B included — what the model's bf16 GEMMs can reach.
+//   gemm_gflops: the cpu backend's bf16 linear_forward C (1024 × 1024) = A · Bᵀ, B given as its bf16
+//     words (a weight's working copy) and A's bf16 copy made per call — what the model's bf16 GEMMs reach.
 // peak_gflops() is what bf16 MFU divides by: the faster of the two units the CPU has, or 0 with neither.
 struct Bf16Rates {
   double dot_peak_gflops = 0.0;

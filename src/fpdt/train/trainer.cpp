@@ -151,6 +151,9 @@ const char* state_kind(pipeline::StateBuf buffer) {
     case pipeline::StateBuf::weights: return "params";
     case pipeline::StateBuf::gradients: return "grads";
     case pipeline::StateBuf::slot: return "params + grads (ZeRO slots)";
+    case pipeline::StateBuf::weights_bf16:
+    case pipeline::StateBuf::slot_bf16:
+    case pipeline::StateBuf::vector_staging: return "params (bf16 working copy)";
     default: return "optimizer";
   }
 }
@@ -222,8 +225,9 @@ pipeline::PipelineConfig pipeline_config(const TrainSettings& s) {
 }
 
 pipeline::ZeroConfig zero_config(const TrainSettings& settings) {
+  const pipeline::PipelineConfig pipeline = pipeline_config(settings);
   return pipeline::ZeroConfig{settings.zero, settings.offload_optimizer,
-                              pipeline_config(settings).recompute == pipeline::Recompute::layer};
+                              pipeline.recompute == pipeline::Recompute::layer, false, pipeline.precision};
 }
 
 // ---- set-up ---------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // Fast linear layer (semantics: reference/linear.h; w is (out, in)), fp32 or bf16. Every product is one
 // GEMM of cpu/gemm.h on the OpenMP team; the bias is written (or added) before the forward GEMM, which
-// then accumulates. bf16: x, w and dout are converted once per call to bf16 copies in the thread's
-// scratch (to_bf16, nearest-even: the spec's rounding), and the products run on them with fp32 sums;
-// dbias sums the fp32 dout. dbias sums dout's columns in double, column blocks across threads. The only
+// then accumulates. bf16: the products read w's bf16 words where the WeightMatrix carries them (the run's
+// working copy, made once per update); x, dout, and a w given only as values are converted per call to
+// bf16 copies in the thread's scratch (to_bf16, nearest-even: the spec's rounding), and the products run
+// on them with fp32 sums; dbias sums the fp32 dout. dbias sums dout's columns in double, column blocks across threads. The only
 // heap memory is the GEMM layer's scratch, grown once per thread.
 #include <cblas.h>
 
@@ -44,12 +45,17 @@ const uint16_t* bf16_copy(Slot slot, const float* values, int64_t n) {
   return copy;
 }
 
+// w (O, I) as bf16 words: its working copy's, else a copy made now.
+const uint16_t* bf16_weights(const WeightMatrix& w, int I, int O) {
+  return w.bf16 != nullptr ? w.bf16 : bf16_copy(kW, w.values, static_cast<int64_t>(O) * I);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend() { openblas_set_num_threads(1); }
 
 // Dimensions go to the GEMMs as 32-bit ints: a chunk's token count N stays far below 2^31.
-void CpuBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I, int O,
+void CpuBackend::linear_forward(float* out, const float* x, WeightMatrix w, const float* bias, int64_t N, int I, int O,
                                 bool accumulate, Precision precision) {
   if (N == 0 || O == 0) return;
   if (bias) {
@@ -67,15 +73,15 @@ void CpuBackend::linear_forward(float* out, const float* x, const float* w, cons
   // out (N, O) = x (N, I) · w^T (I, O) (+ out)
   const int rows = static_cast<int>(N), ld = std::max(I, 1);
   if (precision == Precision::bf16) {
-    const uint16_t* x16 = bf16_copy(kX, x, N * I);                            // (N, I)
-    const uint16_t* w16 = bf16_copy(kW, w, static_cast<int64_t>(O) * I);      // (O, I)
+    const uint16_t* x16 = bf16_copy(kX, x, N * I);  // (N, I)
+    const uint16_t* w16 = bf16_weights(w, I, O);    // (O, I)
     gemm_bf16(false, true, rows, O, I, x16, ld, w16, ld, accumulate, out, O);
   } else {
-    gemm_f32(false, true, rows, O, I, x, ld, w, ld, accumulate, out, O);
+    gemm_f32(false, true, rows, O, I, x, ld, w.values, ld, accumulate, out, O);
   }
 }
 
-void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, const float* w,
+void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, WeightMatrix w,
                                  int64_t N, int I, int O, bool accumulate_dx, Precision precision) {
   if (N == 0) return;
   const int tokens = static_cast<int>(N);
@@ -84,10 +90,10 @@ void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float
   if (dx && I > 0) {
     // dx (N, I) = dout (N, O) · w (O, I) (+ dx)
     if (bf16) {
-      const uint16_t* w16 = bf16_copy(kW, w, static_cast<int64_t>(O) * I);  // (O, I)
+      const uint16_t* w16 = bf16_weights(w, I, O);  // (O, I)
       gemm_bf16(false, false, tokens, I, O, dout16, std::max(O, 1), w16, I, accumulate_dx, dx, I);
     } else {
-      gemm_f32(false, false, tokens, I, O, dout, std::max(O, 1), w, I, accumulate_dx, dx, I);
+      gemm_f32(false, false, tokens, I, O, dout, std::max(O, 1), w.values, I, accumulate_dx, dx, I);
     }
   }
   if (O == 0) return;

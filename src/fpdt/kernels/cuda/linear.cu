@@ -186,9 +186,14 @@ std::array<const void*, 3> CudaBackend::gemm_inputs(
 }
 
 // Row-major (N, O) = (N, I)·(O, I)ᵀ is column-major outᵀ (O, N) = w·xᵀ with w read transposed.
-void CudaBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
+// A w whose working copy's bf16 words are given is read as they are (no copy); otherwise gemm_inputs
+// converts it with the other operands.
+void CudaBackend::linear_forward(float* out, const float* x, WeightMatrix w, const float* bias, int64_t N, int I,
                                  int O, bool accumulate, Precision precision) {
-  const std::array<const void*, 3> w_x = gemm_inputs(precision, {{{w, int64_t{O} * I}, {x, N * I}, {nullptr, 0}}});
+  const bool w_words = w.reads_bf16(precision);
+  std::array<const void*, 3> w_x =
+      gemm_inputs(precision, {{{w_words ? nullptr : w.values, int64_t{O} * I}, {x, N * I}, {nullptr, 0}}});
+  if (w_words) w_x[0] = w.bf16;
   lt_gemm(gemm_plans_, lt_, stream_, lt_workspace_, gemm_inputs_of(precision), true, false, O, N, I, w_x[0], I, w_x[1],
           I, out, O, 1.0f, accumulate ? 1.0f : 0.0f);
   if (bias && N * O > 0) {
@@ -200,11 +205,13 @@ void CudaBackend::linear_forward(float* out, const float* x, const float* w, con
 // dx (N, I) = dout·w: column-major dxᵀ (I, N) = w(I, O as stored)·doutᵀ.
 // dw (O, I) += doutᵀ·x: column-major dwᵀ (I, O) = xᵀ (I, N)·dout (N, O).
 void CudaBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                  const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                  WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
                                   Precision precision) {
   const GemmInputs inputs = gemm_inputs_of(precision);
-  const auto [dout_in, x_in, w_in] =
-      gemm_inputs(precision, {{{dout, N * O}, {x, N * I}, {dx ? w : nullptr, int64_t{O} * I}}});
+  const bool w_words = w.reads_bf16(precision);
+  auto [dout_in, x_in, w_in] =
+      gemm_inputs(precision, {{{dout, N * O}, {x, N * I}, {dx && !w_words ? w.values : nullptr, int64_t{O} * I}}});
+  if (dx && w_words) w_in = w.bf16;
   if (dx)
     lt_gemm(gemm_plans_, lt_, stream_, lt_workspace_, inputs, false, false, I, N, O, w_in, I, dout_in, O, dx, I,
             1.0f, accumulate_dx ? 1.0f : 0.0f);

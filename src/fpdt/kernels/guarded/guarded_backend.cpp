@@ -13,6 +13,8 @@ T* readable(T* handle) {
   return guarded_readable(handle);
 }
 
+WeightMatrix readable(WeightMatrix w) { return WeightMatrix(readable(w.values), readable(w.bf16)); }
+
 AttentionChunkParams readable(AttentionChunkParams params) {
   params.q = readable(params.q);
   params.k = readable(params.k);
@@ -54,12 +56,12 @@ void GuardedBackend::layernorm_backward(float* dx, float* dweight, float* dbias,
                           readable(weight), readable(mean), readable(rstd), N, h);
 }
 
-void GuardedBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
+void GuardedBackend::linear_forward(float* out, const float* x, WeightMatrix w, const float* bias, int64_t N, int I,
                                     int O, bool accumulate, Precision precision) {
   cpu_.linear_forward(readable(out), readable(x), readable(w), readable(bias), N, I, O, accumulate, precision);
 }
 void GuardedBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                     const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                     WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
                                      Precision precision) {
   cpu_.linear_backward(readable(dx), readable(dw), readable(dbias), readable(dout), readable(x), readable(w), N, I, O,
                        accumulate_dx, precision);

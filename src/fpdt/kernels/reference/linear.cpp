@@ -101,22 +101,39 @@ void linear_backward_bf16(float* dx, float* dw, float* dbias, const float* dout,
   if (dbias) add_column_sums(dbias, dout, N, O);  // from dout as it came, not rounded
 }
 
-void ReferenceBackend::linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N, int I,
+namespace {
+
+// The fp32 values a product reads of w (O·I values): the bf16 words widened where a bf16 product is given
+// them (exactly the rounded values, which the bf16 forms round again to themselves), else w's values.
+const float* weight_values(const WeightMatrix& w, int64_t n, Precision precision, std::vector<float>& widened) {
+  if (!w.reads_bf16(precision)) return w.values;
+  widened.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) widened[static_cast<size_t>(i)] = fpdt::bf16_to_float(w.bf16[i]);
+  return widened.data();
+}
+
+}  // namespace
+
+void ReferenceBackend::linear_forward(float* out, const float* x, WeightMatrix w, const float* bias, int64_t N, int I,
                                       int O, bool accumulate, Precision precision) {
+  std::vector<float> widened;
+  const float* w_values = weight_values(w, int64_t{O} * I, precision, widened);  // (O, I)
   if (precision == Precision::bf16) {
-    reference::linear_forward_bf16(out, x, w, bias, N, I, O, accumulate);
+    reference::linear_forward_bf16(out, x, w_values, bias, N, I, O, accumulate);
   } else {
-    reference::linear_forward(out, x, w, bias, N, I, O, accumulate);
+    reference::linear_forward(out, x, w_values, bias, N, I, O, accumulate);
   }
 }
 
 void ReferenceBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                       const float* w, int64_t N, int I, int O, bool accumulate_dx,
+                                       WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
                                        Precision precision) {
+  std::vector<float> widened;
+  const float* w_values = weight_values(w, int64_t{O} * I, precision, widened);  // (O, I)
   if (precision == Precision::bf16) {
-    reference::linear_backward_bf16(dx, dw, dbias, dout, x, w, N, I, O, accumulate_dx);
+    reference::linear_backward_bf16(dx, dw, dbias, dout, x, w_values, N, I, O, accumulate_dx);
   } else {
-    reference::linear_backward(dx, dw, dbias, dout, x, w, N, I, O, accumulate_dx);
+    reference::linear_backward(dx, dw, dbias, dout, x, w_values, N, I, O, accumulate_dx);
   }
 }
 
