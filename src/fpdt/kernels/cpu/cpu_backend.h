@@ -29,7 +29,8 @@ namespace fpdt::kernels::cpu {
 class CpuBackend final : public Backend {
  public:
   // Holds OpenBLAS at one thread for the whole process: every GEMM runs on the OpenMP team instead
-  // (cpu/gemm.h), one thread pool for every kernel.
+  // (cpu/gemm.h), one thread pool for every kernel; and sets that team (the calling thread's) to flush
+  // subnormal floats to zero (FTZ, DAZ: linear.cpp), for the rest of the threads' lives.
   CpuBackend();
   std::string name() const override { return "cpu"; }
   DeviceMemory& memory() override { return host_memory(); }

@@ -6,6 +6,7 @@
 // on them with fp32 sums; dbias sums the fp32 dout. dbias sums dout's columns in double, column blocks across threads. The only
 // heap memory is the GEMM layer's scratch, grown once per thread.
 #include <cblas.h>
+#include <pmmintrin.h>
 
 #include <algorithm>
 
@@ -50,9 +51,26 @@ const uint16_t* bf16_weights(const WeightMatrix& w, int I, int O) {
   return w.bf16 != nullptr ? w.bf16 : bf16_copy(kW, w.values, static_cast<int64_t>(O) * I);
 }
 
+// Subnormal floats (magnitude below 2^-126) read and written as zero — MXCSR's DAZ and FTZ — on this
+// thread and every thread of its OpenMP team; a thread the team adds later is made by this one and
+// inherits the mode. Without it a trained model's steps slow several-fold: as attention sharpens, the
+// probabilities of far keys (and the products they enter: P·V, dS) fall into the subnormal range, where
+// each operation takes a microcode assist of ~100 cycles (bench/RESULTS.md, "bf16 beside fp32 over 200
+// steps"). The reference values the kernels are held to differ by less than 2^-126 per value.
+void flush_subnormals_to_zero() {
+#pragma omp parallel
+  {
+    _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+    _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+  }
+}
+
 }  // namespace
 
-CpuBackend::CpuBackend() { openblas_set_num_threads(1); }
+CpuBackend::CpuBackend() {
+  openblas_set_num_threads(1);
+  flush_subnormals_to_zero();
+}
 
 // Dimensions go to the GEMMs as 32-bit ints: a chunk's token count N stays far below 2^31.
 void CpuBackend::linear_forward(float* out, const float* x, WeightMatrix w, const float* bias, int64_t N, int I, int O,
