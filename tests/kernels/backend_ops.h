@@ -988,6 +988,18 @@ inline void check_adamw(OpCheck& t) {
 // The bf16 value nearest x by the rule itself, in float64 (x not NaN): one of the two bf16 values around x
 // (x with its low 16 bits cleared, and the next one away from zero), the nearer, the one with an even last
 // bit on a tie; ±inf stay, a float past bf16's largest rounds to inf.
+// A float's value in float64 from its bits — exact, and unlike double{x} not read as zero for a subnormal x
+// when the thread flushes subnormals (DAZ: the cpu backend sets it on its team, the caller's thread included).
+inline double exact_double(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const int exponent = static_cast<int>((bits >> 23) & 0xffu);
+  const uint32_t mantissa = bits & 0x7fffffu;
+  const double magnitude = exponent == 0 ? std::ldexp(static_cast<double>(mantissa), -149)
+                                         : std::ldexp(static_cast<double>(mantissa | 0x800000u), exponent - 150);
+  return bits >> 31 ? -magnitude : magnitude;
+}
+
 inline float nearest_bf16_by_rule(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, 4);
@@ -997,8 +1009,8 @@ inline float nearest_bf16_by_rule(float x) {
   const uint32_t high_bits = low_bits + 0x10000u;  // next bf16 away from zero (may be inf)
   std::memcpy(&high, &high_bits, 4);
   // Past the largest bf16 the next value is inf, weighed as the 2^128 it stands for (IEEE's overflow rule).
-  const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : double{high};
-  const double to_low = std::fabs(double{x} - double{low}), to_high = std::fabs(double{x} - high_value);
+  const double high_value = std::isinf(high) && !std::isinf(x) ? std::copysign(0x1p128, double{x}) : exact_double(high);
+  const double to_low = std::fabs(exact_double(x) - exact_double(low)), to_high = std::fabs(exact_double(x) - high_value);
   const bool low_even = ((low_bits >> 16) & 1u) == 0;
   return std::isinf(x) || to_low < to_high || (to_low == to_high && low_even) ? low : high;
 }
