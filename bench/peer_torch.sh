@@ -167,7 +167,9 @@ for shape in dict.fromkeys(r["shape"] for r in timed):
                  "torch_bf16_peak_rss_bytes": med(shape, "torch-bf16", "peak_rss_bytes"),
                  "load_min": min(loads), "load_max": max(loads), "date": today, "medians_of": runs,
                  "runs": [r for r in timed if r["shape"] == shape and r["tool"] in peers + (tool,)]}
-        summary["shapes"][shape if tool == "fpdt" else f"{shape} ({tool})"] = entry
+        # The plain shape's row is fpdt fp32 beside torch fp32; a run that left torch fp32 out (TOOLS) keeps
+        # its fpdt row apart, so it does not replace an earlier full comparison.
+        summary["shapes"][shape if tool == "fpdt" and t else f"{shape} ({tool})"] = entry
 print(f"| shape | torch step s | torch bf16 step s | fpdt step s | torch / fpdt | torch bf16 / fpdt | torch tok/s | "
       f"fpdt tok/s | CPU s torch / fpdt | CPU s torch bf16 | torch RSS MiB | fpdt RSS MiB | RSS fpdt / torch | load | "
       f"runs | date |")
