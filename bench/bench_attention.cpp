@@ -13,7 +13,9 @@
 // oneDNN, at their 8192 × 1536 × 512 forward shape, bf16 operands) and the backend's bf16 linear_forward
 // with its copies (train/metrics.h's measure_bf16_gemm_gflops): the bf16_* fields. The bf16 paths are
 // timed by the wall and by the process's CPU time (*_cpu_gflops: flops per CPU second × threads, as the
-// GEMM rates are); bf16_fwd_ratio, bf16_bwd_ratio: the AMX path's CPU rates over the bf16 GEMM's.
+// GEMM rates are); bf16_default_path: the path the backend takes by default on this CPU (AMX tiles where
+// it has them, else the dot products where they are double-rate, else the fp32 products: flash_attention.h);
+// bf16_fwd_ratio, bf16_bwd_ratio: that path's CPU rates over the bf16 GEMM's.
 // The LAST line printed is one JSON object.
 //   build/bench/bench_attention --seq 16384 --heads 8 --head-dim 64 --threads 2 [--window 4096] [--bf16]
 #include <omp.h>
@@ -192,6 +194,10 @@ int main(int argc, char** argv) {
     };
     const bool amx = fpdt::kernels::cpu::amx_tiles_available();
     const bool dots = fpdt::kernels::cpu::bf16_dot_products_available();
+    const bool dots_by_default = CpuBackend::set_bf16_dot_products(true);
+    CpuBackend::set_bf16_dot_products(dots_by_default);
+    const int default_path = amx ? 0 : dots && dots_by_default ? 1 : 2;
+    static constexpr const char* kBf16PathNames[] = {"amx_tiles", "dot_products", "fp32_products"};
     // The bf16 paths (AMX tiles, dot products, fp32 products): the best times of each.
     constexpr int kBf16Paths = 3;
     PassTimes bf16_best[kBf16Paths];
@@ -246,22 +252,26 @@ int main(int argc, char** argv) {
     if (o.bf16) {
       char text[1536];
       auto rate = [&](double flops, double seconds) { return flops / seconds / 1e9; };
-      const double amx_fwd_cpu = rate(fwd_flops, bf16_best[0].fwd_cpu / o.threads);
-      const double amx_bwd_cpu = rate(bwd_flops, bf16_best[0].bwd_cpu / o.threads);
+      double fwd_cpu[kBf16Paths], bwd_cpu[kBf16Paths];
+      for (int path = 0; path < kBf16Paths; ++path) {
+        fwd_cpu[path] = rate(fwd_flops, bf16_best[path].fwd_cpu / o.threads);
+        bwd_cpu[path] = rate(bwd_flops, bf16_best[path].bwd_cpu / o.threads);
+      }
       std::snprintf(text, sizeof text,
                     ", \"amx_tiles\": %s, \"bf16_amx_fwd_gflops\": %.2f, \"bf16_amx_bwd_gflops\": %.2f, "
                     "\"bf16_amx_fwd_cpu_gflops\": %.2f, \"bf16_amx_bwd_cpu_gflops\": %.2f, "
                     "\"bf16_dot_products\": %s, \"bf16_dots_fwd_gflops\": %.2f, \"bf16_dots_bwd_gflops\": %.2f, "
+                    "\"bf16_dots_fwd_cpu_gflops\": %.2f, \"bf16_dots_bwd_cpu_gflops\": %.2f, "
                     "\"bf16_fp32_products_fwd_gflops\": %.2f, \"bf16_fp32_products_bwd_gflops\": %.2f, "
                     "\"bf16_fp32_products_fwd_cpu_gflops\": %.2f, \"bf16_fp32_products_bwd_cpu_gflops\": %.2f, "
                     "\"bf16_gemm_gflops\": %.2f, \"bf16_gemm_shape\": \"%dx%dx%d\", \"bf16_linear_gflops\": %.2f, "
-                    "\"bf16_fwd_ratio\": %.3f, \"bf16_bwd_ratio\": %.3f",
+                    "\"bf16_default_path\": \"%s\", \"bf16_fwd_ratio\": %.3f, \"bf16_bwd_ratio\": %.3f",
                     amx ? "true" : "false", rate(fwd_flops, bf16_best[0].fwd), rate(bwd_flops, bf16_best[0].bwd),
-                    amx_fwd_cpu, amx_bwd_cpu, dots ? "true" : "false", rate(fwd_flops, bf16_best[1].fwd),
-                    rate(bwd_flops, bf16_best[1].bwd), rate(fwd_flops, bf16_best[2].fwd),
-                    rate(bwd_flops, bf16_best[2].bwd), rate(fwd_flops, bf16_best[2].fwd_cpu / o.threads),
-                    rate(bwd_flops, bf16_best[2].bwd_cpu / o.threads), bf16_gemm_gflops, kGemmM, kGemmN, kGemmK,
-                    bf16_linear_gflops, amx_fwd_cpu / bf16_gemm_gflops, amx_bwd_cpu / bf16_gemm_gflops);
+                    fwd_cpu[0], bwd_cpu[0], dots ? "true" : "false", rate(fwd_flops, bf16_best[1].fwd),
+                    rate(bwd_flops, bf16_best[1].bwd), fwd_cpu[1], bwd_cpu[1], rate(fwd_flops, bf16_best[2].fwd),
+                    rate(bwd_flops, bf16_best[2].bwd), fwd_cpu[2], bwd_cpu[2], bf16_gemm_gflops, kGemmM, kGemmN,
+                    kGemmK, bf16_linear_gflops, kBf16PathNames[default_path],
+                    fwd_cpu[default_path] / bf16_gemm_gflops, bwd_cpu[default_path] / bf16_gemm_gflops);
       bf16_fields = text;
     }
     std::printf(

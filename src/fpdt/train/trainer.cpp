@@ -21,6 +21,7 @@
 #include "fpdt/data/shard_tokenizer.h"
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -113,6 +114,8 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
                                                     : std::string("none: no bf16 units (fp32 FMAs compute it)"));
     if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
   }
+  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu")
+    row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
   if (s.precision == pipeline::Precision::bf16 && !s.dry_run)
     row("MFU divides by", number(mfu_peak_gflops) + " GFLOP/s a rank (fp32's beside it)");
   row("BLAS kernels", kernels::cpu::describe_blas_core());

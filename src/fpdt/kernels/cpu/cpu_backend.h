@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "fpdt/kernels/backend.h"
 
@@ -49,12 +50,15 @@ class CpuBackend final : public Backend {
   // cap. Results do not depend on it (tests lower it to run many batches).
   static int64_t set_pack_budget_floats(int64_t floats);
   // Lets bf16 attention use AVX512-BF16's dot products where the CPU has them and AMX tiles are not in use,
-  // or not (the default: the fp32 products on the same rounded operands, measured faster here;
-  // flash_attention.h says why); returns the previous setting.
+  // or not (then the fp32 products on the same rounded operands); by default on where they run at twice the
+  // FMAs' rate (AMD's), off where at the same (Intel's: flash_attention.h says why); returns the previous setting.
   static bool set_bf16_dot_products(bool allowed);
   // Lets bf16 attention use AMX-BF16 tiles where the CPU has them and Linux grants the tile state, or not
   // (then the dot products or the fp32 products, as set above); on by default; returns the previous setting.
   static bool set_amx_tiles(bool allowed);
+  // Which arithmetic bf16 attention runs on here, as the settings above and this CPU leave it, in words for the
+  // config table ("AMX-BF16 tiles", "AVX512-BF16 dot products", or the fp32 products and why).
+  static std::string bf16_attention_arithmetic();
 };
 
 }  // namespace fpdt::kernels::cpu

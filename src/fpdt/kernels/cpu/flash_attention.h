@@ -36,7 +36,7 @@
 // writing P̃, P, dS as pairs), or on AVX512-BF16's dot products (panel_gemm_bf16.h; the same pairs in
 // the fp32 path's layouts), or, on a CPU or build without either, on the fp32 panel products over the
 // same rounded values: the same sums within fp32 reordering. The choice: use_amx_tiles (on by default),
-// then use_bf16_dot_products (off by default: see bf16_dot_products_allowed), by the CPU's flags at run
+// then use_bf16_dot_products (on where they are double-rate: see bf16_dot_products_allowed), by the CPU's flags at run
 // time. An AMX product computes whole 16-row tiles and 32-value K steps: the rows before a span's
 // begin (down to a multiple of 16) and past its end are computed and not read; its operands' padding
 // is zeros (B) or finite values (A).
@@ -75,11 +75,12 @@ constexpr int kFwdPanels = kFwdQueries / kPanel, kBwdPanels = kBwdKeys / kPanel;
 // Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
 inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 // Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products).
-// Off by default, by measurement: on the Sapphire-Rapids-class Xeon this was built on, vdpbf16ps issues at
-// half FMA's rate — the same FLOP rate (421 vs 420 GFLOP/s, one thread, bench/RESULTS.md) — so the pairs
-// only add their packing, and the attention ran at 0.7× the fp32 products on the same rounded operands.
-// A CPU whose bf16 dot products are double-rate turns them on; tests run both paths.
-inline std::atomic<bool> bf16_dot_products_allowed{false};
+// By default only where they run at twice the FMAs' FLOP rate (bf16_dot_products_double_rate: AMD's Zen 4
+// and 5, where they take attention from 0.7× to 1.3–2× the fp32 products on the same rounded operands,
+// bench/RESULTS.md Attention v9). On the Sapphire-Rapids-class Xeon this was built on, vdpbf16ps issues at
+// half FMA's rate — the same FLOP rate (421 vs 420 GFLOP/s, one thread) — so the pairs only add their
+// packing, and the attention ran at 0.7× the fp32 products. Tests run every path.
+inline std::atomic<bool> bf16_dot_products_allowed{bf16_dot_products_double_rate()};
 // Whether bf16 attention may use AMX-BF16 tiles where the CPU has them (CpuBackend::set_amx_tiles): on by
 // default, and first choice (bench/RESULTS.md, Attention v8); the dot products or the fp32 products next.
 inline std::atomic<bool> amx_tiles_allowed{true};

@@ -29,6 +29,23 @@ inline bool bf16_dot_products_available() {
 #endif
 }
 
+// Whether this CPU's bf16 dot products run at twice its fp32 FMAs' FLOP rate, so that bf16 attention gains by
+// them: AMD's (Zen 4 and 5 issue vdpbf16ps zmm at vfmadd zmm's rate — measured 464 against 232 GFLOP/s on two
+// Zen 4 threads, bench/RESULTS.md), not Intel's (Cooper Lake to Emerald Rapids issue it at half that rate: the
+// same FLOP rate as the FMAs, measured 421 against 420 on a Sapphire-Rapids-class thread). A rule of the
+// vendor, not a timing, so that two runs on one machine pick the same path (and the same bits).
+inline bool bf16_dot_products_double_rate() {
+#if FPDT_BF16_DOT_PRODUCTS
+  static const bool double_rate = [] {
+    __builtin_cpu_init();  // may run from a static initialiser, before the runtime's own
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+  }();
+  return double_rate;
+#else
+  return false;
+#endif
+}
+
 // The word of a bf16 pair from two floats that hold bf16 values (round_to_bf16): their upper halves are
 // the bf16 bits, the even one goes low.
 inline uint32_t bf16_pair_word(const float* even, const float* odd) {
