@@ -117,13 +117,14 @@ inline Reordering transformer_loss_reordering(const model::ModelConfig& config, 
 // activations model/layer.h lists — the attention norm, q/k/v, o, x_mid, the MLP norm, gate/up, act,
 // x_out — and attention's P (rounded before P·V): 9; in each layer's backward the roundings the kernels add
 // to their products' inputs — dout of the MLP's down and up, of the output projection and of the QKV
-// projection, attention's dO and dS: 6. The head: the final norm, and (backward) the head's dout.
+// projection, attention's dO and dS — and the residual stream's gradient the model rounds (dL/dx_mid and
+// dL/dx, layer.h): 8. The head: the final norm, and (backward) the head's dout and its dL/dx.
 inline constexpr double kBf16RoundingsPerLayer = 9;
-inline constexpr double kBf16RoundingsPerLayerBackward = 6;
+inline constexpr double kBf16RoundingsPerLayerBackward = 8;
 
 inline double bf16_roundings(const model::ModelConfig& config, bool gradients) {
   const double forward = kBf16RoundingsPerLayer * config.layers + 1;
-  return gradients ? forward + kBf16RoundingsPerLayerBackward * config.layers + 1 : forward;
+  return gradients ? forward + kBf16RoundingsPerLayerBackward * config.layers + 2 : forward;
 }
 
 // The bound on relative_error between a bf16 run and another bf16 run that sums in another order (both_bf16:

@@ -437,7 +437,7 @@ TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
     };
     // The closed form per token, a bytes per activation element: layer inputs (L + 1)·a·h; per layer
     // (recompute none) a·(h + 3q + 2kv) + 4·Hq, and 3a·f of MLP activations when resident; the layer in
-    // backward's d_res and Δ in fp32 and dO in a, 4·(h + Hq) + a·q, dQ (fp32) in the slots of its o and
+    // backward's d_res and dO in a and Δ in fp32, a·(h + q) + 4·Hq, dQ (fp32) in the slots of its o and
     // o_local (P = 1: kv_heads = kv).
     const double h = demo.hidden, q = demo.q_dim(), kv = demo.kv_dim(), Hq = demo.heads, f = demo.ffn_hidden,
                  L = demo.layers;
@@ -445,7 +445,7 @@ TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
       switch (group) {
         case StoreGroup::inputs: return (L + 1) * a * h;
         case StoreGroup::activations: return L * (a * (h + 3 * q + 2 * kv) + 4 * Hq + (resident ? 3 * a * f : 0.0));
-        case StoreGroup::gradients: return 4 * (h + Hq) + a * q;
+        case StoreGroup::gradients: return a * (h + q) + 4 * Hq;
       }
       return 0.0;
     };

@@ -138,6 +138,7 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
                            saved.norm, qkv.rows_from(qd + kvd, h), n, h, kvd, true, precision_);
   norm_backward(dx, g.attn_norm_weight, g.attn_norm_bias, scratch.d_norm, x, w.attn_norm_weight, saved.mean,
                 saved.rstd, n);
+  round_kept(dx, n * h);
 }
 
 // ---- attention output projection ----------------------------------------------------------------
@@ -198,6 +199,7 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
   }
   norm_backward(d_res, g.mlp_norm_weight, g.mlp_norm_bias, scratch.d_norm, x_mid, w.mlp_norm_weight, saved.mean,
                 saved.rstd, n);
+  round_kept(d_res, n * h);
 }
 
 // ---- final norm, LM head, loss -------------------------------------------------------------------
@@ -233,9 +235,11 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
                              {w.head, w.head_bf16}, count,
                              h, V, false, precision_);
   }
-  if (dx != nullptr)
+  if (dx != nullptr) {
     norm_backward(dx, g->final_norm_weight, g->final_norm_bias, d_norm, x, w.final_norm_weight, saved.mean,
                   saved.rstd, n);
+    round_kept(dx, n * h);
+  }
   return stats;
 }
 

@@ -117,10 +117,15 @@ struct TokenResults {
 //   the caller (round_kept)    the attention output o, once all its kv blocks are merged
 //   attention_output_forward   x_mid
 //   mlp_forward                gate, up (Llama), act, and x_out: the next layer's input
+// and in backward the gradient along the residual stream, where each sublayer's backward leaves it (as the
+// forward rounds x, x_mid, x_out: what a bf16 model's residual gradient is, and what the store keeps):
+//   head_forward (backward)    dL/dx of the last layer's output
+//   mlp_backward               dL/dx_mid
+//   attention_input_backward   dL/dx of the layer's input
 // The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
-// every gradient, the weights (the GEMMs round them on the way in, or read the run's bf16 working copy of
+// every other gradient (the weights', q/k/v's, dQ's sums), the weights (the GEMMs round them on the way in, or read the run's bf16 working copy of
 // the matrices: LayerTensors' *_bf16, the same values).
 class LayerMath {
  public:

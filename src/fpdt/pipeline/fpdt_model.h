@@ -38,8 +38,8 @@ struct PipelineConfig {
   Recompute recompute = Recompute::none;
   // The maths' precision (model/layer.h): in bf16 the GEMMs and attention round their inputs, the kept
   // activations are bf16 values, and the store holds them as bf16 (memory_layout.h), and dO too (bf16
-  // words of the fp32 gradient: every product it enters rounds it the same way); LSE, Δ and the gradients
-  // that are summed into (d_res, dQ) stay fp32.
+  // words of the fp32 gradient: every product it enters rounds it the same way) and d_res (rounded by the
+  // model, layer.h); LSE, Δ and dQ (summed into block by block) stay fp32.
   kernels::Precision precision = kernels::Precision::fp32;
   // Forward passes only (evaluation): the store keeps what a forward needs (memory_layout.h: two
   // layers' inputs, one layer's k and v) and the arena has no backward buffers; forward_backward is

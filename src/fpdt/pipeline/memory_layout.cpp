@@ -147,6 +147,7 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::d_o_head_bf16, "d_o_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
       {Buf::do_stage0_bf16, "do_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
       {Buf::do_stage1_bf16, "do_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::d_res_bf16, "d_res_bf16", "(B·c, h)", E::activation, packed * back * (n * s.h)},
   };
   // The double buffer's two stages, shaped as what they stage (double_buffer.h); then the table in Buf order.
   for (const BufferSpec& row : stage_buffers(table, s)) table.push_back(row);
@@ -183,6 +184,7 @@ Buf packed_twin(Buf buffer) {
     case Buf::d_o_head: return Buf::d_o_head_bf16;
     case Buf::do_stage0: return Buf::do_stage0_bf16;
     case Buf::do_stage1: return Buf::do_stage1_bf16;
+    case Buf::d_res: return Buf::d_res_bf16;
     default: return Buf::none;
   }
 }
@@ -207,7 +209,7 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
       {Array::gate, "gate", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
-      {Array::d_res, "d_res", "(B·c, h)", grads, E::fp32, grad_kept, n * s.h},
+      {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, grad_kept, n * s.h},
       {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
       {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
       // In the slots of o and o_local of its layer (ArraySpec::in_slots_of): as many layers as they keep.

@@ -55,7 +55,8 @@ struct LayoutShape {
 // What one element of a buffer is: a stored activation (activation_bytes: bf16 in a bf16 run, where the
 // store holds the values the model rounded, layer.h — and dO, which the spec rounds before every product
 // it enters, attention_chunk.h), or always fp32 (every compute-tier buffer — bf16 values sit in fp32 lanes
-// there — and in the store the LSE, Δ and the gradients that are summed into: d_res, dQ), or an index.
+// there — and in the store the LSE, Δ and dQ, summed into block by block), or an index. d_res, the residual
+// stream's gradient, is an activation: the model rounds it where each sublayer's backward leaves it (layer.h).
 enum class Element : uint8_t { activation, fp32, int32, int64 };
 int64_t element_bytes(Element element, const LayoutShape& shape);
 
@@ -78,7 +79,7 @@ enum class Buf : uint8_t {
   // bf16 staging twins (a bf16 store only)
   x_bf16, x_out_bf16, x_mid_bf16, q_head_bf16, k_head_bf16, v_head_bf16, k_stage0_bf16, k_stage1_bf16,
   v_stage0_bf16, v_stage1_bf16, o_head_bf16, o_local_bf16, gate_bf16, up_bf16, act_bf16, q_stage0_bf16,
-  q_stage1_bf16, d_o_head_bf16, do_stage0_bf16, do_stage1_bf16,
+  q_stage1_bf16, d_o_head_bf16, do_stage0_bf16, do_stage1_bf16, d_res_bf16,
   count,
   none = 255
 };
@@ -103,8 +104,9 @@ Buf packed_twin(Buf buffer);
 enum class Array : uint8_t { x, x_mid, q, k, v, o, o_local, lse, gate, up, act, d_res, d_o, delta, d_q, count };
 constexpr int kArrayCount = static_cast<int>(Array::count);
 // What an array keeps: layer inputs (L + 1: the last is the final hidden state), a stored layer's
-// activations, or the gradients of the layer in backward (d_res and dQ are summed into, so fp32; Δ is a
-// softmax statistic, fp32; dO enters only products, which round it, so it is stored as an activation).
+// activations, or the gradients of the layer in backward (dQ is summed into, so fp32; Δ is a softmax
+// statistic, fp32; dO enters only products, which round it, and d_res is rounded by the model where each
+// sublayer's backward leaves it, layer.h: both stored as activations).
 // A layout for forward passes only keeps what a forward needs: the input of the running layer and of
 // the next (2 layers, the slots of layer l at l mod 2), the running layer's k and v (for its later
 // chunks), nothing else; its arena has no backward buffers.
@@ -130,7 +132,7 @@ struct ArraySpec {
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);
 const char* array_name(Array array);
 // Whether the array's elements are activation-sized (Element::activation: bf16 words in a bf16 run) —
-// the activations and dO — not fp32 statistics or the gradients that are summed into.
+// the activations, dO and d_res — not fp32 statistics or dQ, which is summed into.
 bool stored_as_activation(Array array);
 
 // The bytes of one stored activation element (LayoutShape::activation_bytes) in a run of `precision`.
