@@ -340,11 +340,11 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
             one_layer ? "(a·(h + 3q + 2kv_heads) + 4·Hq)·T" : "L·(a·(h + 3q + 2kv_heads) + 4·Hq)·T");
   }
   out.add("d_res, dO, delta (dq: in o's slots)", "offload chunks", chunk_tier, Phase::always,
-          store(pipeline::StoreGroup::gradients), "(4·(h + Hq) + a·q)·T");
+          store(pipeline::StoreGroup::gradients), "(a·(h + q) + 4·Hq)·T");
   out.add("chunk buffers (one arena)", "chunk buffers", Tier::compute, Phase::always,
           d(static_cast<int64_t>(pipeline::chunk_arena_bytes(layout))),
           "per row of B·c: 4·(7h + 14q + 4kv + 8kv_heads + 6f + 6Hq + 4 + 2P) + 24; + 4·c·max(q, kv_heads) + "
-          "4·V·n; a < 4 (bf16 store): + a·(3h + 8q + 6kv_heads (+ 3f kept)) per row, the bf16 twins");
+          "4·V·n; a < 4 (bf16 store): + a·(4h + 8q + 6kv_heads (+ 3f kept)) per row, the bf16 twins");
   return out.take();
 }
 
