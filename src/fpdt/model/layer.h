@@ -125,8 +125,8 @@ struct TokenResults {
 // The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
-// every other gradient (the weights', q/k/v's, dQ's sums), the weights (the GEMMs round them on the way in, or read the run's bf16 working copy of
-// the matrices: LayerTensors' *_bf16, the same values).
+// every other gradient (the weights', q/k/v's, dQ's sums), the weights (the GEMMs round them on the way
+// in, or read the run's bf16 working copy of the matrices: LayerTensors' *_bf16, the same values).
 class LayerMath {
  public:
   LayerMath(const ModelConfig& config, kernels::Backend& backend,

@@ -36,10 +36,10 @@
 // writing P̃, P, dS as pairs), or on AVX512-BF16's dot products (panel_gemm_bf16.h; the same pairs in
 // the fp32 path's layouts), or, on a CPU or build without either, on the fp32 panel products over the
 // same rounded values: the same sums within fp32 reordering. The choice: use_amx_tiles (on by default),
-// then use_bf16_dot_products (on where they are double-rate: see bf16_dot_products_allowed), by the CPU's flags at run
-// time. An AMX product computes whole 16-row tiles and 32-value K steps: the rows before a span's
-// begin (down to a multiple of 16) and past its end are computed and not read; its operands' padding
-// is zeros (B) or finite values (A).
+// then use_bf16_dot_products (on where they are double-rate: see bf16_dot_products_allowed), by the
+// CPU's flags at run time. An AMX product computes whole 16-row tiles and 32-value K steps: the rows
+// before a span's begin (down to a multiple of 16) and past its end are computed and not read; its
+// operands' padding is zeros (B) or finite values (A).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
 // a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
 // set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
@@ -76,7 +76,7 @@ constexpr int kFwdPanels = kFwdQueries / kPanel, kBwdPanels = kBwdKeys / kPanel;
 inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 // Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products).
 // By default only where they run at twice the FMAs' FLOP rate (bf16_dot_products_double_rate: AMD's Zen 4
-// and 5, where they take attention from 0.7× to 1.3–2× the fp32 products on the same rounded operands,
+// and 5, where they run attention at 1.55–1.69× the fp32 products on the same rounded operands,
 // bench/RESULTS.md Attention v9). On the Sapphire-Rapids-class Xeon this was built on, vdpbf16ps issues at
 // half FMA's rate — the same FLOP rate (421 vs 420 GFLOP/s, one thread) — so the pairs only add their
 // packing, and the attention ran at 0.7× the fp32 products. Tests run every path.
