@@ -194,11 +194,10 @@ int main(int argc, char** argv) {
     };
     const bool amx = fpdt::kernels::cpu::amx_tiles_available();
     const bool dots = fpdt::kernels::cpu::bf16_dot_products_available();
-    const bool dots_by_default = CpuBackend::set_bf16_dot_products(true);
-    CpuBackend::set_bf16_dot_products(dots_by_default);
-    const int default_path = amx ? 0 : dots && dots_by_default ? 1 : 2;
+    // The bf16 paths (AMX tiles, dot products, fp32 products): the best times of each, in the order of
+    // CpuBackend::Bf16Attention, and which one the backend takes by default.
     static constexpr const char* kBf16PathNames[] = {"amx_tiles", "dot_products", "fp32_products"};
-    // The bf16 paths (AMX tiles, dot products, fp32 products): the best times of each.
+    const int default_path = static_cast<int>(CpuBackend::bf16_attention());
     constexpr int kBf16Paths = 3;
     PassTimes bf16_best[kBf16Paths];
     double bf16_gemm_gflops = 0.0, bf16_linear_gflops = 0.0, sgemm_gflops = 0.0, fwd_best = 1e30, bwd_best = 1e30;

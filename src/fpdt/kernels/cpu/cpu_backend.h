@@ -56,8 +56,11 @@ class CpuBackend final : public Backend {
   // Lets bf16 attention use AMX-BF16 tiles where the CPU has them and Linux grants the tile state, or not
   // (then the dot products or the fp32 products, as set above); on by default; returns the previous setting.
   static bool set_amx_tiles(bool allowed);
-  // Which arithmetic bf16 attention runs on here, as the settings above and this CPU leave it, in words for the
-  // config table ("AMX-BF16 tiles", "AVX512-BF16 dot products", or the fp32 products and why).
+  // Which arithmetic bf16 attention runs on here, as the settings above and this CPU leave it...
+  enum class Bf16Attention { amx_tiles, dot_products, fp32_products };
+  static Bf16Attention bf16_attention();
+  // ...and in words for the config table ("AMX-BF16 tiles", "AVX512-BF16 dot products", or the fp32
+  // products and why).
   static std::string bf16_attention_arithmetic();
 };
 

@@ -53,11 +53,20 @@ bool CpuBackend::set_bf16_dot_products(bool allowed) { return flash::bf16_dot_pr
 
 bool CpuBackend::set_amx_tiles(bool allowed) { return flash::amx_tiles_allowed.exchange(allowed); }
 
-std::string CpuBackend::bf16_attention_arithmetic() {
+CpuBackend::Bf16Attention CpuBackend::bf16_attention() {
   AttentionChunkParams bf16;
   bf16.precision = Precision::bf16;
-  if (flash::use_amx_tiles(bf16)) return "AMX-BF16 tiles";
-  if (flash::use_bf16_dot_products(bf16)) return "AVX512-BF16 dot products";
+  if (flash::use_amx_tiles(bf16)) return Bf16Attention::amx_tiles;
+  if (flash::use_bf16_dot_products(bf16)) return Bf16Attention::dot_products;
+  return Bf16Attention::fp32_products;
+}
+
+std::string CpuBackend::bf16_attention_arithmetic() {
+  switch (bf16_attention()) {
+    case Bf16Attention::amx_tiles: return "AMX-BF16 tiles";
+    case Bf16Attention::dot_products: return "AVX512-BF16 dot products";
+    case Bf16Attention::fp32_products: break;
+  }
   if (!bf16_dot_products_available()) return "fp32 products on bf16 operands (no bf16 units: bf16 storage only)";
   return "fp32 products on bf16 operands (this CPU's bf16 dot products are not faster)";
 }

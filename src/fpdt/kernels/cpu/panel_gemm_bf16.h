@@ -38,7 +38,7 @@ inline bool bf16_dot_products_double_rate() {
 #if FPDT_BF16_DOT_PRODUCTS
   static const bool double_rate = [] {
     __builtin_cpu_init();  // may run from a static initialiser, before the runtime's own
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+    return bf16_dot_products_available() && __builtin_cpu_is("amd");
   }();
   return double_rate;
 #else
