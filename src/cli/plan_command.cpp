@@ -1,6 +1,8 @@
 // `fpdt plan` (see plan_command.h): options → plan::PlanConfig and plan::Hardware, then the report.
 #include "plan_command.h"
 
+#include <omp.h>
+
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -9,6 +11,7 @@
 #include "fpdt/plan/plan.h"
 #include "fpdt/plan/report.h"
 #include "fpdt/pipeline/run_options.h"
+#include "fpdt/train/metrics.h"
 
 namespace fpdt::cli {
 
@@ -58,7 +61,8 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::zero(set, o.zero);
   run::offload_optimizer(set, o.offload_optimizer);
   run::precision(set, o.precision, "the hardware's: bf16 on GPUs, fp32 on cpu");
-  set.add("hardware", "PRESET", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine)", o.hardware);
+  set.add("hardware", "PRESET", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine: its peak measured)",
+          o.hardware);
   run::compute_mem(set, o.compute_mem);
   const auto bytes = [&](const char* name, const char* help, std::optional<int64_t>& field) -> Option& {
     return set.add(name, "BYTES", help, field).unit(Unit::bytes).unset_means("preset");
@@ -78,8 +82,34 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   set.add("json", "", "print one JSON object instead of the table", o.json);
 }
 
+// The cpu preset is the machine `fpdt plan` runs on, so its peak in the planned precision and the share
+// of it a GEMM sustains (the compute efficiency) are measured here on every core, as `fpdt train` measures
+// them for its MFU (train/metrics.h): fp32 the FMA peak and OpenBLAS's sgemm; bf16 the faster bf16 unit
+// (AMX tiles or AVX512-BF16 dot products; the FMAs on a CPU with neither) and the backend's bf16 GEMM.
+void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
+  const int threads = omp_get_num_procs();
+  double peak = 0, sustained = 0;
+  std::string unit = "fp32 FMA";
+  if (precision == plan::Precision::bf16) {
+    const train::Bf16Rates bf16 = train::measure_bf16_rates(threads);
+    peak = bf16.peak_gflops();
+    if (peak > 0) unit = bf16.peak_unit();
+    sustained = bf16.gemm_gflops;
+  }
+  if (peak <= 0) {
+    const train::MachineRates fp32 = train::measure_machine_rates(threads);
+    peak = fp32.fma_peak_gflops;
+    if (precision == plan::Precision::fp32) sustained = fp32.sgemm_gflops;
+  }
+  (precision == plan::Precision::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = peak * 1e9;
+  hw.compute_efficiency = sustained / peak;
+  hw.rates_measured = unit + " peak and a 1024^3 " + pipeline::word(precision) + " GEMM's share of it, measured on " +
+                      std::to_string(threads) + (threads == 1 ? " core" : " cores");
+}
+
 plan::Hardware hardware_from(const PlanOptions& o, plan::Precision precision) {
   plan::Hardware hw = plan::hardware_preset(o.hardware);
+  if (hw.name == "cpu" && !o.peak_tflops) measure_this_machine(hw, precision);
   const auto bytes = [](const std::optional<int64_t>& given, double& field) {
     if (given) field = static_cast<double>(*given);
   };

@@ -48,6 +48,40 @@ TEST(PlanCli, TableAndOverrides) {
   EXPECT_EQ(run_fpdt("plan --help").exit_status, 0);
 }
 
+TEST(PlanCli, CpuPresetMeasuresThisMachine) {
+  // fp32: the FMA peak and sgemm's share of it; bf16: the bf16 unit this CPU has (or its FMAs).
+  for (const char* precision : {"fp32", "bf16"}) {
+    const ProgramResult result =
+        run_fpdt(std::string("plan --model llama-tiny --seq 8K --hardware cpu --json --precision ") + precision);
+    ASSERT_EQ(result.exit_status, 0) << result.output;
+    const nlohmann::json hw = nlohmann::json::parse(result.output)["hardware"];
+    const std::string measured = hw["rates_measured"].get<std::string>();
+    EXPECT_NE(measured.find(std::string("1024^3 ") + precision + " GEMM"), std::string::npos) << measured;
+    const bool named_unit = measured.rfind("AMX-BF16 peak", 0) == 0 || measured.rfind("AVX512-BF16 peak", 0) == 0 ||
+                            measured.rfind("fp32 FMA peak", 0) == 0;
+    EXPECT_TRUE(named_unit) << measured;
+    if (std::string(precision) == "fp32") {
+      EXPECT_EQ(measured.rfind("fp32 FMA peak", 0), 0u) << measured;
+    }
+    // Any CPU this runs on computes at more than 1 GFLOP/s; a GEMM sustains a share of the peak of the
+    // unit it runs on (up to 1.25: the two are measured ~0.1 s apart on a shared machine, and a GEMM that
+    // starts on a cooler core may see a higher clock than the peak's trials did).
+    EXPECT_GT(hw["peak_flops"].get<double>(), 1e9);
+    EXPECT_GT(hw["compute_efficiency"].get<double>(), 0.0);
+    EXPECT_LT(hw["compute_efficiency"].get<double>(), 1.25);
+  }
+  // A stated peak is taken as given: nothing measured, the preset's sustained fraction.
+  const ProgramResult given = run_fpdt("plan --model llama-tiny --seq 8K --hardware cpu --peak-tflops 1 --json");
+  ASSERT_EQ(given.exit_status, 0) << given.output;
+  const nlohmann::json hw = nlohmann::json::parse(given.output)["hardware"];
+  EXPECT_EQ(hw["peak_flops"].get<double>(), 1e12);
+  EXPECT_EQ(hw["compute_efficiency"].get<double>(), 0.5);
+  EXPECT_EQ(hw["rates_measured"], "");
+  const ProgramResult table = run_fpdt("plan --model llama-tiny --seq 8K --hardware cpu");
+  ASSERT_EQ(table.exit_status, 0) << table.output;
+  expect_contains(table.output, {"hardware  cpu", "GEMM's share of it, measured on"});
+}
+
 TEST(PlanCli, SharedOptionsAreSpelledAsTrainSpellsThem) {
   // --chunk-tokens with K = 1024, --offload disk:DIR (the directory is train's business), "auto" for 0.
   const ProgramResult chunked = run_fpdt(

@@ -47,7 +47,7 @@ std::vector<Hardware> presets() {
   h200.compute_bytes = 143771 * kMiB;     // what the driver reports for the 141 GB part
 
   Hardware cpu;
-  cpu.name = "cpu";                       // this machine: 2 cores (AVX2/FMA), 24 GiB RAM
+  cpu.name = "cpu";                       // this project's machines: 2 cores (AVX-512), 24 GiB RAM
   cpu.compute_bytes = 24 * kGiB;
   cpu.reserved_bytes = 2 * kGiB;          // the OS and the program itself
   cpu.host_bytes = 24 * kGiB;             // the same RAM
@@ -55,8 +55,12 @@ std::vector<Hardware> presets() {
   cpu.disk_bytes = 64 * kGiB;
   cpu.host_link_bytes_per_s = 10e9;       // memcpy between two RAM buffers, 2 cores
   cpu.disk_bytes_per_s = 1e9;
-  cpu.peak_flops_bf16 = 90e9;             // no bf16 arithmetic: bf16 data computes at the fp32 rate
-  cpu.peak_flops_fp32 = 90e9;             // 2 cores · 2 FMA · 8 lanes · 2 flops · ~2.8 GHz
+  // The rates of a 2-core AVX-512 VM, as fpdt measures them (bench/RESULTS.md, GEMM libraries): the FMA
+  // peak 413–543 GFLOP/s, and AVX512-BF16 dot products at twice it where they are double-rate (AMD Zen
+  // 4/5; Intel's AMX tiles run far above, its GEMMs not). `fpdt plan --hardware cpu` measures this
+  // machine's instead (plan_command.cpp); these are what the library's callers get.
+  cpu.peak_flops_bf16 = 840e9;
+  cpu.peak_flops_fp32 = 420e9;            // 2 cores · 2 FMA · 16 lanes · 2 flops · ~3.3 GHz
   cpu.compute_efficiency = 0.5;
   cpu.intra_node_bytes_per_s = 10e9;      // ranks are threads of one process: a memcpy
   cpu.inter_node_bytes_per_s = 10e9;

@@ -24,6 +24,8 @@ struct Hardware {
   double peak_flops_bf16 = 0;         // dense peak of one rank
   double peak_flops_fp32 = 0;
   double compute_efficiency = 0;      // sustained fraction of peak in large GEMMs and flash attention
+  std::string rates_measured;         // where the peak and the fraction were measured on this machine
+                                      // (fpdt plan --hardware cpu), as the report says; empty: stated
   double intra_node_bytes_per_s = 0;  // all-to-all bandwidth per rank, inside a node
   double inter_node_bytes_per_s = 0;  // per rank, to other nodes
   int ranks_per_node = 1;

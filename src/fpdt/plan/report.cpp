@@ -90,11 +90,12 @@ std::string format_plan_text(const PlanResult& plan) {
           : printf_string("network %.0f GB/s in a node of %d, %.0f GB/s across", hw.intra_node_bytes_per_s / 1e9,
                           hw.ranks_per_node, hw.inter_node_bytes_per_s / 1e9);
   text.append(printf_string("  hardware  %s: compute %s (%s reserved), host %s%s, host link %.1f GB/s, %s %s x %.2f "
-                            "sustained, %s\n",
+                            "sustained, %s\n%s",
                             hw.name.c_str(), format_bytes(hw.compute_bytes).c_str(), format_bytes(hw.reserved_bytes).c_str(),
                             format_bytes(hw.host_bytes).c_str(), hw.host_shares_compute ? " (the same RAM)" : "",
                             hw.host_link_bytes_per_s / 1e9, flops_text(hw.peak_flops(c.precision)).c_str(),
-                            pipeline::word(c.precision).c_str(), hw.compute_efficiency, network.c_str()));
+                            pipeline::word(c.precision).c_str(), hw.compute_efficiency, network.c_str(),
+                            hw.rates_measured.empty() ? "" : ("            (" + hw.rates_measured + ")\n").c_str()));
 
   text.append("\nmemory per rank                                     compute     offload  live in              formula\n");
   for (const Component& component : plan.components) {
@@ -215,6 +216,7 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
                       {"disk_bytes_per_s", hw.disk_bytes_per_s},
                       {"peak_flops", hw.peak_flops(c.precision)},
                       {"compute_efficiency", hw.compute_efficiency},
+                      {"rates_measured", hw.rates_measured},
                       {"intra_node_bytes_per_s", hw.intra_node_bytes_per_s},
                       {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
                       {"ranks_per_node", hw.ranks_per_node}};
