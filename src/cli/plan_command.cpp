@@ -61,7 +61,9 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::zero(set, o.zero);
   run::offload_optimizer(set, o.offload_optimizer);
   run::precision(set, o.precision, "the hardware's: bf16 on GPUs, fp32 on cpu");
-  set.add("hardware", "PRESET", "A100-80GB, H100-80GB, H200-141GB or cpu (this machine: its peak measured)",
+  set.add("hardware", "PRESET",
+          "A100-80GB, H100-80GB, H200-141GB or cpu (this machine: its peak measured on each run unless "
+          "--peak-tflops states it)",
           o.hardware);
   run::compute_mem(set, o.compute_mem);
   const auto bytes = [&](const char* name, const char* help, std::optional<int64_t>& field) -> Option& {
