@@ -52,10 +52,15 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   int64_t shards = 0;
   for (const model::ParameterUnit& unit : layout_.units()) {
     own_.push_back(shard_range(unit.numel(), partition_ranks_, partition_rank_));
-    std::vector<size_t> counts;
-    for (int r = 0; r < partition_ranks_; ++r)
+    std::vector<size_t> counts, fp32_bytes, word_bytes;
+    for (int r = 0; r < partition_ranks_; ++r) {
       counts.push_back(static_cast<size_t>(shard_range(unit.numel(), partition_ranks_, r).size()));
+      fp32_bytes.push_back(counts.back() * sizeof(float));
+      word_bytes.push_back(counts.back() * sizeof(uint16_t));
+    }
     counts_.push_back(std::move(counts));
+    fp32_bytes_.push_back(std::move(fp32_bytes));
+    word_bytes_.push_back(std::move(word_bytes));
     shard_offset_.push_back(shards);
     shards += shard_floats(unit.numel(), partition_ranks_);
   }
@@ -108,15 +113,15 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   for (size_t u = 0; u < units; ++u) {  // stage 3 bf16: each partition rank's floats of the unit's vectors
     vectors_.push_back(unit_vectors(layout_, static_cast<int>(u)));
     const std::vector<ShardRange>& vectors = vectors_.back();
-    std::vector<size_t> counts;
+    std::vector<size_t> bytes;
     for (int r = 0; r < partition_ranks_; ++r) {
       const ShardRange range = shard_range(layout_.units()[u].numel(), partition_ranks_, r);
       int64_t floats = 0;
       for (const ShardRange& vector : vectors)
         floats += std::max<int64_t>(0, std::min(vector.end, range.end) - std::max(vector.begin, range.begin));
-      counts.push_back(static_cast<size_t>(floats));
+      bytes.push_back(static_cast<size_t>(floats) * sizeof(float));
     }
-    vector_counts_.push_back(std::move(counts));
+    vector_bytes_.push_back(std::move(bytes));
   }
   largest_vectors_ = largest_unit_vectors(layout_);
   if (dry_) return;
@@ -201,19 +206,13 @@ float* ModelStates::part(StateBuf buffer, int unit) const {
   return sharded(buffer) ? array + shard_offset_[u] : array + layout_.units()[u].begin + own_[u].begin;
 }
 
-std::vector<size_t> ModelStates::counts_bytes(int unit) const {
-  std::vector<size_t> bytes;
-  for (size_t count : counts_[static_cast<size_t>(unit)]) bytes.push_back(count * sizeof(float));
-  return bytes;
-}
-
 // ---- ZeRO's collectives of a unit ------------------------------------------------------------------------
 // Over the group; with one rank, copies (and adds) in the compute tier: the communicator's would move the
 // bytes through host code, which cannot read a GPU's memory. The offloaded optimizer's gradient shards are
 // host memory, reduced by the communicator (one GPU does not offload it: train/settings.h).
 
 void ModelStates::all_gather_unit(int unit, const float* shard, float* into) {
-  if (comm_->size() > 1) return comm_->all_gather_v(shard, into, counts_bytes(unit).data());
+  if (comm_->size() > 1) return comm_->all_gather_v(shard, into, fp32_bytes_[static_cast<size_t>(unit)].data());
   if (into != shard) memory_.copy(into, shard, counts_[static_cast<size_t>(unit)][0] * sizeof(float));
 }
 
@@ -272,10 +271,8 @@ void ModelStates::gather_words_and_vectors(int unit, int slot) {
       memory_.copy(into + vector.begin, shard + vector.begin, static_cast<size_t>(vector.size()) * sizeof(float));
     return;
   }
-  std::vector<size_t> word_bytes;
-  for (size_t count : counts_[u]) word_bytes.push_back(count * 2);
-  comm_->all_gather_v(own_words(unit), slot_words_[static_cast<size_t>(slot)], word_bytes.data());
-  float* mine = vector_staging_;                         // (vector_counts_[u][rank])
+  comm_->all_gather_v(own_words(unit), slot_words_[static_cast<size_t>(slot)], word_bytes_[u].data());
+  float* mine = vector_staging_;                         // (vector_bytes_[u][rank] / 4 floats)
   float* gathered = vector_staging_ + largest_vectors_;  // (Σ vectors of the unit)
   int64_t packed = 0;
   for (const ShardRange& vector : vectors) {
@@ -284,9 +281,7 @@ void ModelStates::gather_words_and_vectors(int unit, int slot) {
     memory_.copy(mine + packed, shard + (begin - own.begin), static_cast<size_t>(end - begin) * sizeof(float));
     packed += end - begin;
   }
-  std::vector<size_t> vector_bytes;
-  for (size_t count : vector_counts_[u]) vector_bytes.push_back(count * sizeof(float));
-  comm_->all_gather_v(mine, gathered, vector_bytes.data());
+  comm_->all_gather_v(mine, gathered, vector_bytes_[u].data());
   int64_t at = 0;
   for (const ShardRange& vector : vectors) {
     memory_.copy(into + vector.begin, gathered + at, static_cast<size_t>(vector.size()) * sizeof(float));
@@ -552,7 +547,7 @@ void ModelStates::gather_weights(model::ParameterBlock& whole) {
     const float* mine = part(StateBuf::weights, static_cast<int>(u));
     float* into = whole.data() + layout_.units()[u].begin;  // host memory
     if (comm_->size() > 1)
-      comm_->all_gather_v(mine, into, counts_bytes(static_cast<int>(u)).data());
+      comm_->all_gather_v(mine, into, fp32_bytes_[u].data());
     else
       memory_.download(into, mine, static_cast<size_t>(own_[u].size()) * sizeof(float));
   }

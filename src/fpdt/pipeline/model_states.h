@@ -162,7 +162,6 @@ class ModelStates {
   uint16_t* own_words(int unit) const;  // this rank's working copy of its part of `unit`
   void reduce_scatter_unit(int unit, const float* full, float* shard, bool add);
   float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }
-  std::vector<size_t> counts_bytes(int unit) const;
 
   model::ModelConfig config_;
   model::ParameterLayout layout_;
@@ -174,6 +173,8 @@ class ModelStates {
   std::vector<StateSpec> table_;
   std::vector<ShardRange> own_;               // per unit
   std::vector<std::vector<size_t>> counts_;   // per unit: every partition rank's floats of it
+  // The same in bytes, fp32 and bf16: the collectives' counts, made once rather than at every gather.
+  std::vector<std::vector<size_t>> fp32_bytes_, word_bytes_;
   std::vector<int64_t> shard_offset_;         // per unit: where its shards start in a sharded array
   std::unique_ptr<comm::Communicator> group_; // ZeRO's own group of the world (more than one rank)
   comm::Communicator* comm_ = nullptr;        // group_, or the one-rank world
@@ -192,7 +193,7 @@ class ModelStates {
   std::vector<uint16_t*> slot_words_;         // stage 3 bf16: each slot's bf16 twin
   float* vector_staging_ = nullptr;           // stage 3 bf16: this rank's vectors | the gathered vectors
   std::vector<std::vector<ShardRange>> vectors_;    // per unit: its fp32 vectors (unit_vectors)
-  std::vector<std::vector<size_t>> vector_counts_;  // per unit: every partition rank's vector floats
+  std::vector<std::vector<size_t>> vector_bytes_;   // per unit: every partition rank's vector bytes
   int64_t largest_vectors_ = 0;                     // one half of the vector staging, in floats
   std::optional<model::ParameterBlock> whole_weights_, whole_gradients_;
 
