@@ -22,6 +22,7 @@
 
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/cpu/gemm.h"
+#include "fpdt/kernels/cpu/onednn_matmul_desc.h"
 #include "fpdt/tensor/dtype.h"
 #include "fpdt/train/metrics.h"
 
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
     auto measure = [&](const char* name, const memory::desc& a_desc, const memory::desc& b_desc, void* a_handle,
                        void* b_handle, const dnnl::primitive_attr& attr, const std::function<void()>& before,
                        bool is_dense, int trials) {
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
+      const dnnl::matmul::primitive_desc pd =
+          fpdt::kernels::cpu::onednn::matmul_primitive_desc(engine, a_desc, b_desc, c_desc, attr);
       const dnnl::matmul product(pd);
       memory a_mem(a_desc, engine, a_handle), b_mem(b_desc, engine, b_handle), c_mem(c_desc, engine, c.data());
       double best = 1e30;

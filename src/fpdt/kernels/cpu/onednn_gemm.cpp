@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cpu/onednn_matmul_desc.h"
 
 namespace fpdt::kernels::cpu::onednn {
 
@@ -64,7 +65,7 @@ dnnl::matmul::primitive_desc describe(const Shape& s) {
     sum.append_sum(1.0f);
     attr.set_post_ops(sum);
   }
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  return matmul_primitive_desc(cpu_engine(), a, b, c, attr);
 }
 
 Shape shape_of(Input input, bool trans_a, bool trans_b, int M, int N, int K, int lda, int ldb, bool accumulate,
