@@ -1,7 +1,7 @@
 // A matmul primitive descriptor in either oneDNN API, for the code that calls oneDNN directly
 // (cpu/onednn_gemm.cpp, bench/*_onednn.cpp). oneDNN 2.x builds it from an operation descriptor
 // (matmul::desc), which 3.0 removed for a constructor that takes the engine first: Debian 12's libdnnl-dev
-// is 2.6, Debian 13's and the oneDNN wheels on PyPI are 3.x.
+// is 2.6; the oneDNN wheels on PyPI (onednn-cpu-gomp 2023.2: 3.2) and oneDNN's current releases are 3.x.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
