@@ -44,8 +44,7 @@ TEST(BlasCore, ACpuRunsTheSetsUpToItsVectors) {
 // started: OpenBLAS takes it as fpdt does), one that uses the CPU's widest vectors — the restart's when
 // OpenBLAS took an older one.
 TEST(BlasCore, ThisProgramRunsTheSetFpdtRuns) {
-  const bool users = std::getenv("OPENBLAS_CORETYPE") != nullptr && std::getenv("FPDT_BLAS_CORE_REPLACED") == nullptr;
-  if (!users && blas_kernels_selectable()) {
+  if (!blas_core_chosen_by_user() && blas_kernels_selectable()) {
     EXPECT_EQ(matching_blas_core(loaded_blas_core(), cpu_isa()), "") << loaded_blas_core() << ": fpdt would restart";
   }
 }

@@ -17,8 +17,19 @@ namespace fpdt::kernels::cpu {
 
 namespace {
 
-// Set (to the kernel set OpenBLAS first took) by the restart, for describe_blas_core.
+// Set by the restart, for describe_blas_core: the kernel set OpenBLAS first took, and the one fpdt set in
+// OPENBLAS_CORETYPE. Both are inherited by the processes fpdt (or a test program) starts, which may set
+// OPENBLAS_CORETYPE themselves: the choice is fpdt's only while OPENBLAS_CORETYPE still names its set.
 constexpr const char* kReplacedCoreVariable = "FPDT_BLAS_CORE_REPLACED";
+constexpr const char* kChosenCoreVariable = "FPDT_BLAS_CORE_CHOSEN";
+
+// The kernel set OpenBLAS first took, when the OPENBLAS_CORETYPE in force is the restart's; else nullptr.
+const char* core_replaced_by_restart() {
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const char* chosen = std::getenv(kChosenCoreVariable);
+  if (coretype == nullptr || chosen == nullptr || std::strcmp(coretype, chosen) != 0) return nullptr;
+  return std::getenv(kReplacedCoreVariable);
+}
 
 }  // namespace
 
@@ -59,11 +70,12 @@ std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
   return "";
 }
 
+bool blas_core_chosen_by_user() { return std::getenv("OPENBLAS_CORETYPE") != nullptr && core_replaced_by_restart() == nullptr; }
+
 std::string describe_blas_core() {
   const std::string core = loaded_blas_core();
-  if (const char* replaced = std::getenv(kReplacedCoreVariable))
-    return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return core + " (OPENBLAS_CORETYPE)";
+  if (const char* replaced = core_replaced_by_restart()) return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
+  if (blas_core_chosen_by_user()) return core + " (OPENBLAS_CORETYPE)";
   return core;
 }
 
@@ -74,6 +86,7 @@ void restart_with_matching_blas_core(char** argv) {
   if (better.empty()) return;
   setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   setenv(kReplacedCoreVariable, loaded.c_str(), 1);
+  setenv(kChosenCoreVariable, better.c_str(), 1);
   execv("/proc/self/exe", argv);
   std::fprintf(stderr, "[blas] OpenBLAS runs its %s kernels on a CPU with %s; restarting with OPENBLAS_CORETYPE=%s "
                "failed (%s), so GEMMs run several times slower; hint: set OPENBLAS_CORETYPE=%s yourself\n",
@@ -81,6 +94,7 @@ void restart_with_matching_blas_core(char** argv) {
                better.c_str());
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(kReplacedCoreVariable);
+  unsetenv(kChosenCoreVariable);
 }
 
 }  // namespace fpdt::kernels::cpu

@@ -37,6 +37,10 @@ bool blas_kernels_selectable();
 // already uses the CPU's widest vectors (or the CPU has neither AVX2 nor AVX-512).
 std::string matching_blas_core(const std::string& loaded, VectorIsa cpu);
 
+// Whether OPENBLAS_CORETYPE was set by the user (or whoever started the program), not by fpdt's restart:
+// a process started by a restarted fpdt inherits its OPENBLAS_CORETYPE, and is the user's when it changed it.
+bool blas_core_chosen_by_user();
+
 // The kernel set this process runs, for the training config table: "SkylakeX", or when fpdt chose it,
 // "SkylakeX (fpdt's choice: OpenBLAS took Prescott)", or "Haswell (OPENBLAS_CORETYPE)" when the user did.
 std::string describe_blas_core();
