@@ -2,14 +2,15 @@
 // — forward x · wᵀ (NT), dx = dout · w (NN), dw = doutᵀ · x (TN, the sum over tokens) — at the shapes the
 // models train with (tokens × out × in: 8192 × {512, 1536} × {512, 1536}, and 2048 × 2752 × 512, the MLP's
 // up projection at 2K): OpenBLAS sgemm on the team (team_sgemm), oneDNN's f32 matmul, oneDNN's bf16 matmul
-// on bf16 operands, the same with its bf16 copies made (to_bf16 of both operands, as linear.cpp did before
-// the weights' working copy), and as a bf16 run's linear ops run it now: the weight read from its working
-// copy's words, only the tokens' operands (x, dout) copied per call — one copy for forward and dx, both
-// for dw, whose operands are both the tokens'.
+// on bf16 operands (the bf16 units' kernels, where oneDNN has any), the same with its bf16 copies made (to_bf16
+// of both operands, as linear.cpp did before the weights' working copy), and as a bf16 run on those units runs
+// it: the weight read from its working copy's words, only the tokens' operands (x, dout) copied per call —
+// one copy for forward and dx, both for dw, whose operands are both the tokens'.
 // Beside them, in the same process and threads, the measured peaks (train/metrics.h): fp32 FMA, AVX512-BF16
 // dot products, AMX-BF16 tiles. Then the cpu backend's bf16 linear ops themselves, forward + backward per
-// shape: w from its working copy's words (a bf16 run now), w as values (converted per call: before the
-// working copy), beside the three products' no-copy rate (their flops over the sum of their best times).
+// shape, w from its working copy's words, on each arithmetic of gemm.h's bf16 GEMMs (the bf16 units, the
+// fp32 FMAs over the operands' values) and which one its rule picks here, beside the three products'
+// no-copy rate on the bf16 units (their flops over the sum of their best times).
 // Rates are flops per second of the process's CPU time (threads × wall on
 // an idle machine; a busy neighbour does not lower them, though the team's spin-waits count), the best over
 // --reps interleaved rounds; the wall-clock best is printed beside. The LAST line printed is one JSON object.
@@ -130,12 +131,13 @@ int main(int argc, char** argv) {
           if (library == kBf16WithCopies || !p.b_is_weight) cpu::to_bf16(b16.data(), b.data(), int64_t{p.K} * p.N);
           [[fallthrough]];
         case kOnednnBf16:
-          cpu::gemm_bf16(p.trans_a, p.trans_b, p.M, p.N, p.K, a16.data(), lda, b16.data(), ldb, false, c.data(), p.N);
+          cpu::onednn::matmul(cpu::onednn::Input::bf16, p.trans_a, p.trans_b, p.M, p.N, p.K, a16.data(), lda,
+                              b16.data(), ldb, false, c.data(), p.N);
           break;
       }
     };
-    const bool onednn = cpu::onednn::available();
-    auto skipped = [&](int library) { return !onednn && library != kOpenBlas; };
+    const bool onednn = cpu::onednn::available(), onednn_bf16 = cpu::bf16_gemm_units_exist();
+    auto skipped = [&](int library) { return library == kOnednnF32 ? !onednn : library != kOpenBlas && !onednn_bf16; };
     for (const Product& p : products)  // warm-up: pages, buffers, oneDNN's primitives
       for (int library = 0; library < kLibraries; ++library)
         if (!skipped(library)) run(p, library);
@@ -196,10 +198,12 @@ int main(int argc, char** argv) {
     // The backend's bf16 linear ops, forward + backward (6·T·in·out flops): 3·reps rounds after a warm-up,
     // the two ways alternating which goes first (the first after a shape change pays its cache misses).
     fpdt::kernels::cpu::CpuBackend backend;
-    enum LinearWay { kWorkingCopy, kValues, kLinearWays };
-    const char* const kWayNames[kLinearWays] = {"w from working copy", "w converted per call"};
-    std::printf("%-24s %22s %22s %14s %14s\n", "bf16 linear fwd+bwd", kWayNames[0], kWayNames[1], "no-copy rate",
-                "copy/no-copy");
+    // Both arithmetics of gemm.h's bf16 GEMMs, w from its working copy's words as a bf16 run reads it.
+    enum LinearWay { kBf16Units, kFp32Fmas, kLinearWays };
+    const char* const kWayNames[kLinearWays] = {"on the bf16 units", "on the fp32 FMAs"};
+    const cpu::Bf16Gemm rule = cpu::bf16_gemm_rule();
+    std::printf("%-24s %22s %22s %14s %14s   (the rule here: %s)\n", "bf16 linear fwd+bwd", kWayNames[0], kWayNames[1],
+                "no-copy rate", "units/no-copy", rule == cpu::Bf16Gemm::bf16_units ? kWayNames[0] : kWayNames[1]);
     json += ",\"linear_ops\":[";
     for (size_t i = 0; i < linears.size(); ++i) {
       const Linear l = linears[i];
@@ -213,10 +217,12 @@ int main(int argc, char** argv) {
       const fpdt::kernels::Precision bf16p = fpdt::kernels::Precision::bf16;
       double best_cpu[kLinearWays] = {0.0, 0.0}, best_wall[kLinearWays] = {0.0, 0.0};
       const double flops = 6.0 * T * l.in * static_cast<double>(l.out);
+      const fpdt::kernels::WeightMatrix weight(w.data(), words.data());
       for (int rep = 0; rep <= 3 * o.reps; ++rep)  // rep 0 warms up
         for (int turn = 0; turn < kLinearWays; ++turn) {
           const int way = (turn + rep) % kLinearWays;
-          const fpdt::kernels::WeightMatrix weight(w.data(), way == kWorkingCopy ? words.data() : nullptr);
+          if (way == kBf16Units && !onednn_bf16) continue;
+          cpu::set_bf16_gemm_arithmetic(way == kBf16Units ? cpu::Bf16Gemm::bf16_units : cpu::Bf16Gemm::fp32_fmas);
           const double cpu_start = fpdt::train::process_cpu_seconds();
           const auto wall_start = std::chrono::steady_clock::now();
           backend.linear_forward(out.data(), x.data(), weight, nullptr, T, l.in, l.out, false, bf16p);
@@ -233,15 +239,16 @@ int main(int argc, char** argv) {
         const Product& p = products[3 * i + k];
         no_copy_seconds += 2.0 * p.M * p.N * static_cast<double>(p.K) / (best[3 * i + k][kOnednnBf16].cpu_gflops * 1e9);
       }
-      const double no_copy = flops / no_copy_seconds * 1e-9;
+      const double no_copy = onednn_bf16 ? flops / no_copy_seconds * 1e-9 : 0.0;
       const std::string shape = std::to_string(l.tokens) + "x" + std::to_string(l.out) + "x" + std::to_string(l.in);
-      std::printf("%-24s %13.0f (%6.0f) %13.0f (%6.0f) %14.0f %14.2f\n", shape.c_str(), best_cpu[kWorkingCopy],
-                  best_wall[kWorkingCopy], best_cpu[kValues], best_wall[kValues], no_copy,
-                  best_cpu[kWorkingCopy] / no_copy);
-      json += std::string(i ? "," : "") + "{\"shape\":\"" + shape + "\",\"working_copy\":" +
-              std::to_string(best_cpu[kWorkingCopy]) + ",\"values\":" + std::to_string(best_cpu[kValues]) +
+      std::printf("%-24s %13.0f (%6.0f) %13.0f (%6.0f) %14.0f %14.2f\n", shape.c_str(), best_cpu[kBf16Units],
+                  best_wall[kBf16Units], best_cpu[kFp32Fmas], best_wall[kFp32Fmas], no_copy,
+                  no_copy > 0 ? best_cpu[kBf16Units] / no_copy : 0.0);
+      json += std::string(i ? "," : "") + "{\"shape\":\"" + shape + "\",\"bf16_units\":" +
+              std::to_string(best_cpu[kBf16Units]) + ",\"fp32_fmas\":" + std::to_string(best_cpu[kFp32Fmas]) +
               ",\"no_copy\":" + std::to_string(no_copy) + "}";
     }
+    cpu::set_bf16_gemm_arithmetic(rule);
     json += "]}";
     std::printf("%s\n", json.c_str());
   } catch (const std::exception& e) {

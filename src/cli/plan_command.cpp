@@ -86,8 +86,8 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
 
 // The cpu preset is the machine `fpdt plan` runs on, so its peak in the planned precision and the share
 // of it a GEMM sustains (the compute efficiency) are measured here on every core, as `fpdt train` measures
-// them for its MFU (train/metrics.h): fp32 the FMA peak and OpenBLAS's sgemm; bf16 the faster bf16 unit
-// (AMX tiles or AVX512-BF16 dot products; the FMAs on a CPU with neither) and the backend's bf16 GEMM.
+// them for its MFU (train/metrics.h): fp32 the FMA peak and OpenBLAS's sgemm; bf16 the fastest unit a bf16
+// product runs on (AMX tiles, AVX512-BF16 dot products or the FMAs) and the backend's bf16 GEMM.
 void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
   const int threads = omp_get_num_procs();
   double peak = 0, sustained = 0;
@@ -95,13 +95,12 @@ void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
   if (precision == plan::Precision::bf16) {
     const train::Bf16Rates bf16 = train::measure_bf16_rates(threads);
     peak = bf16.peak_gflops();
-    if (peak > 0) unit = bf16.peak_unit();
+    unit = bf16.peak_unit();
     sustained = bf16.gemm_gflops;
-  }
-  if (peak <= 0) {
+  } else {
     const train::MachineRates fp32 = train::measure_machine_rates(threads);
     peak = fp32.fma_peak_gflops;
-    if (precision == plan::Precision::fp32) sustained = fp32.sgemm_gflops;
+    sustained = fp32.sgemm_gflops;
   }
   (precision == plan::Precision::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = peak * 1e9;
   hw.compute_efficiency = sustained / peak;

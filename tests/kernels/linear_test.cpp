@@ -1,6 +1,6 @@
 // Linear: the reference backward against float64 finite differences of the reference forward, and
 // its switches (accumulate, null outputs skipped); the reference bf16 spec against its rule; the cpu
-// backward at any team size. (Every backend against the reference, for every switch and precision:
+// backward at any team size, and its bf16 GEMMs on each arithmetic this CPU has (gemm.h's Bf16Gemm). (Every backend against the reference, for every switch and precision:
 // backend_ops_test.cpp.)
 #include <omp.h>
 
@@ -37,6 +37,29 @@ double report(const std::string& what, double error) {
   std::printf("[ error    ] %s: %.3e\n", what.c_str(), error);
   return error;
 }
+
+// The arithmetics of the cpu backend's bf16 GEMMs this CPU has: the fp32 FMAs always, the bf16 units where
+// oneDNN has kernels for them (whether or not the rule picks them here).
+std::vector<cpu::Bf16Gemm> bf16_gemm_arithmetics() {
+  std::vector<cpu::Bf16Gemm> arithmetics = {cpu::Bf16Gemm::fp32_fmas};
+  if (cpu::bf16_gemm_units_exist()) arithmetics.push_back(cpu::Bf16Gemm::bf16_units);
+  return arithmetics;
+}
+const char* bf16_gemm_name(cpu::Bf16Gemm arithmetic) {
+  return arithmetic == cpu::Bf16Gemm::bf16_units ? "bf16 units" : "fp32 FMAs";
+}
+
+// gemm.h's bf16 arithmetic for the scope of a test.
+class Bf16GemmScope {
+ public:
+  explicit Bf16GemmScope(cpu::Bf16Gemm arithmetic) : saved_(cpu::set_bf16_gemm_arithmetic(arithmetic)) {}
+  ~Bf16GemmScope() { cpu::set_bf16_gemm_arithmetic(saved_); }
+  Bf16GemmScope(const Bf16GemmScope&) = delete;
+  Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
+
+ private:
+  cpu::Bf16Gemm saved_;
+};
 
 TEST(Linear, ReferenceBackwardMatchesFiniteDifferences) {
   Rng rng(fresh_seed());
@@ -162,7 +185,14 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
   const auto dw_initial = random_normal<float>(rng, O * I);
   cpu::CpuBackend cpu;
   const int threads = omp_get_max_threads();
-  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+  struct Way {
+    Precision precision;
+    cpu::Bf16Gemm arithmetic;  // of bf16
+  };
+  std::vector<Way> ways = {Way{Precision::fp32, cpu::bf16_gemm_rule()}};
+  for (const cpu::Bf16Gemm arithmetic : bf16_gemm_arithmetics()) ways.push_back(Way{Precision::bf16, arithmetic});
+  for (const auto [precision, arithmetic] : ways) {
+    const Bf16GemmScope scope(arithmetic);
     const bool bf16 = precision == Precision::bf16;
     auto as_run = [&](const std::vector<float>& v) {  // the products' inputs as the precision has them, in float64
       std::vector<double> out(v.size());
@@ -179,7 +209,8 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
       auto dw = dw_initial;
       cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true, precision);
       // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
-      const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", " + std::to_string(team) + " threads";
+      const std::string what =
+          std::string(bf16 ? std::string("bf16 on the ") + bf16_gemm_name(arithmetic) : "fp32") + ", " + std::to_string(team) + " threads";
       EXPECT_LE(report("cpu dx " + what, relative_error(dx, dx_want)), 1e-5);
       EXPECT_LE(report("cpu dw " + what, relative_error(dw, dw_want)), 1e-5);
     }
@@ -241,14 +272,21 @@ TEST(LinearCpu, EveryGemmLibraryMatchesTheReferenceOnEveryLayout) {
       check("OpenBLAS", false, [&](float* c) {
         cpu::team_sgemm(layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(), ldb, accumulate, c, ldc);
       });
-      check("gemm_bf16", true, [&](float* c) {
-        cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda, b16.data(), ldb, accumulate, c, ldc);
-      });
+      for (const cpu::Bf16Gemm arithmetic : bf16_gemm_arithmetics()) {
+        const Bf16GemmScope scope(arithmetic);
+        // The operands as a bf16 run makes them: a from floats (rounded now), b from words (a working copy).
+        const cpu::Bf16Operand a_operand = cpu::bf16_operand(0, a.data(), static_cast<int64_t>(a.size()));
+        const cpu::Bf16Operand b_operand = cpu::bf16_operand(1, b16.data(), static_cast<int64_t>(b16.size()));
+        check(std::string("gemm_bf16 on the ") + bf16_gemm_name(arithmetic), true, [&](float* c) {
+          cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a_operand, lda, b_operand, ldb, accumulate, c, ldc);
+        });
+      }
       if (!cpu::onednn::available()) continue;
       check("oneDNN f32", false, [&](float* c) {
         cpu::onednn::matmul(cpu::onednn::Input::f32, layout.trans_a, layout.trans_b, M, N, K, a.data(), lda, b.data(),
                             ldb, accumulate, c, ldc);
       });
+      if (!cpu::bf16_gemm_units_exist()) continue;  // oneDNN has no bf16 matmul on this CPU (AVX2)
       check("oneDNN bf16", true, [&](float* c) {
         cpu::onednn::matmul(cpu::onednn::Input::bf16, layout.trans_a, layout.trans_b, M, N, K, a16.data(), lda,
                             b16.data(), ldb, accumulate, c, ldc);
@@ -257,10 +295,11 @@ TEST(LinearCpu, EveryGemmLibraryMatchesTheReferenceOnEveryLayout) {
   }
 }
 
-// to_bf16 (the bf16 copies the cpu GEMMs read) gives float_to_bf16's bits for every kind of float: ties
-// both ways, subnormals (which AVX512-BF16's own conversion would flush), the largest values (rounding to
-// inf), inf, NaNs of both signs, and fresh random ones — at lengths off the 16-lane vector, in a call long
-// enough to be cut across the team.
+// to_bf16 and round_to_bf16_values (the bf16 operands the cpu GEMMs read, as words or as floats) give
+// float_to_bf16's bits for every kind of float: ties both ways, subnormals (which AVX512-BF16's own
+// conversion would flush), the largest values (rounding to inf), inf, NaNs of both signs, and fresh random
+// ones — at lengths off the 16-lane vector, in a call long enough to be cut across the team, the floats also
+// in place; and bf16_to_floats gives those words' values back, bit for bit.
 TEST(LinearCpu, ToBf16GivesTheScalarRulesBits) {
   Rng rng(fresh_seed());
   const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
@@ -279,7 +318,43 @@ TEST(LinearCpu, ToBf16GivesTheScalarRulesBits) {
     cpu::to_bf16(got.data(), values.data(), static_cast<int64_t>(n));
     for (size_t i = 0; i < n; ++i)
       ASSERT_EQ(got[i], fpdt::float_to_bf16(values[i])) << "value " << i << " of " << n << ": " << values[i];
+    std::vector<float> rounded(n), in_place(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n)), back(n);
+    cpu::round_to_bf16_values(rounded.data(), values.data(), static_cast<int64_t>(n));
+    cpu::round_to_bf16_values(in_place.data(), in_place.data(), static_cast<int64_t>(n));
+    cpu::bf16_to_floats(back.data(), got.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t want = static_cast<uint32_t>(fpdt::float_to_bf16(values[i])) << 16;
+      for (const float* floats : {rounded.data(), in_place.data(), back.data()}) {
+        uint32_t bits;
+        std::memcpy(&bits, &floats[i], 4);
+        ASSERT_EQ(bits, want) << "value " << i << " of " << n << ": " << values[i];
+      }
+    }
   }
+}
+
+// The rule of the bf16 GEMMs' arithmetic (gemm.h) on this CPU: the bf16 units only where oneDNN has kernels
+// for them, never on Intel's AVX512-BF16 without AMX (half-rate dot products); the config table's words
+// name the path; and a bf16 operand is made as the arithmetic in force reads it.
+TEST(LinearCpu, Bf16GemmsRunOnTheFasterUnit) {
+  const cpu::Bf16Gemm rule = cpu::bf16_gemm_rule();
+  if (!cpu::bf16_gemm_units_exist()) {
+    EXPECT_EQ(rule, cpu::Bf16Gemm::fp32_fmas);
+  }
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel") && !__builtin_cpu_supports("amx-bf16")) {
+    EXPECT_EQ(rule, cpu::Bf16Gemm::fp32_fmas);
+  }
+  const std::string described = cpu::describe_bf16_gemms();
+  EXPECT_EQ(described.rfind("fp32 FMAs", 0) == 0, rule == cpu::Bf16Gemm::fp32_fmas) << described;
+  const float values[3] = {1.0f, 1.00390625f, -3.0e-3f};
+  for (const cpu::Bf16Gemm arithmetic : bf16_gemm_arithmetics()) {
+    const Bf16GemmScope scope(arithmetic);
+    const cpu::Bf16Operand operand = cpu::bf16_operand(0, values, 3);
+    EXPECT_EQ(operand.words != nullptr, arithmetic == cpu::Bf16Gemm::bf16_units) << bf16_gemm_name(arithmetic);
+    EXPECT_EQ(operand.values != nullptr, arithmetic == cpu::Bf16Gemm::fp32_fmas) << bf16_gemm_name(arithmetic);
+  }
+  EXPECT_EQ(cpu::bf16_gemm_arithmetic(), rule);  // each scope restored it
 }
 
 }  // namespace

@@ -245,6 +245,7 @@ Bf16Rates measure_bf16_rates(int threads) {
   Bf16Rates rates;
   rates.dot_peak_gflops = measure_bf16_dot_peak_gflops(threads);
   rates.amx_peak_gflops = measure_amx_bf16_peak_gflops(threads);
+  rates.fma_peak_gflops = measure_fma_peak_gflops(threads);
   rates.gemm_gflops = measure_bf16_gemm_gflops(threads);
   return rates;
 }

@@ -70,16 +70,24 @@ MachineRates measure_machine_rates(int threads);
 //   amx_peak_gflops: AMX-BF16 tile products (tdpbf16ps: a 16 × 32 bf16 tile times a 32 × 16 one into a
 //     16 × 16 fp32 tile), four independent accumulator tiles per thread; 0 on a CPU without AMX or when
 //     Linux refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+//   fma_peak_gflops: the fp32 FMAs' (measure_fma_peak_gflops), which multiply bf16 values exactly: the cpu
+//     backend's bf16 GEMMs run on them where the bf16 units are not faster (kernels/cpu/gemm.h).
 //   gemm_gflops: the cpu backend's bf16 linear_forward C (1024 × 1024) = A · Bᵀ, B given as its bf16
-//     words (a weight's working copy) and A's bf16 copy made per call — what the model's bf16 GEMMs reach.
-// peak_gflops() is what bf16 MFU divides by: the faster of the two units the CPU has, or 0 with neither.
+//     words (a weight's working copy) and A rounded per call — what the model's bf16 GEMMs reach, on
+//     whichever unit gemm.h's rule runs them.
+// peak_gflops() is what bf16 MFU divides by: the fastest of the three, the unit a bf16 product can best run
+// on here (AMX on Sapphire Rapids and later; AVX512-BF16 on AMD's Zen 4 and 5, at twice the FMAs' FLOP rate;
+// the FMAs on Intel's AVX512-BF16 without AMX, at half their rate, and on a CPU with no bf16 units).
 struct Bf16Rates {
   double dot_peak_gflops = 0.0;
   double amx_peak_gflops = 0.0;
+  double fma_peak_gflops = 0.0;
   double gemm_gflops = 0.0;
-  double peak_gflops() const { return std::max(dot_peak_gflops, amx_peak_gflops); }
-  const char* peak_unit() const {  // "AMX-BF16", "AVX512-BF16" or "" (neither)
-    return peak_gflops() <= 0 ? "" : amx_peak_gflops >= dot_peak_gflops ? "AMX-BF16" : "AVX512-BF16";
+  double peak_gflops() const { return std::max({dot_peak_gflops, amx_peak_gflops, fma_peak_gflops}); }
+  const char* peak_unit() const {  // "AMX-BF16", "AVX512-BF16", "fp32 FMA" or "" (none measured)
+    const double peak = peak_gflops();
+    if (peak <= 0) return "";
+    return peak == amx_peak_gflops ? "AMX-BF16" : peak == dot_peak_gflops ? "AVX512-BF16" : "fp32 FMA";
   }
 };
 Bf16Rates measure_bf16_rates(int threads);

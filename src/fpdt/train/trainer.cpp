@@ -22,6 +22,7 @@
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -110,12 +111,17 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
   }
   if (s.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
-    row("bf16 peak GFLOP/s", bf16.peak_gflops() > 0 ? number(bf16.peak_gflops()) + " " + bf16.peak_unit() + ", measured"
-                                                    : std::string("none: no bf16 units (fp32 FMAs compute it)"));
+    std::string peak = number(bf16.peak_gflops()) + " " + bf16.peak_unit() + ", measured";
+    if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops > 0)
+      peak += " (AVX512-BF16 " + number(bf16.dot_peak_gflops) + ")";
+    if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops <= 0) peak += " (no bf16 units)";
+    row("bf16 peak GFLOP/s", peak);
     if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
   }
-  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu")
+  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu") {
+    row("bf16 GEMMs", kernels::cpu::describe_bf16_gemms());
     row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
+  }
   if (s.precision == pipeline::Precision::bf16 && !s.dry_run)
     row("MFU divides by", number(mfu_peak_gflops) + " GFLOP/s a rank (fp32's beside it)");
   row("BLAS kernels", kernels::cpu::describe_blas_core());
@@ -348,10 +354,10 @@ void Trainer::build_model() {
     rates_ = measure_machine_rates(threads_);
     if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_);
   }
-  // MFU against the peak of the run's precision: a bf16 run's against the bf16 units' (given with
-  // --peak-gflops; where the CPU has none, the fp32 FMAs compute its products, so their peak).
-  const bool bf16_units = s.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
-  mfu_peak_gflops_ = bf16_units && s.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
+  // MFU against the peak of the run's precision (or the one given with --peak-gflops): a bf16 run's against
+  // the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX, AVX512-BF16 or the FMAs).
+  const bool bf16_peak = s.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
+  mfu_peak_gflops_ = bf16_peak && s.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
   print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops_, world_);
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "fpdt/kernels/cpu/cpu_backend.h"
+#include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/simd.h"
 #include "fpdt/tensor/dtype.h"
 
@@ -67,23 +68,11 @@ void CpuBackend::scale_inplace(float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
-void CpuBackend::round_to_bf16(float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) x[i] = fpdt::round_to_bf16(x[i]);
-}
+void CpuBackend::round_to_bf16(float* x, int64_t n) { round_to_bf16_values(x, x, n); }
 
-void CpuBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) dst[i] = fpdt::float_to_bf16(src[i]);
-}
+void CpuBackend::pack_bf16(uint16_t* dst, const float* src, int64_t n) { to_bf16(dst, src, n); }
 
-void CpuBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t word = static_cast<uint32_t>(src[i]) << 16;  // bf16 is fp32's upper half
-    __builtin_memcpy(&dst[i], &word, 4);
-  }
-}
+void CpuBackend::unpack_bf16(float* dst, const uint16_t* src, int64_t n) { bf16_to_floats(dst, src, n); }
 
 void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)

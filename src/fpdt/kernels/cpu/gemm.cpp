@@ -7,10 +7,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstddef>
+#include <type_traits>
 #include <vector>
+
+#include "fpdt/base/error.h"
 
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/onednn_gemm.h"
+#include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/cpu/simd.h"  // the AVX-512 intrinsics, with GCC 12's warnings about them quieted
 #include "fpdt/tensor/dtype.h"
 
@@ -106,32 +112,39 @@ void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, const float* a, i
   }
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* a, int lda, const uint16_t* b,
-               int ldb, bool accumulate, float* c, int ldc) {
-  if (K == 0) {  // C = 0 (or kept): no operand is read
-    team_sgemm(trans_a, trans_b, M, N, 0, nullptr, lda, nullptr, ldb, accumulate, c, ldc);
-    return;
+namespace {
+
+// The kernel oneDNN runs for a bf16 product ("brg:avx512_core_amx_bf16"), or "" where it has none (a build
+// without oneDNN; oneDNN 2.6.3 on an AVX2 CPU, or under ONEDNN_MAX_CPU_ISA=AVX2, has no bf16 matmul at all).
+std::string onednn_bf16_kernel() {
+  if (!onednn::available()) return "";
+  try {
+    return onednn::implementation(onednn::Input::bf16, false, true, 1024, 1024, 1024);
+  } catch (const Error&) {
+    return "";
   }
-  if (onednn::available()) {
-    onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a, lda, b, ldb, accumulate, c, ldc);
-    return;
-  }
-  // Without oneDNN: the operands' fp32 values, then OpenBLAS.
-  // Stored extents: the last row holds only the columns the product reads.
-  auto extent = [](int64_t rows, int64_t cols, int64_t ld) { return rows == 0 ? 0 : (rows - 1) * ld + cols; };
-  const int64_t a_size = trans_a ? extent(K, M, lda) : extent(M, K, lda);
-  const int64_t b_size = trans_b ? extent(N, K, ldb) : extent(K, N, ldb);
-  thread_local std::vector<float> a32, b32;
-  if (a32.size() < static_cast<size_t>(a_size)) a32.resize(a_size);
-  if (b32.size() < static_cast<size_t>(b_size)) b32.resize(b_size);
-  for (int64_t i = 0; i < a_size; ++i) a32[i] = bf16_to_float(a[i]);
-  for (int64_t i = 0; i < b_size; ++i) b32[i] = bf16_to_float(b[i]);
-  team_sgemm(trans_a, trans_b, M, N, K, a32.data(), lda, b32.data(), ldb, accumulate, c, ldc);
 }
 
-// float_to_bf16's integer rule on 16 lanes at a time where the build has AVX-512: the same bits, NaNs
-// and subnormals included (AVX512-BF16's vcvtneps2bf16 would flush subnormals to zero).
-void to_bf16(uint16_t* dst, const float* src, int64_t n) {
+// Whether oneDNN's bf16 kernels here outrun the fp32 FMAs: AMX tiles, or AVX512-BF16 dot products on a CPU
+// that issues them at the FMAs' rate (twice the FLOPs: AMD's; panel_gemm_bf16.h). Decided once, from the
+// CPU and the kernel oneDNN picks, so that two runs on one machine take the same path (and the same bits).
+bool bf16_units_outrun_fmas() {
+  static const bool outrun = [] {
+    const std::string kernel = onednn_bf16_kernel();
+    if (kernel.find("amx") != std::string::npos) return true;
+    return kernel.find("bf16") != std::string::npos && cpu_bf16_dot_products_double_rate();
+  }();
+  return outrun;
+}
+
+// set_bf16_gemm_arithmetic's choice, or −1: the rule's.
+std::atomic<int> chosen_bf16_gemm{-1};
+
+// dst[i] = src[i] rounded to bf16 (float_to_bf16's rule) for i < n, on the team: as bf16 words (Out =
+// uint16_t) or as their values in floats (Out = float). 16 lanes at a time where the build has AVX-512:
+// the same bits, NaNs and subnormals included (AVX512-BF16's vcvtneps2bf16 would flush subnormals to zero).
+template <typename Out>
+void round_to_bf16_team(Out* dst, const float* src, int64_t n) {
   const int64_t blocks = ceil_div(n, kConvertBlock);
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t block = 0; block < blocks; ++block) {
@@ -147,25 +160,112 @@ void to_bf16(uint16_t* dst, const float* src, int64_t n) {
       const __m512i rounding = _mm512_add_epi32(half, _mm512_and_si512(high, one));
       const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(word, rounding), 16);
       const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+      if constexpr (std::is_same_v<Out, float>) {
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(bits, 16));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+      }
     }
 #endif
-    for (; i < end; ++i) dst[i] = float_to_bf16(src[i]);
+    for (; i < end; ++i) {
+      if constexpr (std::is_same_v<Out, float>) {
+        dst[i] = round_to_bf16(src[i]);
+      } else {
+        dst[i] = float_to_bf16(src[i]);
+      }
+    }
   }
 }
 
-uint16_t* bf16_scratch(int slot, size_t n) {
-  thread_local std::array<std::vector<uint16_t>, 4> slots;
-  std::vector<uint16_t>& storage = slots.at(static_cast<size_t>(slot));
-  if (storage.size() < n) storage.resize(n);
+// The calling thread's scratch slot `slot` (0 to 3: bf16_operand's), at least `bytes`: grown when a larger
+// call comes, never shrunk or freed, so steady-state calls allocate nothing.
+void* scratch_bytes(int slot, size_t bytes) {
+  thread_local std::array<std::vector<std::byte>, 4> slots;
+  std::vector<std::byte>& storage = slots.at(static_cast<size_t>(slot));
+  if (storage.size() < bytes) storage.resize(bytes);
   return storage.data();
+}
+
+float* float_scratch(int slot, size_t n) { return static_cast<float*>(scratch_bytes(slot, n * sizeof(float))); }
+uint16_t* bf16_scratch(int slot, size_t n) { return static_cast<uint16_t*>(scratch_bytes(slot, n * sizeof(uint16_t))); }
+
+}  // namespace
+
+bool bf16_gemm_units_exist() { return !onednn_bf16_kernel().empty(); }
+
+Bf16Gemm bf16_gemm_rule() { return bf16_units_outrun_fmas() ? Bf16Gemm::bf16_units : Bf16Gemm::fp32_fmas; }
+
+Bf16Gemm bf16_gemm_arithmetic() {
+  const int chosen = chosen_bf16_gemm.load();
+  return chosen < 0 ? bf16_gemm_rule() : static_cast<Bf16Gemm>(chosen);
+}
+
+Bf16Gemm set_bf16_gemm_arithmetic(Bf16Gemm arithmetic) {
+  FPDT_CHECK(arithmetic == Bf16Gemm::fp32_fmas || bf16_gemm_units_exist(), "kernels",
+             "bf16 GEMMs on the bf16 units were asked for, but oneDNN has no bf16 kernel here",
+             "ask only where bf16_gemm_units_exist()");
+  const Bf16Gemm previous = bf16_gemm_arithmetic();
+  chosen_bf16_gemm.store(static_cast<int>(arithmetic));
+  return previous;
+}
+
+Bf16Operand bf16_operand(int slot, const float* values, int64_t n) {
+  if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) {
+    uint16_t* words = bf16_scratch(slot, static_cast<size_t>(n));
+    to_bf16(words, values, n);
+    return {words, nullptr};
+  }
+  float* rounded = float_scratch(slot, static_cast<size_t>(n));
+  round_to_bf16_values(rounded, values, n);
+  return {nullptr, rounded};
+}
+
+Bf16Operand bf16_operand(int slot, const uint16_t* words, int64_t n) {
+  if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) return {words, nullptr};
+  float* values = float_scratch(slot, static_cast<size_t>(n));
+  bf16_to_floats(values, words, n);
+  return {nullptr, values};
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, int lda, Bf16Operand b, int ldb,
+               bool accumulate, float* c, int ldc) {
+  if (K == 0) {  // C = 0 (or kept): no operand is read
+    team_sgemm(trans_a, trans_b, M, N, 0, nullptr, lda, nullptr, ldb, accumulate, c, ldc);
+    return;
+  }
+  if (a.values != nullptr && b.values != nullptr) {
+    gemm_f32(trans_a, trans_b, M, N, K, a.values, lda, b.values, ldb, accumulate, c, ldc);
+    return;
+  }
+  FPDT_CHECK(a.words != nullptr && b.words != nullptr, "kernels",
+             "gemm_bf16 was given one operand as words and one as values", "make both with bf16_operand, in one setting");
+  onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a.words, lda, b.words, ldb, accumulate, c, ldc);
+}
+
+void to_bf16(uint16_t* dst, const float* src, int64_t n) { round_to_bf16_team(dst, src, n); }
+
+void round_to_bf16_values(float* dst, const float* src, int64_t n) { round_to_bf16_team(dst, src, n); }
+
+void bf16_to_floats(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kConvertBlock)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t word = static_cast<uint32_t>(src[i]) << 16;  // bf16 is fp32's upper half
+    __builtin_memcpy(&dst[i], &word, 4);
+  }
+}
+
+std::string describe_bf16_gemms() {
+  if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) return onednn_bf16_kernel() + " (oneDNN)";
+  const std::string kernel = onednn_bf16_kernel();
+  if (kernel.empty()) return "fp32 FMAs (no bf16 GEMM kernels here)";
+  return "fp32 FMAs (oneDNN's " + kernel + " slower)";
 }
 
 std::string describe_gemm_libraries() {
   const std::string blas = "OpenBLAS " + loaded_blas_core();
-  if (!onednn::available()) return blas + " (no oneDNN: bf16 as sgemm over bf16-rounded copies)";
-  return blas + "; " + onednn::version() + " (bf16 " +
-         onednn::implementation(onednn::Input::bf16, false, true, 1024, 1024, 1024) + ")";
+  const std::string bf16 = "; bf16 on " + describe_bf16_gemms();
+  if (!onednn::available()) return blas + " (no oneDNN)" + bf16;
+  return blas + "; " + onednn::version() + bf16;
 }
 
 }  // namespace fpdt::kernels::cpu

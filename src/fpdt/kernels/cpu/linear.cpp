@@ -1,10 +1,11 @@
 // Fast linear layer (semantics: reference/linear.h; w is (out, in)), fp32 or bf16. Every product is one
 // GEMM of cpu/gemm.h on the OpenMP team; the bias is written (or added) before the forward GEMM, which
-// then accumulates. bf16: the products read w's bf16 words where the WeightMatrix carries them (the run's
-// working copy, made once per update); x, dout, and a w given only as values are converted per call to
-// bf16 copies in the thread's scratch (to_bf16, nearest-even: the spec's rounding), and the products run
-// on them with fp32 sums; dbias sums the fp32 dout. dbias sums dout's columns in double, column blocks across threads. The only
-// heap memory is the GEMM layer's scratch, grown once per thread.
+// then accumulates. bf16: the products' operands are made by gemm.h's bf16_operand for the unit that runs
+// them here — bf16 words for oneDNN's bf16 kernels, or their values as floats for the fp32 FMAs — w from
+// its words where the WeightMatrix carries them (the run's working copy, made once per update), x, dout
+// and a w given only as values rounded per call (nearest-even: the spec's rounding) into the thread's
+// scratch; the products sum in fp32; dbias sums the fp32 dout. dbias sums dout's columns in double,
+// column blocks across threads. The only heap memory is the GEMM layer's scratch, grown once per thread.
 #include <cblas.h>
 #include <pmmintrin.h>
 
@@ -37,18 +38,13 @@ void accumulate_column_sums(float* dbias, const float* dout, int64_t N, int O) {
   }
 }
 
-// Scratch slots of the bf16 copies (gemm.h's bf16_scratch).
+// Scratch slots of the bf16 operands (gemm.h's bf16_operand).
 enum Slot { kX = 0, kW = 1, kDout = 2 };
 
-const uint16_t* bf16_copy(Slot slot, const float* values, int64_t n) {
-  uint16_t* copy = bf16_scratch(slot, static_cast<size_t>(n));
-  to_bf16(copy, values, n);
-  return copy;
-}
-
-// w (O, I) as bf16 words: its working copy's, else a copy made now.
-const uint16_t* bf16_weights(const WeightMatrix& w, int I, int O) {
-  return w.bf16 != nullptr ? w.bf16 : bf16_copy(kW, w.values, static_cast<int64_t>(O) * I);
+// w (O, I) as a bf16 operand: from its working copy's words, else rounded from its values now.
+Bf16Operand bf16_weights(const WeightMatrix& w, int I, int O) {
+  const int64_t n = static_cast<int64_t>(O) * I;
+  return w.bf16 != nullptr ? bf16_operand(kW, w.bf16, n) : bf16_operand(kW, w.values, n);
 }
 
 // Subnormal floats (magnitude below 2^-126) read and written as zero — MXCSR's DAZ and FTZ — on this
@@ -91,8 +87,8 @@ void CpuBackend::linear_forward(float* out, const float* x, WeightMatrix w, cons
   // out (N, O) = x (N, I) · w^T (I, O) (+ out)
   const int rows = static_cast<int>(N), ld = std::max(I, 1);
   if (precision == Precision::bf16) {
-    const uint16_t* x16 = bf16_copy(kX, x, N * I);  // (N, I)
-    const uint16_t* w16 = bf16_weights(w, I, O);    // (O, I)
+    const Bf16Operand x16 = bf16_operand(kX, x, N * I);  // (N, I)
+    const Bf16Operand w16 = bf16_weights(w, I, O);       // (O, I)
     gemm_bf16(false, true, rows, O, I, x16, ld, w16, ld, accumulate, out, O);
   } else {
     gemm_f32(false, true, rows, O, I, x, ld, w.values, ld, accumulate, out, O);
@@ -104,11 +100,11 @@ void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float
   if (N == 0) return;
   const int tokens = static_cast<int>(N);
   const bool bf16 = precision == Precision::bf16;
-  const uint16_t* dout16 = bf16 && O > 0 && I > 0 ? bf16_copy(kDout, dout, N * O) : nullptr;  // (N, O)
+  const Bf16Operand dout16 = bf16 && O > 0 && I > 0 ? bf16_operand(kDout, dout, N * O) : Bf16Operand{};  // (N, O)
   if (dx && I > 0) {
     // dx (N, I) = dout (N, O) · w (O, I) (+ dx)
     if (bf16) {
-      const uint16_t* w16 = bf16_weights(w, I, O);  // (O, I)
+      const Bf16Operand w16 = bf16_weights(w, I, O);  // (O, I)
       gemm_bf16(false, false, tokens, I, O, dout16, std::max(O, 1), w16, I, accumulate_dx, dx, I);
     } else {
       gemm_f32(false, false, tokens, I, O, dout, std::max(O, 1), w.values, I, accumulate_dx, dx, I);
@@ -118,7 +114,7 @@ void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float
   if (I > 0) {
     // dw (O, I) += dout^T (O, N) · x (N, I)
     if (bf16) {
-      const uint16_t* x16 = bf16_copy(kX, x, N * I);  // (N, I)
+      const Bf16Operand x16 = bf16_operand(kX, x, N * I);  // (N, I)
       gemm_bf16(true, false, O, I, tokens, dout16, O, x16, I, true, dw, I);
     } else {
       gemm_f32(true, false, O, I, tokens, dout, O, x, I, true, dw, I);

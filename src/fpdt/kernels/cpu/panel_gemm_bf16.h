@@ -22,29 +22,31 @@ namespace fpdt::kernels::cpu {
 // Whether this build has the bf16 dot-product kernels (it targets AVX-512) and this CPU runs them.
 inline bool bf16_dot_products_available() {
 #if FPDT_BF16_DOT_PRODUCTS
-  static const bool available = __builtin_cpu_supports("avx512bf16");
+  static const bool available = [] {
+    __builtin_cpu_init();  // may run from a static initialiser, before the runtime's own
+    return __builtin_cpu_supports("avx512bf16");
+  }();
   return available;
 #else
   return false;
 #endif
 }
 
-// Whether this CPU's bf16 dot products run at twice its fp32 FMAs' FLOP rate, so that bf16 attention gains by
-// them: AMD's (Zen 4 and 5 issue vdpbf16ps zmm at vfmadd zmm's rate — measured 464 against 232 GFLOP/s on two
-// Zen 4 threads, bench/RESULTS.md), not Intel's (Cooper Lake to Emerald Rapids issue it at half that rate: the
-// same FLOP rate as the FMAs, measured 421 against 420 on a Sapphire-Rapids-class thread). A rule of the
-// vendor, not a timing, so that two runs on one machine pick the same path (and the same bits).
-inline bool bf16_dot_products_double_rate() {
-#if FPDT_BF16_DOT_PRODUCTS
+// Whether this CPU's bf16 dot products run at twice its fp32 FMAs' FLOP rate, whatever this build has (the
+// bf16 GEMMs' rule, gemm.h): AMD's (Zen 4 and 5 issue vdpbf16ps zmm at vfmadd zmm's rate — measured 464
+// against 232 GFLOP/s on two Zen 4 threads, bench/RESULTS.md), not Intel's (Cooper Lake to Emerald Rapids
+// issue it at half that rate: the same FLOP rate as the FMAs, measured 421 against 420 on a
+// Sapphire-Rapids-class thread). A rule of the vendor, not a timing, so that two runs on one machine pick
+// the same path (and the same bits).
+inline bool cpu_bf16_dot_products_double_rate() {
   static const bool double_rate = [] {
     __builtin_cpu_init();  // may run from a static initialiser, before the runtime's own
-    return bf16_dot_products_available() && __builtin_cpu_is("amd");
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
   }();
   return double_rate;
-#else
-  return false;
-#endif
 }
+// ...and this build has the attention's dot-product kernels to use them.
+inline bool bf16_dot_products_double_rate() { return cpu_bf16_dot_products_double_rate() && bf16_dot_products_available(); }
 
 // The word of a bf16 pair from two floats that hold bf16 values (round_to_bf16): their upper halves are
 // the bf16 bits, the even one goes low.
