@@ -93,7 +93,7 @@ void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
   double peak = 0, sustained = 0;
   std::string unit = "fp32 FMA";
   if (precision == plan::Precision::bf16) {
-    const train::Bf16Rates bf16 = train::measure_bf16_rates(threads);
+    const train::Bf16Rates bf16 = train::measure_bf16_rates(threads, train::measure_fma_peak_gflops(threads));
     peak = bf16.peak_gflops();
     unit = bf16.peak_unit();
     sustained = bf16.gemm_gflops;

@@ -95,7 +95,7 @@ TEST(ModelFlops, DocumentMasksCountEachDocumentAlone) {
 // not timings: a broken loop or a lost factor of 2 in a flop count falls outside them.
 TEST(MachineRates, Bf16PeaksAndGemmAreMeasuredAndPhysical) {
   constexpr double kMaxGhz = 6.0;
-  const Bf16Rates rates = measure_bf16_rates(1);
+  const Bf16Rates rates = measure_bf16_rates(1, measure_fma_peak_gflops(1));
   const bool has_dot = __builtin_cpu_supports("avx512bf16");
   const bool has_amx = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
   std::printf("[ rates    ] AVX512-BF16 %.1f GFLOP/s, AMX-BF16 %.1f, fp32 FMA %.1f, bf16 GEMM %.1f (1 thread)\n",

@@ -241,11 +241,11 @@ double measure_amx_bf16_peak_gflops(int threads) {
   return measure_team_peak(threads, 1'500'000, amx_bf16_flops);
 }
 
-Bf16Rates measure_bf16_rates(int threads) {
+Bf16Rates measure_bf16_rates(int threads, double fma_peak_gflops) {
   Bf16Rates rates;
+  rates.fma_peak_gflops = fma_peak_gflops;
   rates.dot_peak_gflops = measure_bf16_dot_peak_gflops(threads);
   rates.amx_peak_gflops = measure_amx_bf16_peak_gflops(threads);
-  rates.fma_peak_gflops = measure_fma_peak_gflops(threads);
   rates.gemm_gflops = measure_bf16_gemm_gflops(threads);
   return rates;
 }

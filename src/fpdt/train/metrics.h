@@ -70,7 +70,8 @@ MachineRates measure_machine_rates(int threads);
 //   amx_peak_gflops: AMX-BF16 tile products (tdpbf16ps: a 16 × 32 bf16 tile times a 32 × 16 one into a
 //     16 × 16 fp32 tile), four independent accumulator tiles per thread; 0 on a CPU without AMX or when
 //     Linux refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
-//   fma_peak_gflops: the fp32 FMAs' (measure_fma_peak_gflops), which multiply bf16 values exactly: the cpu
+//   fma_peak_gflops: the fp32 FMAs' (measure_fma_peak_gflops, measured by the caller for fp32's MFU and
+//     given here, so that both MFUs divide by one figure), which multiply bf16 values exactly: the cpu
 //     backend's bf16 GEMMs run on them where the bf16 units are not faster (kernels/cpu/gemm.h).
 //   gemm_gflops: the cpu backend's bf16 linear_forward C (1024 × 1024) = A · Bᵀ, B given as its bf16
 //     words (a weight's working copy) and A rounded per call — what the model's bf16 GEMMs reach, on
@@ -90,7 +91,7 @@ struct Bf16Rates {
     return peak == amx_peak_gflops ? "AMX-BF16" : peak == dot_peak_gflops ? "AVX512-BF16" : "fp32 FMA";
   }
 };
-Bf16Rates measure_bf16_rates(int threads);
+Bf16Rates measure_bf16_rates(int threads, double fma_peak_gflops);
 double measure_bf16_dot_peak_gflops(int threads);
 double measure_amx_bf16_peak_gflops(int threads);
 double measure_bf16_gemm_gflops(int threads);

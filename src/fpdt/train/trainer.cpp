@@ -352,13 +352,19 @@ void Trainer::build_model() {
     bf16_rates_.dot_peak_gflops = peak->bf16_gflops;  // stated, as the fp32 one
   } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
-    if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_);
+    if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_, rates_.fma_peak_gflops);
   }
   // MFU against the peak of the run's precision (or the one given with --peak-gflops): a bf16 run's against
   // the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX, AVX512-BF16 or the FMAs).
   const bool bf16_peak = s.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
   mfu_peak_gflops_ = bf16_peak && s.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
   print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops_, world_);
+  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu" &&
+      kernels::cpu::bf16_gemm_arithmetic() == kernels::cpu::Bf16Gemm::fp32_fmas &&
+      kernels::cpu::CpuBackend::bf16_attention() == kernels::cpu::CpuBackend::Bf16Attention::fp32_products)
+    log::info("note: no unit of this CPU multiplies bf16 faster than its fp32 FMAs, which run this run's products: "
+              "bf16 halves the store and the offload traffic here, but its roundings make a step slower than fp32's "
+              "(1.1-1.2x on Emerald Rapids without AMX: bench/RESULTS.md)");
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
               " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
