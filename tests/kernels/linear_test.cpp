@@ -4,6 +4,7 @@
 // backend_ops_test.cpp.)
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -355,6 +356,37 @@ TEST(LinearCpu, Bf16GemmsRunOnTheFasterUnit) {
     EXPECT_EQ(operand.values != nullptr, arithmetic == cpu::Bf16Gemm::fp32_fmas) << bf16_gemm_name(arithmetic);
   }
   EXPECT_EQ(cpu::bf16_gemm_arithmetic(), rule);  // each scope restored it
+}
+
+// On the fp32 FMAs a bf16 operand whose floats are all bf16 values already (a model's kept activations) is
+// read in place, and any other is rounded into scratch: one float off bf16 anywhere (past the first block,
+// which the calling thread checks alone) and a signalling NaN (which rounding quiets) each make the copy,
+// whose values are the rounded ones.
+TEST(LinearCpu, Bf16OperandsAlreadyRoundedAreReadInPlace) {
+  const Bf16GemmScope scope(cpu::Bf16Gemm::fp32_fmas);
+  Rng rng(fresh_seed());
+  auto values = random_normal<float>(rng, 100'003);
+  for (float& value : values) value = fpdt::round_to_bf16(value);
+  const int64_t n = static_cast<int64_t>(values.size());
+  EXPECT_EQ(cpu::bf16_operand(0, values.data(), n).values, values.data());
+  const uint32_t signalling_nan = 0x7f810000u;  // low half zero, quiet bit clear
+  for (const size_t at : {size_t{5}, values.size() - 3}) {
+    for (const bool nan : {false, true}) {
+      auto changed = values;
+      if (nan) {
+        std::memcpy(&changed[at], &signalling_nan, 4);
+      } else {
+        changed[at] = std::nextafter(changed[at], 1e30f);
+      }
+      const cpu::Bf16Operand operand = cpu::bf16_operand(0, changed.data(), n);
+      ASSERT_NE(operand.values, changed.data()) << "value " << at << (nan ? " (NaN)" : "");
+      uint32_t got, want;
+      std::memcpy(&got, &operand.values[at], 4);
+      want = static_cast<uint32_t>(fpdt::float_to_bf16(changed[at])) << 16;
+      EXPECT_EQ(got, want) << "value " << at << (nan ? " (NaN)" : "");
+      EXPECT_EQ(operand.values[at ^ 1], changed[at ^ 1]);
+    }
+  }
 }
 
 }  // namespace

@@ -186,6 +186,32 @@ void* scratch_bytes(int slot, size_t bytes) {
   return storage.data();
 }
 
+// Whether round_to_bf16 leaves each of x[0, n) as it is: its low 16 bits are zero and, for a NaN, the quiet
+// bit is set. A model's kept activations are (bf16 rounds them as it keeps them), so the FMAs' operands read
+// them in place; a gradient is not, and fails within the first block, read on the calling thread.
+bool block_holds_bf16_values(const float* x, int64_t n) {
+  bool all = true;
+#pragma omp simd reduction(&& : all)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &x[i], 4);
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    all = all && (bits & 0xffffu) == 0 && (!nan || (bits & 0x00400000u) != 0);
+  }
+  return all;
+}
+bool holds_bf16_values(const float* x, int64_t n) {
+  if (!block_holds_bf16_values(x, std::min(n, kConvertBlock))) return false;
+  const int64_t blocks = ceil_div(n, kConvertBlock);
+  bool all = true;
+#pragma omp parallel for schedule(static) reduction(&& : all) if (blocks > 2)
+  for (int64_t block = 1; block < blocks; ++block) {
+    const int64_t begin = block * kConvertBlock;
+    all = all && block_holds_bf16_values(x + begin, std::min(kConvertBlock, n - begin));
+  }
+  return all;
+}
+
 float* float_scratch(int slot, size_t n) { return static_cast<float*>(scratch_bytes(slot, n * sizeof(float))); }
 uint16_t* bf16_scratch(int slot, size_t n) { return static_cast<uint16_t*>(scratch_bytes(slot, n * sizeof(uint16_t))); }
 
@@ -215,6 +241,7 @@ Bf16Operand bf16_operand(int slot, const float* values, int64_t n) {
     to_bf16(words, values, n);
     return {words, nullptr};
   }
+  if (holds_bf16_values(values, n)) return {nullptr, values};  // rounding would change nothing
   float* rounded = float_scratch(slot, static_cast<size_t>(n));
   round_to_bf16_values(rounded, values, n);
   return {nullptr, rounded};

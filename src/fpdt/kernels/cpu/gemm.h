@@ -43,7 +43,7 @@ struct Bf16Operand {
 };
 // `values` rounded to bf16 (float_to_bf16's rule), n of them, into the calling thread's scratch slot (0 to
 // 3: grown when a larger call comes, never shrunk or freed, so steady-state calls allocate nothing), as
-// words or as floats...
+// words or as floats — or, as floats, `values` itself where every one is a bf16 value already...
 Bf16Operand bf16_operand(int slot, const float* values, int64_t n);
 // ...or bf16 words (a weight's working copy): read as they are, or their values copied into the slot.
 Bf16Operand bf16_operand(int slot, const uint16_t* words, int64_t n);
