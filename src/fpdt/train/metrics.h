@@ -78,7 +78,8 @@ MachineRates measure_machine_rates(int threads);
 //     whichever unit gemm.h's rule runs them.
 // peak_gflops() is what bf16 MFU divides by: the fastest of the three, the unit a bf16 product can best run
 // on here (AMX on Sapphire Rapids and later; AVX512-BF16 on AMD's Zen 4 and 5, at twice the FMAs' FLOP rate;
-// the FMAs on Intel's AVX512-BF16 without AMX, at half their rate, and on a CPU with no bf16 units).
+// the FMAs on Intel's AVX512-BF16 without AMX, whose dot products run at half their rate, and on a CPU with
+// no bf16 units).
 struct Bf16Rates {
   double dot_peak_gflops = 0.0;
   double amx_peak_gflops = 0.0;

@@ -111,7 +111,9 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
   }
   if (s.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
-    std::string peak = number(bf16.peak_gflops()) + " " + bf16.peak_unit() + ", measured";
+    std::string peak = number(bf16.peak_gflops()) + " " +
+                       (rates.peak_stated_for.empty() ? bf16.peak_unit() + std::string(", measured")
+                                                      : "stated for " + rates.peak_stated_for);
     if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops > 0)
       peak += " (AVX512-BF16 " + number(bf16.dot_peak_gflops) + ")";
     if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops <= 0) peak += " (no bf16 units)";

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
-
 #include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/onednn_gemm.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
@@ -116,13 +115,17 @@ namespace {
 
 // The kernel oneDNN runs for a bf16 product ("brg:avx512_core_amx_bf16"), or "" where it has none (a build
 // without oneDNN; oneDNN 2.6.3 on an AVX2 CPU, or under ONEDNN_MAX_CPU_ISA=AVX2, has no bf16 matmul at all).
-std::string onednn_bf16_kernel() {
-  if (!onednn::available()) return "";
-  try {
-    return onednn::implementation(onednn::Input::bf16, false, true, 1024, 1024, 1024);
-  } catch (const Error&) {
-    return "";
-  }
+// Asked once per process (oneDNN's choice follows the CPU and ONEDNN_MAX_CPU_ISA, both fixed by then).
+const std::string& onednn_bf16_kernel() {
+  static const std::string kernel = [] {
+    if (!onednn::available()) return std::string();
+    try {
+      return onednn::implementation(onednn::Input::bf16, false, true, 1024, 1024, 1024);
+    } catch (const Error&) {
+      return std::string();
+    }
+  }();
+  return kernel;
 }
 
 // Whether oneDNN's bf16 kernels here outrun the fp32 FMAs: AMX tiles, or AVX512-BF16 dot products on a CPU
@@ -130,7 +133,7 @@ std::string onednn_bf16_kernel() {
 // CPU and the kernel oneDNN picks, so that two runs on one machine take the same path (and the same bits).
 bool bf16_units_outrun_fmas() {
   static const bool outrun = [] {
-    const std::string kernel = onednn_bf16_kernel();
+    const std::string& kernel = onednn_bf16_kernel();
     if (kernel.find("amx") != std::string::npos) return true;
     return kernel.find("bf16") != std::string::npos && cpu_bf16_dot_products_double_rate();
   }();
@@ -283,7 +286,7 @@ void bf16_to_floats(float* dst, const uint16_t* src, int64_t n) {
 
 std::string describe_bf16_gemms() {
   if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) return onednn_bf16_kernel() + " (oneDNN)";
-  const std::string kernel = onednn_bf16_kernel();
+  const std::string& kernel = onednn_bf16_kernel();
   if (kernel.empty()) return "fp32 FMAs (no bf16 GEMM kernels here)";
   return "fp32 FMAs (oneDNN's " + kernel + " slower)";
 }
