@@ -79,8 +79,9 @@ TEST(Commands, RunsTheBlasKernelsOfTheCpuUnlessTheUserChoseOthers) {
   // The user's set, in a plain environment and in one inherited from a restarted fpdt (the restart's record
   // of its choice, blas_core.cpp, which this test program also carries on a CPU where it restarted itself).
   for (const std::string inherited : {"", "FPDT_BLAS_CORE_REPLACED=Prescott FPDT_BLAS_CORE_CHOSEN=SkylakeX "}) {
+    const std::string out = dir.file(inherited.empty() ? "users" : "users_inherited");
     const ProgramResult users =
-        run_command(inherited + "OPENBLAS_CORETYPE=Prescott " + fpdt_binary() + " " + dry_run + dir.file(inherited.empty() ? "users" : "users_inherited"));
+        run_command(inherited + "OPENBLAS_CORETYPE=Prescott " + fpdt_binary() + " " + dry_run + out);
     ASSERT_EQ(users.exit_status, 0) << users.output;
     EXPECT_NE(users.output.find("| BLAS kernels           | Prescott (OPENBLAS_CORETYPE)"), std::string::npos)
         << inherited << "\n" << users.output;

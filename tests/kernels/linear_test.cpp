@@ -1,7 +1,7 @@
 // Linear: the reference backward against float64 finite differences of the reference forward, and
 // its switches (accumulate, null outputs skipped); the reference bf16 spec against its rule; the cpu
-// backward at any team size, and its bf16 GEMMs on each arithmetic this CPU has (gemm.h's Bf16Gemm). (Every backend against the reference, for every switch and precision:
-// backend_ops_test.cpp.)
+// backward at any team size, and its bf16 GEMMs on each arithmetic this CPU has (gemm.h's Bf16Gemm).
+// (Every backend against the reference, for every switch and precision: backend_ops_test.cpp.)
 #include <omp.h>
 
 #include <cmath>
@@ -210,8 +210,8 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
       auto dw = dw_initial;
       cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true, precision);
       // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
-      const std::string what =
-          std::string(bf16 ? std::string("bf16 on the ") + bf16_gemm_name(arithmetic) : "fp32") + ", " + std::to_string(team) + " threads";
+      const std::string what = (bf16 ? std::string("bf16 on the ") + bf16_gemm_name(arithmetic) : std::string("fp32")) +
+                               ", " + std::to_string(team) + " threads";
       EXPECT_LE(report("cpu dx " + what, relative_error(dx, dx_want)), 1e-5);
       EXPECT_LE(report("cpu dw " + what, relative_error(dw, dw_want)), 1e-5);
     }

@@ -114,9 +114,8 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     std::string peak = number(bf16.peak_gflops()) + " " +
                        (rates.peak_stated_for.empty() ? bf16.peak_unit() + std::string(", measured")
                                                       : "stated for " + rates.peak_stated_for);
-    if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops > 0)
-      peak += " (AVX512-BF16 " + number(bf16.dot_peak_gflops) + ")";
-    if (bf16.peak_gflops() == bf16.fma_peak_gflops && bf16.dot_peak_gflops <= 0) peak += " (no bf16 units)";
+    if (bf16.peak_gflops() == bf16.fma_peak_gflops)  // the FMAs outrun the bf16 units, or there are none
+      peak += bf16.dot_peak_gflops > 0 ? " (AVX512-BF16 " + number(bf16.dot_peak_gflops) + ")" : " (no bf16 units)";
     row("bf16 peak GFLOP/s", peak);
     if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
   }

@@ -70,11 +70,14 @@ std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {
   return "";
 }
 
-bool blas_core_chosen_by_user() { return std::getenv("OPENBLAS_CORETYPE") != nullptr && core_replaced_by_restart() == nullptr; }
+bool blas_core_chosen_by_user() {
+  return std::getenv("OPENBLAS_CORETYPE") != nullptr && core_replaced_by_restart() == nullptr;
+}
 
 std::string describe_blas_core() {
   const std::string core = loaded_blas_core();
-  if (const char* replaced = core_replaced_by_restart()) return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
+  if (const char* replaced = core_replaced_by_restart())
+    return core + " (fpdt's choice: OpenBLAS took " + replaced + ")";
   if (blas_core_chosen_by_user()) return core + " (OPENBLAS_CORETYPE)";
   return core;
 }

@@ -268,7 +268,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, i
     return;
   }
   FPDT_CHECK(a.words != nullptr && b.words != nullptr, "kernels",
-             "gemm_bf16 was given one operand as words and one as values", "make both with bf16_operand, in one setting");
+             "gemm_bf16 was given one operand as words and one as values",
+             "make both with bf16_operand, in one setting");
   onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a.words, lda, b.words, ldb, accumulate, c, ldc);
 }
 

@@ -46,7 +46,9 @@ inline bool cpu_bf16_dot_products_double_rate() {
   return double_rate;
 }
 // ...and this build has the attention's dot-product kernels to use them.
-inline bool bf16_dot_products_double_rate() { return cpu_bf16_dot_products_double_rate() && bf16_dot_products_available(); }
+inline bool bf16_dot_products_double_rate() {
+  return cpu_bf16_dot_products_double_rate() && bf16_dot_products_available();
+}
 
 // The word of a bf16 pair from two floats that hold bf16 values (round_to_bf16): their upper halves are
 // the bf16 bits, the even one goes low.
