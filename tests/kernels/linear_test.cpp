@@ -277,10 +277,18 @@ TEST(LinearCpu, EveryGemmLibraryMatchesTheReferenceOnEveryLayout) {
         const Bf16GemmScope scope(arithmetic);
         // The operands as a bf16 run makes them: a from floats (rounded now), b from words (a working copy).
         const cpu::Bf16Operand a_operand = cpu::bf16_operand(0, a.data(), static_cast<int64_t>(a.size()));
-        const cpu::Bf16Operand b_operand = cpu::bf16_operand(1, b16.data(), static_cast<int64_t>(b16.size()));
+        const cpu::Bf16Operand b_operand{b16.data(), nullptr};
         check(std::string("gemm_bf16 on the ") + bf16_gemm_name(arithmetic), true, [&](float* c) {
           cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a_operand, lda, b_operand, ldb, accumulate, c, ldc);
         });
+        if (arithmetic != cpu::Bf16Gemm::fp32_fmas) continue;
+        // The FMAs widen b's words by blocks of its rows: in blocks of 13 (NT, 45 rows of 300) or 91 (NN and
+        // TN, 300 rows of 45) rows here, the last one shorter — C's columns, or K, in four parts.
+        const int64_t saved = cpu::set_widen_block_bytes(int64_t{4096} * sizeof(float));
+        check("gemm_bf16 on the fp32 FMAs, b widened in 4 blocks", true, [&](float* c) {
+          cpu::gemm_bf16(layout.trans_a, layout.trans_b, M, N, K, a_operand, lda, b_operand, ldb, accumulate, c, ldc);
+        });
+        cpu::set_widen_block_bytes(saved);
       }
       if (!cpu::onednn::available()) continue;
       check("oneDNN f32", false, [&](float* c) {

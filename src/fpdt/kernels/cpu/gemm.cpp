@@ -143,6 +143,22 @@ bool bf16_units_outrun_fmas() {
 // set_bf16_gemm_arithmetic's choice, or −1: the rule's.
 std::atomic<int> chosen_bf16_gemm{-1};
 
+// gemm_bf16 on the FMAs widens a weight's words this many bytes of floats at a time (set_widen_block_bytes):
+// every weight of the peer and demo models but the head in one block, and never a float copy of a whole
+// matrix (the head's V·h floats: 64 MiB at V = 32000, h = 512; Llama-3-8B's, 2 GiB). A block of B's rows
+// is read by each of the product's row panels; 8 MiB keeps K blocks (dx) at least as long as OpenBLAS's
+// own (~384), so C is passed over no more often than the GEMM's own blocking passes over it.
+std::atomic<int64_t> widen_block_bytes{int64_t{8} << 20};
+
+// dst[i] = the value of bf16 word src[i], exactly (bf16 is fp32's upper half), on the calling thread.
+void bf16_to_floats_serial(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t word = static_cast<uint32_t>(src[i]) << 16;
+    __builtin_memcpy(&dst[i], &word, 4);
+  }
+}
+
 // dst[i] = src[i] rounded to bf16 (float_to_bf16's rule) for i < n, on the team: as bf16 words (Out =
 // uint16_t) or as their values in floats (Out = float). 16 lanes at a time where the build has AVX-512:
 // the same bits, NaNs and subnormals included (AVX512-BF16's vcvtneps2bf16 would flush subnormals to zero).
@@ -180,10 +196,11 @@ void round_to_bf16_team(Out* dst, const float* src, int64_t n) {
   }
 }
 
-// The calling thread's scratch slot `slot` (0 to 3: bf16_operand's), at least `bytes`: grown when a larger
-// call comes, never shrunk or freed, so steady-state calls allocate nothing.
+// The calling thread's scratch slot `slot` (0 to 3: bf16_operand's; kWidenSlot: gemm_bf16's), at least
+// `bytes`: grown when a larger call comes, never shrunk or freed, so steady-state calls allocate nothing.
+constexpr int kWidenSlot = 4;
 void* scratch_bytes(int slot, size_t bytes) {
-  thread_local std::array<std::vector<std::byte>, 4> slots;
+  thread_local std::array<std::vector<std::byte>, 5> slots;
   std::vector<std::byte>& storage = slots.at(static_cast<size_t>(slot));
   if (storage.size() < bytes) storage.resize(bytes);
   return storage.data();
@@ -250,12 +267,7 @@ Bf16Operand bf16_operand(int slot, const float* values, int64_t n) {
   return {nullptr, rounded};
 }
 
-Bf16Operand bf16_operand(int slot, const uint16_t* words, int64_t n) {
-  if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) return {words, nullptr};
-  float* values = float_scratch(slot, static_cast<size_t>(n));
-  bf16_to_floats(values, words, n);
-  return {nullptr, values};
-}
+int64_t set_widen_block_bytes(int64_t bytes) { return widen_block_bytes.exchange(std::max<int64_t>(bytes, 1)); }
 
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, int lda, Bf16Operand b, int ldb,
                bool accumulate, float* c, int ldc) {
@@ -263,14 +275,38 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, i
     team_sgemm(trans_a, trans_b, M, N, 0, nullptr, lda, nullptr, ldb, accumulate, c, ldc);
     return;
   }
-  if (a.values != nullptr && b.values != nullptr) {
+  if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) {
+    FPDT_CHECK(a.words != nullptr && b.words != nullptr, "kernels",
+               "gemm_bf16 on the bf16 units was given an operand as values", "make both with bf16_operand, in one setting");
+    onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a.words, lda, b.words, ldb, accumulate, c, ldc);
+    return;
+  }
+  FPDT_CHECK(a.values != nullptr, "kernels", "gemm_bf16 on the fp32 FMAs was given a as words",
+             "make it with bf16_operand in this setting (only b, a weight, may come as words)");
+  if (b.values != nullptr) {
     gemm_f32(trans_a, trans_b, M, N, K, a.values, lda, b.values, ldb, accumulate, c, ldc);
     return;
   }
-  FPDT_CHECK(a.words != nullptr && b.words != nullptr, "kernels",
-             "gemm_bf16 was given one operand as words and one as values",
-             "make both with bf16_operand, in one setting");
-  onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a.words, lda, b.words, ldb, accumulate, c, ldc);
+  // b's words, widened to floats a block of its stored rows at a time, each block's product run before the
+  // next is widened: B stored (N, K) with trans_b, its rows a block of C's columns; else (K, N), its rows a
+  // block of the sum over K, added to C after the first.
+  const int row_words = trans_b ? K : N, rows = trans_b ? N : K;
+  const int block_rows = static_cast<int>(std::clamp<int64_t>(
+      widen_block_bytes.load() / (int64_t{row_words} * static_cast<int64_t>(sizeof(float))), 1, rows));
+  float* widened = float_scratch(kWidenSlot, static_cast<size_t>(block_rows) * row_words);  // (block_rows, row_words)
+  for (int r0 = 0; r0 < rows; r0 += block_rows) {
+    const int count = std::min(block_rows, rows - r0);
+#pragma omp parallel for schedule(static) if (int64_t{count} * row_words >= kConvertBlock)
+    for (int r = 0; r < count; ++r)
+      bf16_to_floats_serial(widened + static_cast<int64_t>(r) * row_words, b.words + static_cast<int64_t>(r0 + r) * ldb,
+                            row_words);
+    if (trans_b) {
+      gemm_f32(trans_a, true, M, count, K, a.values, lda, widened, row_words, accumulate, c + r0, ldc);
+    } else {
+      const float* a_block = a.values + (trans_a ? static_cast<int64_t>(r0) * lda : r0);  // op(A)'s columns [r0, r0 + count)
+      gemm_f32(trans_a, false, M, N, count, a_block, lda, widened, row_words, accumulate || r0 > 0, c, ldc);
+    }
+  }
 }
 
 void to_bf16(uint16_t* dst, const float* src, int64_t n) { round_to_bf16_team(dst, src, n); }
@@ -278,10 +314,11 @@ void to_bf16(uint16_t* dst, const float* src, int64_t n) { round_to_bf16_team(ds
 void round_to_bf16_values(float* dst, const float* src, int64_t n) { round_to_bf16_team(dst, src, n); }
 
 void bf16_to_floats(float* dst, const uint16_t* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kConvertBlock)
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t word = static_cast<uint32_t>(src[i]) << 16;  // bf16 is fp32's upper half
-    __builtin_memcpy(&dst[i], &word, 4);
+  const int64_t blocks = ceil_div(n, kConvertBlock);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kConvertBlock;
+    bf16_to_floats_serial(dst + begin, src + begin, std::min(kConvertBlock, n - begin));
   }
 }
 

@@ -36,21 +36,27 @@ Bf16Gemm bf16_gemm_arithmetic();
 Bf16Gemm set_bf16_gemm_arithmetic(Bf16Gemm arithmetic);
 
 // A bf16 product's operand as gemm_bf16 reads it under the current arithmetic: its bf16 words (bf16_units)
-// or their values as floats (fp32_fmas); exactly one is set.
+// or their values as floats (fp32_fmas) — but a weight's words stay words under both (the FMAs widen them
+// block by block: gemm_bf16); exactly one is set.
 struct Bf16Operand {
   const uint16_t* words = nullptr;
   const float* values = nullptr;
 };
 // `values` rounded to bf16 (float_to_bf16's rule), n of them, into the calling thread's scratch slot (0 to
 // 3: grown when a larger call comes, never shrunk or freed, so steady-state calls allocate nothing), as
-// words or as floats — or, as floats, `values` itself where every one is a bf16 value already...
+// words or as floats — or, as floats, `values` itself where every one is a bf16 value already. (Words, a
+// weight's working copy, are an operand as they are: Bf16Operand{words, nullptr}.)
 Bf16Operand bf16_operand(int slot, const float* values, int64_t n);
-// ...or bf16 words (a weight's working copy): read as they are, or their values copied into the slot.
-Bf16Operand bf16_operand(int slot, const uint16_t* words, int64_t n);
 
-// a and b made by bf16_operand under one arithmetic (both words, or both values).
+// a and b made by bf16_operand under one arithmetic: on the bf16 units both words; on the FMAs a as values
+// and b as values or words, widened to floats a block of its stored rows at a time into the calling
+// thread's scratch (at most set_widen_block_bytes of it), each block's product run before the next: C's
+// columns by blocks (trans_b), or the sum over K by blocks added into C (else: fp32 reordering).
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, int lda, Bf16Operand b, int ldb,
                bool accumulate, float* c, int ldc);
+// The most bytes of floats gemm_bf16 widens at once (at least 1 row's): 8 MiB unless set (tests cut small
+// products into several blocks). Returns the previous one. Not to be changed while a GEMM runs.
+int64_t set_widen_block_bytes(int64_t bytes);
 
 // The same product on OpenBLAS alone, shared by the team: a single-threaded sgemm per thread on its own
 // block of C (design in gemm.cpp). gemm_f32 runs it where OpenBLAS wins; benchmarks compare it.

@@ -1,10 +1,10 @@
 // Fast linear layer (semantics: reference/linear.h; w is (out, in)), fp32 or bf16. Every product is one
 // GEMM of cpu/gemm.h on the OpenMP team; the bias is written (or added) before the forward GEMM, which
 // then accumulates. bf16: the products' operands are made by gemm.h's bf16_operand for the unit that runs
-// them here — bf16 words for oneDNN's bf16 kernels, or their values as floats for the fp32 FMAs — w from
-// its words where the WeightMatrix carries them (the run's working copy, made once per update), x, dout
-// and a w given only as values rounded per call (nearest-even: the spec's rounding) into the thread's
-// scratch; the products sum in fp32; dbias sums the fp32 dout. dbias sums dout's columns in double,
+// them here — bf16 words for oneDNN's bf16 kernels, or their values as floats for the fp32 FMAs — w as
+// its words where the WeightMatrix carries them (the run's working copy, made once per update; the FMAs
+// widen them block by block), x, dout and a w given only as values rounded per call (nearest-even: the
+// spec's rounding) into the thread's scratch; the products sum in fp32; dbias sums the fp32 dout. dbias sums dout's columns in double,
 // column blocks across threads. The only heap memory is the GEMM layer's scratch, grown once per thread.
 #include <cblas.h>
 #include <pmmintrin.h>
@@ -41,10 +41,9 @@ void accumulate_column_sums(float* dbias, const float* dout, int64_t N, int O) {
 // Scratch slots of the bf16 operands (gemm.h's bf16_operand).
 enum Slot { kX = 0, kW = 1, kDout = 2 };
 
-// w (O, I) as a bf16 operand: from its working copy's words, else rounded from its values now.
+// w (O, I) as a bf16 operand: its working copy's words, else rounded from its values now.
 Bf16Operand bf16_weights(const WeightMatrix& w, int I, int O) {
-  const int64_t n = static_cast<int64_t>(O) * I;
-  return w.bf16 != nullptr ? bf16_operand(kW, w.bf16, n) : bf16_operand(kW, w.values, n);
+  return w.bf16 != nullptr ? Bf16Operand{w.bf16, nullptr} : bf16_operand(kW, w.values, static_cast<int64_t>(O) * I);
 }
 
 // Subnormal floats (magnitude below 2^-126) read and written as zero — MXCSR's DAZ and FTZ — on this
