@@ -188,6 +188,8 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
   const kernels::WeightMatrix up(w.up_weight, w.up_weight_bf16);  // Llama (2f, h): gate | up rows; GPT (f, h)
   if (config_.family == Family::llama) {
     backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f);
+    round_for_product(scratch.d_gate, n * f);
+    round_for_product(scratch.d_up, n * f);
     backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, up, n, h, f, false,
                              precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,
@@ -231,6 +233,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
     backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
                                     count, V);
+    round_for_product(chunk_logits, count * V);
     backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h,
                              {w.head, w.head_bf16}, count,
                              h, V, false, precision_);

@@ -124,6 +124,10 @@ struct TokenResults {
 //   attention_input_backward   dL/dx of the layer's input
 // The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
+// Two gradients that one bias-free product reads and nothing after it are rounded in place first
+// (round_for_product): the dlogits (head_forward) and Llama's dgate, dup (mlp_backward). The product rounds
+// its input anyway (the same values, rounding twice changes nothing); in place, the cpu backend's bf16 GEMMs
+// read them there instead of a rounded copy in scratch as large as they are (count·V floats of logits).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
 // every other gradient (the weights', q/k/v's, dQ's sums), the weights (the GEMMs round them on the way
 // in, or read the run's bf16 working copy of the matrices: LayerTensors' *_bf16, the same values).
@@ -174,6 +178,8 @@ class LayerMath {
 
   // x (n) rounded to bf16 in bf16 (a kept activation: the list above); nothing in fp32.
   void round_kept(float* x, int64_t n);
+  // The same for a gradient whose only reader is a product without a bias (the list above).
+  void round_for_product(float* dout, int64_t n) { round_kept(dout, n); }
 
   // Norm dispatch on the family: RMSNorm (Llama) or LayerNorm (GPT); out is kept (rounded in bf16).
   // dx accumulates.
