@@ -27,6 +27,7 @@ struct StepMetrics {
   double mfu = 0.0;            // gflops / the peak of the run's precision: fp32 the FMA peak (MachineRates),
                                // bf16 the bf16 peak (Bf16Rates::peak_gflops; the FMA peak without bf16 units)
   double fp32_mfu = 0.0;       // a bf16 run's gflops / the fp32 FMA peak, beside mfu; 0 in an fp32 run
+  double peak_gflops = 0.0;    // what mfu divided by, per rank (a measured FMA peak rises when re-measured higher)
   double sgemm_ratio = 0.0;    // gflops / sgemm rate (MachineRates); 0 when not measured
   double load_average = -1.0;  // 1-minute load average at the end of the step (< 0: unknown)
   size_t compute_peak_bytes = 0;
@@ -51,7 +52,8 @@ double model_flops(const model::ModelConfig& config, int64_t sequences, int64_t 
 // taken with them):
 //   fma_peak_gflops: each thread runs independent FMA chains on the widest vectors the CPU has, whatever
 //     the build targets (AVX-512: 16 lanes; else AVX2: 8), ~50 ms, best of 5 — lanes × 2 flops × FMA
-//     ports per cycle at the clock the cores reach. MFU is measured against it.
+//     ports per cycle at the clock the cores reach. MFU is measured against it; a training run takes one
+//     trial more after each step of a second or more and keeps the higher (Trainer::recheck_fma_peak).
 //   sgemm_gflops: OpenBLAS sgemm C (1024 × 1024) = A · B on the cpu backend's GEMM path (every thread of
 //     the OpenMP team), best of 5 — what the model's GEMMs can reach, the practical ceiling.
 struct MachineRates {
@@ -106,7 +108,7 @@ struct DevicePeak {
   double bf16_gflops = 0.0;
 };
 std::optional<DevicePeak> stated_device_peak(const std::string& device_name);
-double measure_fma_peak_gflops(int threads, int* vector_bits = nullptr);
+double measure_fma_peak_gflops(int threads, int* vector_bits = nullptr, int trials = 5);
 double measure_sgemm_gflops(int threads);
 
 // The 1-minute load average (/proc/loadavg); -1 when it cannot be read.

@@ -107,6 +107,7 @@ class Trainer {
   MachineRates rates_;  // measured at set-up (--peak-gflops: the FMA peak given, nothing measured)
   Bf16Rates bf16_rates_;      // a bf16 run's, measured at set-up
   double mfu_peak_gflops_ = 0.0;  // what MFU divides by: the peak of the run's precision (StepMetrics::mfu)
+  bool fma_peak_measured_ = false;  // rates_.fma_peak_gflops was measured here (not given, not a GPU's)
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<pipeline::ModelStates> states_;
   std::unique_ptr<pipeline::FpdtModel> model_;
@@ -137,6 +138,8 @@ class Trainer {
     double lr = 0.0, grad_norm = 0.0;
   } unchecked_update_;
   void check_update();
+  void recheck_fma_peak();
+  double mfu_peak_gflops() const;
   double flops_per_step_ = 0.0;  // model_flops of the step (with --doc-mask, recounted from each step's documents)
   Timer run_timer_;
   TrainResult result_;
