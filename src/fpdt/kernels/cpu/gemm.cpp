@@ -209,16 +209,33 @@ void* scratch_bytes(int slot, size_t bytes) {
 // Whether round_to_bf16 leaves each of x[0, n) as it is: its low 16 bits are zero and, for a NaN, the quiet
 // bit is set. A model's kept activations are (bf16 rounds them as it keeps them), so the FMAs' operands read
 // them in place; a gradient is not, and fails within the first block, read on the calling thread.
+// The flaws of each value are OR-ed together (its low bits; 1 for a signalling NaN), in AVX-512 where the
+// build has it: over 45 MB on 2 threads 1.6–2.1 ms, against 2.4–3.1 for the OR reduction in plain C++ (an
+// AVX2 build's) and 5.6–6.9 for a reduction of bools, which the compiler vectorized poorly.
 bool block_holds_bf16_values(const float* x, int64_t n) {
-  bool all = true;
-#pragma omp simd reduction(&& : all)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    __builtin_memcpy(&bits, &x[i], 4);
-    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    all = all && (bits & 0xffffu) == 0 && (!nan || (bits & 0x00400000u) != 0);
+  uint32_t flaws = 0;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512i low_half = _mm512_set1_epi32(0xffff), magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i infinity = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x00400000);
+  __m512i low_bits = _mm512_setzero_si512();
+  __mmask16 signalling = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i word = _mm512_loadu_si512(x + i);
+    low_bits = _mm512_ternarylogic_epi32(low_bits, word, low_half, 0xf8);  // low_bits | (word & low_half)
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(word, magnitude), infinity);
+    signalling |= _mm512_mask_testn_epi32_mask(nan, word, quiet);
   }
-  return all;
+  flaws = _mm512_reduce_or_epi32(low_bits) | signalling;
+#endif
+#pragma omp simd reduction(| : flaws)
+  for (int64_t j = i; j < n; ++j) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &x[j], 4);
+    const uint32_t signalling_nan = (bits & 0x7fffffffu) > 0x7f800000u && (bits & 0x00400000u) == 0 ? 1u : 0u;
+    flaws |= (bits & 0xffffu) | signalling_nan;
+  }
+  return flaws == 0;
 }
 bool holds_bf16_values(const float* x, int64_t n) {
   if (!block_holds_bf16_values(x, std::min(n, kConvertBlock))) return false;
