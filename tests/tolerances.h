@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "fpdt/model/config.h"
 
@@ -45,6 +46,19 @@ struct Reordering {
 // norm-wise measure, an average over many outputs, stays near one standard deviation (times the
 // conditioning of the stages, which the first-order model leaves out: tests measure 1–3 there).
 inline constexpr double kStandardDeviations = 6.0;
+
+// The conditioning of outputs that are sums whose terms may cancel, for Reordering::conditioning: the
+// rounding error of a sum scales with its terms' root-sum-square ‖t‖₂ (the partial sums of random-sign
+// terms grow as ‖t‖₂ does), fp32_bound relative to the output — which is ‖t‖₂ on average over many
+// outputs (E[(Σ t)²] = Σ t² for independent zero-mean terms) but can be far smaller in one that cancels.
+// scales: each output's ‖t‖₂ (or a bound on it); outputs: the outputs. max(1, ‖scales‖ / ‖outputs‖): 1
+// over many outputs, large over a few that happen to cancel.
+inline double cancellation(const std::vector<double>& scales, const std::vector<double>& outputs) {
+  double scale_squares = 0.0, output_squares = 0.0;
+  for (const double scale : scales) scale_squares += scale * scale;
+  for (const double output : outputs) output_squares += output * output;
+  return std::max(1.0, std::sqrt(scale_squares / std::max(output_squares, 1e-300)));
+}
 
 inline double fp32_bound(const Reordering& r) {
   const double sides = r.against == Against::fp32 ? 2.0 : 1.0;
