@@ -294,7 +294,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, i
   }
   if (bf16_gemm_arithmetic() == Bf16Gemm::bf16_units) {
     FPDT_CHECK(a.words != nullptr && b.words != nullptr, "kernels",
-               "gemm_bf16 on the bf16 units was given an operand as values", "make both with bf16_operand, in one setting");
+               "gemm_bf16 on the bf16 units was given an operand as values",
+               "make both with bf16_operand, in one setting");
     onednn::matmul(onednn::Input::bf16, trans_a, trans_b, M, N, K, a.words, lda, b.words, ldb, accumulate, c, ldc);
     return;
   }
@@ -320,7 +321,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, Bf16Operand a, i
     if (trans_b) {
       gemm_f32(trans_a, true, M, count, K, a.values, lda, widened, row_words, accumulate, c + r0, ldc);
     } else {
-      const float* a_block = a.values + (trans_a ? static_cast<int64_t>(r0) * lda : r0);  // op(A)'s columns [r0, r0 + count)
+      // op(A)'s columns [r0, r0 + count)
+      const float* a_block = a.values + (trans_a ? static_cast<int64_t>(r0) * lda : r0);
       gemm_f32(trans_a, false, M, N, count, a_block, lda, widened, row_words, accumulate || r0 > 0, c, ldc);
     }
   }
