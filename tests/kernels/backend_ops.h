@@ -182,10 +182,11 @@ inline std::vector<double> squared(const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) squares[i] = values[i] * values[i];
   return squares;
 }
-inline std::vector<double> minus(const std::vector<double>& a, const std::vector<float>& b) {
-  std::vector<double> difference(a.size());
-  for (size_t i = 0; i < a.size(); ++i) difference[i] = a[i] - b[i];
-  return difference;
+// want − initial: what an op that accumulates added.
+inline std::vector<double> added(const std::vector<double>& want, const std::vector<float>& initial) {
+  std::vector<double> increment(want.size());
+  for (size_t i = 0; i < want.size(); ++i) increment[i] = want[i] - initial[i];
+  return increment;
 }
 
 inline std::string shape_text(std::initializer_list<std::pair<const char*, int64_t>> dims) {
@@ -391,7 +392,7 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
         reference::linear_forward(squares.data(), x_squares.data(), w_squares.data(),
                                   with_bias ? bias_squares.data() : nullptr, s.N, s.I, s.O, false);
         const double kappa =
-            product_cancellation(squares, accumulate ? minus(want, initial) : want);
+            product_cancellation(squares, accumulate ? added(want, initial) : want);
         const auto got = out->host();
         const bool spec = bound_applies(s.N * s.O);
         if (accumulate) {
@@ -428,9 +429,9 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
       reference::linear_backward(dx_squares.data(), dw_squares.data(), dbias_squares.data(), dout_squares.data(),
                                  x_squares.data(), w_squares.data(), s.N, s.I, s.O, false);
       const double dx_kappa = product_cancellation(
-          dx_squares, mode == Dx::accumulate ? minus(dx_want, dx_initial) : dx_want);
-      const double dw_kappa = product_cancellation(dw_squares, minus(dw_want, dw_initial));
-      const double dbias_kappa = product_cancellation(dbias_squares, minus(dbias_want, dbias_initial));
+          dx_squares, mode == Dx::accumulate ? added(dx_want, dx_initial) : dx_want);
+      const double dw_kappa = product_cancellation(dw_squares, added(dw_want, dw_initial));
+      const double dbias_kappa = product_cancellation(dbias_squares, added(dbias_want, dbias_initial));
       const auto dx_got = dx->host(), dw_got = dw->host();
       const bool dx_spec = bound_applies(s.N * s.I), dw_spec = bound_applies(int64_t{s.O} * s.I);
       if (mode == Dx::overwrite) {
