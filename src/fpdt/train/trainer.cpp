@@ -357,8 +357,7 @@ void Trainer::build_model() {
     if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_, rates_.fma_peak_gflops);
     fma_peak_measured_ = true;
   }
-  mfu_peak_gflops_ = mfu_peak_gflops();
-  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops_, world_);
+  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops(), world_);
   if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu" &&
       kernels::cpu::bf16_gemm_arithmetic() == kernels::cpu::Bf16Gemm::fp32_fmas &&
       kernels::cpu::CpuBackend::bf16_attention() == kernels::cpu::CpuBackend::Bf16Attention::fp32_products)
@@ -493,8 +492,8 @@ StepMetrics Trainer::step() {
     flops_per_step_ =
         model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
-  metrics.mfu = metrics.gflops / (mfu_peak_gflops_ * world_.size());
-  metrics.peak_gflops = mfu_peak_gflops_;
+  metrics.peak_gflops = mfu_peak_gflops();
+  metrics.mfu = metrics.gflops / (metrics.peak_gflops * world_.size());
   if (s.precision == pipeline::Precision::bf16)
     metrics.fp32_mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
   if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
@@ -507,8 +506,9 @@ StepMetrics Trainer::step() {
   return metrics;
 }
 
-// MFU against the peak of the run's precision (or the one given with --peak-gflops): a bf16 run's against
-// the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX, AVX512-BF16 or the FMAs).
+// What MFU divides by (StepMetrics::mfu): the peak of the run's precision (or the one given with
+// --peak-gflops), a bf16 run's the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX,
+// AVX512-BF16 or the FMAs); a rank's.
 double Trainer::mfu_peak_gflops() const {
   const bool bf16_peak = settings_.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
   return bf16_peak && settings_.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
@@ -524,7 +524,6 @@ void Trainer::recheck_fma_peak() {
   if (trial <= rates_.fma_peak_gflops) return;
   rates_.fma_peak_gflops = trial;
   if (settings_.precision == pipeline::Precision::bf16) bf16_rates_.fma_peak_gflops = trial;
-  mfu_peak_gflops_ = mfu_peak_gflops();
 }
 
 void Trainer::check_update() {

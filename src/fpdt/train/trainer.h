@@ -104,9 +104,8 @@ class Trainer {
   int threads_ = 0;
   int dp_index_ = 0;  // this rank's data-parallel replica
   std::unique_ptr<comm::Communicator> sp_group_;
-  MachineRates rates_;  // measured at set-up (--peak-gflops: the FMA peak given, nothing measured)
-  Bf16Rates bf16_rates_;      // a bf16 run's, measured at set-up
-  double mfu_peak_gflops_ = 0.0;  // what MFU divides by: the peak of the run's precision (StepMetrics::mfu)
+  MachineRates rates_;  // measured at set-up, the FMA peak raised by recheck_fma_peak (--peak-gflops: given)
+  Bf16Rates bf16_rates_;      // a bf16 run's, measured at set-up (its FMA peak rates_'s)
   bool fma_peak_measured_ = false;  // rates_.fma_peak_gflops was measured here (not given, not a GPU's)
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<pipeline::ModelStates> states_;

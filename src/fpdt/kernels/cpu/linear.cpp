@@ -4,8 +4,9 @@
 // them here — bf16 words for oneDNN's bf16 kernels, or their values as floats for the fp32 FMAs — w as
 // its words where the WeightMatrix carries them (the run's working copy, made once per update; the FMAs
 // widen them block by block), x, dout and a w given only as values rounded per call (nearest-even: the
-// spec's rounding) into the thread's scratch; the products sum in fp32; dbias sums the fp32 dout.
-// dbias sums dout's columns in double, column blocks across threads. The only heap memory is the GEMM layer's scratch, grown once per thread.
+// spec's rounding) into the thread's scratch; the products sum in fp32. dbias sums the fp32 dout's columns
+// in double, column blocks across threads. The only heap memory is the GEMM layer's scratch, grown once
+// per thread.
 #include <cblas.h>
 #include <pmmintrin.h>
 
