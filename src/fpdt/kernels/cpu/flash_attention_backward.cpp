@@ -144,23 +144,29 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     }
     Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
     Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
-    if constexpr (kBf16) return {vround_bf16(p0), vround_bf16(p1), vround_bf16(ds0), vround_bf16(ds1)};
-    return {p0, p1, ds0, ds1};
+    return {p0, p1, ds0, ds1};  // unrounded
   };
   if (kBf16 && to_pairs) {
     const Vec zero = vset<Vec>(0.0f);
     for (int i = rows.begin; i < rows.end; i += 2) {
       const Row even = row(i), odd = i + 1 < rows.end ? row(i + 1) : Row{zero, zero, zero, zero};
       const int pair_row_index = (i - rows.begin) / 2;
-      store_pair_row(s.pw + pair_row_index * kPanel, even.p0, even.p1, odd.p0, odd.p1);
-      store_pair_row(s.pw_ds + pair_row_index * kPanel, even.ds0, even.ds1, odd.ds0, odd.ds1);
-      store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even.ds0, even.ds1);
-      if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd.ds0, odd.ds1);
+      const Bf16Row even_ds = round_row(even.ds0, even.ds1), odd_ds = round_row(odd.ds0, odd.ds1);
+      store_pair_row(s.pw + pair_row_index * kPanel, round_row(even.p0, even.p1), round_row(odd.p0, odd.p1));
+      store_pair_row(s.pw_ds + pair_row_index * kPanel, even_ds, odd_ds);
+      store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even_ds);
+      if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd_ds);
     }
     return;
   }
   for (int i = rows.begin; i < rows.end; ++i) {
-    const auto [p0, p1, ds0, ds1] = row(i);
+    auto [p0, p1, ds0, ds1] = row(i);
+    if constexpr (kBf16) {
+      p0 = vround_bf16(p0);
+      p1 = vround_bf16(p1);
+      ds0 = vround_bf16(ds0);
+      ds1 = vround_bf16(ds1);
+    }
     vstore(sp + i * kPanel, p0);
     vstore(sp + i * kPanel + kLanes, p1);
     vstore(dpp + i * kPanel, ds0);

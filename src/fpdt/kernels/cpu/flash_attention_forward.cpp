@@ -64,21 +64,19 @@ struct ForwardScratch {
 // Online softmax of nk keys of a kv tile over one panel of kPanel queries. sp: the panel's Sᵀ rows
 // (nk × kPanel), replaced by Pᵀ; k_first_rel: the first key's position minus the task's first query's;
 // k_docs: (nk). Updates m, l and writes alpha for the queries at offset i0 of the task. kBf16: the
-// scores are r(q)·r(k), scaled here by score_scale; the running max is lifted to an integer (the spec's
-// power-of-two m*, so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃; with
-// pairs_out (bf16 dot products, AMX), r(P̃ᵀ) goes there as bf16 pairs instead ([key pair][kPanel] words,
-// ⌈nk/2⌉ rows, the odd key past nk 0) and sp keeps the scores.
+// scores are r(q)·r(k), scaled by score_scale inside the exponent's FMA (the scaled max is the max
+// scaled: rounding is monotonic); the running max is lifted to an integer (the spec's power-of-two m*,
+// so alpha is a power of two) and Pᵀ is r(P̃), while l sums the unrounded P̃; with pairs_out (bf16 dot
+// products, AMX), r(P̃ᵀ) goes there as bf16 pairs instead ([key pair][kPanel] words, ⌈nk/2⌉ rows, the odd
+// key past nk 0) and sp keeps the scores (the masked ones −inf).
 template <bool kMasked, bool kBf16>
 void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first_rel, const int32_t* k_docs,
                    int64_t window, bool has_docs, float score_scale, uint32_t* pairs_out) {
-  Vec mx0 = vload<Vec>(s.m + i0), mx1 = vload<Vec>(s.m + i0 + kLanes);
-  const Vec m_old0 = mx0, m_old1 = mx1;
+  const Vec m_old0 = vload<Vec>(s.m + i0), m_old1 = vload<Vec>(s.m + i0 + kLanes);
   const Vec neg_inf = vset<Vec>(-kInf);
-  const Vec scale = vset<Vec>(score_scale);
-  auto score = [&](int j, int half) {  // the score of key j, lanes of half 0 or 1, in log2 units
-    const Vec x = vload<Vec>(sp + j * kPanel + half * kLanes);
-    return kBf16 ? vmul(x, scale) : x;
-  };
+  // the max of this tile's scores as they are stored (bf16: unscaled), then with the running max
+  Vec mx0 = kBf16 ? neg_inf : m_old0, mx1 = kBf16 ? neg_inf : m_old1;
+  auto score = [&](int j, int half) { return vload<Vec>(sp + j * kPanel + half * kLanes); };
   if constexpr (kMasked) {
     // Query i (of the task) sees key j iff i >= k_first_rel + j (causal), i < k_first_rel + j + window
     // (with a window), and docs match.
@@ -109,28 +107,27 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
     }
   } else {
     for (int j = 0; j < nk; ++j) {
-      const Vec s0 = score(j, 0), s1 = score(j, 1);
-      if constexpr (kBf16) {
-        vstore(sp + j * kPanel, s0);
-        vstore(sp + j * kPanel + kLanes, s1);
-      }
-      mx0 = vmax(mx0, s0);
-      mx1 = vmax(mx1, s1);
+      mx0 = vmax(mx0, score(j, 0));
+      mx1 = vmax(mx1, score(j, 1));
     }
   }
+  const Vec scale = vset<Vec>(score_scale);
   if constexpr (kBf16) {
-    mx0 = vceil(mx0);
-    mx1 = vceil(mx1);
+    mx0 = vceil(vmax(m_old0, vmul(mx0, scale)));
+    mx1 = vceil(vmax(m_old1, vmul(mx1, scale)));
   }
   // A query that has seen nothing yet keeps m = −inf; subtract 0 instead so that 2^(−inf) = 0.
   const Vec use0 = select(equal(mx0, neg_inf), vset<Vec>(0.0f), mx0);
   const Vec use1 = select(equal(mx1, neg_inf), vset<Vec>(0.0f), mx1);
   const Vec alpha0 = vexp2(vsub(m_old0, use0));
   const Vec alpha1 = vexp2(vsub(m_old1, use1));
+  const Vec minus_use0 = vsub(vset<Vec>(0.0f), use0), minus_use1 = vsub(vset<Vec>(0.0f), use1);
   Vec sum0 = vset<Vec>(0.0f), sum1 = vset<Vec>(0.0f);
   auto probability = [&](int j, int half) {  // P̃ of key j, unrounded; 0 past nk
     if (j >= nk) return vset<Vec>(0.0f);
-    const Vec p = vexp2(vsub(vload<Vec>(sp + j * kPanel + half * kLanes), half == 0 ? use0 : use1));
+    const Vec x = score(j, half);
+    const Vec p = kBf16 ? vexp2(vfma(x, scale, half == 0 ? minus_use0 : minus_use1))
+                        : vexp2(vsub(x, half == 0 ? use0 : use1));
     (half == 0 ? sum0 : sum1) = vadd(half == 0 ? sum0 : sum1, p);
     return p;
   };
@@ -138,8 +135,7 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
     for (int j = 0; j < nk; j += 2) {
       const Vec even0 = probability(j, 0), even1 = probability(j, 1);
       const Vec odd0 = probability(j + 1, 0), odd1 = probability(j + 1, 1);
-      store_pair_row(pairs_out + (j / 2) * kPanel, vround_bf16(even0), vround_bf16(even1), vround_bf16(odd0),
-                     vround_bf16(odd1));
+      store_pair_row(pairs_out + (j / 2) * kPanel, round_row(even0, even1), round_row(odd0, odd1));
     }
   } else {
     for (int j = 0; j < nk; ++j) {

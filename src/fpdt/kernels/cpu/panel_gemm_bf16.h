@@ -78,42 +78,65 @@ inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
   }
 }
 
-// One pair row of a panel from two rows of kPanel floats that hold bf16 values, as vectors (the even
-// row's halves (even0, even1), the odd's): dst[c] = the pair (even[c], odd[c]) — pair_panel_rows's word
-// for one k2, without the rows' round trip through memory.
-inline void store_pair_row(uint32_t* dst, Vec even0, Vec even1, Vec odd0, Vec odd1) {
+// A panel row of kPanel floats (two vectors, lo the first kLanes) rounded to bf16 (round_to_bf16's rule,
+// dtype.h): its kPanel words in order — what the attention's softmax hands its products (P, dS).
 #if defined(__AVX512BW__)
+struct Bf16Row {
+  __m512i words;  // 32 16-bit lanes
+};
+inline Bf16Row round_row(Vec lo, Vec hi) {
   static_assert(kLanes == 16, "AVX-512 vectors");
-  const Vec evens[2] = {even0, even1}, odds[2] = {odd0, odd1};
-  for (int half = 0; half < 2; ++half)
-    _mm512_storeu_si512(dst + 16 * half, _mm512_mask_blend_epi16(0xAAAAAAAAu,
-                                                                 _mm512_srli_epi32(_mm512_castps_si512(evens[half]), 16),
-                                                                 _mm512_castps_si512(odds[half])));
-#else
-  alignas(64) float even[kPanel], odd[kPanel];
-  vstore(even, even0);
-  vstore(even + kLanes, even1);
-  vstore(odd, odd0);
-  vstore(odd + kLanes, odd1);
-  for (int c = 0; c < kPanel; ++c) dst[c] = bf16_pair_word(even + c, odd + c);
+#if defined(__AVX512BF16__)
+  // One vcvtne2ps2bf16: round_to_bf16's bits (nearest even, NaNs made quiet), but that it reads a
+  // subnormal as zero, so a row that holds one (P̃ or dS below 2^-126: rare) is rounded lane by lane.
+  constexpr int kSubnormal = 0x20;  // vfpclassps category
+  if ((_mm512_fpclass_ps_mask(lo, kSubnormal) | _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0)
+    return {reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo))};
 #endif
-}
-
-// kPanel / 2 words from a panel row of kPanel floats that hold bf16 values, as two vectors (lo: the first
-// kLanes), paired along them: dst[m] = the pair (x[2m], x[2m + 1]).
-inline void store_pairs_along(uint32_t* dst, Vec lo, Vec hi) {
-#if defined(__AVX512BW__)
-  static_assert(kLanes == 16, "AVX-512 vectors");
   alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
                                                             23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
                                                             45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(_mm512_castps_si512(lo), _mm512_load_si512(kUpperHalves),
-                                                     _mm512_castps_si512(hi)));
+  return {_mm512_permutex2var_epi16(_mm512_castps_si512(vround_bf16(lo)), _mm512_load_si512(kUpperHalves),
+                                    _mm512_castps_si512(vround_bf16(hi)))};
+}
 #else
+struct Bf16Row {
+  uint16_t words[kPanel];
+};
+inline Bf16Row round_row(Vec lo, Vec hi) {
   alignas(64) float x[kPanel];
   vstore(x, lo);
   vstore(x + kLanes, hi);
-  for (int m = 0; m < kPanel / 2; ++m) dst[m] = bf16_pair_word(x + 2 * m, x + 2 * m + 1);
+  Bf16Row row;
+  for (int c = 0; c < kPanel; ++c) row.words[c] = float_to_bf16(x[c]);
+  return row;
+}
+#endif
+
+// The row paired along itself: dst[m] = the pair (row[2m], row[2m + 1]), kPanel / 2 words.
+inline void store_pairs_along(uint32_t* dst, const Bf16Row& row) {
+#if defined(__AVX512BW__)
+  _mm512_storeu_si512(dst, row.words);
+#else
+  __builtin_memcpy(dst, row.words, sizeof(row.words));
+#endif
+}
+
+// Two rows paired with each other: dst[c] = the pair (even[c], odd[c]), kPanel words.
+inline void store_pair_row(uint32_t* dst, const Bf16Row& even, const Bf16Row& odd) {
+#if defined(__AVX512BW__)
+  // 16-bit lanes of (even, odd) as one 64-lane table: even's c is lane c, odd's lane 32 + c
+  alignas(64) static constexpr uint16_t kFirstHalf[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                          37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                          11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kSecondHalf[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                           53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                           27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(even.words, _mm512_load_si512(kFirstHalf), odd.words));
+  _mm512_storeu_si512(dst + kPanel / 2,
+                      _mm512_permutex2var_epi16(even.words, _mm512_load_si512(kSecondHalf), odd.words));
+#else
+  for (int c = 0; c < kPanel; ++c) dst[c] = even.words[c] | static_cast<uint32_t>(odd.words[c]) << 16;
 #endif
 }
 

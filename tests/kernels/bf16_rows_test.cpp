@@ -1,0 +1,79 @@
+// The bf16 rows the CPU attention's softmax hands its products (panel_gemm_bf16.h: round_row, and the
+// pairings store_pairs_along and store_pair_row) against dtype.h's float_to_bf16, bit for bit, on fresh
+// random rows of every kind of float: normal values, exact ties, zeros, subnormals, infinities, quiet and
+// signalling NaNs, and values that round up to infinity. A row without a subnormal takes AVX512-BF16's
+// conversion where the build has it; a row with one, the lane-by-lane rounding: both are drawn.
+#include <cstdint>
+#include <cstring>
+
+#include "fpdt/kernels/cpu/panel_gemm_bf16.h"
+#include "testing.h"
+
+namespace fpdt::kernels::cpu {
+namespace {
+
+using testing::fresh_seed;
+
+float from_bits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+// A float of a random kind; subnormals only where allowed.
+float random_float(Rng& rng, bool subnormals) {
+  const uint32_t sign = static_cast<uint32_t>(rng.next_u64() & 1) << 31;
+  const uint32_t mantissa = static_cast<uint32_t>(rng.next_u64()) & 0x007fffffu;
+  switch (rng.next_u64() % (subnormals ? 8 : 7)) {
+    case 0: return from_bits(sign | 0x00800000u * static_cast<uint32_t>(1 + rng.next_u64() % 254) | mantissa);
+    case 1: return from_bits(sign | 0x3f800000u | (mantissa & 0x007f0000u) | 0x8000u);  // a tie: to even
+    case 2: return from_bits(sign);                                                    // ±0
+    case 3: return from_bits(sign | 0x7f800000u);                                      // ±inf
+    case 4: return from_bits(sign | 0x7fc00000u | mantissa);                           // quiet NaN
+    case 5: return from_bits(sign | 0x7f800000u | (mantissa & 0x003fffffu) | 1u);     // signalling NaN
+    case 6: return from_bits(sign | 0x7f7f8000u | (mantissa & 0x7fffu));               // rounds to ±inf
+    default: return from_bits(sign | (mantissa | 1u));                                 // subnormal
+  }
+}
+
+struct Rows {
+  alignas(64) float even[kPanel];
+  alignas(64) float odd[kPanel];
+};
+
+Rows random_rows(Rng& rng, bool subnormals) {
+  Rows rows;
+  for (int c = 0; c < kPanel; ++c) {
+    rows.even[c] = random_float(rng, subnormals);
+    rows.odd[c] = random_float(rng, subnormals);
+  }
+  if (subnormals) rows.even[rng.next_u64() % kPanel] = from_bits(0x00000001u);  // at least one
+  return rows;
+}
+
+Bf16Row round(const float* row) { return round_row(vload<Vec>(row), vload<Vec>(row + kLanes)); }
+
+TEST(Bf16Rows, RoundedAndPairedAsFloatToBf16) {
+  Rng rng(fresh_seed());
+  for (int trial = 0; trial < 2000; ++trial) {
+    const bool subnormals = trial % 2 == 1;
+    const Rows rows = random_rows(rng, subnormals);
+    const Bf16Row even = round(rows.even), odd = round(rows.odd);
+    uint32_t along[kPanel / 2], paired[kPanel];
+    store_pairs_along(along, even);
+    store_pair_row(paired, even, odd);
+    for (int c = 0; c < kPanel; ++c) {
+      const uint16_t want_even = float_to_bf16(rows.even[c]), want_odd = float_to_bf16(rows.odd[c]);
+      const uint16_t got_along = static_cast<uint16_t>(along[c / 2] >> (16 * (c % 2)));
+      uint32_t input;
+      std::memcpy(&input, &rows.even[c], 4);
+      ASSERT_EQ(got_along, want_even) << "trial " << trial << " lane " << c << " input 0x" << std::hex << input;
+      ASSERT_EQ(paired[c] & 0xffffu, want_even) << "trial " << trial << " lane " << c << " input 0x" << std::hex
+                                                << input;
+      ASSERT_EQ(paired[c] >> 16, want_odd) << "trial " << trial << " lane " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fpdt::kernels::cpu
