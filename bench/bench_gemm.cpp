@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
       int tokens, out, in;
     };
     const std::vector<Linear> linears = {Linear{8192, 512, 512}, Linear{8192, 1536, 512}, Linear{8192, 512, 1536},
-                                         Linear{8192, 1536, 1536}, Linear{2048, 2752, 512}};
+                                         Linear{8192, 1536, 1536}, Linear{2048, 2752, 512}, Linear{8192, 1376, 512},
+                                         Linear{8192, 512, 1376}};
     for (const Linear l : linears) {
       const std::string shape = std::to_string(l.tokens) + "x" + std::to_string(l.out) + "x" + std::to_string(l.in);
       products.push_back({shape + " forward", false, true, l.tokens, l.out, l.in, true});  // x (T, in) · wᵀ

@@ -69,9 +69,6 @@ auto ilanes(int32_t first);  // first, first + 1, …
   inline V vsub(V a, V b) { return P##_sub_ps(a, b); }                                                              \
   inline V vmax(V a, V b) { return P##_max_ps(a, b); } /* b where either is NaN */                                  \
   inline V vmin(V a, V b) { return P##_min_ps(a, b); } /* b where either is NaN */                                  \
-  inline V vpow2i(V n) { /* 2^n for integral n in [−127, 127] (n = −127: 0) */                                      \
-    return P##_castsi##BITS##_ps(P##_slli_epi32(P##_add_epi32(P##_cvtps_epi32(n), P##_set1_epi32(127)), 23));       \
-  }                                                                                                                 \
   inline VI imul(VI a, VI b) { return P##_mullo_epi32(a, b); }                                                      \
   inline VI imin(VI a, VI b) { return P##_min_epi32(a, b); }
 
@@ -90,6 +87,11 @@ inline __m256 vbroadcast<__m256>(const float* p) {
 }
 inline __m256 vround(__m256 x) { return _mm256_round_ps(x, kRoundNearest); }
 inline __m256 vceil(__m256 x) { return _mm256_round_ps(x, kRoundUp); }
+// p · 2^n for integral n in [−127, 127]: through the exponent bits of 2^n (n = −127: 0)...
+inline __m256 vtimes_pow2(__m256 p, __m256 n) {
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
 inline __m256 vgather(const float* base, __m256i index) { return _mm256_i32gather_ps(base, index, 4); }  // base[index]
 inline __m256i greater(__m256i a, __m256i b) { return _mm256_cmpgt_epi32(a, b); }
 inline __m256i equal(__m256i a, __m256i b) { return _mm256_cmpeq_epi32(a, b); }
@@ -106,6 +108,10 @@ inline __m512 vbroadcast<__m512>(const float* p) {
 }
 inline __m512 vround(__m512 x) { return _mm512_roundscale_ps(x, kRoundNearest); }
 inline __m512 vceil(__m512 x) { return _mm512_roundscale_ps(x, kRoundUp); }
+// ...or in one vscalefps, zeroed where n = −127: the same bits (one rounding of the exact p · 2^n).
+inline __m512 vtimes_pow2(__m512 p, __m512 n) {
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-127.0f), _CMP_GT_OQ), p, n);
+}
 inline __m512 vgather(const float* base, __m512i index) { return _mm512_i32gather_ps(index, base, 4); }  // base[index]
 inline __mmask16 greater(__m512i a, __m512i b) { return _mm512_cmpgt_epi32_mask(a, b); }
 inline __mmask16 equal(__m512i a, __m512i b) { return _mm512_cmpeq_epi32_mask(a, b); }
@@ -154,7 +160,7 @@ inline V vexp2(V x) {
                                     5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
   x = vmax(x, vset<V>(-127.0f));
   const V n = vround(x);
-  return vmul(polynomial(vsub(x, n), kExp2), vpow2i(n));
+  return vtimes_pow2(polynomial(vsub(x, n), kExp2), n);
 }
 
 // exp(x): x = n ln2 + r, |r| ≤ ln2 / 2 (ln2 split in two for an exact r), e^r by the Cephes expf
@@ -172,7 +178,7 @@ inline V vexp(V x) {
   V r = vfnma(n, vset<V>(0.693359375f), clamped);
   r = vfnma(n, vset<V>(-2.12194440e-4f), r);
   const V p = vadd(vfma(polynomial(r, kExpRemainder), vmul(r, r), r), vset<V>(1.0f));  // e^r = 1 + r + r²·P(r)
-  return zero_where(underflow, select(overflow, vset<V>(__builtin_inff()), vmul(p, vpow2i(n))));
+  return zero_where(underflow, select(overflow, vset<V>(__builtin_inff()), vtimes_pow2(p, n)));
 }
 
 }  // namespace fpdt::kernels::cpu
