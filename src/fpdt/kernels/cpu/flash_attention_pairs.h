@@ -16,25 +16,58 @@
 
 namespace fpdt::kernels::cpu::flash {
 
+// Two rows of D floats (odd null: zeros) rounded to bf16 (float_to_bf16's bits) and paired with each
+// other d by d into groups of kRows words, where dst is given: dst[(d / kRows)·group_words + d % kRows] =
+// the pair (even[d], odd[d]); with even_along (and odd_along), each row's own pairs along D:
+// even_along[d / 2] = the pair (even[d], even[d + 1]) (D odd: the last word's other half is not written).
+// Whole panels of kPanel values in vectors (panel_gemm_bf16.h's rows), the rest value by value.
+inline void pair_rows(uint32_t* dst, int64_t group_words, const float* even, const float* odd, int D,
+                      uint32_t* even_along = nullptr, uint32_t* odd_along = nullptr) {
+  int d = 0;
+  if constexpr (kPanel % kRows == 0) {
+    const Vec zero = vset<Vec>(0.0f);
+    for (; d + kPanel <= D; d += kPanel) {
+      const Bf16Row e = round_row(vload<Vec>(even + d), vload<Vec>(even + d + kLanes));
+      const Bf16Row o = odd ? round_row(vload<Vec>(odd + d), vload<Vec>(odd + d + kLanes)) : round_row(zero, zero);
+      if (even_along) store_pairs_along(even_along + d / 2, e);
+      if (odd_along) store_pairs_along(odd_along + d / 2, o);
+      if (!dst) continue;
+      alignas(64) uint32_t paired[kPanel];
+      store_pair_row(paired, e, o);
+      for (int g = 0; g < kPanel; g += kRows)
+        std::copy(paired + g, paired + g + kRows, dst + ((d + g) / kRows) * group_words + (d + g) % kRows);
+    }
+  }
+  auto* even_half = reinterpret_cast<uint16_t*>(even_along);
+  auto* odd_half = reinterpret_cast<uint16_t*>(odd_along);
+  for (; d < D; ++d) {
+    const uint16_t e = float_to_bf16(even[d]), o = odd ? float_to_bf16(odd[d]) : uint16_t{0};
+    if (dst) dst[(d / kRows) * group_words + d % kRows] = e | static_cast<uint32_t>(o) << 16;
+    if (even_half) even_half[d] = e;
+    if (odd_half) odd_half[d] = o;
+  }
+}
+
 // The K and V tile `tile` of one (b, kv head) group as bf16 pairs (forward_task's layouts), into the
 // group's packed buffers: K [key group][D pair][kRows] words at word kv_lo·⌈D/2⌉, V [D group][key
 // pair][kRows] words at word tile·row_groups(D)·⌈kFwdKeys/2⌉·kRows; the halves past D and past nk are 0.
 inline void pack_kv_pairs(float* k_group, float* v_group, int64_t tile, int nk, const float* k_rows, const float* v_rows,
                 int64_t row_stride, int D) {
   const int D2 = pairs(D), key_pairs = pairs(kFwdKeys);
-  auto* k_half = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(k_group) + tile * kFwdKeys * D2);
-  auto* v_half = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(v_group) +
-                                             tile * row_groups(D) * key_pairs * kRows);
-  std::fill(k_half, k_half + 2 * static_cast<size_t>(kFwdKeys) * D2, uint16_t{0});
-  std::fill(v_half, v_half + 2 * static_cast<size_t>(row_groups(D)) * key_pairs * kRows, uint16_t{0});
-  for (int j = 0; j < nk; ++j) {
-    const float* k_row = k_rows + j * row_stride;
-    const float* v_row = v_rows + j * row_stride;
-    uint16_t* k_key = k_half + 2 * (static_cast<size_t>(j / kRows) * D2 * kRows + j % kRows);
-    for (int d = 0; d < D; ++d) {
-      k_key[2 * (d / 2) * kRows + d % 2] = float_to_bf16(k_row[d]);
-      v_half[2 * ((static_cast<size_t>(d / kRows) * key_pairs + j / 2) * kRows + d % kRows) + j % 2] =
-          float_to_bf16(v_row[d]);
+  auto* k_words = reinterpret_cast<uint32_t*>(k_group) + tile * kFwdKeys * D2;
+  auto* v_words = reinterpret_cast<uint32_t*>(v_group) + tile * row_groups(D) * key_pairs * kRows;
+  std::fill(k_words, k_words + static_cast<size_t>(kFwdKeys) * D2, 0u);
+  std::fill(v_words, v_words + static_cast<size_t>(row_groups(D)) * key_pairs * kRows, 0u);
+  uint32_t k_along[2][CpuBackend::kMaxHeadDim / 2 + 1] = {};  // two keys' words along D (odd D: high half 0)
+  for (int j = 0; j < nk; j += 2) {
+    const bool odd = j + 1 < nk;
+    pair_rows(v_words + (j / 2) * kRows, int64_t{key_pairs} * kRows, v_rows + j * row_stride,
+              odd ? v_rows + (j + 1) * row_stride : nullptr, D);
+    pair_rows(nullptr, 0, k_rows + j * row_stride, odd ? k_rows + (j + 1) * row_stride : nullptr, D, k_along[0],
+              k_along[1]);
+    for (int key = j; key < std::min(j + 2, nk); ++key) {
+      uint32_t* k_key = k_words + static_cast<size_t>(key / kRows) * D2 * kRows + key % kRows;
+      for (int d2 = 0; d2 < D2; ++d2) k_key[d2 * kRows] = k_along[key - j][d2];
     }
   }
 }
@@ -46,17 +79,15 @@ inline void pack_kv_pairs(float* k_group, float* v_group, int64_t tile, int nk, 
 //   dVᵀ = dOᵀ P (pairs along the queries).
 inline void pack_q_tile_pairs(float* slot, int64_t tile_floats, const float* rows, int64_t row_stride, int mq, int D) {
   const int D2 = pairs(D), query_pairs = pairs(kBwdQueries);
-  auto* by_rows = reinterpret_cast<uint16_t*>(slot);
-  auto* by_columns = reinterpret_cast<uint16_t*>(reinterpret_cast<uint32_t*>(slot) + tile_floats / 2);
-  std::fill(by_rows, by_rows + 2 * static_cast<size_t>(kBwdQueries) * D2, uint16_t{0});
-  std::fill(by_columns, by_columns + 2 * static_cast<size_t>(row_groups(D)) * query_pairs * kRows, uint16_t{0});
-  for (int i = 0; i < mq; ++i) {
-    const float* row = rows + i * row_stride;
-    for (int d = 0; d < D; ++d) {
-      const uint16_t value = float_to_bf16(row[d]);
-      by_rows[static_cast<size_t>(i) * 2 * D2 + d] = value;
-      by_columns[2 * ((static_cast<size_t>(d / kRows) * query_pairs + i / 2) * kRows + d % kRows) + i % 2] = value;
-    }
+  auto* by_rows = reinterpret_cast<uint32_t*>(slot);
+  uint32_t* by_columns = by_rows + tile_floats / 2;
+  std::fill(by_rows, by_rows + static_cast<size_t>(kBwdQueries) * D2, 0u);
+  std::fill(by_columns, by_columns + static_cast<size_t>(row_groups(D)) * query_pairs * kRows, 0u);
+  for (int i = 0; i < mq; i += 2) {
+    const bool odd = i + 1 < mq;
+    pair_rows(by_columns + (i / 2) * kRows, int64_t{query_pairs} * kRows, rows + i * row_stride,
+              odd ? rows + (i + 1) * row_stride : nullptr, D, by_rows + static_cast<size_t>(i) * D2,
+              odd ? by_rows + static_cast<size_t>(i + 1) * D2 : nullptr);
   }
 }
 
