@@ -1,10 +1,13 @@
 // The bf16 rows the CPU attention's softmax hands its products (panel_gemm_bf16.h: round_row, and the
-// pairings store_pairs_along and store_pair_row) against dtype.h's float_to_bf16, bit for bit, on fresh
+// pairings store_pairs_along and store_pair_row), and bf16_row, the packings' rounding of a row of any
+// length, against dtype.h's float_to_bf16, bit for bit, on fresh
 // random rows of every kind of float: normal values, exact ties, zeros, subnormals, infinities, quiet and
 // signalling NaNs, and values that round up to infinity. A row without a subnormal takes AVX512-BF16's
 // conversion where the build has it; a row with one, the lane-by-lane rounding: both are drawn.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "testing.h"
@@ -72,6 +75,21 @@ TEST(Bf16Rows, RoundedAndPairedAsFloatToBf16) {
                                                 << input;
       ASSERT_EQ(paired[c] >> 16, want_odd) << "trial " << trial << " lane " << c;
     }
+  }
+}
+
+TEST(Bf16Rows, ARowOfAnyLengthAsFloatToBf16) {
+  Rng rng(fresh_seed());
+  std::vector<float> row(3 * kPanel + 7);
+  std::vector<uint16_t> words(row.size() + 1);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = static_cast<int>(rng.next_u64() % row.size());
+    for (float& value : row) value = random_float(rng, trial % 2 == 1);
+    const uint16_t sentinel = 0xbeef;
+    std::fill(words.begin(), words.end(), sentinel);
+    bf16_row(words.data(), row.data(), n);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(words[i], float_to_bf16(row[i])) << "trial " << trial << " n " << n << " i " << i;
+    ASSERT_EQ(words[n], sentinel) << "bf16_row wrote past n = " << n;
   }
 }
 

@@ -17,8 +17,8 @@
 namespace fpdt::kernels::cpu::flash {
 
 // Two rows of D floats (odd null: zeros) rounded to bf16 (float_to_bf16's bits) and paired with each
-// other d by d into groups of kRows words, where dst is given: dst[(d / kRows)·group_words + d % kRows] =
-// the pair (even[d], odd[d]); with even_along (and odd_along), each row's own pairs along D:
+// other d by d into groups of kRows words: dst[(d / kRows)·group_words + d % kRows] = the pair
+// (even[d], odd[d]); with even_along (and odd_along), each row's own pairs along D too:
 // even_along[d / 2] = the pair (even[d], even[d + 1]) (D odd: the last word's other half is not written).
 // Whole panels of kPanel values in vectors (panel_gemm_bf16.h's rows), the rest value by value.
 inline void pair_rows(uint32_t* dst, int64_t group_words, const float* even, const float* odd, int D,
@@ -31,7 +31,6 @@ inline void pair_rows(uint32_t* dst, int64_t group_words, const float* even, con
       const Bf16Row o = odd ? round_row(vload<Vec>(odd + d), vload<Vec>(odd + d + kLanes)) : round_row(zero, zero);
       if (even_along) store_pairs_along(even_along + d / 2, e);
       if (odd_along) store_pairs_along(odd_along + d / 2, o);
-      if (!dst) continue;
       alignas(64) uint32_t paired[kPanel];
       store_pair_row(paired, e, o);
       for (int g = 0; g < kPanel; g += kRows)
@@ -42,7 +41,7 @@ inline void pair_rows(uint32_t* dst, int64_t group_words, const float* even, con
   auto* odd_half = reinterpret_cast<uint16_t*>(odd_along);
   for (; d < D; ++d) {
     const uint16_t e = float_to_bf16(even[d]), o = odd ? float_to_bf16(odd[d]) : uint16_t{0};
-    if (dst) dst[(d / kRows) * group_words + d % kRows] = e | static_cast<uint32_t>(o) << 16;
+    dst[(d / kRows) * group_words + d % kRows] = e | static_cast<uint32_t>(o) << 16;
     if (even_half) even_half[d] = e;
     if (odd_half) odd_half[d] = o;
   }
@@ -58,17 +57,14 @@ inline void pack_kv_pairs(float* k_group, float* v_group, int64_t tile, int nk, 
   auto* v_words = reinterpret_cast<uint32_t*>(v_group) + tile * row_groups(D) * key_pairs * kRows;
   std::fill(k_words, k_words + static_cast<size_t>(kFwdKeys) * D2, 0u);
   std::fill(v_words, v_words + static_cast<size_t>(row_groups(D)) * key_pairs * kRows, 0u);
-  uint32_t k_along[2][CpuBackend::kMaxHeadDim / 2 + 1] = {};  // two keys' words along D (odd D: high half 0)
-  for (int j = 0; j < nk; j += 2) {
-    const bool odd = j + 1 < nk;
+  for (int j = 0; j < nk; j += 2)
     pair_rows(v_words + (j / 2) * kRows, int64_t{key_pairs} * kRows, v_rows + j * row_stride,
-              odd ? v_rows + (j + 1) * row_stride : nullptr, D);
-    pair_rows(nullptr, 0, k_rows + j * row_stride, odd ? k_rows + (j + 1) * row_stride : nullptr, D, k_along[0],
-              k_along[1]);
-    for (int key = j; key < std::min(j + 2, nk); ++key) {
-      uint32_t* k_key = k_words + static_cast<size_t>(key / kRows) * D2 * kRows + key % kRows;
-      for (int d2 = 0; d2 < D2; ++d2) k_key[d2 * kRows] = k_along[key - j][d2];
-    }
+              j + 1 < nk ? v_rows + (j + 1) * row_stride : nullptr, D);
+  uint32_t k_along[CpuBackend::kMaxHeadDim / 2 + 1] = {};  // one key's words along D (odd D: high half 0)
+  for (int j = 0; j < nk; ++j) {
+    bf16_row(reinterpret_cast<uint16_t*>(k_along), k_rows + j * row_stride, D);
+    uint32_t* k_key = k_words + static_cast<size_t>(j / kRows) * D2 * kRows + j % kRows;
+    for (int d2 = 0; d2 < D2; ++d2) k_key[d2 * kRows] = k_along[d2];
   }
 }
 

@@ -113,14 +113,16 @@ inline Bf16Row round_row(Vec lo, Vec hi) {
 }
 #endif
 
-// The row paired along itself: dst[m] = the pair (row[2m], row[2m + 1]), kPanel / 2 words.
-inline void store_pairs_along(uint32_t* dst, const Bf16Row& row) {
+// The row's kPanel words in order...
+inline void store_words(uint16_t* dst, const Bf16Row& row) {
 #if defined(__AVX512BW__)
   _mm512_storeu_si512(dst, row.words);
 #else
   __builtin_memcpy(dst, row.words, sizeof(row.words));
 #endif
 }
+// ...which, as 32-bit words, are the row paired along itself: dst[m] = the pair (row[2m], row[2m + 1]).
+inline void store_pairs_along(uint32_t* dst, const Bf16Row& row) { store_words(reinterpret_cast<uint16_t*>(dst), row); }
 
 // Two rows paired with each other: dst[c] = the pair (even[c], odd[c]), kPanel words.
 inline void store_pair_row(uint32_t* dst, const Bf16Row& even, const Bf16Row& odd) {
@@ -140,14 +142,11 @@ inline void store_pair_row(uint32_t* dst, const Bf16Row& even, const Bf16Row& od
 #endif
 }
 
-// A row of n floats as bf16 (float_to_bf16, dtype.h): dst[i] = float_to_bf16(src[i]), in vectors.
+// A row of n floats as bf16 (float_to_bf16, dtype.h): dst[i] = float_to_bf16(src[i]), whole panels by
+// round_row.
 inline void bf16_row(uint16_t* dst, const float* src, int n) {
   int i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(vround_bf16(_mm512_loadu_ps(src + i))), 16)));
-#endif
+  for (; i + kPanel <= n; i += kPanel) store_words(dst + i, round_row(vload<Vec>(src + i), vload<Vec>(src + i + kLanes)));
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
