@@ -154,11 +154,14 @@ inline V polynomial(V x, const float (&c)[N]) {
 // exp2(x): 2^x = 2^n · 2^f, n = round(x), f ∈ [−½, ½], 2^f by the Cephes exp2f polynomial (relative
 // error ≤ 2e-7). x ≤ −127 (including −inf) gives exactly 0; for inputs up to ~0 (the attention's
 // scores minus a running max or the final lse), where no overflow can happen. NaN gives 0.
+// AVX2's 2^n by exponent bits needs n ≥ −127, so x is clamped there first; AVX-512's vscalefps is
+// masked to 0 wherever n ≤ −127 or is NaN (−inf and NaN make f NaN too, masked with them), which gives
+// the clamp's bits without it: one operation of ~10 less in the attention's every score.
 template <class V>
 inline V vexp2(V x) {
   static constexpr float kExp2[] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
                                     5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
-  x = vmax(x, vset<V>(-127.0f));
+  if constexpr (sizeof(V) == sizeof(__m256)) x = vmax(x, vset<V>(-127.0f));  // AVX2
   const V n = vround(x);
   return vtimes_pow2(polynomial(vsub(x, n), kExp2), n);
 }
