@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "testing.h"
 
@@ -76,6 +77,25 @@ TEST(Bf16Rows, RoundedAndPairedAsFloatToBf16) {
       ASSERT_EQ(paired[c] >> 16, want_odd) << "trial " << trial << " lane " << c;
     }
   }
+}
+
+// computed_under_ftz leaves the subnormal check out: rows of values a thread that flushes subnormal
+// results computes (every kind of float but subnormals) round as float_to_bf16 all the same — and such a
+// thread is what a CpuBackend makes of its team, so that the softmax takes this path in a run.
+TEST(Bf16Rows, RowsComputedUnderFtzRoundedAsFloatToBf16) {
+  Rng rng(fresh_seed());
+  for (int trial = 0; trial < 2000; ++trial) {
+    const Rows rows = random_rows(rng, /*subnormals=*/false);
+    const Bf16Row row = round_row(vload<Vec>(rows.even), vload<Vec>(rows.even + kLanes), /*computed_under_ftz=*/true);
+    uint16_t words[kPanel];
+    store_words(words, row);
+    for (int c = 0; c < kPanel; ++c)
+      ASSERT_EQ(words[c], float_to_bf16(rows.even[c])) << "trial " << trial << " lane " << c;
+  }
+  const unsigned mxcsr = _mm_getcsr();  // the backend sets FTZ and DAZ: put back for the tests after this one
+  const CpuBackend backend;
+  EXPECT_TRUE(flushes_subnormal_results()) << "a CpuBackend's thread keeps subnormal results";
+  _mm_setcsr(mxcsr);
 }
 
 TEST(Bf16Rows, ARowOfAnyLengthAsFloatToBf16) {

@@ -37,6 +37,8 @@ struct BackwardScratch {
   // (AMX: amx_round(⌈D/2⌉) pair rows, 0 past ⌈D/2⌉); K [D panel][key pair][kPanel]; P or dS of one panel
   // [query pair][kPanel] (pw_ds: dS); dS [i][key pair].
   uint32_t *ktw, *vtw, *kpw, *pw, *pw_ds, *dsw;
+  // The task's thread flushes subnormal results (panel_gemm_bf16.h): P and dS are rounded without the check.
+  bool computed_under_ftz = flushes_subnormal_results();
 
   BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -151,8 +153,10 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
     for (int i = rows.begin; i < rows.end; i += 2) {
       const Row even = row(i), odd = i + 1 < rows.end ? row(i + 1) : Row{zero, zero, zero, zero};
       const int pair_row_index = (i - rows.begin) / 2;
-      const Bf16Row even_ds = round_row(even.ds0, even.ds1), odd_ds = round_row(odd.ds0, odd.ds1);
-      store_pair_row(s.pw + pair_row_index * kPanel, round_row(even.p0, even.p1), round_row(odd.p0, odd.p1));
+      const bool ftz = s.computed_under_ftz;
+      const Bf16Row even_ds = round_row(even.ds0, even.ds1, ftz), odd_ds = round_row(odd.ds0, odd.ds1, ftz);
+      store_pair_row(s.pw + pair_row_index * kPanel, round_row(even.p0, even.p1, ftz),
+                     round_row(odd.p0, odd.p1, ftz));
       store_pair_row(s.pw_ds + pair_row_index * kPanel, even_ds, odd_ds);
       store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even_ds);
       if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd_ds);

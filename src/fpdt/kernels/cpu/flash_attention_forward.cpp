@@ -29,6 +29,8 @@ struct ForwardScratch {
   uint32_t* qw;     // bf16 dot products, AMX: [panel][D pair][kPanel] Qᵀ as bf16 pairs (AMX: amx_round(⌈D/2⌉)
                     // pair rows, 0 past ⌈D/2⌉)
   uint32_t* pw;     // bf16 dot products: [key pair][kPanel] Pᵀ of one panel as bf16 pairs
+  // The task's thread flushes subnormal results (panel_gemm_bf16.h): P̃ is rounded without the check.
+  bool computed_under_ftz = flushes_subnormal_results();
 
   ForwardScratch(float* base, int D) { carve(Carver(base), D, this); }
   static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
@@ -135,7 +137,8 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
     for (int j = 0; j < nk; j += 2) {
       const Vec even0 = probability(j, 0), even1 = probability(j, 1);
       const Vec odd0 = probability(j + 1, 0), odd1 = probability(j + 1, 1);
-      store_pair_row(pairs_out + (j / 2) * kPanel, round_row(even0, even1), round_row(odd0, odd1));
+      store_pair_row(pairs_out + (j / 2) * kPanel, round_row(even0, even1, s.computed_under_ftz),
+                     round_row(odd0, odd1, s.computed_under_ftz));
     }
   } else {
     for (int j = 0; j < nk; ++j) {

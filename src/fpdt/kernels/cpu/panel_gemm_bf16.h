@@ -78,19 +78,28 @@ inline void pair_panel_rows(uint32_t* dst, const float* rows, int K) {
   }
 }
 
+// Whether the calling thread flushes subnormal results of arithmetic to zero (MXCSR's FTZ, which CpuBackend
+// sets for its OpenMP team, linear.cpp): then no value it computes is subnormal — P̃, P and dS among them.
+inline bool flushes_subnormal_results() { return (_mm_getcsr() & _MM_FLUSH_ZERO_ON) != 0; }
+
 // A panel row of kPanel floats (two vectors, lo the first kLanes) rounded to bf16 (round_to_bf16's rule,
 // dtype.h): its kPanel words in order — what the attention's softmax hands its products (P, dS).
+// computed_under_ftz: the values are results of arithmetic on a thread that flushes_subnormal_results
+// (or zeros), so none is subnormal and the check below is left out (4 of the ~22 operations per 16 scores
+// of the backward's softmax); values loaded as they came (the packings' q, k, v, dO) keep it.
 #if defined(__AVX512BW__)
 struct Bf16Row {
   __m512i words;  // 32 16-bit lanes
 };
-inline Bf16Row round_row(Vec lo, Vec hi) {
+inline Bf16Row round_row(Vec lo, Vec hi, bool computed_under_ftz = false) {
   static_assert(kLanes == 16, "AVX-512 vectors");
 #if defined(__AVX512BF16__)
   // One vcvtne2ps2bf16: round_to_bf16's bits (nearest even, NaNs made quiet), but that it reads a
-  // subnormal as zero, so a row that holds one (P̃ or dS below 2^-126: rare) is rounded lane by lane.
+  // subnormal as zero, so a row that holds one (P̃ or dS below 2^-126 where subnormals are kept: rare) is
+  // rounded lane by lane.
   constexpr int kSubnormal = 0x20;  // vfpclassps category
-  if ((_mm512_fpclass_ps_mask(lo, kSubnormal) | _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0)
+  if (computed_under_ftz ||
+      (_mm512_fpclass_ps_mask(lo, kSubnormal) | _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0)
     return {reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo))};
 #endif
   alignas(64) static constexpr uint16_t kUpperHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
@@ -103,7 +112,7 @@ inline Bf16Row round_row(Vec lo, Vec hi) {
 struct Bf16Row {
   uint16_t words[kPanel];
 };
-inline Bf16Row round_row(Vec lo, Vec hi) {
+inline Bf16Row round_row(Vec lo, Vec hi, bool /*computed_under_ftz: no check to leave out*/ = false) {
   alignas(64) float x[kPanel];
   vstore(x, lo);
   vstore(x + kLanes, hi);
@@ -170,10 +179,14 @@ inline void bf16_register_tile(int K2, const uint32_t* __restrict a, int64_t a_r
       s0 = _mm512_loadu_ps(col_scale);
       s1 = _mm512_loadu_ps(col_scale + 16);
     }
-#define FPDT_LOAD(r)                                                 \
-  if constexpr (R > r) {                                             \
-    c##r##0 = _mm512_mul_ps(_mm512_loadu_ps(c + r * kPanel), s0);      \
-    c##r##1 = _mm512_mul_ps(_mm512_loadu_ps(c + r * kPanel + 16), s1); \
+#define FPDT_LOAD(r)                                      \
+  if constexpr (R > r) {                                  \
+    c##r##0 = _mm512_loadu_ps(c + r * kPanel);            \
+    c##r##1 = _mm512_loadu_ps(c + r * kPanel + 16);       \
+    if constexpr (kStore == Store::rescale) {             \
+      c##r##0 = _mm512_mul_ps(c##r##0, s0);               \
+      c##r##1 = _mm512_mul_ps(c##r##1, s1);               \
+    }                                                     \
   }
     FPDT_FOR_ROWS(FPDT_LOAD)
 #undef FPDT_LOAD
