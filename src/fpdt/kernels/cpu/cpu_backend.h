@@ -7,7 +7,7 @@
 // Attention (flash_attention*.cpp; the design: flash_attention.h) is FlashAttention-2-style: exact
 // (q block, kv block) kernels that FPDT feeds one chunk pair at a time and merges by log-sum-exp,
 // and the full-sequence attention as one block. It never materialises a (Cq, Ck) matrix: scratch is
-// a few tiles of 96–192 tokens per thread plus a capped packed copy of K/V or Q/dO
+// a few tiles of 96–192 tokens per thread plus a capped packed copy of K/V, or of Q/dO with dQ's sums
 // (set_pack_budget_floats) — nothing grows with Cq·Ck. fp32 storage; fp32 compute, or bf16 by the
 // reference's spec (fp32 products on bf16-rounded operands; AVX512-BF16 dot products on request);
 // softmax and LSE in fp32.
@@ -46,7 +46,7 @@ class CpuBackend final : public Backend {
   // pointers, scale and window are usable; every attention op calls it once and trusts it after...
   static void validate(const AttentionChunkParams& params);
   // ...and the cap on each call's packed copy, in floats (default 8 Mi = 32 MiB, but at least one
-  // (b, kv head) group: 2·Ck·D floats forward, about 2·Cq·D·H/Hkv backward). Returns the previous
+  // (b, kv head) group: 2·Ck·D floats forward, about 3·Cq·D·H/Hkv backward). Returns the previous
   // cap. Results do not depend on it (tests lower it to run many batches).
   static int64_t set_pack_budget_floats(int64_t floats);
   // Lets bf16 attention use AVX512-BF16's dot products where the CPU has them and AMX tiles are not in use,

@@ -13,9 +13,11 @@
 //   backward, task (b, kv head, 192 keys), over the 96-query tiles that see it and the q heads of the
 //     group: S = Q Kᵀ and dP = dO Vᵀ (queries × keys), P = 2^(S − lse), dS = P ∘ (dP − Δ),
 //     dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS (accumulated per task, written once), dQ_tile = dS K.
-//     dQ tiles are added to dq in kv-tile order, each (b, q head, q tile) guarded by a turn counter,
-//     so dq is deterministic without a per-thread copy of it (tasks go out in increasing order,
-//     and a task only ever waits for a lower-numbered one: no deadlock).
+//     dQ tiles are summed in kv-tile order, each (b, q head, q tile) guarded by a turn counter, into a
+//     contiguous tile of the call's scratch, and each sum is added to dq's rows once after the tasks —
+//     so dq is deterministic without a per-thread copy of it (tasks go out in increasing order, and a
+//     task only ever waits for a lower-numbered one: no deadlock), and the turns' additions stream
+//     through contiguous tiles instead of rows H·D floats apart (−5–6 % of the 8K backward).
 // Tiles wholly outside the mask by position (above the causal diagonal, or before a sliding window)
 // are never visited: a forward task starts at the first kv tile its window reaches, a backward task
 // stops at the last q tile that can see its keys. Tiles the diagonal (or the window's edge) crosses
@@ -41,8 +43,9 @@
 // before a span's begin (down to a multiple of 16) and past its end are computed and not read; its
 // operands' padding is zeros (B) or finite values (A).
 // Scratch is one workspace owned by the calling thread, grown when a call needs more and reused:
-// a few tiles per OpenMP thread (size set by D) plus the packed copies (capped, see
-// set_pack_budget_floats), and in backward one counter per (b, q head, q tile).
+// a few tiles per OpenMP thread (size set by D) plus the packed copies — in backward with the dQ sums of
+// the same q tiles (capped together, see set_pack_budget_floats) — and in backward one counter per
+// (b, q head, q tile).
 #pragma once
 
 #include <omp.h>
@@ -72,7 +75,7 @@ constexpr int kFwdKeys = 96;      // keys per forward step
 constexpr int kBwdQueries = 96;   // queries per backward step
 constexpr int kBwdKeys = 192;     // keys per backward task (multiple of kPanel)
 constexpr int kFwdPanels = kFwdQueries / kPanel, kBwdPanels = kBwdKeys / kPanel;
-// Cap on the packed K/V (forward) or Q/dO (backward) copy of one call: set_pack_budget_floats.
+// Cap on the packed K/V (forward) or Q/dO and dQ sums (backward) of one call: set_pack_budget_floats.
 inline std::atomic<int64_t> pack_budget_floats{int64_t{8} << 20};
 // Whether bf16 attention may use AVX512-BF16 where the CPU has it (CpuBackend::set_bf16_dot_products).
 // By default only where they run at twice the FMAs' FLOP rate (bf16_dot_products_double_rate: AMD's Zen 4

@@ -1,7 +1,7 @@
 // The CPU flash attention's backward (the design: flash_attention.h): one task per (b, kv head, 192
 // keys) goes over the 96-query tiles and q heads that see its keys, on the Q and dO of its group packed
-// once per call; dk and dv of its keys are added to once (+=), dq a tile at a time in kv-tile order
-// (+=), so the result does not depend on the threads. bf16 (flash_attention.h): the rounded operands of
+// once per call; dk and dv of its keys are added to once (+=), dq once per q tile (+=) from the tile's
+// dQ summed in kv-tile order, so the result does not depend on the threads. bf16 (flash_attention.h): the rounded operands of
 // the spec, the scales applied to S and to the dQ tile instead of folded into K.
 #include <immintrin.h>
 
@@ -180,6 +180,18 @@ void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_re
   }
 }
 
+// row (D) += the row of a tile laid out by panels: panel dp's kPanel values at src + dp·panel_stride.
+void add_panels_to_row(float* row, const float* src, int64_t panel_stride, int D) {
+  const int full_panels = D / kPanel;
+  for (int dp = 0; dp < full_panels; ++dp) {
+    const float* from = src + dp * panel_stride;
+    float* to = row + dp * kPanel;
+    vstore(to, vadd(vload<Vec>(to), vload<Vec>(from)));
+    vstore(to + kLanes, vadd(vload<Vec>(to + kLanes), vload<Vec>(from + kLanes)));
+  }
+  for (int d = full_panels * kPanel; d < D; ++d) row[d] += src[full_panels * panel_stride + d % kPanel];
+}
+
 struct BackwardArgs {
   float* dq;
   float* dk;
@@ -196,6 +208,11 @@ struct BackwardArgs {
   const float* packed_do;
   int64_t first_group;
   int64_t tile_floats;
+  // The same tiles' dQ, summed over the kv tiles in turn ([D panel][kBwdQueries][kPanel], as a task's s.dq;
+  // dq_tile_floats each) and added to dq's rows once the batch is done; written[t]: tile t holds a sum.
+  float* dq_sums;
+  int32_t* written;
+  int64_t dq_tile_floats;
 };
 
 // One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
@@ -322,8 +339,10 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
 
     for (int hg = 0; hg < group; ++hg) {
       const int h = kv_head * group + hg;
+
+      int64_t slot = 0;  // the tile's index in the batch's packed copies and dQ sums
       if (mask != TileMask::skip) {
-        const int64_t slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
+        slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
         const float* q_tile_packed = args.packed_q + slot * args.tile_floats;    // [D group][i][kRows]
         const float* do_tile_packed = args.packed_do + slot * args.tile_floats;  // [D group][i][kRows]
         const float* lse = args.lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
@@ -459,21 +478,19 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
       }
       std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
       wait_for_turn(counter, turn);
-      if (mask != TileMask::skip) {
-        const int full_panels = D / kPanel;
+      if (mask != TileMask::skip) {  // into the tile's sum, in its contiguous rows (bf16: scaled here)
         const Vec dq_scale = vset<Vec>(bf16 ? scale : 1.0f);
-        for (int i = 0; i < mq; ++i) {
-          float* dq_row = args.dq + ((b * p.Cq + q_lo + i) * p.H + h) * D;
-          if (i + kPrefetchRows < mq) prefetch_row(dq_row + kPrefetchRows * p.H * D, D);
-          for (int dp = 0; dp < full_panels; ++dp) {
-            const float* src = s.dq + (dp * kBwdQueries + i) * kPanel;
-            float* dst = dq_row + dp * kPanel;
-            vstore(dst, vfma(vload<Vec>(src), dq_scale, vload<Vec>(dst)));
-            vstore(dst + kLanes, vfma(vload<Vec>(src + kLanes), dq_scale, vload<Vec>(dst + kLanes)));
+        const bool first = args.written[slot] == 0;
+        float* sum = args.dq_sums + slot * args.dq_tile_floats;
+        for (int dp = 0; dp < d_panels; ++dp) {
+          const float* src = s.dq + dp * kBwdQueries * kPanel;
+          float* dst = sum + dp * kBwdQueries * kPanel;
+          for (int x = 0; x < mq * kPanel; x += kLanes) {
+            const Vec term = vload<Vec>(src + x);
+            vstore(dst + x, first ? vmul(term, dq_scale) : vfma(term, dq_scale, vload<Vec>(dst + x)));
           }
-          for (int d = full_panels * kPanel; d < D; ++d)
-            dq_row[d] += s.dq[(full_panels * kBwdQueries + i) * kPanel + d % kPanel] * (bf16 ? scale : 1.0f);
         }
+        args.written[slot] = 1;
       }
       counter.store(turn + 1, std::memory_order_release);
     }
@@ -499,7 +516,7 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
                     const AttentionChunkParams& p) {
   // Q and dO are packed per (b, kv head) group first (their rows are H·D floats apart in place; see
   // the forward), by q tiles in the [D group][i][kRows] layout both of their products read. Groups
-  // go in batches whose packed copy fits the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
+  // go in batches whose packed copy and dQ sums fit the pack budget: O(Cq·D·H/Hkv) scratch, whatever H.
   const int D = p.D;
   const bool bf16 = p.precision == Precision::bf16;
   const bool dots = use_bf16_dot_products(p);
@@ -510,20 +527,26 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   const int64_t groups = static_cast<int64_t>(p.B) * p.Hkv;  // (b, kv head) pairs
   const int64_t tile_floats =
       amx ? static_cast<int64_t>(round_up16(amx_q_tile_words(D))) : int64_t{row_groups(D)} * kBwdQueries * kRows;
-  const int64_t group_floats = 2 * group_heads * q_tiles * tile_floats;
+  const int64_t dq_tile_floats = int64_t{panels(D)} * kBwdQueries * kPanel;
+  const int64_t group_tiles = group_heads * q_tiles;
+  // a group's packed Q and dO, its dQ sums and their written flags (as floats)
+  const int64_t group_floats = group_tiles * (2 * tile_floats + dq_tile_floats + 1);
   const int64_t batch = std::clamp<int64_t>(pack_budget_floats.load() / group_floats, 1, groups);
   thread_local Counters counters;
   const size_t per_thread = round_up16(BackwardScratch::floats(D));
   const int threads = omp_get_max_threads();
   float* scratch = kernel_workspace().floats(per_thread * threads + batch * group_floats);
   float* packed_q = scratch + per_thread * threads;
-  float* packed_do = packed_q + batch * group_floats / 2;
-  BackwardArgs args{dq,       dk,        dv, dout,
-                    lse,      delta,     &p, counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
-                    packed_q, packed_do, 0,  tile_floats};
+  float* packed_do = packed_q + batch * group_tiles * tile_floats;
+  float* dq_sums = packed_do + batch * group_tiles * tile_floats;
+  auto* written = reinterpret_cast<int32_t*>(dq_sums + batch * group_tiles * dq_tile_floats);
+  BackwardArgs args{dq,       dk,        dv,      dout,    lse,           delta,
+                    &p,       counters.zeroed(static_cast<size_t>(p.B) * p.H * q_tiles),
+                    packed_q, packed_do, 0,       tile_floats, dq_sums, written, dq_tile_floats};
   for (int64_t first = 0; first < groups; first += batch) {
     const int64_t count = std::min(batch, groups - first);
     const int64_t head_tiles = count * group_heads * q_tiles;
+    std::fill(written, written + head_tiles, 0);
     run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
       const int64_t q_tile = t % q_tiles, slot = t / q_tiles;  // slot = (group − first)·group_heads + hg
       const int64_t g = first + slot / group_heads;
@@ -562,6 +585,19 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
       const AmxTilesScope tiles(amx);
       const int64_t g = first + t % count;
       backward_task(args, static_cast<int>(g / p.Hkv), static_cast<int>(g % p.Hkv), t / count, s);
+    });
+    // dq += each tile's sum, once: dq's rows, H·D floats apart, are passed over here alone instead of by
+    // every kv tile's turn (bench/RESULTS.md, Attention v12)
+    run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      if (written[t] == 0) return;  // no visible pair of this q tile in the block: dq as it was
+      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;
+      const int64_t g = first + slot / group_heads;
+      const int64_t h = (g % p.Hkv) * group_heads + slot % group_heads, b = g / p.Hkv;
+      const int64_t q_lo = q_tile * kBwdQueries;
+      const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+      const float* sum = dq_sums + t * dq_tile_floats;
+      for (int i = 0; i < mq; ++i)
+        add_panels_to_row(dq + ((b * p.Cq + q_lo + i) * p.H + h) * D, sum + i * kPanel, kBwdQueries * kPanel, D);
     });
   }
 }
