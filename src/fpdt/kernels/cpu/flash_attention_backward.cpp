@@ -1,8 +1,8 @@
 // The CPU flash attention's backward (the design: flash_attention.h): one task per (b, kv head, 192
 // keys) goes over the 96-query tiles and q heads that see its keys, on the Q and dO of its group packed
 // once per call; dk and dv of its keys are added to once (+=), dq once per q tile (+=) from the tile's
-// dQ summed in kv-tile order, so the result does not depend on the threads. bf16 (flash_attention.h): the rounded operands of
-// the spec, the scales applied to S and to the dQ tile instead of folded into K.
+// dQ summed in kv-tile order, so the result does not depend on the threads. bf16 (flash_attention.h):
+// the rounded operands of the spec, the scales applied to S and to the dQ tile instead of folded into K.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -339,7 +339,6 @@ void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile
 
     for (int hg = 0; hg < group; ++hg) {
       const int h = kv_head * group + hg;
-
       int64_t slot = 0;  // the tile's index in the batch's packed copies and dQ sums
       if (mask != TileMask::skip) {
         slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
