@@ -3,9 +3,9 @@
 // operation — the same bits at both vector widths where the build has AVX-512 (AVX2 clamps x and builds
 // 2^n from exponent bits; AVX-512 masks vscalefps instead), on fresh random inputs and the edges between
 // the two ways of reaching 0.
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,12 +16,6 @@ namespace fpdt::kernels::cpu {
 namespace {
 
 using testing::fresh_seed;
-
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return bits;
-}
 
 // Inputs: uniform over the attention's range (scores minus a max: ≤ 0) and past −127, and the edges.
 std::vector<float> exp2_inputs(Rng& rng) {
@@ -48,7 +42,7 @@ TEST(Simd, Exp2WithinItsBoundAndZeroBelowMinus127) {
   const std::vector<float> y = exp2_at_width<Vec>(x);
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::isnan(x[i]) || x[i] < -126.5f) {  // n = round(x) ≤ −127 (−126.5 rounds to even, −126): 0
-      ASSERT_EQ(bits_of(y[i]), 0u) << "exp2(" << x[i] << ") = " << y[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), 0u) << "exp2(" << x[i] << ") = " << y[i];
       continue;
     }
     const double want = std::exp2(static_cast<double>(x[i]));
@@ -80,8 +74,8 @@ TEST(Simd, Exp2TheSameBitsAtBothWidths) {
   const std::vector<float> x = exp2_inputs(rng);
   const std::vector<float> narrow = exp2_at_width<__m256>(x), wide = exp2_at_width<__m512>(x);
   for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_EQ(bits_of(narrow[i]), bits_of(wide[i])) << "exp2(" << x[i] << "): AVX2 " << narrow[i] << ", AVX-512 "
-                                                    << wide[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(narrow[i]), std::bit_cast<uint32_t>(wide[i]))
+        << "exp2(" << x[i] << "): AVX2 " << narrow[i] << ", AVX-512 " << wide[i];
 }
 #endif
 
