@@ -546,15 +546,24 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
     const int64_t count = std::min(batch, groups - first);
     const int64_t head_tiles = count * group_heads * q_tiles;
     std::fill(written, written + head_tiles, 0);
-    run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
-      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;  // slot = (group − first)·group_heads + hg
+    // Tile t of the batch: q tile t % q_tiles of q head hg of group g, t / q_tiles = (g − first)·group_heads + hg;
+    // its first row's offset (b·Cq + q_lo)·H + h in q, dO and dq (rows H·D floats apart), and its mq rows.
+    struct BatchTile {
+      int64_t row_offset;
+      int mq;
+    };
+    auto batch_tile = [&](int64_t t) {
+      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;
       const int64_t g = first + slot / group_heads;
       const int64_t h = (g % p.Hkv) * group_heads + slot % group_heads, b = g / p.Hkv;
       const int64_t q_lo = q_tile * kBwdQueries;
-      const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+      return BatchTile{(b * p.Cq + q_lo) * p.H + h, static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo))};
+    };
+    run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
+      const auto [row_offset, mq] = batch_tile(t);
       const int64_t row_stride = static_cast<int64_t>(p.H) * D;
-      const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;
-      const float* do_rows = dout + ((b * p.Cq + q_lo) * p.H + h) * D;
+      const float* q_rows = p.q + row_offset * D;
+      const float* do_rows = dout + row_offset * D;
       if (amx) {
         pack_q_tile_amx(packed_q + t * tile_floats, q_rows, row_stride, mq, D);
         pack_q_tile_amx(packed_do + t * tile_floats, do_rows, row_stride, mq, D);
@@ -589,14 +598,10 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
     // every kv tile's turn (bench/RESULTS.md, Attention v12)
     run_tasks(head_tiles, scratch, per_thread, [&](int64_t t, float*) {
       if (written[t] == 0) return;  // no visible pair of this q tile in the block: dq as it was
-      const int64_t q_tile = t % q_tiles, slot = t / q_tiles;
-      const int64_t g = first + slot / group_heads;
-      const int64_t h = (g % p.Hkv) * group_heads + slot % group_heads, b = g / p.Hkv;
-      const int64_t q_lo = q_tile * kBwdQueries;
-      const int mq = static_cast<int>(std::min<int64_t>(kBwdQueries, p.Cq - q_lo));
+      const auto [row_offset, mq] = batch_tile(t);
       const float* sum = dq_sums + t * dq_tile_floats;
       for (int i = 0; i < mq; ++i)
-        add_panels_to_row(dq + ((b * p.Cq + q_lo + i) * p.H + h) * D, sum + i * kPanel, kBwdQueries * kPanel, D);
+        add_panels_to_row(dq + (row_offset + i * p.H) * D, sum + i * kPanel, kBwdQueries * kPanel, D);
     });
   }
 }
