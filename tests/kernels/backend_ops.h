@@ -570,6 +570,41 @@ inline void check_activation(OpCheck& t) {
     t.backend.gelu_backward(dx->get(), dout_placed->get(), gate_placed->get(), n);
     reference::gelu_backward(want.data(), dout64.data(), gate64.data(), n);
     expect_close("gelu_backward" + tag, dx->host(), want, kTolerance);
+
+    // fp32 writes no input (the forwards' inputs are writable for bf16's sake).
+    EXPECT_EQ(gate_placed->host(), gate) << "fp32 swiglu_forward / gelu_forward wrote gate" << tag;
+    EXPECT_EQ(up_placed->host(), up) << "fp32 swiglu_forward wrote up" << tag;
+
+    // bf16: the fp32 op between the roundings (backend_ops.inc), bit for bit — the inputs rounded in place,
+    // and each output round_to_bf16 of what this backend's fp32 op gives on the rounded inputs (checked
+    // against float64 above).
+    const std::vector<float> gate16 = bf16_rounded(gate), up16 = bf16_rounded(up);
+    const auto gate16_placed = t.place(gate16), up16_placed = t.place(up16);
+    auto expect_rounded_from = [&](const std::string& what, const std::vector<float>& got,
+                                   const std::vector<float>& fp32_result) {
+      EXPECT_EQ(got, bf16_rounded(fp32_result)) << what << ": not round_to_bf16 of the fp32 op's result" << tag;
+    };
+    const auto out32 = t.place(junk), out16 = t.place(junk);
+    t.backend.swiglu_forward(out32->get(), gate16_placed->get(), up16_placed->get(), n);
+    const auto gate_in = t.place(gate), up_in = t.place(up);
+    t.backend.swiglu_forward(out16->get(), gate_in->get(), up_in->get(), n, Precision::bf16);
+    EXPECT_EQ(gate_in->host(), gate16) << "bf16 swiglu_forward: gate not rounded in place" << tag;
+    EXPECT_EQ(up_in->host(), up16) << "bf16 swiglu_forward: up not rounded in place" << tag;
+    expect_rounded_from("bf16 swiglu_forward", out16->host(), out32->host());
+
+    const auto dgate32 = t.place(junk), dup32 = t.place(junk), dgate16 = t.place(junk), dup16 = t.place(junk);
+    t.backend.swiglu_backward(dgate32->get(), dup32->get(), dout_placed->get(), gate16_placed->get(),
+                              up16_placed->get(), n);
+    t.backend.swiglu_backward(dgate16->get(), dup16->get(), dout_placed->get(), gate16_placed->get(),
+                              up16_placed->get(), n, Precision::bf16);
+    expect_rounded_from("bf16 swiglu_backward dgate", dgate16->host(), dgate32->host());
+    expect_rounded_from("bf16 swiglu_backward dup", dup16->host(), dup32->host());
+
+    const auto gelu32 = t.place(junk), gelu16 = t.place(junk), x_in = t.place(gate);
+    t.backend.gelu_forward(gelu32->get(), gate16_placed->get(), n);
+    t.backend.gelu_forward(gelu16->get(), x_in->get(), n, Precision::bf16);
+    EXPECT_EQ(x_in->host(), gate16) << "bf16 gelu_forward: x not rounded in place" << tag;
+    expect_rounded_from("bf16 gelu_forward", gelu16->host(), gelu32->host());
   }
 }
 

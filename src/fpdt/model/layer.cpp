@@ -166,15 +166,11 @@ void LayerMath::mlp_forward(const LayerTensors& w, const float* x_mid, float* x_
   if (config_.family == Family::llama) {
     backend_.linear_forward(saved.gate, saved.norm, up, nullptr, n, h, f, false, precision_);
     backend_.linear_forward(saved.up, saved.norm, up.rows_from(f, h), nullptr, n, h, f, false, precision_);
-    round_kept(saved.gate, n * f);
-    round_kept(saved.up, n * f);
-    backend_.swiglu_forward(saved.act, saved.gate, saved.up, n * f);
+    backend_.swiglu_forward(saved.act, saved.gate, saved.up, n * f, precision_);  // bf16: gate, up, act kept
   } else {
     backend_.linear_forward(saved.gate, saved.norm, up, w.up_bias, n, h, f, false, precision_);
-    round_kept(saved.gate, n * f);
-    backend_.gelu_forward(saved.act, saved.gate, n * f);
+    backend_.gelu_forward(saved.act, saved.gate, n * f, precision_);  // bf16: gate, act kept
   }
-  round_kept(saved.act, n * f);
   if (x_out != x_mid) backend_.memory().copy(x_out, x_mid, sizeof(float) * static_cast<size_t>(n) * h);
   backend_.linear_forward(x_out, saved.act, {w.down_weight, w.down_weight_bf16}, w.down_bias, n, f, h, true, precision_);
   round_kept(x_out, n * h);
@@ -187,9 +183,8 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
                            {w.down_weight, w.down_weight_bf16}, n, f, h, false, precision_);
   const kernels::WeightMatrix up(w.up_weight, w.up_weight_bf16);  // Llama (2f, h): gate | up rows; GPT (f, h)
   if (config_.family == Family::llama) {
-    backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f);
-    round_for_product(scratch.d_gate, n * f);
-    round_for_product(scratch.d_up, n * f);
+    // bf16: d_gate, d_up rounded for the products (layer.h)
+    backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f, precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, up, n, h, f, false,
                              precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,

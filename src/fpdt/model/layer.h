@@ -110,13 +110,15 @@ struct TokenResults {
 // The precision of the model's maths (kernels::Precision, DESIGN.md §4). In bf16 every GEMM takes
 // Precision::bf16 (its products' inputs rounded to bf16, fp32 sums), and so does attention (the caller's),
 // and the activations the model KEEPS are bf16 values in fp32 lanes, each rounded once where it is
-// produced (the round_to_bf16 op) — at these points, the one list of them:
+// produced (the round_to_bf16 op, or the op that produces it: the MLP's activation) — at these points, the
+// one list of them:
 //   embedding_forward          x, the first layer's input
 //   norm_forward               the output of every norm: attention, MLP and final (mean, rstd stay fp32)
 //   attention_input_forward    q and k after RoPE, v
 //   the caller (round_kept)    the attention output o, once all its kv blocks are merged
 //   attention_output_forward   x_mid
-//   mlp_forward                gate, up (Llama), act, and x_out: the next layer's input
+//   mlp_forward                gate, up (Llama), act (by swiglu_forward / gelu_forward), and x_out: the
+//                              next layer's input
 // and in backward the gradient along the residual stream, where each sublayer's backward leaves it (as the
 // forward rounds x, x_mid, x_out: what a bf16 model's residual gradient is, and what the store keeps):
 //   head_forward (backward)    dL/dx of the last layer's output
@@ -125,7 +127,8 @@ struct TokenResults {
 // The unchunked Transformer and the FPDT pipeline round at the same points, so a value recomputed in a
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
 // Two gradients that one bias-free product reads and nothing after it are rounded in place first
-// (round_for_product): the dlogits (head_forward) and Llama's dgate, dup (mlp_backward). The product rounds
+// (round_for_product): the dlogits (head_forward) and Llama's dgate, dup (mlp_backward, by swiglu_backward
+// as it writes them). The product rounds
 // its input anyway (the same values, rounding twice changes nothing); in place, the cpu backend's bf16 GEMMs
 // read them there instead of a rounded copy in scratch as large as they are (count·V floats of logits).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,

@@ -1,8 +1,8 @@
 // The CPU backend's one SIMD layer: a small vocabulary of vector operations over the AVX2 vector of 8
 // floats (__m256) and, where the build targets AVX-512, the one of 16 (__m512), with the vector exp and
-// exp2 written once over it. `Vec` is the widest vector (the attention kernels run on it); the
-// elementwise kernels (activations, cross-entropy) stay on __m256. Every operation is exact IEEE
-// arithmetic lane by lane, so a kernel gives the same results at either width.
+// exp2 written once over it. `Vec` is the widest vector (the attention kernels and the activations run
+// on it); the other elementwise kernels (cross-entropy, norms, AdamW) stay on __m256. Every operation is
+// exact IEEE arithmetic lane by lane, so a kernel gives the same results at either width.
 #pragma once
 
 #include <immintrin.h>
@@ -65,6 +65,7 @@ auto ilanes(int32_t first);  // first, first + 1, …
   inline V vfma(V a, V b, V c) { return P##_fmadd_ps(a, b, c); }   /* a·b + c */                                    \
   inline V vfnma(V a, V b, V c) { return P##_fnmadd_ps(a, b, c); } /* c − a·b */                                    \
   inline V vmul(V a, V b) { return P##_mul_ps(a, b); }                                                              \
+  inline V vdiv(V a, V b) { return P##_div_ps(a, b); }                                                              \
   inline V vadd(V a, V b) { return P##_add_ps(a, b); }                                                              \
   inline V vsub(V a, V b) { return P##_sub_ps(a, b); }                                                              \
   inline V vmax(V a, V b) { return P##_max_ps(a, b); } /* b where either is NaN */                                  \

@@ -84,31 +84,45 @@ __global__ void rope_kernel(float* x, const int64_t* pos, int64_t N, int H, int 
 
 __device__ float sigmoidf(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, int64_t n) {
+// bf16 (backend_ops.inc): the inputs rounded in place first, the result rounded.
+__global__ void swiglu_forward_kernel(float* out, float* gate, float* up, int64_t n, bool bf16) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g * sigmoidf(g) * up[i];
+    float g = gate[i], u = up[i];
+    if (bf16) {
+      g = nearest_bf16(g);
+      u = nearest_bf16(u);
+      gate[i] = g;
+      up[i] = u;
+    }
+    const float value = g * sigmoidf(g) * u;
+    out[i] = bf16 ? nearest_bf16(value) : value;
   }
 }
 
 __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate,
-                                       const float* up, int64_t n) {
+                                       const float* up, int64_t n, bool bf16) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = gate[i], d = dout[i], u = up[i];  // read all before writing (outputs may alias inputs)
     const float sig = sigmoidf(g);
     const float silu = g * sig;
-    dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
-    dup[i] = d * silu;
+    const float dg = d * u * sig * (1.0f + g * (1.0f - sig)), du = d * silu;
+    dgate[i] = bf16 ? nearest_bf16(dg) : dg;
+    dup[i] = bf16 ? nearest_bf16(du) : du;
   }
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-__global__ void gelu_forward_kernel(float* out, const float* x, int64_t n) {
+__global__ void gelu_forward_kernel(float* out, float* x, int64_t n, bool bf16) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = x[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+    float v = x[i];
+    if (bf16) {
+      v = nearest_bf16(v);
+      x[i] = v;
+    }
+    const float value = 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+    out[i] = bf16 ? nearest_bf16(value) : value;
   }
 }
 
@@ -255,22 +269,23 @@ void CudaBackend::rope_backward(float* dx, const int64_t* pos, int64_t N, int H,
   rope_rotate(stream_, dx, pos, N, H, D, rope, -1.0);
 }
 
-void CudaBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+void CudaBackend::swiglu_forward(float* out, float* gate, float* up, int64_t n, Precision precision) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, gate, up, n);
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, gate, up, n, precision == Precision::bf16);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                  int64_t n) {
+                                  int64_t n, Precision precision) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dgate, dup, dout, gate, up, n);
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dgate, dup, dout, gate, up, n,
+                                                                  precision == Precision::bf16);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::gelu_forward(float* out, const float* x, int64_t n) {
+void CudaBackend::gelu_forward(float* out, float* x, int64_t n, Precision precision) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, x, n);
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, x, n, precision == Precision::bf16);
   FPDT_CUDA_CHECK_LAUNCH();
 }
 

@@ -75,15 +75,15 @@ void GuardedBackend::rope_backward(float* dx, const int64_t* pos, int64_t N, int
   cpu_.rope_backward(readable(dx), readable(pos), N, H, D, rope);
 }
 
-void GuardedBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-  cpu_.swiglu_forward(readable(out), readable(gate), readable(up), n);
+void GuardedBackend::swiglu_forward(float* out, float* gate, float* up, int64_t n, Precision precision) {
+  cpu_.swiglu_forward(readable(out), readable(gate), readable(up), n, precision);
 }
 void GuardedBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                     int64_t n) {
-  cpu_.swiglu_backward(readable(dgate), readable(dup), readable(dout), readable(gate), readable(up), n);
+                                     int64_t n, Precision precision) {
+  cpu_.swiglu_backward(readable(dgate), readable(dup), readable(dout), readable(gate), readable(up), n, precision);
 }
-void GuardedBackend::gelu_forward(float* out, const float* x, int64_t n) {
-  cpu_.gelu_forward(readable(out), readable(x), n);
+void GuardedBackend::gelu_forward(float* out, float* x, int64_t n, Precision precision) {
+  cpu_.gelu_forward(readable(out), readable(x), n, precision);
 }
 void GuardedBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   cpu_.gelu_backward(readable(dx), readable(dout), readable(x), n);

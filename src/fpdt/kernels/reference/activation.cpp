@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "fpdt/kernels/reference/elementwise.h"
 #include "fpdt/kernels/reference/reference_backend.h"
 
 namespace fpdt::kernels::reference {
@@ -70,16 +71,32 @@ template void gelu_forward<double>(double*, const double*, int64_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t);
 template void gelu_backward<double>(double*, const double*, const double*, int64_t);
 
-void ReferenceBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+// bf16 (backend_ops.inc): the fp32 op between the roundings, each reference::round_to_bf16.
+void ReferenceBackend::swiglu_forward(float* out, float* gate, float* up, int64_t n, Precision precision) {
+  const bool bf16 = precision == Precision::bf16;
+  if (bf16) {
+    reference::round_to_bf16(gate, n);
+    reference::round_to_bf16(up, n);
+  }
   reference::swiglu_forward(out, gate, up, n);
+  if (bf16) reference::round_to_bf16(out, n);
 }
 
 void ReferenceBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                       int64_t n) {
+                                       int64_t n, Precision precision) {
   reference::swiglu_backward(dgate, dup, dout, gate, up, n);
+  if (precision == Precision::bf16) {
+    reference::round_to_bf16(dgate, n);
+    reference::round_to_bf16(dup, n);
+  }
 }
 
-void ReferenceBackend::gelu_forward(float* out, const float* x, int64_t n) { reference::gelu_forward(out, x, n); }
+void ReferenceBackend::gelu_forward(float* out, float* x, int64_t n, Precision precision) {
+  const bool bf16 = precision == Precision::bf16;
+  if (bf16) reference::round_to_bf16(x, n);
+  reference::gelu_forward(out, x, n);
+  if (bf16) reference::round_to_bf16(out, n);
+}
 
 void ReferenceBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   reference::gelu_backward(dx, dout, x, n);
