@@ -19,9 +19,10 @@
 #           peer8k  the peer model (configs/peer_llama.json) at T = 8K, batch 1, one chunk resident, 4
 #                   validation batches (fpdt-fp32 and fpdt-bf16: 5–25 min a run)
 # Each run's result stays in runs/precision_seeds/SHAPE/RUN_SEED.json and is not run again (delete to redo);
-# the table goes to bench/results/precision_seeds_SHAPE.csv.
+# the table goes to bench/results/precision_seeds_SHAPE.csv, or to TABLE (a table of other runs or another
+# machine's beside it, not over it).
 #   usage: bench/precision_seeds.sh [BUILD_DIR]    SHAPE=demo SEEDS="1234 ... 1243" ALT_CORETYPE=Haswell
-#          RUNS="fpdt-fp32 fpdt-bf16 fpdt-fp32-alt torch-fp32 torch-bf16 torch-bf16-residual" override
+#          RUNS="fpdt-fp32 fpdt-bf16 fpdt-fp32-alt torch-fp32 torch-bf16 torch-bf16-residual" TABLE=... override
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -88,7 +89,7 @@ for seed in $seeds; do
   done
 done
 
-python3 - "$runs" "bench/results/precision_seeds_$shape.csv" "$alt_coretype" $seeds <<'PY'
+python3 - "$runs" "${TABLE:-bench/results/precision_seeds_$shape.csv}" "$alt_coretype" $seeds <<'PY'
 import json, math, os, sys
 runs, csv_path, alt = sys.argv[1:4]
 seeds = [int(s) for s in sys.argv[4:]]
