@@ -110,8 +110,8 @@ struct TokenResults {
 // The precision of the model's maths (kernels::Precision, DESIGN.md §4). In bf16 every GEMM takes
 // Precision::bf16 (its products' inputs rounded to bf16, fp32 sums), and so does attention (the caller's),
 // and the activations the model KEEPS are bf16 values in fp32 lanes, each rounded once where it is
-// produced (the round_to_bf16 op, or the op that produces it: the MLP's activation) — at these points, the
-// one list of them:
+// produced (by the round_to_bf16 op, or by the MLP's activation op as it writes them) — at these points,
+// the one list of them:
 //   embedding_forward          x, the first layer's input
 //   norm_forward               the output of every norm: attention, MLP and final (mean, rstd stay fp32)
 //   attention_input_forward    q and k after RoPE, v
@@ -128,9 +128,9 @@ struct TokenResults {
 // backward is bitwise the value kept, and the pipeline's bf16 store holds them exactly (pack_bf16).
 // Two gradients that one bias-free product reads and nothing after it are rounded in place first
 // (round_for_product): the dlogits (head_forward) and Llama's dgate, dup (mlp_backward, by swiglu_backward
-// as it writes them). The product rounds
-// its input anyway (the same values, rounding twice changes nothing); in place, the cpu backend's bf16 GEMMs
-// read them there instead of a rounded copy in scratch as large as they are (count·V floats of logits).
+// as it writes them). The product rounds its input anyway (the same values, rounding twice changes nothing);
+// in place, the cpu backend's bf16 GEMMs read them there instead of a rounded copy in scratch as large as
+// they are (count·V floats of logits).
 // Everything else is fp32 in both precisions: statistics (mean, rstd, LSE, Δ), the logits and the losses,
 // every other gradient (the weights', q/k/v's, dQ's sums), the weights (the GEMMs round them on the way
 // in, or read the run's bf16 working copy of the matrices: LayerTensors' *_bf16, the same values).
