@@ -42,6 +42,10 @@ inline Vec gelu_sigmoid(Vec x, Vec* du, Vec* one_minus) {
   return vsigmoid(vadd(u, u), one_minus);
 }
 
+// silu(gate) · up and gelu(x): the forwards' values, in both precisions.
+inline Vec swiglu(Vec gate, Vec up) { return vmul(vmul(gate, vsigmoid(gate, nullptr)), up); }
+inline Vec gelu(Vec x) { return vmul(x, gelu_sigmoid(x, nullptr, nullptr)); }
+
 // x, or x rounded to bf16 (its value, in the fp32 lane) where `bf16`.
 inline Vec rounded_if(bool bf16, Vec x) { return bf16 ? vround_bf16(x) : x; }
 
@@ -82,15 +86,13 @@ void CpuBackend::swiglu_forward(float* out, float* gate, float* up, int64_t n, P
   if (precision == Precision::bf16) {  // gate, up rounded in place (kept), then silu(gate) · up rounded
     map_lanes<3, 2>({out, gate, up}, {gate, up}, n, [](Vec* y, const Vec* x) {
       const Vec g = vround_bf16(x[0]), u = vround_bf16(x[1]);
-      y[0] = vround_bf16(vmul(vmul(g, vsigmoid(g, nullptr)), u));
+      y[0] = vround_bf16(swiglu(g, u));
       y[1] = g;
       y[2] = u;
     });
     return;
   }
-  map_lanes<1, 2>({out}, {gate, up}, n, [](Vec* y, const Vec* x) {
-    y[0] = vmul(vmul(x[0], vsigmoid(x[0], nullptr)), x[1]);  // silu(gate) · up
-  });
+  map_lanes<1, 2>({out}, {gate, up}, n, [](Vec* y, const Vec* x) { y[0] = swiglu(x[0], x[1]); });
 }
 
 void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
@@ -113,13 +115,12 @@ void CpuBackend::gelu_forward(float* out, float* x, int64_t n, Precision precisi
   if (precision == Precision::bf16) {  // x rounded in place (kept), then gelu(x) rounded
     map_lanes<2, 1>({out, x}, {x}, n, [](Vec* y, const Vec* in) {
       const Vec v = vround_bf16(in[0]);
-      y[0] = vround_bf16(vmul(v, gelu_sigmoid(v, nullptr, nullptr)));
+      y[0] = vround_bf16(gelu(v));
       y[1] = v;
     });
     return;
   }
-  map_lanes<1, 1>({out}, {x}, n,
-                  [](Vec* y, const Vec* in) { y[0] = vmul(in[0], gelu_sigmoid(in[0], nullptr, nullptr)); });
+  map_lanes<1, 1>({out}, {x}, n, [](Vec* y, const Vec* in) { y[0] = gelu(in[0]); });
 }
 
 void CpuBackend::gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
