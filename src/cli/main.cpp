@@ -50,7 +50,7 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
   if (s.dry_run) {
     // The layout by component, the peaks, then one JSON line per rank 0 for scripts
     // (bench/fpdt_memory.sh).
-    log::info("memory of one step, rank 0 of " + std::to_string(s.sp * s.dp) + " (ZeRO stage " + std::to_string(s.zero) +
+    log::info("memory of one step, rank 0 of " + std::to_string(s.run.sp * s.run.dp) + " (ZeRO stage " + std::to_string(s.run.zero) +
               "):");
     nlohmann::json components = nlohmann::json::array();
     for (const train::MemoryComponent& component : result.memory) {
@@ -61,18 +61,18 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       components.push_back(
           {{"name", component.name}, {"kind", component.kind}, {"tier", tier_name(component.tier)}, {"bytes", component.bytes}});
     }
-    log::info("dry run: S = " + std::to_string(s.seq_tokens) + ": compute peak " +
+    log::info("dry run: S = " + std::to_string(s.run.seq_tokens) + ": compute peak " +
               format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
               format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; peak RSS " +
               format_bytes(static_cast<double>(result.peak_rss_bytes)));
     const pipeline::OffloadTraffic& traffic = result.offload_per_step;
-    const double tokens = static_cast<double>(s.seq_tokens * s.batch_size * s.grad_accum);
+    const double tokens = static_cast<double>(s.run.seq_tokens * s.run.batch_size * s.grad_accum);
     log::info("dry run: offload traffic per step " + format_bytes(static_cast<double>(traffic.read_bytes)) +
               " read + " + format_bytes(static_cast<double>(traffic.written_bytes)) + " written per rank (" +
               format_bytes(static_cast<double>(traffic.read_bytes + traffic.written_bytes) / tokens) + " per token)" +
-              (s.doc_mask ? "; document masks, which depend on the data, skip more" : ""));
+              (s.run.doc_mask ? "; document masks, which depend on the data, skip more" : ""));
     log::info(nlohmann::json{{"dry_run", true},
-                             {"seq", s.seq_tokens},
+                             {"seq", s.run.seq_tokens},
                              {"compute_peak_bytes", result.compute_peak_bytes},
                              {"offload_peak_bytes", result.offload_peak_bytes},
                              {"offload_read_bytes", traffic.read_bytes},
@@ -133,7 +133,7 @@ int command_sample(int argc, char** argv) {
   const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
   // The checkpoint's own tokenizer (the one its shards were made with).
   const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(config, *backend);
   model::HfCheckpoint(folder).load(config, model.layout(), model.params());
   Rng rng(seed);

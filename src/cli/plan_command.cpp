@@ -20,21 +20,10 @@ namespace {
 // What `fpdt plan` is asked, as typed; resolved into plan::PlanConfig and plan::Hardware below.
 // The defaults plan the paper's setting; an unset hardware override takes the --hardware preset's.
 struct PlanOptions {
-  std::string model = "llama3-8b";
+  pipeline::RunSpec run = plan::default_plan_run();
+  bool precision_auto = true;  // --precision auto (the default): the hardware's
   int heads = 0;
   std::string positions = "model";
-  int64_t seq_tokens = int64_t{1} << 20;
-  int sp = 1;
-  int dp = 1;
-  int64_t batch = 1;
-  int64_t chunk_tokens = 0;
-  int chunks = 0;
-  plan::Mode mode = plan::Mode::fpdt;
-  plan::Recompute recompute = plan::Recompute::layer;
-  pipeline::OffloadConfig offload{pipeline::OffloadKind::ram, ""};
-  int zero = 3;
-  bool offload_optimizer = false;
-  std::optional<plan::Precision> precision;  // unset: the hardware's
   std::string hardware = "A100-80GB";
   std::optional<int64_t> compute_mem, reserved_mem, host_mem, disk_mem;
   std::optional<double> host_link_gbps, disk_gbps, peak_tflops, network_gbps;
@@ -44,23 +33,23 @@ struct PlanOptions {
 
 void declare_plan_options(OptionSet& set, PlanOptions& o) {
   namespace run = pipeline::options;
-  run::model(set, o.model);
+  run::model(set, o.run.model);
   set.add("heads", "N", "plan with N attention heads, head_dim = h / N", o.heads).at_least(0).zero_means("the model's");
   set.add("positions", "model|rope|learned", "rope: rotary, no table; learned: a table of S rows", o.positions)
       .choices(plan::positions_words());
-  run::seq(set, o.seq_tokens);
-  run::sp(set, o.sp);
-  run::dp(set, o.dp);
-  run::batch(set, o.batch);
-  run::chunk_tokens(set, o.chunk_tokens, "cut into --chunks; both auto: fpdt the smallest chunk whose prefetch hides, "
+  run::seq(set, o.run.seq_tokens);
+  run::sp(set, o.run.sp);
+  run::dp(set, o.run.dp);
+  run::batch(set, o.run.batch_size);
+  run::chunk_tokens(set, o.run.chunk_tokens, "cut into --chunks; both auto: fpdt the smallest chunk whose prefetch hides, "
                    "fpdt-reference 64K", "auto");
-  run::chunks(set, o.chunks).at_least(0).zero_means("auto");
-  run::mode(set, o.mode);
-  run::recompute(set, o.recompute);
-  run::offload(set, o.offload);
-  run::zero(set, o.zero);
-  run::offload_optimizer(set, o.offload_optimizer);
-  run::precision(set, o.precision, "the hardware's: bf16 on GPUs, fp32 on cpu");
+  run::chunks(set, o.run.chunks).at_least(0).zero_means("auto");
+  run::mode(set, o.run.mode);
+  run::recompute(set, o.run.recompute);
+  run::offload(set, o.run.offload);
+  run::zero(set, o.run.zero);
+  run::offload_optimizer(set, o.run.offload_optimizer);
+  run::precision(set, o.run.precision, o.precision_auto, "the hardware's: bf16 on GPUs, fp32 on cpu");
   set.add("hardware", "PRESET",
           "A100-80GB, H100-80GB, H200-141GB or cpu (this machine: its peak measured on each run unless "
           "--peak-tflops states it)",
@@ -137,22 +126,12 @@ int command_plan(int argc, char** argv) {
   if (!options.parse(argc, argv)) return 0;
 
   plan::PlanConfig config;
-  config.model = model::resolve_model(o.model);
+  config.model = model::resolve_model(o.run.model);
   if (o.heads != 0) config.model = plan::with_heads(config.model, o.heads);
   config.positions = plan::parse_positions(o.positions);
-  config.seq_tokens = o.seq_tokens;
-  config.sp = o.sp;
-  config.dp = o.dp;
-  config.micro_batch = o.batch;
-  config.chunk_tokens = o.chunk_tokens;
-  config.chunks = o.chunks;
-  config.mode = o.mode;
-  config.recompute = o.recompute;
-  config.offload = o.offload.kind;  // the plan needs the tier, not its directory
-  config.zero_stage = o.zero;
-  config.offload_optimizer = o.offload_optimizer;
-  config.precision = o.precision.value_or(plan::hardware_preset(o.hardware).default_precision);
-  const plan::Hardware hardware = hardware_from(o, config.precision);
+  config.run = o.run;
+  if (o.precision_auto) config.run.precision = plan::hardware_preset(o.hardware).default_precision;
+  const plan::Hardware hardware = hardware_from(o, config.run.precision);
 
   if (!o.max_seq) {
     const plan::PlanResult result = plan::make_plan(config, hardware);
@@ -166,8 +145,8 @@ int command_plan(int argc, char** argv) {
   const plan::MaxSeqResult searched = plan::search_max_seq(config, hardware);
   const std::vector<plan::MaxSeqResult> by_mode = plan::search_max_seq_all_modes(config, hardware);
   // Show the plan at the longest sequence (or, when nothing fits, at one granule: why it does not).
-  config.seq_tokens = searched.seq_tokens > 0 ? searched.seq_tokens : searched.granule_tokens;
-  if (config.mode != plan::Mode::ulysses) config.chunk_tokens = searched.chunk_tokens;
+  config.run.seq_tokens = searched.seq_tokens > 0 ? searched.seq_tokens : searched.granule_tokens;
+  if (config.run.mode != plan::Mode::ulysses) config.run.chunk_tokens = searched.chunk_tokens;
   const plan::PlanResult result = plan::make_plan(config, hardware);
   if (o.json) {
     nlohmann::ordered_json json = plan::plan_to_json(result);

@@ -57,22 +57,22 @@ TEST(DocMask, TrainerLossesAreThoseOfTheDocuments) {
   TempDir dir;
   Rng rng(fresh_seed());
   train::TrainSettings s;
-  s.model = "gpt-tiny";  // learned positions: restarting them changes the loss
+  s.run.model = "gpt-tiny";  // learned positions: restarting them changes the loss
   s.data_dir = write_documents(dir, rng);
   s.out_dir = dir.file("run");
   s.steps = 1;
-  s.batch_size = 2;
-  s.seq_tokens = 90;  // ~ 1–9 documents a row, not a multiple of the chunks: padded
+  s.run.batch_size = 2;
+  s.run.seq_tokens = 90;  // ~ 1–9 documents a row, not a multiple of the chunks: padded
   s.eval_batches = 2;
   s.save_every = 0;
-  s.threads = 1;
+  s.run.threads = 1;
   s.peak_gflops = 100;
-  s.sp = 2;
-  s.chunks = 3;
-  s.offload = pipeline::parse_offload("disk");  // in the run folder
-  s.recompute = pipeline::Recompute::layer;
-  s.doc_mask = true;
-  s.doc_positions = "restart";
+  s.run.sp = 2;
+  s.run.chunks = 3;
+  s.run.offload = pipeline::parse_offload("disk");  // in the run folder
+  s.run.recompute = pipeline::Recompute::layer;
+  s.run.doc_mask = true;
+  s.run.doc_positions = pipeline::DocPositions::restart;
   train::TrainResult result;
   std::mutex mutex;
   comm::run_ranks(2, [&](comm::Communicator& world) {
@@ -81,7 +81,7 @@ TEST(DocMask, TrainerLossesAreThoseOfTheDocuments) {
     if (world.rank() == 0) result = rank_result;
   });
 
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(model::preset("gpt-tiny"), *backend, s.seed);
   const train::DataLoaderConfig rows{.batch_size = 2, .seq_tokens = 90, .seed = s.seed, .documents = true,
                                      .restart_positions = true, .end_of_document = train::kEndOfDocumentId};

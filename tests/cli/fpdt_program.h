@@ -95,23 +95,23 @@ struct TinySetup {
   // chunks offloaded to RAM, on sp × dp ranks; evaluation and checkpoints only at the end.
   train::TrainSettings settings(const std::string& out_dir, int64_t steps, int sp, int dp) const {
     train::TrainSettings s;
-    s.model = config_path;
+    s.run.model = config_path;
     s.data_dir = data_dir;
     s.out_dir = out_dir;
     s.steps = steps;
-    s.batch_size = 1;
-    s.seq_tokens = 30;
+    s.run.batch_size = 1;
+    s.run.seq_tokens = 30;
     s.eval_every = 0;
     s.eval_batches = 1;
     s.save_every = 0;
-    s.threads = 1;
+    s.run.threads = 1;
     s.peak_gflops = 100;
     s.optimizer.warmup_steps = 2;
     s.optimizer.lr = 1e-3;  // as train_args, for the reason given there
-    s.sp = sp;
-    s.dp = dp;
-    s.chunks = 2;
-    s.offload = pipeline::OffloadConfig{pipeline::OffloadKind::ram, ""};
+    s.run.sp = sp;
+    s.run.dp = dp;
+    s.run.chunks = 2;
+    s.run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::ram, ""};
     return s;
   }
   // Training options shared by the runs a test compares (warmup 3 steps, or the whole of a shorter

@@ -24,9 +24,9 @@ struct ParallelRun {
 train::TrainSettings five_steps(const TinySetup& setup, const std::string& out, int sp, int dp, int64_t batch,
                                int64_t seq, const std::string& recompute) {
   train::TrainSettings s = setup.settings(out, 5, sp, dp);
-  s.batch_size = batch;
-  s.seq_tokens = seq;
-  s.recompute = pipeline::parse_recompute(recompute);
+  s.run.batch_size = batch;
+  s.run.seq_tokens = seq;
+  s.run.recompute = pipeline::parse_recompute(recompute);
   return s;
 }
 

@@ -38,12 +38,12 @@ ZeroRun train_zero(const TinySetup& setup, const std::string& model, const std::
                    int zero, bool offload = false, int64_t grad_accum = 1,
                    pipeline::Precision precision = pipeline::Precision::fp32) {
   train::TrainSettings s = setup.settings(out, 5, sp, dp);
-  s.model = model;
+  s.run.model = model;
   s.grad_accum = grad_accum;
   s.optimizer.grad_clip = 0.05;  // small enough to clip: the clip coefficient comes from the norm
-  s.zero = zero;
-  s.offload_optimizer = offload;
-  s.precision = precision;
+  s.run.zero = zero;
+  s.run.offload_optimizer = offload;
+  s.run.precision = precision;
   comm::run_ranks(sp * dp, [&](comm::Communicator& world) { train::train(s, world); });
   ZeroRun run;
   run.weights = checkpoint_weights(out + "/step_5");
@@ -121,13 +121,13 @@ TEST(Zero, Bf16ResumesBitwise) {
       train::TrainSettings s = setup.settings(out, 10, 2, 1);
       s.save_every = 5;
       s.eval_batches = 0;
-      s.zero = zero;
-      s.offload_optimizer = offload;
-      s.precision = pipeline::Precision::bf16;
+      s.run.zero = zero;
+      s.run.offload_optimizer = offload;
+      s.run.precision = pipeline::Precision::bf16;
       return s;
     };
     auto losses = [](const train::TrainSettings& s) {
-      comm::run_ranks(s.sp * s.dp, [&](comm::Communicator& world) { train::train(s, world); });
+      comm::run_ranks(s.run.sp * s.run.dp, [&](comm::Communicator& world) { train::train(s, world); });
       std::vector<double> values;
       for (const nlohmann::json& line : metrics_lines(s.out_dir + "/metrics.jsonl")) values.push_back(line.at("loss"));
       return values;
@@ -173,8 +173,8 @@ TEST(Zero, AnOffloadedUpdateThatBreaksTheWeightsStopsTheRun) {
   train::TrainSettings s = setup.settings(dir.file("run"), 6, 2, 1);
   s.save_every = 2;
   s.eval_batches = 0;
-  s.zero = 3;
-  s.offload_optimizer = true;
+  s.run.zero = 3;
+  s.run.offload_optimizer = true;
   s.fault.lr_inf_from_step = 3;
   const std::string message =
       error_message([&] { comm::run_ranks(2, [&](comm::Communicator& world) { train::train(s, world); }); });
@@ -190,12 +190,12 @@ train::TrainSettings ten_steps(const TinySetup& setup, const std::string& out, i
   s.save_every = 5;
   s.eval_batches = 0;
   s.grad_accum = grad_accum;
-  s.zero = zero;
+  s.run.zero = zero;
   return s;
 }
 
 std::vector<double> losses_of(const train::TrainSettings& s) {
-  comm::run_ranks(s.sp * s.dp, [&](comm::Communicator& world) { train::train(s, world); });
+  comm::run_ranks(s.run.sp * s.run.dp, [&](comm::Communicator& world) { train::train(s, world); });
   std::vector<double> losses;
   for (const nlohmann::json& line : metrics_lines(s.out_dir + "/metrics.jsonl")) losses.push_back(line.at("loss"));
   return losses;

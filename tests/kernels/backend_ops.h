@@ -24,6 +24,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/guarded/guarded_memory.h"
 #include "fpdt/kernels/reference/activation.h"
@@ -1289,7 +1290,7 @@ TEST_P(BackendOps, MatchesReference) {
         << "no usable CUDA device (or a build without CUDA): the `cuda` tests run only on GPU machines; build "
            "with -DFPDT_CUDA=ON and run `ctest -L cuda` where nvidia-smi shows a GPU";
   }
-  const auto backend = make_backend(backend_name);
+  const auto backend = make_backend(pipeline::parse_backend(backend_name));
   ASSERT_EQ(backend->name(), backend_name);
   Rng rng(fresh_seed());
   OpCheck check{*backend, memory_of(backend_name), rng};

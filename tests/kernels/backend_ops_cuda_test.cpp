@@ -17,7 +17,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps,
 // clear error, not a launch failure.
 TEST(CudaBackendLimits, RejectsHeadDimAbove256) {
   ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
-  const auto backend = make_backend("cuda");
+  const auto backend = make_backend(BackendKind::cuda);
   AttentionChunkParams params;
   params.B = 1;
   params.Cq = params.Ck = 1;
@@ -69,7 +69,7 @@ void expect_within_sum_bound(const std::string& what, const std::vector<float>& 
 // float64 reference; these pin where the CUDA kernels round.
 TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
   ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
-  const auto backend = make_backend("cuda");
+  const auto backend = make_backend(BackendKind::cuda);
   const Memory memory = memory_of("cuda");
   Rng rng(fresh_seed());
   const int64_t N = 300;
@@ -137,7 +137,7 @@ TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
 // 1e-6 of the same scale).
 TEST(CudaBf16, AttentionRoundsOperandsOnLoadAndKeepsTheSoftmaxFp32) {
   ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
-  const auto backend = make_backend("cuda");
+  const auto backend = make_backend(BackendKind::cuda);
   const Memory memory = memory_of("cuda");
   Rng rng(fresh_seed());
   const int B = 2, H = 4, Hkv = 2, D = 80;

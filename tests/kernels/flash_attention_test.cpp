@@ -19,6 +19,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
@@ -334,7 +335,7 @@ TEST_P(ChunkedAttention, ShuffledBlocksMatchFullReference) {
   Rng rng(fresh_seed());
   const Inputs in = make_inputs(rng, c);
   const Result want = reference_result(c, in);
-  const auto backend = make_backend(backend_name);
+  const auto backend = make_backend(pipeline::parse_backend(backend_name));
   const FloatResult got = chunked(*backend, c, in, cc.q_chunk, cc.kv_chunk, rng);
   std::ostringstream what;
   what << backend_name << " ";

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/gguf_types.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -70,7 +71,7 @@ TEST_P(GgufGolden, TensorsAreBitwiseTransformersAndSoIsTheLoss) {
   const GgufFile file(testing::gguf_golden(GetParam() + ".gguf"));
   const ModelConfig config = gguf_model_config(file);
   const SafetensorsReader golden(testing::gguf_golden(GetParam() + ".golden.safetensors"));
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   Transformer model(config, *backend);
   load_gguf_weights(file, config, model.layout(), model.params());
   // Dequantization is fp32 arithmetic in gguf-py's order (one rounding per product and sum, no FMA),
@@ -109,7 +110,7 @@ TEST_P(GgufGolden, TensorsAreBitwiseTransformersAndSoIsTheLoss) {
   // 1e-5 relative (the bar): the same fp32 weights through the same maths in fp32, summed in
   // another order — rounding of ~1e-7 per op over a few dozen ops.
   for (const char* name : {"cpu", "reference"}) {
-    auto other = kernels::make_backend(name);
+    auto other = kernels::make_backend(pipeline::parse_backend(name));
     Transformer run(config, *other);
     load_gguf_weights(file, config, run.layout(), run.params());
     const double loss = run.forward(batch).mean();

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "hf_golden.h"
 #include "testing.h"
 
@@ -24,7 +25,7 @@ class HfGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HfGolden, LogitsAndLossEqualTransformers) {
   const testing::GoldenSet golden(GetParam().set);
-  auto backend = kernels::make_backend(GetParam().backend);
+  auto backend = kernels::make_backend(pipeline::parse_backend(GetParam().backend));
   Transformer model(golden.config, *backend);
   golden.load(model.layout(), model.params());
   std::vector<float> logits(golden.logits.size());

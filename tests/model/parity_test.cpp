@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fpdt/kernels/backend.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "hf_golden.h"
 #include "testing.h"
 
@@ -25,7 +26,7 @@ class Parity : public ::testing::TestWithParam<GoldenCase> {};
 TEST_P(Parity, LogitsLossAndGradientsMatchPyTorch) {
   const GoldenCase& c = GetParam();
   const testing::GoldenSet golden(c.set);
-  auto backend = kernels::make_backend(c.backend);
+  auto backend = kernels::make_backend(pipeline::parse_backend(c.backend));
   Transformer model(golden.config, *backend);
   golden.load(model.layout(), model.params());
 

@@ -43,8 +43,8 @@ TEST_P(BackendAgreement, FastAndReferenceBackendsGiveTheSameLossAndGradients) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
   const ModelConfig config = tiny(GetParam());
-  auto cpu = kernels::make_backend("cpu");
-  auto reference = kernels::make_backend("reference");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
+  auto reference = kernels::make_backend(kernels::BackendKind::reference);
   Transformer fast(config, *cpu, seed);
   Transformer slow(config, *reference, seed);
   RandomBatch data(rng, 2, 29, config.vocab_size, true);
@@ -76,8 +76,8 @@ TEST_P(BackendAgreement, Bf16IsFp32WithinBf16Rounding) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
   const ModelConfig config = tiny(GetParam());
-  auto cpu = kernels::make_backend("cpu");
-  auto reference = kernels::make_backend("reference");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
+  auto reference = kernels::make_backend(kernels::BackendKind::reference);
   Transformer fp32(config, *cpu, seed);
   Transformer bf16(config, *cpu, seed, kernels::Precision::bf16);
   Transformer bf16_reference(config, *reference, seed, kernels::Precision::bf16);
@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Families, BackendAgreement, ::testing::Values(Family::l
 TEST(Transformer, GradientsAccumulateAcrossCalls) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
-  auto cpu = kernels::make_backend("cpu");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
   Transformer model(tiny(Family::llama), *cpu, seed);
   RandomBatch data(rng, 1, 16, 67, false);
   model.forward_backward(data.batch);
@@ -128,7 +128,7 @@ TEST(Transformer, HuggingFaceCheckpointRoundTripsBitwise) {
   const uint64_t seed = testing::fresh_seed();
   const auto dir = std::filesystem::temp_directory_path() / ("fpdt_ckpt_" + std::to_string(seed));
   std::filesystem::create_directories(dir);
-  auto cpu = kernels::make_backend("cpu");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
   for (Family family : {Family::llama, Family::gpt}) {
     ModelConfig config = tiny(family);
     config.tie_embeddings = family == Family::gpt;
@@ -144,7 +144,7 @@ TEST(Transformer, HuggingFaceCheckpointRoundTripsBitwise) {
 }
 
 TEST(Transformer, OutOfVocabularyTokenIsAClearError) {
-  auto cpu = kernels::make_backend("cpu");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
   Transformer model(tiny(Family::llama), *cpu);
   std::vector<int32_t> tokens = {1, 2, 99}, targets = {2, 3, 4};
   try {
@@ -157,7 +157,7 @@ TEST(Transformer, OutOfVocabularyTokenIsAClearError) {
 }
 
 TEST(Transformer, TooSmallComputeBudgetIsAClearError) {
-  auto cpu = kernels::make_backend("cpu");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
   Transformer model(tiny(Family::llama), *cpu);
   const size_t live = MemoryTiers::instance().usage(Tier::compute).active_bytes;
   MemoryTiers::instance().set_limit(Tier::compute, live + (1u << 20));
@@ -175,7 +175,7 @@ TEST(Transformer, TooSmallComputeBudgetIsAClearError) {
 }
 
 TEST(Transformer, GptRefusesSequencesPastItsPositionTable) {
-  auto cpu = kernels::make_backend("cpu");
+  auto cpu = kernels::make_backend(kernels::BackendKind::cpu);
   ModelConfig config = tiny(Family::gpt);
   config.max_positions = 8;
   Transformer model(config, *cpu);

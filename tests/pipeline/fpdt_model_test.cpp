@@ -32,7 +32,7 @@ struct Data {
 };
 
 // The same with the gradient of the batch's mean loss.
-Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks, const Data& data,
+Result run_pipeline(const model::ModelConfig& config, const RunSpec& pipeline, int ranks, const Data& data,
                     uint64_t seed) {
   const double count = model::counted_targets(data.batch.targets, nullptr, data.batch.B * data.batch.T);
   return run_pipeline(config, pipeline, ranks, data.batch, 1.0 / count, seed);
@@ -40,7 +40,7 @@ Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipe
 
 Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_t seed,
                      kernels::Precision precision = kernels::Precision::fp32) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(config, *backend, seed, precision);
   const model::LossStats stats = model.forward_backward(data.batch);
   return Result{stats.loss_sum, stats.count,
@@ -49,17 +49,17 @@ Result run_unchunked(const model::ModelConfig& config, const Data& data, uint64_
 
 // Offloaded to RAM or disk and recomputing the layer, the pipeline (resident: `resident` is its result)
 // gives bitwise the same loss and gradients.
-void expect_offload_and_recompute_bitwise(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
+void expect_offload_and_recompute_bitwise(const model::ModelConfig& config, const RunSpec& pipeline, int ranks,
                                           const Data& data, uint64_t seed, const Result& resident) {
   for (const char* offload : {"ram", "disk:/tmp"}) {
-    PipelineConfig other = pipeline;
+    RunSpec other = pipeline;
     other.offload = parse_offload(offload);
     const Result offloaded = run_pipeline(config, other, ranks, data, seed);
     EXPECT_EQ(offloaded.loss_sum, resident.loss_sum) << offload;
     EXPECT_EQ(0, std::memcmp(offloaded.grads.data(), resident.grads.data(), resident.grads.size() * sizeof(float)))
         << offload;
   }
-  PipelineConfig recompute = pipeline;
+  RunSpec recompute = pipeline;
   recompute.recompute = Recompute::layer;
   const Result recomputed = run_pipeline(config, recompute, ranks, data, seed);
   EXPECT_EQ(recomputed.loss_sum, resident.loss_sum);
@@ -83,7 +83,7 @@ TEST_P(Invariance, ChunkedShardedOffloadedEqualsUnchunked) {
   const Data data(rng, c.B, c.S, config.vocab_size);
   const Result want = run_unchunked(config, data, seed);
 
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = c.chunks;
   pipeline.offload.kind = OffloadKind::none;
   const Result got = run_pipeline(config, pipeline, c.ranks, data, seed);
@@ -116,7 +116,7 @@ TEST_P(Invariance, Bf16ChunkedShardedOffloadedEqualsUnchunked) {
   const Data data(rng, c.B, c.S, config.vocab_size);
   const Result want = run_unchunked(config, data, seed, kernels::Precision::bf16);
 
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = c.chunks;
   pipeline.offload.kind = OffloadKind::none;
   pipeline.precision = kernels::Precision::bf16;
@@ -157,11 +157,11 @@ INSTANTIATE_TEST_SUITE_P(
 // of the backward recomputing them; the invariance test above holds it bitwise equal to the offloaded
 // and recomputed runs, which recompute them.
 TEST(Pipeline, KeepsTheMlpActivationsOnlyWhenResidentAndNotRecomputing) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
   auto shape = [&](const char* offload, Recompute recompute) {
-    PipelineConfig pipeline;
+    RunSpec pipeline;
     pipeline.chunks = 2;
     pipeline.offload = parse_offload(offload);
     pipeline.recompute = recompute;
@@ -183,12 +183,12 @@ TEST(Pipeline, KeepsTheMlpActivationsOnlyWhenResidentAndNotRecomputing) {
 // moments or ZeRO slots (it held all four arrays, 4× the weights, before). A training model holds weights,
 // gradients and both moments.
 TEST(Pipeline, AForwardOnlyModelHoldsItsWeightsAlone) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
   const size_t weight_bytes = static_cast<size_t>(model::ParameterLayout(config).total_numel()) * sizeof(float);
   auto held = [&](bool forward_only) {
-    PipelineConfig pipeline;
+    RunSpec pipeline;
     pipeline.forward_only = forward_only;
     const size_t before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
     FpdtModel model(config, *backend, *local, pipeline);
@@ -215,7 +215,7 @@ TEST(Pipeline, BatchedChunksEqualSequencesOneByOne) {
   const int64_t S = 37;
   const Data data(rng, B, S, config.vocab_size);
   const double scale = 1.0 / model::counted_targets(data.batch.targets, nullptr, B * S);
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = 3;
   pipeline.offload = parse_offload("ram");
   const Result batched = run_pipeline(config, pipeline, ranks, data.batch, scale, seed);
@@ -245,7 +245,7 @@ TEST(Pipeline, BatchedChunksEqualSequencesOneByOne) {
 // The masked pipeline on P = 1 and 2 ranks against the unchunked model with the same element mask
 // (`want`): chunked LSE merges and per-rank partial sums give fp32 rounding only (bounded as in the
 // invariance test); offloaded to `offload` and recomputed it is bitwise the same.
-void expect_masked_pipeline_equals(const model::ModelConfig& config, const PipelineConfig& pipeline,
+void expect_masked_pipeline_equals(const model::ModelConfig& config, const RunSpec& pipeline,
                                    const char* offload, const Data& data, const Result& want, uint64_t seed) {
   for (const int ranks : {1, 2}) {
     const Result got = run_pipeline(config, pipeline, ranks, data, seed);
@@ -260,7 +260,7 @@ void expect_masked_pipeline_equals(const model::ModelConfig& config, const Pipel
                 grad_error, grad_bound);
     EXPECT_LE(loss_error, loss_bound) << "P " << ranks;
     EXPECT_LE(grad_error, grad_bound) << "P " << ranks;
-    PipelineConfig other = pipeline;
+    RunSpec other = pipeline;
     other.offload = parse_offload(offload);
     other.recompute = Recompute::layer;
     const Result offloaded = run_pipeline(config, other, ranks, data, seed);
@@ -288,7 +288,7 @@ TEST(Pipeline, DocumentMaskEqualsTheUnchunkedModel) {
   EXPECT_EQ(make_block_mask(make_chunk_plan(S, 1, 0, 0, 4), 0, docs.data(), B).live_count(), 5);
   const Result want = run_unchunked(config, data, seed);
 
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = 4;
   pipeline.offload = parse_offload("none");
   expect_masked_pipeline_equals(config, pipeline, "disk:/tmp", data, want, seed);
@@ -307,12 +307,12 @@ TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
   const Data data(rng, 2, S, config.vocab_size);
   const Result want = run_unchunked(config, data, seed);
 
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = 4;  // C = 12: under the window only blocks (i, i) and (i, i − 1) are live (the nearest
                         // pair of (i, i − 2) is 13 tokens apart)
   pipeline.offload = parse_offload("none");
   {
-    auto backend = kernels::make_backend("cpu");
+    auto backend = kernels::make_backend(kernels::BackendKind::cpu);
     auto local = comm::make_local();
     const FpdtModel model(config, *backend, *local, pipeline);
     const Schedule schedule = model.schedule_for(S, Pass::forward_backward);
@@ -331,14 +331,14 @@ TEST(Pipeline, SlidingWindowEqualsTheUnchunkedModel) {
 TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   const int64_t C = 12;
   model::ModelConfig windowed = tiny(model::Family::llama, 4, 2);
   windowed.sliding_window = C;
   windowed.sliding_layers = {true, true};
   const model::ModelConfig causal = tiny(model::Family::llama, 4, 2);
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunk_tokens = C;
   pipeline.offload = parse_offload("ram");
   auto counted = [&](const model::ModelConfig& config, int chunks) {
@@ -391,14 +391,14 @@ TEST(Pipeline, OffloadTrafficIsTheSchedulesAndWhatTheMaskLeaves) {
 TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   for (const char* offload : {"ram", "none"}) {
     SCOPED_TRACE(offload);
     const bool resident = std::string(offload) == "none";
     // The dry run's counts against a real step's allocation (the tiny model: a real step is quick).
     const model::ModelConfig config = tiny(model::Family::llama, 4, 2);
-    PipelineConfig pipeline;
+    RunSpec pipeline;
     pipeline.chunks = 3;
     pipeline.offload = parse_offload(offload);
     pipeline.precision = kernels::Precision::bf16;
@@ -429,7 +429,7 @@ TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
     const model::ModelConfig demo = model::preset("llama-demo");
     const int64_t tokens = 2 * 16 * 256;
     auto store = [&](kernels::Precision precision, std::optional<StoreGroup> group) {
-      PipelineConfig p = pipeline;
+      RunSpec p = pipeline;
       p.chunk_tokens = 256;
       p.precision = precision;
       const FpdtModel model(demo, *backend, *local, p, seed);

@@ -19,14 +19,14 @@ class HfGoldenPipeline : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfGoldenPipeline, FourChunksOnTwoRanksGiveTransformersLoss) {
   const testing::GoldenSet golden(GetParam());
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   const double count = model::counted_targets(golden.batch.targets, nullptr, golden.batch.B * golden.batch.T);
 
   model::Transformer unchunked(golden.config, *backend);
   golden.load(unchunked.layout(), unchunked.params());
   unchunked.forward_backward(golden.batch);
 
-  PipelineConfig pipeline;
+  RunSpec pipeline;
   pipeline.chunks = 4;  // S = 64 on 2 ranks: chunks of C = 16 global tokens, a window of 16 spans two
   double loss_sum = 0.0, forward_loss_sum = 0.0;
   std::vector<float> grads;

@@ -41,7 +41,7 @@ TEST(WorkingCopy, IsTheRoundedMastersAfterInitEachStepAndLoad) {
   const model::ModelConfig config = model::preset("llama-tiny");
   for (const int stage : {0, 1, 3}) {
     comm::run_ranks(2, [&](comm::Communicator& world) {
-      auto backend = kernels::make_backend("cpu");
+      auto backend = kernels::make_backend(kernels::BackendKind::cpu);
       ZeroConfig zero;
       zero.stage = stage;
       zero.precision = kernels::Precision::bf16;
@@ -87,7 +87,7 @@ TEST(WorkingCopy, ZeroThreeGathersTheWordsHalfTheBytes) {
   for (const kernels::Precision precision : {kernels::Precision::fp32, kernels::Precision::bf16}) {
     const bool bf16 = precision == kernels::Precision::bf16;
     comm::run_ranks(2, [&](comm::Communicator& world) {
-      auto backend = kernels::make_backend("cpu");
+      auto backend = kernels::make_backend(kernels::BackendKind::cpu);
       ZeroConfig zero;
       zero.stage = 3;
       zero.precision = precision;
@@ -127,7 +127,7 @@ TEST(WorkingCopy, ZeroThreeGathersTheWordsHalfTheBytes) {
 
 TEST(WorkingCopy, AnFp32RunKeepsNone) {
   const model::ModelConfig config = model::preset("llama-tiny");
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   ModelStates states(config, *backend, *local, ZeroConfig{}, 1);
   for (const StateSpec& spec : states.table()) EXPECT_NE(spec.id, StateBuf::weights_bf16) << spec.name;

@@ -36,10 +36,10 @@ struct Result {
 
 // Runs the pipeline on P thread ranks over `batch` — forward and backward with gradients of
 // grad_scale · Σ losses, or forward only — and returns the loss and gradients summed over ranks.
-inline Result run_pipeline(const model::ModelConfig& config, const PipelineConfig& pipeline, int ranks,
+inline Result run_pipeline(const model::ModelConfig& config, const RunSpec& pipeline, int ranks,
                            const model::Batch& batch, double grad_scale, uint64_t seed,
                            Pass pass = Pass::forward_backward) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   Result result;
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {

@@ -47,16 +47,16 @@ struct Outcome {
 Outcome plan_outcome(const Case& c) {
   plan::PlanConfig config;
   config.model = model::resolve_model(kModel);
-  config.seq_tokens = c.seq_tokens;
-  config.sp = c.sp;
-  config.micro_batch = c.batch;
-  config.chunk_tokens = c.chunk_tokens;
-  config.chunks = c.chunk_tokens > 0 ? 0 : c.chunks;
-  config.mode = plan::Mode::fpdt;
-  config.recompute = c.recompute;
-  config.offload = c.offload;
-  config.zero_stage = 0;
-  config.precision = plan::Precision::fp32;
+  config.run.seq_tokens = c.seq_tokens;
+  config.run.sp = c.sp;
+  config.run.batch_size = c.batch;
+  config.run.chunk_tokens = c.chunk_tokens;
+  config.run.chunks = c.chunk_tokens > 0 ? 0 : c.chunks;
+  config.run.mode = plan::Mode::fpdt;
+  config.run.recompute = c.recompute;
+  config.run.offload.kind = c.offload;
+  config.run.zero = 0;
+  config.run.precision = plan::Precision::fp32;
   Outcome outcome;
   try {
     const plan::PlanResult result = plan::make_plan(config, plan::hardware_preset("cpu"));
@@ -71,17 +71,17 @@ Outcome plan_outcome(const Case& c) {
 
 Outcome dry_run_outcome(const Case& c, const std::string& out_dir) {
   train::TrainSettings s;
-  s.model = kModel;
+  s.run.model = kModel;
   s.out_dir = out_dir;
-  s.seq_tokens = c.seq_tokens;
-  s.sp = c.sp;
-  s.batch_size = c.batch;
-  s.chunk_tokens = c.chunk_tokens;
-  s.chunks = c.chunk_tokens > 0 ? 1 : c.chunks;  // train's --chunks is ≥ 1, unread when C is given
-  s.offload = pipeline::OffloadConfig{c.offload, ""};
-  s.recompute = c.recompute;
+  s.run.seq_tokens = c.seq_tokens;
+  s.run.sp = c.sp;
+  s.run.batch_size = c.batch;
+  s.run.chunk_tokens = c.chunk_tokens;
+  s.run.chunks = c.chunk_tokens > 0 ? 1 : c.chunks;  // train's --chunks is ≥ 1, unread when C is given
+  s.run.offload = pipeline::OffloadConfig{c.offload, ""};
+  s.run.recompute = c.recompute;
   s.dry_run = true;
-  s.threads = 1;
+  s.run.threads = 1;
   s.peak_gflops = 10;  // nothing measured
   MemoryTiers::instance().reset_peak(Tier::compute);
   MemoryTiers::instance().reset_peak(Tier::offload);

@@ -15,9 +15,9 @@ using fpdt::testing::expect_contains;
 PlanConfig valid_config() {
   PlanConfig config;
   config.model = model::preset("llama3-8b");
-  config.seq_tokens = 1 << 20;
-  config.sp = 4;
-  config.mode = Mode::fpdt;
+  config.run.seq_tokens = 1 << 20;
+  config.run.sp = 4;
+  config.run.mode = Mode::fpdt;
   return config;
 }
 
@@ -58,18 +58,18 @@ TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
   PlanConfig config = valid_config();
   config.model = model::preset("gpt-30b");  // 56 heads
   config.positions = Positions::rope;
-  config.sp = 16;
-  config.seq_tokens = 1 << 20;
+  config.run.sp = 16;
+  config.run.seq_tokens = 1 << 20;
   expect_contains(plan_error(config), {"[plan]", "56 attention heads", "not divisible by --sp 16", "hint:", "--heads"});
   config.model = with_heads(config.model, 64);
   EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
   // kv heads must split over the ranks or divide them (replication).
   config = valid_config();  // 8 kv heads
-  config.sp = 16;           // 32 query heads / 16 fine; 16 % 8 == 0: replicated kv heads
+  config.run.sp = 16;           // 32 query heads / 16 fine; 16 % 8 == 0: replicated kv heads
   EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
   config.model = with_heads(model::preset("llama-demo"), 8);  // 8 query heads, 4 kv heads
-  config.sp = 8;
-  config.seq_tokens = 8 * 1024;
+  config.run.sp = 8;
+  config.run.seq_tokens = 8 * 1024;
   EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
   model::ModelConfig odd = model::preset("llama-demo");
   odd.hidden = 192;
@@ -78,7 +78,7 @@ TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
   odd.head_dim = 16;
   odd.rotary_dim = 16;
   config.model = odd;
-  config.sp = 4;  // 12 % 4 == 0 but 6 kv heads neither split over 4 ranks nor divide 4
+  config.run.sp = 4;  // 12 % 4 == 0 but 6 kv heads neither split over 4 ranks nor divide 4
   expect_contains(plan_error(config), {"[plan]", "6 key/value heads", "--sp 4"});
   expect_contains(error_message([] { with_heads(model::preset("gpt-30b"), 100); }),
                   {"[plan]", "not divisible by 100 heads"});
@@ -89,48 +89,48 @@ TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
 // than the sequence, is refused.
 TEST(PlanErrors, ChunksAreCutAsTrainCutsThem) {
   PlanConfig config = valid_config();
-  config.seq_tokens = 1 << 20;
-  config.chunk_tokens = 3 * 65536;  // does not divide 2^20: 6 chunks, the last one padded
+  config.run.seq_tokens = 1 << 20;
+  config.run.chunk_tokens = 3 * 65536;  // does not divide 2^20: 6 chunks, the last one padded
   const PlanShape padded = make_plan(config, hardware_preset("A100-80GB")).shape;
   EXPECT_EQ(padded.u, 6);
   EXPECT_EQ(padded.chunk_plan.padded_tokens - padded.S, 6 * 3 * 65536 - (1 << 20));
   EXPECT_EQ(padded.T, padded.chunk_plan.padded_tokens / 4);
-  config.chunk_tokens = 65538;  // not a multiple of --sp 4
+  config.run.chunk_tokens = 65538;  // not a multiple of --sp 4
   expect_contains(plan_error(config), {"[plan]", "--chunk-tokens 65538 does not split over --sp 4 ranks", "hint:"});
-  config.chunk_tokens = 2 << 20;  // longer than the sequence
+  config.run.chunk_tokens = 2 << 20;  // longer than the sequence
   expect_contains(plan_error(config), {"[plan]", "--chunk-tokens 2097152 is longer than the sequence of 1048576"});
-  config.chunk_tokens = 0;
-  config.chunks = 3;  // u chunks instead of C tokens: ⌈2^20 / 12⌉ per rank and chunk
+  config.run.chunk_tokens = 0;
+  config.run.chunks = 3;  // u chunks instead of C tokens: ⌈2^20 / 12⌉ per rank and chunk
   EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.C, 4 * ((1 << 20) / 12 + 1));
-  config.mode = Mode::fpdt_reference;
-  config.chunks = 0;  // the reference's 64K
-  config.seq_tokens = 96 * 1024;
+  config.run.mode = Mode::fpdt_reference;
+  config.run.chunks = 0;  // the reference's 64K
+  config.run.seq_tokens = 96 * 1024;
   EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.u, 2);
-  config.mode = Mode::ulysses;  // one chunk of the whole sequence
+  config.run.mode = Mode::ulysses;  // one chunk of the whole sequence
   EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.chunk_plan.chunks, 1);
 }
 
 TEST(PlanErrors, NegativeAndZeroSizes) {
   PlanConfig config = valid_config();
-  config.seq_tokens = -5;
+  config.run.seq_tokens = -5;
   expect_contains(plan_error(config), {"[plan]", "sequence length (--seq) must be positive, got -5"});
   config = valid_config();
-  config.sp = 0;
+  config.run.sp = 0;
   expect_contains(plan_error(config), {"[plan]", "--sp", "must be positive, got 0"});
   config = valid_config();
-  config.dp = -2;
+  config.run.dp = -2;
   expect_contains(plan_error(config), {"[plan]", "--dp", "must be positive, got -2"});
   config = valid_config();
-  config.micro_batch = 0;
+  config.run.batch_size = 0;
   expect_contains(plan_error(config), {"[plan]", "--batch", "must be positive"});
   config = valid_config();
-  config.chunk_tokens = -65536;
+  config.run.chunk_tokens = -65536;
   expect_contains(plan_error(config), {"[plan]", "chunk size (--chunk-tokens) must be positive, got -65536"});
   config = valid_config();
-  config.zero_stage = 4;
+  config.run.zero = 4;
   expect_contains(plan_error(config), {"[plan]", "ZeRO stage must be 0, 1, 2 or 3, got 4"});
   config = valid_config();
-  config.seq_tokens = 1000001;  // not divisible by --sp 4: padded, as a training run pads it
+  config.run.seq_tokens = 1000001;  // not divisible by --sp 4: padded, as a training run pads it
   EXPECT_EQ(make_plan(config, hardware_preset("A100-80GB")).shape.chunk_plan.padded_tokens % 4, 0);
   Hardware broken = hardware_preset("A100-80GB");
   broken.host_link_bytes_per_s = -1;
@@ -140,7 +140,7 @@ TEST(PlanErrors, NegativeAndZeroSizes) {
   expect_contains(plan_error(valid_config(), broken), {"[plan]", "reserve leaves no compute memory"});
   expect_contains(error_message([] { search_max_seq([] {
                     PlanConfig config = valid_config();
-                    config.sp = -1;
+                    config.run.sp = -1;
                     return config;
                   }(), hardware_preset("A100-80GB")); }),
                   {"[plan]", "--sp", "must be positive"});
@@ -148,17 +148,17 @@ TEST(PlanErrors, NegativeAndZeroSizes) {
 
 TEST(PlanErrors, CombinationsAModeDoesNotHave) {
   PlanConfig config = valid_config();
-  config.mode = Mode::fpdt_reference;
-  config.recompute = Recompute::none;
+  config.run.mode = Mode::fpdt_reference;
+  config.run.recompute = Recompute::none;
   expect_contains(plan_error(config), {"[plan]", "always re-runs each layer", "hint:", "--mode fpdt"});
-  config.recompute = Recompute::layer;
-  config.offload = OffloadKind::disk;
+  config.run.recompute = Recompute::layer;
+  config.run.offload.kind = OffloadKind::disk;
   expect_contains(plan_error(config), {"[plan]", "host memory only"});
-  config.mode = Mode::ulysses;
+  config.run.mode = Mode::ulysses;
   expect_contains(plan_error(config), {"[plan]", "not on disk"});
   config = valid_config();
   config.model = model::preset("gpt-2.7b");  // a learned table of 4M positions
-  config.seq_tokens = int64_t{8} << 20;
+  config.run.seq_tokens = int64_t{8} << 20;
   expect_contains(plan_error(config), {"[plan]", "exceeds the 4194304 learned positions", "--positions rope"});
 }
 

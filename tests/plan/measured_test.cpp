@@ -90,17 +90,17 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
 
     plan::PlanConfig config;
     config.model = model::resolve_model(model);
-    config.seq_tokens = c.seq_tokens;
-    config.chunk_tokens = c.chunk_tokens;
-    config.sp = c.sp;
-    config.dp = c.dp;
-    config.micro_batch = c.batch;
-    config.mode = plan::Mode::fpdt;
-    config.offload = pipeline::parse_offload(c.offload).kind;
-    config.recompute = pipeline::parse_recompute(c.recompute);
-    config.zero_stage = c.zero;
-    config.offload_optimizer = c.offload_optimizer;
-    config.precision = c.precision;
+    config.run.seq_tokens = c.seq_tokens;
+    config.run.chunk_tokens = c.chunk_tokens;
+    config.run.sp = c.sp;
+    config.run.dp = c.dp;
+    config.run.batch_size = c.batch;
+    config.run.mode = plan::Mode::fpdt;
+    config.run.offload.kind = pipeline::parse_offload(c.offload).kind;
+    config.run.recompute = pipeline::parse_recompute(c.recompute);
+    config.run.zero = c.zero;
+    config.run.offload_optimizer = c.offload_optimizer;
+    config.run.precision = c.precision;
     const plan::PlanResult predicted = plan::make_plan(config, plan::hardware_preset("cpu"));
     const double peak_rss = measured["peak_rss_bytes"].get<double>();
     std::printf("[ measured ] %s: compute %.0f predicted, %.0f measured; offload %.0f / %.0f; %.2f s, RSS %.0f MiB\n",

@@ -21,9 +21,9 @@ constexpr int64_t K = 1024, M = 1024 * 1024;
 PlanConfig llama8b_on_4(Mode mode, int64_t seq_tokens) {
   PlanConfig config;
   config.model = model::preset("llama3-8b");
-  config.sp = 4;
-  config.seq_tokens = seq_tokens;
-  config.mode = mode;
+  config.run.sp = 4;
+  config.run.seq_tokens = seq_tokens;
+  config.run.mode = mode;
   return config;
 }
 
@@ -78,7 +78,7 @@ TEST(MemoryModel, WorkedExampleReference) {
 // store in bf16), and the plan's peaks are the table's sums plus the fp32 model states.
 TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
   const Hardware cpu = hardware_preset("cpu");
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   for (const char* name : {"llama-tiny", "gpt-tiny", "llama-demo"}) {
     for (const int P : {1, 2, 4}) {
       for (const Recompute recompute : {Recompute::layer, Recompute::none}) {
@@ -86,26 +86,26 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
           for (const Precision precision : {Precision::fp32, Precision::bf16}) {
             PlanConfig config;
             config.model = model::preset(name);
-            config.sp = P;
-            config.micro_batch = B;
-            config.seq_tokens = 1024;
-            config.chunk_tokens = 128;
-            config.mode = Mode::fpdt;
-            config.recompute = recompute;
-            config.zero_stage = 0;
-            config.precision = precision;
+            config.run.sp = P;
+            config.run.batch_size = B;
+            config.run.seq_tokens = 1024;
+            config.run.chunk_tokens = 128;
+            config.run.mode = Mode::fpdt;
+            config.run.recompute = recompute;
+            config.run.zero = 0;
+            config.run.precision = precision;
             const PlanResult plan = make_plan(config, cpu);
             SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B) + " " +
                          pipeline::word(precision));
             const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
-            pipeline::PipelineConfig pipeline;
+            pipeline::RunSpec pipeline;
             pipeline.chunk_tokens = 128;
             pipeline.precision = precision;
             pipeline.recompute = recompute == Recompute::layer ? pipeline::Recompute::layer : pipeline::Recompute::none;
             comm::run_ranks(P, [&](comm::Communicator& comm) {
               if (comm.rank() != 0) return;
               const pipeline::FpdtModel model(config.model, *backend, comm, pipeline);
-              EXPECT_TRUE(model.layout_shape(config.seq_tokens, B) == layout);
+              EXPECT_TRUE(model.layout_shape(config.run.seq_tokens, B) == layout);
             });
             EXPECT_DOUBLE_EQ(plan.offload_peak.bytes, static_cast<double>(pipeline::store_bytes(layout)));
             // Compute tier: the model states' table (ZeRO 0: fp32 weights, gradients, Adam m and v: 16 B a
@@ -131,11 +131,11 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
 // The pipeline allocates the table and nothing else: a dry run adds the arena to the compute tier and
 // the store to the offload tier (or, resident, to the compute tier), to the byte.
 TEST(MemoryModel, FpdtDryRunAllocatesTheTable) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   const model::ModelConfig config = model::preset("llama-tiny");
   for (const char* offload : {"ram", "none"}) {
-    pipeline::PipelineConfig pipeline;
+    pipeline::RunSpec pipeline;
     pipeline.chunk_tokens = 256;
     pipeline.offload = pipeline::parse_offload(offload);
     pipeline::FpdtModel model(config, *backend, *local, pipeline);
@@ -157,10 +157,10 @@ TEST(MemoryModel, FpdtDryRunAllocatesTheTable) {
 
 TEST(MemoryModel, FpdtComputeTierDoesNotGrowWithTheSequence) {
   PlanConfig config = llama8b_on_4(Mode::fpdt, 1 * M);
-  config.chunk_tokens = 16 * K;
+  config.run.chunk_tokens = 16 * K;
   const Hardware a100 = hardware_preset("A100-80GB");
   const PlanResult short_plan = make_plan(config, a100);
-  config.seq_tokens = 16 * M;
+  config.run.seq_tokens = 16 * M;
   const PlanResult long_plan = make_plan(config, a100);
   EXPECT_DOUBLE_EQ(long_plan.compute_peak.bytes, short_plan.compute_peak.bytes);
   EXPECT_NEAR(long_plan.offload_peak.bytes / short_plan.offload_peak.bytes, 16.0, 1e-9);
@@ -192,7 +192,7 @@ TEST(CostModel, SmallestChunkThatHides) {
   EXPECT_TRUE(automatic.prefetch.hides);
   EXPECT_GE(static_cast<double>(chunk), automatic.prefetch.min_hiding_chunk_tokens);
   // The next smaller valid chunk does not hide (it is below the bound, which here is bandwidth's).
-  config.chunk_tokens = chunk / 2;
+  config.run.chunk_tokens = chunk / 2;
   const PlanResult smaller = make_plan(config, a100);
   EXPECT_FALSE(smaller.prefetch.hides);
   EXPECT_GT(smaller.time.copy_exposed_s, 0);
@@ -202,8 +202,8 @@ TEST(CostModel, SmallestChunkThatHides) {
   const double F = 312e12 * 0.6, bw = 25e9, q = 4096, Hq = 32;
   EXPECT_NEAR(automatic.prefetch.min_hiding_chunk_tokens, (4 * q + 8 * Hq + 4 * q) * F / (10 * q * bw), 1e-6);
   // A slow disk needs a longer chunk.
-  config.chunk_tokens = 0;
-  config.offload = OffloadKind::disk;
+  config.run.chunk_tokens = 0;
+  config.run.offload.kind = OffloadKind::disk;
   EXPECT_GT(make_plan(config, a100).shape.C, chunk);
 }
 

@@ -42,12 +42,12 @@ PlanConfig paper_config(const PaperRow& row, Mode mode) {
   if (row.heads != 0) config.model = with_heads(config.model, row.heads);
   if (config.model.learned_positions())
     config.positions = mode == Mode::ulysses ? Positions::learned : Positions::rope;
-  config.sp = row.sp;
-  config.mode = mode;
-  config.recompute = Recompute::layer;
-  config.offload = OffloadKind::ram;
-  config.zero_stage = 3;
-  config.precision = Precision::bf16;
+  config.run.sp = row.sp;
+  config.run.mode = mode;
+  config.run.recompute = Recompute::layer;
+  config.run.offload.kind = OffloadKind::ram;
+  config.run.zero = 3;
+  config.run.precision = Precision::bf16;
   return config;
 }
 
@@ -93,11 +93,11 @@ TEST(PaperTable, MaxSeqWithinOnePowerOfTwoStep) {
     // A longest sequence fits, one granule more does not, and the search says why.
     for (const MaxSeqResult& result : {ulysses, reference, ours, ours_disk}) {
       PlanConfig config = paper_config(row, result.mode);
-      config.offload = result.offload;
-      config.seq_tokens = result.seq_tokens;
-      config.chunk_tokens = result.chunk_tokens;
+      config.run.offload.kind = result.offload;
+      config.run.seq_tokens = result.seq_tokens;
+      config.run.chunk_tokens = result.chunk_tokens;
       EXPECT_TRUE(make_plan(config, a100).fits) << pipeline::word(result.mode);
-      config.seq_tokens += result.granule_tokens;
+      config.run.seq_tokens += result.granule_tokens;
       const PlanResult longer = make_plan(config, a100);
       EXPECT_FALSE(longer.fits) << pipeline::word(result.mode);
       EXPECT_EQ(longer.bound, result.bound) << pipeline::word(result.mode);
@@ -110,16 +110,16 @@ TEST(PaperTable, ReferenceKeepsSequenceLengthTensorsAndOursDoesNot) {
   // chunk: the design goal of DESIGN.md §1.
   const Hardware a100 = hardware_preset("A100-80GB");
   PlanConfig config = paper_config(kPaper[2], Mode::fpdt_reference);  // llama3-8b on 4
-  config.chunk_tokens = 64 * K;
-  config.seq_tokens = 1 * M;
+  config.run.chunk_tokens = 64 * K;
+  config.run.seq_tokens = 1 * M;
   const double reference_1m = make_plan(config, a100).compute_peak.bytes;
-  config.seq_tokens = 2 * M;
+  config.run.seq_tokens = 2 * M;
   const double reference_2m = make_plan(config, a100).compute_peak.bytes;
   EXPECT_GT(reference_2m - reference_1m, 5.0 * 1073741824);  // + 3·a·h·ΔT of resident tensors, + the RoPE tables
-  config.mode = Mode::fpdt;
-  config.seq_tokens = 1 * M;
+  config.run.mode = Mode::fpdt;
+  config.run.seq_tokens = 1 * M;
   const PlanResult ours_1m = make_plan(config, a100);
-  config.seq_tokens = 8 * M;
+  config.run.seq_tokens = 8 * M;
   const PlanResult ours_8m = make_plan(config, a100);
   EXPECT_DOUBLE_EQ(ours_8m.compute_peak.bytes, ours_1m.compute_peak.bytes);
   EXPECT_GT(ours_8m.offload_peak.bytes, 7 * ours_1m.offload_peak.bytes);
@@ -129,7 +129,7 @@ TEST(PaperTable, ReferenceKeepsSequenceLengthTensorsAndOursDoesNot) {
 TEST(PaperTable, JsonCarriesTheSameNumbers) {
   const Hardware a100 = hardware_preset("A100-80GB");
   PlanConfig config = paper_config(kPaper[0], Mode::fpdt);
-  config.seq_tokens = 1 * M;
+  config.run.seq_tokens = 1 * M;
   const PlanResult plan = make_plan(config, a100);
   const nlohmann::ordered_json json = plan_to_json(plan);
   EXPECT_EQ(json["config"]["seq_tokens"].get<int64_t>(), 1 * M);

@@ -89,7 +89,7 @@ void random_moments(pipeline::ModelStates& states, uint64_t seed) {
 // One rank's model states (ZeRO stage 0) with random moments, and an optimizer one update in.
 struct Fixture {
   model::ModelConfig config;
-  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend(kernels::BackendKind::cpu);
   std::unique_ptr<comm::Communicator> world = comm::make_local();
   pipeline::ModelStates states;
   AdamW optimizer{OptimizerConfig{}};
@@ -266,7 +266,7 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
   testing::TempDir dir;
   const uint64_t seed = testing::fresh_seed();
   const model::ModelConfig config = model::preset("gpt-tiny");  // a learned position table and biases
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   std::vector<float> want;
   {
     auto world = comm::make_local();

@@ -93,11 +93,11 @@ EvalSettings settings_for(const Checkpoint& checkpoint, const std::string& data,
   s.checkpoint = checkpoint.folder;
   s.data_dir = data;
   s.out_dir = out;
-  s.seq_tokens = S;
-  s.batch_size = 2;
-  s.sp = ranks;
-  s.chunks = chunks;
-  s.threads = 1;
+  s.run.seq_tokens = S;
+  s.run.batch_size = 2;
+  s.run.sp = ranks;
+  s.run.chunks = chunks;
+  s.run.threads = 1;
   s.passkey_trials = 0;
   return s;
 }
@@ -105,7 +105,7 @@ EvalSettings settings_for(const Checkpoint& checkpoint, const std::string& data,
 EvalResult evaluate_on_ranks(const EvalSettings& settings) {
   EvalResult result;
   std::mutex mutex;
-  comm::run_ranks(settings.sp, [&](comm::Communicator& comm) {
+  comm::run_ranks(settings.run.sp, [&](comm::Communicator& comm) {
     EvalResult mine = evaluate(settings, comm);
     if (comm.rank() != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
@@ -121,13 +121,13 @@ struct TokenResults {
   std::vector<int32_t> predictions;
 };
 TokenResults training_forward(const Checkpoint& checkpoint, const model::Batch& batch, int ranks, int chunks) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   const size_t n = static_cast<size_t>(batch.B * batch.T);
   TokenResults results{std::vector<float>(n, 0.0f), std::vector<int32_t>(n, 0)};
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
     set_threads(1);  // as settings_for's eval: a GEMM's cut over the team (and so its rounding) follows the count
-    pipeline::PipelineConfig pipeline;
+    pipeline::RunSpec pipeline;
     pipeline.chunks = chunks;
     pipeline::FpdtModel model(checkpoint.config, *backend, comm, pipeline);
     model::HfCheckpoint(checkpoint.folder).load(checkpoint.config, model.layout(), model.params());
@@ -147,7 +147,7 @@ TokenResults training_forward(const Checkpoint& checkpoint, const model::Batch& 
 // Per-token losses of the whole-sequence model (model/transformer.h, one rank, no chunks), from its
 // logits in float64.
 std::vector<double> unchunked_losses(const Checkpoint& checkpoint, const model::Batch& batch) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(checkpoint.config, *backend);
   model::HfCheckpoint(checkpoint.folder).load(checkpoint.config, model.layout(), model.params());
   const int V = checkpoint.config.vocab_size;

@@ -22,9 +22,9 @@ class AdamWParity : public ::testing::TestWithParam<std::string> {};
 // tensors of rank ≥ 2, no clipping) on one batch.
 TEST_P(AdamWParity, FiveStepsMatchPyTorch) {
   const testing::GoldenSet golden(GetParam());
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
-  pipeline::FpdtModel model(golden.config, *backend, *local, pipeline::PipelineConfig{});  // one chunk
+  pipeline::FpdtModel model(golden.config, *backend, *local, pipeline::RunSpec{});  // one chunk
   golden.load(model.layout(), model.params());
   const std::vector<float> want = golden.golden.read_floats("golden.adamw_losses");
   const model::Batch& batch = golden.batch;
@@ -72,7 +72,7 @@ TEST(LearningRate, WarmsUpLinearlyThenFollowsTheCosineToTheFloor) {
 TEST(ClipGradNorm, ScalesLikeTorchOnlyAboveTheThreshold) {
   Rng rng(testing::fresh_seed());
   model::ModelConfig config = model::preset("llama-tiny");
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
   pipeline::ModelStates states(config, *backend, *local, pipeline::ZeroConfig{}, 1);
   model::ParameterBlock& grads = states.gradients();

@@ -17,7 +17,7 @@
 namespace fpdt::train {
 namespace {
 
-using pipeline::PipelineConfig;
+using pipeline::RunSpec;
 using pipeline::Result;
 
 constexpr int32_t kEnd = 60;  // the end-of-document token (the last id of tiny()'s vocabulary of 61)
@@ -59,7 +59,7 @@ struct Packed {
 // 0.. (restart) or at its place in the row: the loss and the gradients, summed.
 Result documents_one_by_one(const model::ModelConfig& config, const Packed& packed, bool restart, double grad_scale,
                             uint64_t seed) {
-  auto backend = kernels::make_backend("cpu");
+  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(config, *backend, seed);
   Result result;
   std::vector<int32_t> global(static_cast<size_t>(packed.S));
@@ -117,7 +117,7 @@ TEST_P(PackedDocuments, EqualTheirDocumentsRunOneByOne) {
   const Result want = documents_one_by_one(config, packed, c.restart, scale, seed);
 
   {  // unchunked, the whole packed batch at once
-    auto backend = kernels::make_backend("cpu");
+    auto backend = kernels::make_backend(kernels::BackendKind::cpu);
     model::Transformer model(config, *backend, seed);
     const model::LossStats stats = model.forward_backward(batch, scale);
     expect_equal(Result{stats.loss_sum, stats.count,
@@ -125,7 +125,7 @@ TEST_P(PackedDocuments, EqualTheirDocumentsRunOneByOne) {
                  want, "unchunked");
   }
   for (const int ranks : {1, 2}) {
-    PipelineConfig chunked;
+    RunSpec chunked;
     chunked.chunks = 4;  // chunks of ⌈S / 4P⌉·P tokens: documents cross chunk boundaries
     for (const char* offload : {"ram", "disk:/tmp"}) {
       chunked.offload = pipeline::parse_offload(offload);

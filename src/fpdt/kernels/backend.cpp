@@ -1,4 +1,4 @@
-// Backend selection by name.
+// Backend selection by kind.
 #include "fpdt/kernels/backend.h"
 
 #include "fpdt/base/error.h"
@@ -9,13 +9,14 @@
 
 namespace fpdt::kernels {
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
-  if (name == "reference") return std::make_unique<reference::ReferenceBackend>();
-  if (name == "cpu") return std::make_unique<cpu::CpuBackend>();
-  if (name == "cuda") return make_cuda_backend();  // cuda/cuda_backend.cu (cuda/cuda_stub.cpp without CUDA)
-  if (name == "cpu-guarded") return std::make_unique<GuardedBackend>();
-  throw Error("kernels", "unknown backend '" + name + "'",
-              "use --backend cpu, --backend reference, --backend cuda or --backend cpu-guarded");
+std::unique_ptr<Backend> make_backend(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::reference: return std::make_unique<reference::ReferenceBackend>();
+    case BackendKind::cpu: return std::make_unique<cpu::CpuBackend>();
+    case BackendKind::cuda: return make_cuda_backend();  // cuda/cuda_backend.cu (cuda/cuda_stub.cpp without CUDA)
+    case BackendKind::cpu_guarded: return std::make_unique<GuardedBackend>();
+  }
+  throw Error("kernels", "unknown backend kind " + std::to_string(static_cast<int>(kind)));
 }
 
 }  // namespace fpdt::kernels

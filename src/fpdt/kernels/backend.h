@@ -26,9 +26,10 @@ class Backend {
 #include "fpdt/kernels/backend_ops.inc"  // every op (it undefines FPDT_BACKEND_OP)
 };
 
-// "reference", "cpu", "cuda" (device pointers; kernels/cuda, a clear error in builds without CUDA) or
-// "cpu-guarded" (the cpu kernels over memory only the backend can read: guarded/guarded_backend.h);
-// throws fpdt::Error for any other name.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// The kernels a run computes with: reference (the scalar spec), cpu, cuda (device pointers;
+// kernels/cuda, a clear error in builds without CUDA) or cpu_guarded (the cpu kernels over memory only
+// the backend can read: guarded/guarded_backend.h). Their words are the run spec's (pipeline/run_spec.h).
+enum class BackendKind : uint8_t { cpu, reference, cuda, cpu_guarded };
+std::unique_ptr<Backend> make_backend(BackendKind kind);
 
 }  // namespace fpdt::kernels

@@ -14,40 +14,39 @@ namespace fpdt::pipeline {
 
 namespace {
 constexpr int32_t kPaddingDocument = INT32_MIN;  // the document of padding tokens: only each other
+
+// The states of a model that has its own: every rank holds everything (stage 0, nothing offloaded).
+RunSpec own_states_spec(RunSpec run) {
+  run.zero = 0;
+  run.offload_optimizer = false;
+  return run;
+}
 }  // namespace
 
-ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank) {
-  const int chunks = pipeline.chunk_tokens > 0 ? 0 : pipeline.chunks;
-  return make_chunk_plan(seq_tokens, ranks, rank, pipeline.chunk_tokens, chunks);
-}
-
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
-                     const PipelineConfig& pipeline, uint64_t seed)
+                     const RunSpec& run, uint64_t seed)
     : config_(config),
       backend_(backend),
       memory_(backend.memory()),
       sp_(sp),
-      pipeline_(pipeline),
+      run_(resolved_layout(run)),
       own_world_(comm::make_local()),
-      own_states_(std::make_unique<ModelStates>(config, backend, *own_world_,
-                                                ZeroConfig{0, false, pipeline.recompute == Recompute::layer,
-                                                           pipeline.forward_only, pipeline.precision},
-                                                seed)),
+      own_states_(std::make_unique<ModelStates>(config, backend, *own_world_, zero_config(own_states_spec(run_)), seed)),
       states_(*own_states_),
-      math_(config_, backend_, pipeline.precision),
+      math_(config_, backend_, run_.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
-                     const PipelineConfig& pipeline, ModelStates& states)
+                     const RunSpec& run, ModelStates& states)
     : config_(config),
       backend_(backend),
       memory_(backend.memory()),
       sp_(sp),
-      pipeline_(pipeline),
+      run_(resolved_layout(run)),
       states_(states),
-      math_(config_, backend_, pipeline.precision),
+      math_(config_, backend_, run_.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {
-  FPDT_CHECK(states.zero().recompute_layer == (pipeline.recompute == Recompute::layer), "pipeline",
+  FPDT_CHECK(states.zero().recompute_layer == (run_.recompute == Recompute::layer), "pipeline",
              "the model states were planned for another --recompute than the pipeline's", "");
 }
 
@@ -62,7 +61,7 @@ ChunkPlan FpdtModel::plan_for(int64_t seq_tokens) const {
                 "sequence of " + std::to_string(seq_tokens) + " tokens exceeds the " +
                     std::to_string(config_.max_positions) + " learned positions of model '" + config_.name + "'",
                 "lower --seq or use a RoPE (Llama) model");
-  return plan_chunks(pipeline_, seq_tokens, sp_.size(), sp_.rank());
+  return plan_chunks(run_, seq_tokens, sp_.size(), sp_.rank());
 }
 
 Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids, int batch) const {
@@ -70,19 +69,19 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   std::vector<BlockMask> masks;
   for (int layer = 0; layer < config_.layers; ++layer)
     masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
-  return make_schedule(plan, pass, pipeline_.recompute, masks, mlp_kept(), bf16_store());
+  return make_schedule(plan, pass, run_.recompute, masks, mlp_kept(), bf16_store());
 }
 
 LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
   return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                pipeline_.recompute == Recompute::layer ? 1 : config_.layers,
-                                stored_activation_bytes(pipeline_.precision), mlp_kept(), !pipeline_.forward_only);
+                                run_.recompute == Recompute::layer ? 1 : config_.layers,
+                                stored_activation_bytes(run_.precision), mlp_kept(), !run_.forward_only);
 }
 
 // A forward-only layout stores nothing for a backward, the MLP's activations neither.
 bool FpdtModel::mlp_kept() const {
-  return !pipeline_.forward_only &&
-         keep_mlp_activations(pipeline_.offload.kind == OffloadKind::none, pipeline_.recompute == Recompute::layer);
+  return !run_.forward_only &&
+         keep_mlp_activations(run_.offload.kind == OffloadKind::none, run_.recompute == Recompute::layer);
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
@@ -98,7 +97,7 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   batch_size_ = batch;
   dry_ = dry;
 
-  store_ = std::make_unique<OffloadStore>(memory_, pipeline_.offload, shape, dry);
+  store_ = std::make_unique<OffloadStore>(memory_, run_.offload, shape, dry);
   const std::string what = "FPDT chunk buffers (" + std::to_string(shape.rows()) + " token rows per chunk)";
   const std::string hint = "lower --chunk-tokens or --batch, or raise --compute-mem";
   if (dry)
@@ -129,15 +128,15 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
   host_losses_.resize(rows);
   host_predictions_.resize(rows);
   host_docs_.resize(rows * static_cast<size_t>(shape.P));
-  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, pipeline_.forward_only ? Pass::forward : Pass::forward_backward), *store_) : OffloadTraffic{};
+  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, run_.forward_only ? Pass::forward : Pass::forward_backward), *store_) : OffloadTraffic{};
 }
 
 // ---- the executor -----------------------------------------------------------------------------------
 
 model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs) {
-  FPDT_CHECK(pass == Pass::forward || !pipeline_.forward_only, "pipeline",
+  FPDT_CHECK(pass == Pass::forward || !run_.forward_only, "pipeline",
              "this model is laid out for forward passes only (evaluation); a training step needs the backward's store",
-             "build the model with PipelineConfig::forward_only = false to train it");
+             "build the model with RunSpec::forward_only = false to train it");
   model::check_batch(config_, batch);
   reserve(batch.T, batch.B, false);
   Schedule with_documents;
@@ -580,7 +579,7 @@ kernels::AttentionChunkParams FpdtModel::block(int layer, const float* q, const 
   params.kv_begin = plan_.chunk_begin(kv_chunk);
   params.scale = config_.attention_scale(layer);
   params.window = config_.window(layer);  // the window its block mask was made with (schedule_for)
-  params.precision = pipeline_.precision;
+  params.precision = run_.precision;
   return params;
 }
 

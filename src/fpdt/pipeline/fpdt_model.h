@@ -26,26 +26,11 @@
 #include "fpdt/pipeline/memory_layout.h"
 #include "fpdt/pipeline/model_states.h"
 #include "fpdt/pipeline/offload.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/pipeline/schedule.h"
 #include "fpdt/pipeline/ulysses.h"
 
 namespace fpdt::pipeline {
-
-struct PipelineConfig {
-  int64_t chunk_tokens = 0;  // C (global tokens per chunk); 0: use `chunks`
-  int chunks = 1;            // u, when chunk_tokens is 0
-  OffloadConfig offload;
-  Recompute recompute = Recompute::none;
-  // The maths' precision (model/layer.h): in bf16 the GEMMs and attention round their inputs, the kept
-  // activations are bf16 values, and the store holds them as bf16 (memory_layout.h), and dO too (bf16
-  // words of the fp32 gradient: every product it enters rounds it the same way) and d_res (rounded by the
-  // model, layer.h); LSE, Δ and dQ (summed into block by block) stay fp32.
-  kernels::Precision precision = kernels::Precision::fp32;
-  // Forward passes only (evaluation): the store keeps what a forward needs (memory_layout.h: two
-  // layers' inputs, one layer's k and v) and the arena has no backward buffers; forward_backward is
-  // refused.
-  bool forward_only = false;
-};
 
 // Per-token results of a pass over a batch (B, S), each in host memory, written at this rank's real
 // tokens (those of its chunk plan below S); the other entries are left as they are. Null: not wanted.
@@ -54,18 +39,16 @@ struct TokenOutputs {
   int32_t* predictions = nullptr;  // (B, S) argmax of the token's logits: the greedy next token
 };
 
-// This rank's chunk plan of sequences of S tokens under `pipeline` (its chunk size or count).
-ChunkPlan plan_chunks(const PipelineConfig& pipeline, int64_t seq_tokens, int ranks, int rank);
-
 class FpdtModel {
  public:
-  // `sp` is the sequence-parallel group. With model states of its own (ZeRO stage 0, reduced by no one:
-  // the caller sums gradients over ranks) initialised from `seed` (the same on every rank), or the
-  // trainer's, shared with its optimizer.
-  FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
-            const PipelineConfig& pipeline, uint64_t seed = 1234);
-  FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
-            const PipelineConfig& pipeline, ModelStates& states);
+  // `sp` is the sequence-parallel group; `run` gives the pipeline's layout (its chunk rule, offload tier,
+  // recompute, precision; resolved_layout) and whether it runs forward passes only. With model states of
+  // its own (ZeRO stage 0, reduced by no one: the caller sums gradients over ranks) initialised from
+  // `seed` (the same on every rank), or the trainer's, shared with its optimizer.
+  FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp, const RunSpec& run,
+            uint64_t seed = 1234);
+  FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp, const RunSpec& run,
+            ModelStates& states);
   ~FpdtModel();
 
   const model::ModelConfig& config() const { return config_; }
@@ -75,7 +58,8 @@ class FpdtModel {
   // writing the weights, states().refresh_working_copy()).
   model::ParameterBlock& params() { return states_.weights(); }
   model::ParameterBlock& grads() { return states_.gradients(); }
-  const PipelineConfig& pipeline() const { return pipeline_; }
+  // The run's layout as the pipeline runs it (resolved_layout of the run it was given).
+  const RunSpec& run() const { return run_; }
   // The plan of the last reserved sequence length (see reserve).
   const ChunkPlan& plan() const { return plan_; }
 
@@ -89,7 +73,7 @@ class FpdtModel {
   // Whether the store keeps the MLP's activations for the backward (keep_mlp_activations).
   bool mlp_kept() const;
   // Whether the store's activation arrays are bf16 (the precision's).
-  bool bf16_store() const { return pipeline_.precision == kernels::Precision::bf16; }
+  bool bf16_store() const { return run_.precision == kernels::Precision::bf16; }
 
   // Lays out the offload store and the compute-tier chunk buffers for micro-batches of B sequences of
   // S tokens (the only allocations of a step). Called implicitly when S or B changes.
@@ -153,7 +137,7 @@ class FpdtModel {
   kernels::Backend& backend_;
   kernels::DeviceMemory& memory_;
   comm::Communicator& sp_;
-  PipelineConfig pipeline_;
+  RunSpec run_;  // resolved_layout
   std::unique_ptr<comm::Communicator> own_world_;  // a model with states of its own: one rank
   std::unique_ptr<ModelStates> own_states_;
   ModelStates& states_;

@@ -26,6 +26,12 @@ bool none_invalid(kernels::Backend& backend, const float* x, int64_t n, bool neg
 
 }  // namespace
 
+ZeroConfig zero_config(const RunSpec& run) {
+  const RunSpec layout = resolved_layout(run);
+  return ZeroConfig{run.zero, run.offload_optimizer, layout.recompute == Recompute::layer, run.forward_only,
+                    run.precision};
+}
+
 void check_zero(const ZeroConfig& zero) {
   if (zero.stage < 0 || zero.stage > 3)
     throw Error(kModule, "ZeRO stage " + std::to_string(zero.stage) + " does not exist", "use --zero 0, 1, 2 or 3");
@@ -133,7 +139,7 @@ ModelStates::ModelStates(const model::ModelConfig& config, kernels::Backend& bac
   comm_ = group_ ? group_.get() : &world;
   if (zero_.stage >= 2) queue_ = std::make_unique<WorkQueue>();
   if (zero_.offload_optimizer) {
-    host_ = kernels::make_backend("cpu");
+    host_ = kernels::make_backend(kernels::BackendKind::cpu);
     optimizer_queue_ = std::make_unique<WorkQueue>();
   }
 

@@ -44,6 +44,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/parameters.h"
 #include "fpdt/pipeline/memory_layout.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/pipeline/zero_plan.h"
 
 namespace fpdt::pipeline {
@@ -57,6 +58,8 @@ struct ZeroConfig {
 };
 // Throws fpdt::Error for a stage outside 0..3 or an offloaded optimizer below stage 2.
 void check_zero(const ZeroConfig& zero);
+// TEMPORARY (issue 42, until ModelStates reads the RunSpec itself): the states' part of a run.
+ZeroConfig zero_config(const RunSpec& run);
 
 class ModelStates {
  public:

@@ -9,12 +9,13 @@ Option& model(OptionSet& set, std::string& field) {
   return set.add("model", "NAME|PATH", "model preset, or a Hugging Face config.json or model folder", field);
 }
 
-Option& backend(OptionSet& set, std::string& field) {
-  return set.add("backend", "NAME",
-                 "kernel backend: cpu, reference, cuda (one GPU), or cpu-guarded (a test mode: cpu kernels over memory "
-                 "the host cannot read, as on a GPU)",
-                 field)
-      .choices({"cpu", "reference", "cuda", "cpu-guarded"});
+Option& backend(OptionSet& set, BackendKind& field) {
+  return set
+      .add("backend", "NAME",
+           "kernel backend: cpu, reference, cuda (one GPU), or cpu-guarded (a test mode: cpu kernels over memory "
+           "the host cannot read, as on a GPU)",
+           field, [](BackendKind backend) { return word(backend); }, parse_backend)
+      .choices(backend_words());
 }
 
 Option& seq(OptionSet& set, int64_t& field) {
@@ -82,16 +83,34 @@ Option& precision(OptionSet& set, Precision& field) {
       .choices(precision_words());
 }
 
-Option& precision(OptionSet& set, std::optional<Precision>& field, const std::string& auto_means) {
+Option& precision(OptionSet& set, Precision& field, bool& automatic, const std::string& auto_means) {
+  constexpr const char* kAuto = "auto";
   std::vector<std::string> words = precision_words();
-  words.push_back("auto");
+  words.push_back(kAuto);
   return set
-      .add("precision", "fp32|bf16|auto", std::string(kPrecisionHelp) + " (auto: " + auto_means + ")", field,
-           [](const std::optional<Precision>& precision) { return precision ? word(*precision) : "auto"; },
-           [](const std::string& text) {
-             return text == "auto" ? std::nullopt : std::optional<Precision>(parse_precision(text));
+      .add("precision", "fp32|bf16|auto", std::string(kPrecisionHelp) + " (auto: " + auto_means + ")", automatic,
+           [&field](bool is_auto) { return is_auto ? std::string(kAuto) : word(field); },
+           [&field](const std::string& text) {
+             if (text == kAuto) return true;
+             field = parse_precision(text);
+             return false;
            })
       .choices(words);
+}
+
+Option& doc_mask(OptionSet& set, bool& field) {
+  return set.add("doc-mask", "",
+                 "attention stays inside each document of a packed sequence (a document ends with, and includes, the "
+                 "tokenizer's end-of-document token)",
+                 field);
+}
+
+Option& doc_positions(OptionSet& set, DocPositions& field) {
+  return set
+      .add("doc-positions", "global|restart",
+           "positions (RoPE, learned) count over the whole sequence, or restart at 0 at each document (with --doc-mask)",
+           field, [](DocPositions positions) { return word(positions); }, parse_doc_positions)
+      .choices(doc_positions_words());
 }
 
 Option& compute_mem(OptionSet& set, int64_t& field) {

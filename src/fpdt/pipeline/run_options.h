@@ -14,7 +14,7 @@
 namespace fpdt::pipeline::options {
 
 Option& model(OptionSet& set, std::string& field);     // --model NAME|PATH (a preset, config.json or model folder)
-Option& backend(OptionSet& set, std::string& field);   // --backend cpu|reference|cuda
+Option& backend(OptionSet& set, BackendKind& field);   // --backend cpu|reference|cuda|cpu-guarded
 Option& seq(OptionSet& set, int64_t& field);           // --seq S (tokens: 131072, 128K, 2M)
 Option& sp(OptionSet& set, int& field);                // --sp P
 Option& dp(OptionSet& set, int& field);                // --dp N
@@ -27,8 +27,11 @@ Option& mode(OptionSet& set, Mode& field);              // --mode fpdt|ulysses|f
 Option& recompute(OptionSet& set, Recompute& field);    // --recompute none|layer
 Option& offload(OptionSet& set, OffloadConfig& field);  // --offload none|ram|disk|disk:DIR
 Option& precision(OptionSet& set, Precision& field);    // --precision fp32|bf16
-// --precision fp32|bf16|auto, `auto` (unset) saying what the command then takes.
-Option& precision(OptionSet& set, std::optional<Precision>& field, const std::string& auto_means);
+// --precision fp32|bf16|auto: `automatic` says auto was chosen (the command then decides `field`, as
+// `auto_means` tells); another word clears it and sets `field`.
+Option& precision(OptionSet& set, Precision& field, bool& automatic, const std::string& auto_means);
+Option& doc_mask(OptionSet& set, bool& field);                     // --doc-mask
+Option& doc_positions(OptionSet& set, DocPositions& field);        // --doc-positions global|restart
 // --compute-mem BYTES: a budget (0: unlimited) or, for a plan, an override of the hardware preset.
 Option& compute_mem(OptionSet& set, int64_t& field);
 Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);

@@ -3,7 +3,6 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/words.h"
-#include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::pipeline {
 
@@ -18,6 +17,11 @@ constexpr Word<Mode> kModes[] = {{"fpdt", Mode::fpdt}, {"ulysses", Mode::ulysses
 constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
 constexpr Word<OffloadKind> kOffloads[] = {{"none", OffloadKind::none}, {"ram", OffloadKind::ram}, {"disk", OffloadKind::disk}};
 constexpr Word<Precision> kPrecisions[] = {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
+constexpr Word<BackendKind> kBackends[] = {{"cpu", BackendKind::cpu},
+                                           {"reference", BackendKind::reference},
+                                           {"cuda", BackendKind::cuda},
+                                           {"cpu-guarded", BackendKind::cpu_guarded}};
+constexpr Word<DocPositions> kDocPositions[] = {{"global", DocPositions::global}, {"restart", DocPositions::restart}};
 constexpr const char* kDiskPrefix = "disk:";  // disk:DIR
 
 }  // namespace
@@ -30,6 +34,8 @@ std::string word(const OffloadConfig& offload) {
                                                                          : word(offload.kind);
 }
 std::string word(Precision precision) { return word_of(kPrecisions, precision); }
+std::string word(BackendKind backend) { return word_of(kBackends, backend); }
+std::string word(DocPositions positions) { return word_of(kDocPositions, positions); }
 
 std::vector<std::string> mode_words() { return words_of(kModes); }
 std::vector<std::string> recompute_words() { return words_of(kRecomputes); }
@@ -39,10 +45,16 @@ std::vector<std::string> offload_words() {
   return words;
 }
 std::vector<std::string> precision_words() { return words_of(kPrecisions); }
+std::vector<std::string> backend_words() { return words_of(kBackends); }
+std::vector<std::string> doc_positions_words() { return words_of(kDocPositions); }
 
 Mode parse_mode(const std::string& text) { return parse_word(kModes, text, kModule, "mode"); }
 Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, kModule, "recompute mode"); }
 Precision parse_precision(const std::string& text) { return parse_word(kPrecisions, text, kModule, "precision"); }
+BackendKind parse_backend(const std::string& text) { return parse_word(kBackends, text, kModule, "backend"); }
+DocPositions parse_doc_positions(const std::string& text) {
+  return parse_word(kDocPositions, text, kModule, "document positions");
+}
 OffloadConfig parse_offload(const std::string& text) {
   if (text.starts_with(kDiskPrefix) && text.size() > std::string(kDiskPrefix).size())
     return OffloadConfig{OffloadKind::disk, text.substr(std::string(kDiskPrefix).size())};
@@ -56,22 +68,29 @@ OffloadConfig with_run_folder(OffloadConfig offload, const std::string& folder) 
   return offload;
 }
 
-PipelineConfig make_pipeline_config(Mode mode, int64_t chunk_tokens, int chunks, const OffloadConfig& offload,
-                                    Recompute recompute) {
-  PipelineConfig config;
-  if (mode == Mode::ulysses) {  // the baseline: the whole sequence as one chunk, all resident
-    config.chunks = 1;
-    config.offload = OffloadConfig{OffloadKind::none, ""};
-    return config;
+RunSpec resolved_layout(RunSpec run) {
+  if (run.mode == Mode::ulysses) {  // the baseline: the whole sequence as one chunk, all resident
+    run.chunk_tokens = 0;
+    run.chunks = 1;
+    run.offload = OffloadConfig{OffloadKind::none, ""};
+    run.recompute = Recompute::none;
+  } else if (run.chunk_tokens > 0) {
+    run.chunks = 0;
   }
-  config.chunk_tokens = chunk_tokens;
-  config.chunks = chunk_tokens > 0 ? 0 : chunks;
-  config.offload = offload;
-  config.recompute = recompute;
-  return config;
+  return run;
 }
 
-ChunkPlan run_chunk_plan(const std::string& module, const PipelineConfig& pipeline, int64_t seq_tokens, int sp) {
+int partition_ranks(const RunSpec& run, int world_ranks) { return run.zero >= 1 ? world_ranks : 1; }
+
+ChunkPlan plan_chunks(const RunSpec& run, int64_t seq_tokens, int ranks, int rank) {
+  const RunSpec layout = resolved_layout(run);
+  return make_chunk_plan(seq_tokens, ranks, rank, layout.chunk_tokens, layout.chunks);
+}
+
+ChunkPlan run_chunk_plan(const std::string& module, const RunSpec& run) {
+  const RunSpec pipeline = resolved_layout(run);
+  const int64_t seq_tokens = run.seq_tokens;
+  const int sp = run.sp;
   ChunkPlan plan;
   try {
     plan = plan_chunks(pipeline, seq_tokens, sp, 0);

@@ -42,7 +42,7 @@ int64_t position_table_rows(const PlanConfig& config) {
   switch (config.positions) {
     case Positions::model: return config.model.learned_positions() ? config.model.max_positions : 0;
     case Positions::rope: return 0;
-    case Positions::learned: return config.seq_tokens;
+    case Positions::learned: return config.run.seq_tokens;
   }
   return 0;
 }
@@ -81,20 +81,20 @@ int64_t smallest_chunk_at_least(int64_t S, int64_t P, double at_least) {
 PlanShape derive_shape(const PlanConfig& config) {
   const model::ModelConfig& m = config.model;
   m.validate();
-  require_positive(config.seq_tokens, "sequence length (--seq)", "give the global tokens of one sequence, e.g. 1M");
-  require_positive(config.sp, "sequence-parallel degree (--sp)", "use 1 for a single rank");
-  require_positive(config.dp, "data-parallel degree (--dp)", "use 1 without data parallelism");
-  require_positive(config.micro_batch, "micro-batch (--batch)", "use 1 sequence per step");
-  if (config.chunk_tokens < 0)
-    throw Error(kModule, join({"chunk size (--chunk-tokens) must be positive, got ", str(config.chunk_tokens)}),
+  require_positive(config.run.seq_tokens, "sequence length (--seq)", "give the global tokens of one sequence, e.g. 1M");
+  require_positive(config.run.sp, "sequence-parallel degree (--sp)", "use 1 for a single rank");
+  require_positive(config.run.dp, "data-parallel degree (--dp)", "use 1 without data parallelism");
+  require_positive(config.run.batch_size, "micro-batch (--batch)", "use 1 sequence per step");
+  if (config.run.chunk_tokens < 0)
+    throw Error(kModule, join({"chunk size (--chunk-tokens) must be positive, got ", str(config.run.chunk_tokens)}),
                 "give global tokens per chunk, e.g. 64K, or auto");
-  if (config.zero_stage < 0 || config.zero_stage > 3)
-    throw Error(kModule, join({"ZeRO stage must be 0, 1, 2 or 3, got ", str(config.zero_stage)}));
-  if (config.offload_optimizer && (config.mode != Mode::fpdt || config.zero_stage < 2))
+  if (config.run.zero < 0 || config.run.zero > 3)
+    throw Error(kModule, join({"ZeRO stage must be 0, 1, 2 or 3, got ", str(config.run.zero)}));
+  if (config.run.offload_optimizer && (config.run.mode != Mode::fpdt || config.run.zero < 2))
     throw Error(kModule, "an offloaded optimizer is planned for --mode fpdt with --zero 2 or 3",
                 "add --zero 2 (or 3), or drop --offload-optimizer");
 
-  const int64_t S = config.seq_tokens, P = config.sp;
+  const int64_t S = config.run.seq_tokens, P = config.run.sp;
   if (m.heads % P != 0)
     throw Error(kModule,
                 join({"'", m.name, "' has ", str(m.heads), " attention heads, not divisible by --sp ", str(P)}),
@@ -112,27 +112,21 @@ PlanShape derive_shape(const PlanConfig& config) {
                 "use a shorter --seq, or --positions rope to plan rotary positions instead of the table");
 
   int64_t batch_tokens = 0;
-  if (!checked_mul(batch_tokens, config.micro_batch, S))
-    throw Error(kModule, join({"--batch ", str(config.micro_batch), " x --seq ", str(S), " tokens do not fit 64-bit counts"}),
+  if (!checked_mul(batch_tokens, config.run.batch_size, S))
+    throw Error(kModule, join({"--batch ", str(config.run.batch_size), " x --seq ", str(S), " tokens do not fit 64-bit counts"}),
                 "lower --batch or --seq");
-  if (P > std::numeric_limits<int>::max())
-    throw Error(kModule, join({"--sp ", str(P), " is more ranks than 2^31 - 1"}), "lower --sp");
   // The chunks, cut by the run spec's one rule as `fpdt train` cuts them (ulysses: the sequence as one).
-  const pipeline::ChunkPlan chunks = pipeline::run_chunk_plan(
-      kModule,
-      pipeline::make_pipeline_config(config.mode, config.chunk_tokens, config.chunks, {config.offload, ""},
-                                     config.recompute),
-      S, static_cast<int>(P));
+  const pipeline::ChunkPlan chunks = pipeline::run_chunk_plan(kModule, config.run);
   if (position_table_rows(config) > std::numeric_limits<int32_t>::max())
     throw Error(kModule, join({"a learned position table of ", str(position_table_rows(config)), " rows (--seq) exceeds 2^31 - 1"}),
                 "lower --seq, or plan rotary positions (--positions rope)");
 
   PlanShape shape;
   shape.S = S;
-  shape.B = config.micro_batch;
+  shape.B = config.run.batch_size;
   shape.P = P;
-  shape.W = config.dp * P;
-  shape.T = config.micro_batch * chunks.local_tokens();
+  shape.W = config.run.dp * P;
+  shape.T = config.run.batch_size * chunks.local_tokens();
   shape.chunk_plan = chunks;
   shape.L = m.layers;
   shape.h = m.hidden;
@@ -150,28 +144,28 @@ PlanShape derive_shape(const PlanConfig& config) {
                      : m.uses_rope()                         ? m.rotary_dim
                      : config.positions == Positions::rope   ? m.head_dim
                                                              : 0;
-  shape.a = config.precision == Precision::bf16 ? 2.0 : 4.0;
+  shape.a = config.run.precision == Precision::bf16 ? 2.0 : 4.0;
   shape.params = plan_parameter_count(config);
   shape.matmul_params_per_layer = shape.h * (shape.q + 2 * shape.kv) + shape.q * shape.h + shape.h * shape.mlp_up +
                                   shape.f * shape.h;
   shape.largest_tensor = std::max({shape.V * shape.h, shape.h * (shape.q + 2 * shape.kv), shape.h * shape.mlp_up});
   shape.largest_tensor = std::max(shape.largest_tensor, position_table_rows(config) * shape.h);
 
-  if (config.mode == Mode::ulysses) {
-    if (config.offload == OffloadKind::disk)
+  if (config.run.mode == Mode::ulysses) {
+    if (config.run.offload.kind == OffloadKind::disk)
       throw Error(kModule, "ulysses keeps its activation checkpoints in GPU or host memory, not on disk",
                   "use --offload ram (checkpoints in host memory) or none");
     return shape;
   }
-  if (config.mode == Mode::fpdt_reference) {
-    if (config.recompute == Recompute::none)
+  if (config.run.mode == Mode::fpdt_reference) {
+    if (config.run.recompute == Recompute::none)
       throw Error(kModule, "the paper's implementation always re-runs each layer (activation checkpointing)",
                   "use --recompute layer with fpdt-reference, or --mode fpdt for --recompute none");
-    if (config.offload == OffloadKind::disk)
+    if (config.run.offload.kind == OffloadKind::disk)
       throw Error(kModule, "the paper's implementation offloads to host memory only", "use --offload ram or none");
   }
   shape.C = chunks.chunk_tokens;
-  shape.c = config.micro_batch * chunks.local_chunk_tokens;
+  shape.c = config.run.batch_size * chunks.local_chunk_tokens;
   shape.u = chunks.chunks;
   return shape;
 }

@@ -42,22 +42,27 @@ constexpr int64_t kReferenceChunkTokens = 65536;
 // (flash-attention tiles are 64–128 rows; below one tile per rank the kernels idle).
 constexpr int64_t kMinLocalChunkTokens = 128;
 
+// The run `fpdt plan` asks about unless told otherwise: the paper's setting — Llama-3-8B on 1M tokens,
+// our pipeline with a RAM offload tier, activation checkpointing, ZeRO-3 and bf16 — a chunk chosen for it (chunk_tokens and
+// chunks 0: fpdt the smallest chunk whose prefetch hides, fpdt-reference kReferenceChunkTokens).
+inline pipeline::RunSpec default_plan_run() {
+  pipeline::RunSpec run;
+  run.model = "llama3-8b";
+  run.seq_tokens = int64_t{1} << 20;
+  run.chunks = 0;
+  run.recompute = Recompute::layer;
+  run.zero = 3;
+  run.precision = Precision::bf16;
+  return run;
+}
+
 struct PlanConfig {
   model::ModelConfig model;
   Positions positions = Positions::model;
-  int64_t seq_tokens = 0;       // S, global tokens of one sequence
-  int64_t sp = 1;               // P, Ulysses ranks sharing a sequence
-  int64_t dp = 1;               // data-parallel replicas (ZeRO shards over dp · sp ranks)
-  int64_t micro_batch = 1;      // B, sequences per step and rank group
-  int64_t chunk_tokens = 0;     // C, global tokens per chunk; 0 = `chunks`, or with chunks 0 auto (fpdt:
-                                // smallest chunk whose prefetch hides; fpdt-reference: kReferenceChunkTokens)
-  int chunks = 0;               // u, when chunk_tokens is 0
-  Mode mode = Mode::fpdt;
-  Recompute recompute = Recompute::layer;
-  OffloadKind offload = OffloadKind::ram;
-  int zero_stage = 3;
-  bool offload_optimizer = false;  // fpdt: gradient shards, moments and master weights in the offload tier
-  Precision precision = Precision::bf16;  // storage of weights and activations: 2 bytes (bf16) or 4 (fp32)
+  // S, P, dp (ZeRO shards over dp · sp ranks), B (sequences per step and rank group), C or u, mode,
+  // recompute, the offload tier (its directory unused), ZeRO stage and optimizer offload, and the
+  // precision: the storage of weights and activations, 2 bytes (bf16) or 4 (fp32).
+  pipeline::RunSpec run = default_plan_run();
 };
 
 // Per-rank numbers, derived once (vocabulary of DESIGN.md §5). Widths are elements per token.

@@ -13,7 +13,7 @@ constexpr double kFlashBackwardFactor = 2.5;  // flash attention's backward: 5 m
 
 double d(int64_t value) { return static_cast<double>(value); }
 
-bool recomputes(const PlanConfig& config) { return config.recompute == Recompute::layer; }
+bool recomputes(const PlanConfig& config) { return config.run.recompute == Recompute::layer; }
 
 // Inner-loop steps of the attention backward (outer kv chunk i, inner q chunk j ≥ i).
 double backward_pairs(const PlanShape& s) { return d(s.u) * d(s.u + 1) / 2; }
@@ -24,7 +24,7 @@ double forward_fetches(const PlanShape& s) { return d(s.u) * d(s.u - 1) / 2; }
 // LSE (flash attention forms delta from o itself); ours fetches q, dO, LSE and delta (formed once in
 // phase A). Both fetch dq (fp32) and write it back.
 double backward_step_in_per_token(const PlanConfig& config, const PlanShape& s) {
-  if (config.mode == Mode::fpdt_reference) return s.a * d(3 * s.q) + kFp32 * d(s.Hq + s.q);
+  if (config.run.mode == Mode::fpdt_reference) return s.a * d(3 * s.q) + kFp32 * d(s.Hq + s.q);
   return s.a * d(2 * s.q) + kFp32 * d(2 * s.Hq + s.q);
 }
 double backward_step_out_per_token(const PlanShape& s) { return kFp32 * d(s.q); }
@@ -42,7 +42,7 @@ StepFlops step_flops(const PlanConfig& config, const PlanShape& s) {
   const double forwards = recomputes(config) ? 2 : 1;
   flops.dense = (forwards + 2) * dense_forward;
   flops.attention = (forwards + kFlashBackwardFactor) * attention_forward;
-  flops.head = (config.mode == Mode::fpdt_reference ? 4 : 3) * head_forward;
+  flops.head = (config.run.mode == Mode::fpdt_reference ? 4 : 3) * head_forward;
   flops.hardware = flops.dense + flops.attention + flops.head;
   return flops;
 }
@@ -55,15 +55,15 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
     traffic.all_to_all_bytes = L * passes * d(2 * s.q + 2 * s.kv_heads) * a * T * d(s.P - 1) / d(s.P);
   if (s.W > 1) {
     const double N = d(s.params), share = d(s.W - 1) / d(s.W);
-    const double per_param = config.zero_stage == 3 ? 3 * a   // gather forward, gather backward, reduce-scatter
-                             : config.zero_stage >= 1 ? 2 * a  // reduce-scatter grads, all-gather weights
+    const double per_param = config.run.zero == 3 ? 3 * a   // gather forward, gather backward, reduce-scatter
+                             : config.run.zero >= 1 ? 2 * a  // reduce-scatter grads, all-gather weights
                                                       : 2 * a; // all-reduce
     traffic.zero_bytes = per_param * N * share;
   }
-  if (config.offload == OffloadKind::none) return traffic;
+  if (config.run.offload.kind == OffloadKind::none) return traffic;
 
   const double h_bytes = a * d(s.h) * T;  // one (T, h) tensor
-  if (config.mode == Mode::ulysses) {
+  if (config.run.mode == Mode::ulysses) {
     if (recomputes(config)) {
       traffic.checkpoint_bytes = L * h_bytes;
       traffic.to_offload_bytes = traffic.from_offload_bytes = L * h_bytes;
@@ -77,7 +77,7 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
   const double kv_once = a * d(2 * s.kv_heads) * T;
   const double qkvo_lse = (a * d(2 * s.q + 2 * s.kv_heads) + kFp32 * d(s.Hq)) * T;
   double to = 0, from = 0, loop_to = 0, loop_from = 0;
-  if (config.mode == Mode::fpdt_reference) {
+  if (config.run.mode == Mode::fpdt_reference) {
     // Both forward passes offload q, k, v, o, LSE and the norm output, and stream earlier k, v.
     const double pass_to = qkvo_lse + h_bytes;
     to = L * (2 * pass_to + step_out + a * d(s.q) * T) + h_bytes;           // + dO chunks; + loss input copy
@@ -111,7 +111,7 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
 }
 
 double offload_bytes_per_s(const PlanConfig& config, const Hardware& hardware) {
-  switch (config.offload) {
+  switch (config.run.offload.kind) {
     case OffloadKind::none: return 0;
     case OffloadKind::ram: return hardware.host_link_bytes_per_s;
     case OffloadKind::disk: return hardware.disk_bytes_per_s;
@@ -122,7 +122,7 @@ double offload_bytes_per_s(const PlanConfig& config, const Hardware& hardware) {
 double min_hiding_chunk_tokens(const PlanConfig& config, const PlanShape& s, const Hardware& hardware) {
   const double bandwidth = offload_bytes_per_s(config, hardware);
   if (bandwidth <= 0) return d(kMinLocalChunkTokens * s.P);  // nothing to hide: one tile per rank
-  const double flops_per_s = hardware.peak_flops(config.precision) * hardware.compute_efficiency;
+  const double flops_per_s = hardware.peak_flops(config.run.precision) * hardware.compute_efficiency;
   // forward: 4·C·c·q / F ≥ 2·a·kv_heads·c / bw;  backward: 10·C·c·q / F ≥ (in bytes per token)·c / bw
   const double forward = 2 * s.a * d(s.kv_heads) * flops_per_s / (4 * d(s.q) * bandwidth);
   const double backward = std::max(backward_step_in_per_token(config, s), backward_step_out_per_token(s)) * flops_per_s /
@@ -133,9 +133,9 @@ double min_hiding_chunk_tokens(const PlanConfig& config, const PlanShape& s, con
 Prefetch prefetch_analysis(const PlanConfig& config, const PlanShape& s, const Hardware& hardware) {
   Prefetch prefetch;
   const double bandwidth = offload_bytes_per_s(config, hardware);
-  if (config.mode == Mode::ulysses || bandwidth <= 0) return prefetch;
+  if (config.run.mode == Mode::ulysses || bandwidth <= 0) return prefetch;
   prefetch.applies = true;
-  const double flops_per_s = hardware.peak_flops(config.precision) * hardware.compute_efficiency;
+  const double flops_per_s = hardware.peak_flops(config.run.precision) * hardware.compute_efficiency;
   const double block_flops = 4 * d(s.C) * d(s.c) * d(s.q);
   prefetch.forward_block_compute_s = block_flops / flops_per_s;
   prefetch.forward_block_copy_s = s.a * d(2 * s.kv_heads) * d(s.c) / bandwidth;
@@ -167,7 +167,7 @@ double collective_bytes_per_s(const Hardware& hardware, int64_t ranks) {
 StepTime step_time(const PlanConfig& config, const PlanShape& s, const Hardware& hardware, const StepFlops& flops,
                    const StepTraffic& traffic, const Prefetch& prefetch) {
   StepTime time;
-  const double peak = hardware.peak_flops(config.precision);
+  const double peak = hardware.peak_flops(config.run.precision);
   const double flops_per_s = peak * hardware.compute_efficiency;
   time.compute_s = flops.hardware / flops_per_s;
   if (traffic.all_to_all_bytes > 0) time.all_to_all_s = traffic.all_to_all_bytes / all_to_all_bytes_per_s(hardware, s.P);
@@ -177,17 +177,17 @@ StepTime step_time(const PlanConfig& config, const PlanShape& s, const Hardware&
   const double bandwidth = offload_bytes_per_s(config, hardware);
   if (bandwidth > 0) {
     // DeepSpeed copies activation checkpoints synchronously (ulysses, fpdt-reference): exposed.
-    double exposed = config.mode == Mode::fpdt ? 0.0 : 2 * traffic.checkpoint_bytes / bandwidth;
+    double exposed = config.run.mode == Mode::fpdt ? 0.0 : 2 * traffic.checkpoint_bytes / bandwidth;
     if (prefetch.applies) {
       // Inside the attention loops each block waits for the larger of its compute and its copy.
       const double L = d(s.L);
-      const double forward_passes = config.recompute == Recompute::layer ? 2 : 1;
+      const double forward_passes = config.run.recompute == Recompute::layer ? 2 : 1;
       exposed += L * forward_passes * forward_fetches(s) *
                  std::max(0.0, prefetch.forward_block_copy_s - prefetch.forward_block_compute_s);
       exposed += L * backward_pairs(s) *
                  std::max(0.0, prefetch.backward_block_copy_s - prefetch.backward_block_compute_s);
       // Everything else streams beside the projections and MLPs of the same layer.
-      const double synchronous = config.mode == Mode::fpdt ? 0.0 : traffic.checkpoint_bytes;
+      const double synchronous = config.run.mode == Mode::fpdt ? 0.0 : traffic.checkpoint_bytes;
       const double rest_to = traffic.to_offload_bytes - traffic.attention_loop_to_bytes - synchronous;
       const double rest_from = traffic.from_offload_bytes - traffic.attention_loop_from_bytes - synchronous;
       const double dense_s = (flops.dense + flops.head) / flops_per_s;

@@ -18,7 +18,7 @@ double d(int64_t value) { return static_cast<double>(value); }
 // The refusal of a layout that cannot be laid out, as `fpdt train --dry-run` words it: more bytes than
 // 64-bit sizes count. (Too many chunks for an int the run spec's chunk rule refuses, in derive_shape.)
 [[noreturn]] void throw_not_countable(const PlanConfig& config) {
-  const std::string too_long = "--seq " + std::to_string(config.seq_tokens) + " is too long for '" + config.model.name + "': ";
+  const std::string too_long = "--seq " + std::to_string(config.run.seq_tokens) + " is too long for '" + config.model.name + "': ";
   throw Error("plan", too_long + "one step's buffers would take more bytes than 64-bit sizes count",
               "lower --seq (fpdt plan --max-seq finds the longest sequence that fits)");
 }
@@ -38,20 +38,20 @@ std::string phase_name(Phase phase) {
 // ---- model states ----------------------------------------------------------------------------------
 
 double weight_bytes(const PlanConfig& config, const PlanShape& s) {
-  return d(s.params) * s.a / (config.zero_stage >= 3 ? d(s.W) : 1.0);
+  return d(s.params) * s.a / (config.run.zero >= 3 ? d(s.W) : 1.0);
 }
 
 double gradient_bytes(const PlanConfig& config, const PlanShape& s) {
-  return d(s.params) * kFp32 / (config.zero_stage >= 2 ? d(s.W) : 1.0);
+  return d(s.params) * kFp32 / (config.run.zero >= 2 ? d(s.W) : 1.0);
 }
 
 double optimizer_bytes(const PlanConfig& config, const PlanShape& s) {
-  const double per_param = 2 * kFp32 + (config.precision == Precision::bf16 ? kFp32 : 0.0);
-  return d(s.params) * per_param / (config.zero_stage >= 1 ? d(s.W) : 1.0);
+  const double per_param = 2 * kFp32 + (config.run.precision == Precision::bf16 ? kFp32 : 0.0);
+  return d(s.params) * per_param / (config.run.zero >= 1 ? d(s.W) : 1.0);
 }
 
 double zero3_gather_bytes(const PlanConfig& config, const PlanShape& s) {
-  if (config.zero_stage < 3 || s.W == 1) return 0;
+  if (config.run.zero < 3 || s.W == 1) return 0;
   return 2 * s.a * d(s.largest_tensor);
 }
 
@@ -190,9 +190,9 @@ pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) 
   const int P = static_cast<int>(s.P);
   const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
   return pipeline::layout_shape(config.model, sharding, s.chunk_plan, s.B,
-                                config.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
-                                pipeline::keep_mlp_activations(config.offload == OffloadKind::none,
-                                                               config.recompute == Recompute::layer));
+                                config.run.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
+                                pipeline::keep_mlp_activations(config.run.offload.kind == OffloadKind::none,
+                                                               config.run.recompute == Recompute::layer));
 }
 
 bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& s) {
@@ -217,15 +217,15 @@ class Builder {
 
 void add_model_states(Builder& out, const PlanConfig& config, const PlanShape& s) {
   std::string zero = "ZeRO-";
-  zero.append(std::to_string(config.zero_stage));
+  zero.append(std::to_string(config.run.zero));
   out.add("weights", "model states", Tier::compute, Phase::always, weight_bytes(config, s),
-          config.zero_stage >= 3 ? "N·a/W" : "N·a");
+          config.run.zero >= 3 ? "N·a/W" : "N·a");
   out.add("gradients (fp32)", "model states", Tier::compute, Phase::always, gradient_bytes(config, s),
-          config.zero_stage >= 2 ? "4·N/W" : "4·N");
-  out.add(config.precision == Precision::bf16 ? "optimizer: Adam m, v + fp32 master" : "optimizer: Adam m, v",
+          config.run.zero >= 2 ? "4·N/W" : "4·N");
+  out.add(config.run.precision == Precision::bf16 ? "optimizer: Adam m, v + fp32 master" : "optimizer: Adam m, v",
           "model states", Tier::compute, Phase::always, optimizer_bytes(config, s),
-          config.precision == Precision::bf16 ? (config.zero_stage >= 1 ? "12·N/W" : "12·N")
-                                          : (config.zero_stage >= 1 ? "8·N/W" : "8·N"));
+          config.run.precision == Precision::bf16 ? (config.run.zero >= 1 ? "12·N/W" : "12·N")
+                                          : (config.run.zero >= 1 ? "8·N/W" : "8·N"));
   out.add(zero.append(" gathered weight + gradient"), "model states", Tier::compute, Phase::always,
           zero3_gather_bytes(config, s), "2·a·largest weight");
 }
@@ -238,12 +238,12 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
   if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
   const model::ParameterLayout layout(planned);
   pipeline::StateShape shape;
-  shape.stage = config.zero_stage;
-  shape.W = config.zero_stage >= 1 ? s.W : 1;
-  shape.offload_optimizer = config.offload_optimizer;
-  shape.recompute_layer = config.recompute == Recompute::layer;
+  shape.stage = config.run.zero;
+  shape.W = config.run.zero >= 1 ? s.W : 1;
+  shape.offload_optimizer = config.run.offload_optimizer;
+  shape.recompute_layer = config.run.recompute == Recompute::layer;
   shape.weight_bytes = 4;  // fp32 in both precisions: the masters; a bf16 run adds the working copy
-  shape.bf16_working_copy = config.precision == Precision::bf16;
+  shape.bf16_working_copy = config.run.precision == Precision::bf16;
   const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
   for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
     const bool whole = spec.elements == layout.total_numel();
@@ -264,16 +264,16 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
 
 std::vector<Component> memory_components(const PlanConfig& config, const PlanShape& s) {
   Builder out;
-  if (config.mode == Mode::fpdt)
+  if (config.run.mode == Mode::fpdt)
     add_fpdt_model_states(out, config, s);
   else
     add_model_states(out, config, s);
-  const Tier chunk_tier = config.offload == OffloadKind::none ? Tier::compute : Tier::offload;
+  const Tier chunk_tier = config.run.offload.kind == OffloadKind::none ? Tier::compute : Tier::offload;
   const std::string rope = "2·S·rotary_dim·4";
 
-  if (config.mode == Mode::ulysses) {
+  if (config.run.mode == Mode::ulysses) {
     out.add("rotary tables (cos, sin)", "activations", Tier::compute, Phase::always, rope_table_bytes(s), rope);
-    if (config.recompute == Recompute::layer) {
+    if (config.run.recompute == Recompute::layer) {
       out.add("activation checkpoints", "activations", chunk_tier, Phase::always, checkpoint_bytes(s), "L·a·h·T");
       out.add("layer activations (recomputed)", "activations", Tier::compute, Phase::token_backward,
               ulysses_layer_saved_bytes(s), "a·(4h + 3q + 2kv_heads + up + f)·T + 4·Hq·T");
@@ -294,7 +294,7 @@ std::vector<Component> memory_components(const PlanConfig& config, const PlanSha
     return out.take();
   }
 
-  if (config.mode == Mode::fpdt_reference) {
+  if (config.run.mode == Mode::fpdt_reference) {
     out.add("rotary tables (cos, sin)", "activations", Tier::compute, Phase::always, rope_table_bytes(s), rope);
     out.add("activation checkpoints", "activations", chunk_tier, Phase::always, checkpoint_bytes(s), "L·a·h·T");
     out.add("resident (T, h) tensors", "activations", Tier::compute, Phase::forward,

@@ -25,15 +25,15 @@ void require_positive(double value, const char* what) {
 
 void validate_hardware(const Hardware& hw, const PlanConfig& config) {
   require_positive(hw.compute_bytes, "compute memory");
-  require_positive(hw.peak_flops(config.precision), "peak FLOP/s");
+  require_positive(hw.peak_flops(config.run.precision), "peak FLOP/s");
   require_positive(hw.compute_efficiency, "compute efficiency");
   require_positive(hw.intra_node_bytes_per_s, "network bandwidth");
   require_positive(hw.inter_node_bytes_per_s, "network bandwidth");
-  if (config.offload == OffloadKind::ram) {
+  if (config.run.offload.kind == OffloadKind::ram) {
     require_positive(hw.host_bytes, "host memory");
     require_positive(hw.host_link_bytes_per_s, "host link bandwidth");
   }
-  if (config.offload == OffloadKind::disk) {
+  if (config.run.offload.kind == OffloadKind::disk) {
     require_positive(hw.disk_bytes, "disk size");
     require_positive(hw.disk_bytes_per_s, "disk bandwidth");
   }
@@ -47,10 +47,10 @@ void validate_hardware(const Hardware& hw, const PlanConfig& config) {
 // The chunk an fpdt mode plans with when none is given.
 int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
   // One chunk of the whole sequence (S rounded up to P) is always valid, and the longest.
-  const int64_t whole = (config.seq_tokens + config.sp - 1) / config.sp * config.sp;
-  if (config.mode == Mode::fpdt_reference) return std::min(kReferenceChunkTokens, whole);
+  const int64_t whole = (config.run.seq_tokens + config.run.sp - 1) / config.run.sp * config.run.sp;
+  if (config.run.mode == Mode::fpdt_reference) return std::min(kReferenceChunkTokens, whole);
   PlanConfig probe = config;
-  probe.chunk_tokens = whole;  // any valid chunk: the bound does not depend on it
+  probe.run.chunk_tokens = whole;  // any valid chunk: the bound does not depend on it
   const PlanShape shape = derive_shape(probe);
   const int64_t chunk = smallest_chunk_at_least(shape.S, shape.P, min_hiding_chunk_tokens(config, shape, hardware));
   return chunk > 0 ? chunk : whole;
@@ -60,9 +60,9 @@ int64_t automatic_chunk(const PlanConfig& config, const Hardware& hardware) {
 // plan's count is an int), and, the pipeline's table of fpdt mode being counted in integers
 // (memory_model.cpp refuses what overflows), in 64 bits; the other modes are counted in doubles.
 bool countable(const PlanConfig& config) {
-  if (config.chunk_tokens > 0 && config.seq_tokens / config.chunk_tokens >= std::numeric_limits<int>::max())
+  if (config.run.chunk_tokens > 0 && config.run.seq_tokens / config.run.chunk_tokens >= std::numeric_limits<int>::max())
     return false;
-  return config.mode != Mode::fpdt || fpdt_layout_countable(config, derive_shape(config));
+  return config.run.mode != Mode::fpdt || fpdt_layout_countable(config, derive_shape(config));
 }
 
 }  // namespace
@@ -72,11 +72,11 @@ PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
   result.config = config_in;
   result.hardware = hardware;
   PlanConfig& config = result.config;
-  if (config.mode != Mode::ulysses && config.chunk_tokens == 0 && config.chunks == 0) {
-    if (config.seq_tokens <= 0 || config.sp <= 0) derive_shape(config);  // reports the bad size
-    config.chunk_tokens = automatic_chunk(config, hardware);
+  if (config.run.mode != Mode::ulysses && config.run.chunk_tokens == 0 && config.run.chunks == 0) {
+    if (config.run.seq_tokens <= 0 || config.run.sp <= 0) derive_shape(config);  // reports the bad size
+    config.run.chunk_tokens = automatic_chunk(config, hardware);
   }
-  if (config.mode == Mode::ulysses) config.chunk_tokens = config.chunks = 0;
+  if (config.run.mode == Mode::ulysses) config.run.chunk_tokens = config.run.chunks = 0;
   result.shape = derive_shape(config);
   validate_hardware(hardware, config);
   const PlanShape& s = result.shape;
@@ -87,13 +87,13 @@ PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
   if (hardware.host_shares_compute) {
     const double pool = hardware.host_bytes - hardware.reserved_bytes;
     result.compute_capacity_bytes = std::min(hardware.compute_bytes, pool);
-    result.offload_capacity_bytes = config.offload == OffloadKind::ram   ? std::max(0.0, pool - result.compute_peak.bytes)
-                                    : config.offload == OffloadKind::disk ? hardware.disk_bytes
+    result.offload_capacity_bytes = config.run.offload.kind == OffloadKind::ram   ? std::max(0.0, pool - result.compute_peak.bytes)
+                                    : config.run.offload.kind == OffloadKind::disk ? hardware.disk_bytes
                                                                           : 0.0;
   } else {
     result.compute_capacity_bytes = hardware.compute_bytes - hardware.reserved_bytes;
-    result.offload_capacity_bytes = config.offload == OffloadKind::ram   ? hardware.host_bytes
-                                    : config.offload == OffloadKind::disk ? hardware.disk_bytes
+    result.offload_capacity_bytes = config.run.offload.kind == OffloadKind::ram   ? hardware.host_bytes
+                                    : config.run.offload.kind == OffloadKind::disk ? hardware.disk_bytes
                                                                           : 0.0;
   }
   result.fits_compute = result.compute_peak.bytes <= result.compute_capacity_bytes;
@@ -110,30 +110,30 @@ PlanResult make_plan(const PlanConfig& config_in, const Hardware& hardware) {
 
 MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardware) {
   MaxSeqResult result;
-  result.mode = config_in.mode;
-  result.offload = config_in.offload;
+  result.mode = config_in.run.mode;
+  result.offload = config_in.run.offload.kind;
   PlanConfig probe = config_in;
-  if (probe.sp <= 0) derive_shape(probe);  // reports the bad size
-  const int64_t P = probe.sp;
-  if (probe.mode == Mode::ulysses) {
-    probe.chunk_tokens = 0;
+  if (probe.run.sp <= 0) derive_shape(probe);  // reports the bad size
+  const int64_t P = probe.run.sp;
+  if (probe.run.mode == Mode::ulysses) {
+    probe.run.chunk_tokens = 0;
     result.granule_tokens = 1024 * P;
   } else {
-    if (probe.chunk_tokens == 0 && probe.mode == Mode::fpdt_reference) probe.chunk_tokens = kReferenceChunkTokens;
-    if (probe.chunk_tokens == 0) {
+    if (probe.run.chunk_tokens == 0 && probe.run.mode == Mode::fpdt_reference) probe.run.chunk_tokens = kReferenceChunkTokens;
+    if (probe.run.chunk_tokens == 0) {
       // The hiding bound does not depend on S: take it from the shortest valid sequence.
       PlanConfig shortest = probe;
-      shortest.seq_tokens = P;
-      shortest.chunk_tokens = P;
+      shortest.run.seq_tokens = P;
+      shortest.run.chunk_tokens = P;
       const PlanShape shape = derive_shape(shortest);
       const double bound = min_hiding_chunk_tokens(probe, shape, hardware);
       int64_t chunk = P;
       while (static_cast<double>(chunk) < bound && chunk < kSearchLimitTokens) chunk *= 2;
-      probe.chunk_tokens = chunk;
+      probe.run.chunk_tokens = chunk;
     }
-    probe.chunks = 0;  // the chunk is fixed, S varies
-    result.granule_tokens = probe.chunk_tokens;
-    result.chunk_tokens = probe.chunk_tokens;
+    probe.run.chunks = 0;  // the chunk is fixed, S varies
+    result.granule_tokens = probe.run.chunk_tokens;
+    result.chunk_tokens = probe.run.chunk_tokens;
   }
   const int64_t granule = result.granule_tokens;
   int64_t limit = kSearchLimitTokens;
@@ -145,7 +145,7 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
   const int64_t max_k = limit / granule;
   PlanResult last;
   auto fits = [&](int64_t k) {
-    probe.seq_tokens = k * granule;
+    probe.run.seq_tokens = k * granule;
     if (!countable(probe)) {
       last = PlanResult{};
       last.bound = "64-bit sizes";
@@ -161,7 +161,7 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
   };
   if (max_k < 1) {
     // Even one granule exceeds the position table: validate the chunk anyway (it may be the real error).
-    probe.seq_tokens = granule;
+    probe.run.seq_tokens = granule;
     PlanConfig check = probe;
     check.positions = Positions::rope;
     derive_shape(check);
@@ -194,18 +194,18 @@ std::vector<MaxSeqResult> search_max_seq_all_modes(const PlanConfig& config, con
   std::vector<MaxSeqResult> results;
   for (const Mode mode : {Mode::ulysses, Mode::fpdt_reference, Mode::fpdt}) {
     PlanConfig probe = config;
-    probe.mode = mode;
+    probe.run.mode = mode;
     if (mode != Mode::fpdt) {
-      if (probe.offload == OffloadKind::disk) probe.offload = OffloadKind::ram;
-      if (mode == Mode::fpdt_reference) probe.recompute = Recompute::layer;
+      if (probe.run.offload.kind == OffloadKind::disk) probe.run.offload.kind = OffloadKind::ram;
+      if (mode == Mode::fpdt_reference) probe.run.recompute = Recompute::layer;
     }
     results.push_back(search_max_seq(probe, hardware));
   }
-  if (config.offload == OffloadKind::ram && hardware.disk_bytes > 0 && hardware.disk_bytes_per_s > 0) {
+  if (config.run.offload.kind == OffloadKind::ram && hardware.disk_bytes > 0 && hardware.disk_bytes_per_s > 0) {
     PlanConfig probe = config;
-    probe.mode = Mode::fpdt;
-    probe.offload = OffloadKind::disk;
-    probe.chunk_tokens = 0;  // the disk's bandwidth sets its own hiding chunk
+    probe.run.mode = Mode::fpdt;
+    probe.run.offload.kind = OffloadKind::disk;
+    probe.run.chunk_tokens = 0;  // the disk's bandwidth sets its own hiding chunk
     results.push_back(search_max_seq(probe, hardware));
   }
   return results;

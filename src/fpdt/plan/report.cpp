@@ -75,15 +75,15 @@ std::string format_plan_text(const PlanResult& plan) {
                             m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab_size, positions.c_str()));
   text.append(printf_string("  layout    S %s tokens x batch %lld; SP %lld x DP %lld -> T %s tokens per rank\n",
                             grouped(s.S).c_str(), static_cast<long long>(s.B), static_cast<long long>(s.P),
-                            static_cast<long long>(c.dp), grouped(s.T).c_str()));
-  std::string mode = pipeline::word(c.mode);
-  if (c.mode != Mode::ulysses)
+                            static_cast<long long>(c.run.dp), grouped(s.T).c_str()));
+  std::string mode = pipeline::word(c.run.mode);
+  if (c.run.mode != Mode::ulysses)
     mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks, padding %s)", grouped(s.C).c_str(),
                               grouped(s.c).c_str(), static_cast<long long>(s.u),
                               grouped(s.chunk_plan.padded_tokens - s.S).c_str()));
   text.append(printf_string("  mode      %s; recompute %s, offload %s, ZeRO-%d, %s\n", mode.c_str(),
-                            pipeline::word(c.recompute).c_str(), pipeline::word(c.offload).c_str(), c.zero_stage,
-                            pipeline::word(c.precision).c_str()));
+                            pipeline::word(c.run.recompute).c_str(), pipeline::word(c.run.offload.kind).c_str(), c.run.zero,
+                            pipeline::word(c.run.precision).c_str()));
   const std::string network =
       hw.ranks_per_node >= (1 << 20)
           ? printf_string("network %.0f GB/s (ranks of one process)", hw.intra_node_bytes_per_s / 1e9)
@@ -93,8 +93,8 @@ std::string format_plan_text(const PlanResult& plan) {
                             "sustained, %s\n%s",
                             hw.name.c_str(), format_bytes(hw.compute_bytes).c_str(), format_bytes(hw.reserved_bytes).c_str(),
                             format_bytes(hw.host_bytes).c_str(), hw.host_shares_compute ? " (the same RAM)" : "",
-                            hw.host_link_bytes_per_s / 1e9, flops_text(hw.peak_flops(c.precision)).c_str(),
-                            pipeline::word(c.precision).c_str(), hw.compute_efficiency, network.c_str(),
+                            hw.host_link_bytes_per_s / 1e9, flops_text(hw.peak_flops(c.run.precision)).c_str(),
+                            pipeline::word(c.run.precision).c_str(), hw.compute_efficiency, network.c_str(),
                             hw.rates_measured.empty() ? "" : ("            (" + hw.rates_measured + ")\n").c_str()));
 
   text.append("\nmemory per rank                                     compute     offload  live in              formula\n");
@@ -126,7 +126,7 @@ std::string format_plan_text(const PlanResult& plan) {
   const StepTraffic& t = plan.traffic;
   text.append(printf_string("  offload   %s out, %s in (%s)\n", bytes_or_dash(t.to_offload_bytes).c_str(),
                             bytes_or_dash(t.from_offload_bytes).c_str(),
-                            c.offload == OffloadKind::disk ? "disk" : c.offload == OffloadKind::ram ? "host link" : "no offload"));
+                            c.run.offload.kind == OffloadKind::disk ? "disk" : c.run.offload.kind == OffloadKind::ram ? "host link" : "no offload"));
   text.append(printf_string("  network   all-to-all %s sent, ZeRO %s sent\n", bytes_or_dash(t.all_to_all_bytes).c_str(),
                             bytes_or_dash(t.zero_bytes).c_str()));
   const Prefetch& p = plan.prefetch;
@@ -141,7 +141,7 @@ std::string format_plan_text(const PlanResult& plan) {
                     : printf_string("            no chunk of this sequence hides (needs C >= %.0f tokens)\n",
                                     p.min_hiding_chunk_tokens));
   } else {
-    text.append(c.mode == Mode::ulysses ? "  prefetch  - (no chunk pipeline)\n" : "  prefetch  - (nothing offloaded)\n");
+    text.append(c.run.mode == Mode::ulysses ? "  prefetch  - (no chunk pipeline)\n" : "  prefetch  - (nothing offloaded)\n");
   }
   const StepTime& time = plan.time;
   text.append(printf_string("  time      %s per step: compute %s, all-to-all %s, exposed copies %s, exposed ZeRO %s\n",
@@ -195,17 +195,17 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
   json["config"] = {{"seq_tokens", s.S},
                     {"micro_batch", s.B},
                     {"sp", s.P},
-                    {"dp", c.dp},
+                    {"dp", c.run.dp},
                     {"local_tokens", s.T},
                     {"chunk_tokens", s.C},
                     {"local_chunk_tokens", s.c},
                     {"chunks_per_rank", s.u},
                     {"padding_tokens", s.chunk_plan.padded_tokens - s.S},
-                    {"mode", pipeline::word(c.mode)},
-                    {"recompute", pipeline::word(c.recompute)},
-                    {"offload", pipeline::word(c.offload)},
-                    {"zero_stage", c.zero_stage},
-                    {"precision", pipeline::word(c.precision)}};
+                    {"mode", pipeline::word(c.run.mode)},
+                    {"recompute", pipeline::word(c.run.recompute)},
+                    {"offload", pipeline::word(c.run.offload.kind)},
+                    {"zero_stage", c.run.zero},
+                    {"precision", pipeline::word(c.run.precision)}};
   json["hardware"] = {{"name", hw.name},
                       {"compute_bytes", rounded(hw.compute_bytes)},
                       {"reserved_bytes", rounded(hw.reserved_bytes)},
@@ -214,7 +214,7 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
                       {"disk_bytes", rounded(hw.disk_bytes)},
                       {"host_link_bytes_per_s", hw.host_link_bytes_per_s},
                       {"disk_bytes_per_s", hw.disk_bytes_per_s},
-                      {"peak_flops", hw.peak_flops(c.precision)},
+                      {"peak_flops", hw.peak_flops(c.run.precision)},
                       {"compute_efficiency", hw.compute_efficiency},
                       {"rates_measured", hw.rates_measured},
                       {"intra_node_bytes_per_s", hw.intra_node_bytes_per_s},

@@ -65,8 +65,8 @@ std::vector<int64_t> passkey_lengths(const EvalSettings& s) {
   std::vector<int64_t> lengths;
   if (s.passkey_trials == 0 || s.passkey_lengths == "none") return lengths;
   if (s.passkey_lengths == "auto") {
-    for (int64_t L = 1024; L < s.seq_tokens; L *= 2) lengths.push_back(L);
-    lengths.push_back(s.seq_tokens);
+    for (int64_t L = 1024; L < s.run.seq_tokens; L *= 2) lengths.push_back(L);
+    lengths.push_back(s.run.seq_tokens);
     return lengths;
   }
   size_t begin = 0;
@@ -77,8 +77,8 @@ std::vector<int64_t> passkey_lengths(const EvalSettings& s) {
     if (!value || *value < 1 || *value != std::floor(*value))
       throw Error(kModule, "--passkey-lengths: '" + item + "' is not a number of tokens",
                   "auto, none, or token counts separated by commas, e.g. 1K,4K,16K");
-    if (*value > static_cast<long double>(s.seq_tokens))
-      throw Error(kModule, "--passkey-lengths: " + item + " tokens is longer than --seq " + str(s.seq_tokens),
+    if (*value > static_cast<long double>(s.run.seq_tokens))
+      throw Error(kModule, "--passkey-lengths: " + item + " tokens is longer than --seq " + str(s.run.seq_tokens),
                   "raise --seq (the model is laid out for sequences of --seq tokens) or shorten the prompt");
     lengths.push_back(static_cast<int64_t>(*value));
     begin = end + 1;
@@ -107,8 +107,8 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   set.add("split", "val|train", "the shard the sequences come from", s.split).choices({"val", "train"});
   set.add("out", "DIR", "where loss_by_position.json and passkey.json go (default: <checkpoint>/eval)", s.out_dir);
   run::rope(set, s.rope_theta, s.rope_scaling);
-  run::seq(set, s.seq_tokens);
-  run::batch(set, s.batch_size);
+  run::seq(set, s.run.seq_tokens);
+  run::batch(set, s.run.batch_size);
   set.add("sequences", "N", "held-out sequences of --seq tokens for the loss by position", s.sequences)
       .at_least(0)
       .zero_means("all");
@@ -120,15 +120,15 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   set.add("passkey-trials", "N", "prompts (numbers) per depth and length (0: no passkey grid)", s.passkey_trials)
       .at_least(0);
   set.add("seed", "N", "seed of the passkey numbers", s.seed);
-  run::threads(set, s.threads);
-  run::backend(set, s.backend);
-  run::compute_mem(set, s.compute_mem_bytes);
-  run::sp(set, s.sp);
-  run::mode(set, s.mode);
-  run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
-  run::chunks(set, s.chunks);
-  run::offload(set, s.offload);
-  run::precision(set, s.precision);
+  run::threads(set, s.run.threads);
+  run::backend(set, s.run.backend);
+  run::compute_mem(set, s.run.compute_mem_bytes);
+  run::sp(set, s.run.sp);
+  run::mode(set, s.run.mode);
+  run::chunk_tokens(set, s.run.chunk_tokens, "cut the sequence into --chunks");
+  run::chunks(set, s.run.chunks);
+  run::offload(set, s.run.offload);
+  run::precision(set, s.run.precision);
   set.add("dry-run", "", "lay out the forward at --seq (no data, no weights, no arithmetic), print the tier peaks and exit",
           s.dry_run);
 }
@@ -193,15 +193,13 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     declare_eval_options(bound, copy);
     bound.check();
   }
-  check_runnable(kModule, s.backend, s.mode, s.sp);
-  if (s.sp != world.size())
-    throw Error(kModule, "--sp " + str(s.sp) + " ranks, but the job has " + str(world.size()),
+  check_runnable(kModule, s.run);
+  if (s.run.sp != world.size())
+    throw Error(kModule, "--sp " + str(s.run.sp) + " ranks, but the job has " + str(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt eval --sp P ...)");
-  pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
-      s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), pipeline::Recompute::none);
-  pipeline.forward_only = true;
-  pipeline.precision = s.precision;
-  pipeline::run_chunk_plan(kModule, pipeline, s.seq_tokens, s.sp);
+  s.run.forward_only = true;
+  s.run.offload = pipeline::with_run_folder(s.run.offload, s.out_dir);
+  pipeline::run_chunk_plan(kModule, s.run);
   const std::vector<int64_t> lengths = passkey_lengths(s);
 
   // The checkpoint, its tokenizer, the data it is evaluated on.
@@ -213,7 +211,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.rope_parameters = model::rope_parameters_json(config);
   result.rope_overridden = s.rope_theta.has_value() || !s.rope_scaling.empty();
   const Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
-  const int64_t S = s.seq_tokens;
+  const int64_t S = s.run.seq_tokens;
   ShardReader shard;
   if (!s.dry_run) {
   shard = open_split(s, tokenizer, result.checkpoint);
@@ -236,15 +234,15 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   if (!s.dry_run && world.rank() == 0) create_folder(s.out_dir, kModule, "results folder (--out)");
 
   // The model, laid out for forward passes only.
-  set_threads(s.threads);
-  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
-  auto backend = kernels::make_backend(s.backend);
-  if (pipeline.offload.kind == pipeline::OffloadKind::disk)
-    create_folder(pipeline.offload.directory, kModule, "offload folder");
-  pipeline::FpdtModel model(config, *backend, world, pipeline);
+  set_threads(s.run.threads);
+  if (s.run.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.run.compute_mem_bytes));
+  auto backend = kernels::make_backend(s.run.backend);
+  if (s.run.offload.kind == pipeline::OffloadKind::disk)
+    create_folder(s.run.offload.directory, kModule, "offload folder");
+  pipeline::FpdtModel model(config, *backend, world, s.run);
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
   if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
-    model.dry_run(S, static_cast<int>(s.batch_size));
+    model.dry_run(S, static_cast<int>(s.run.batch_size));
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
     result.peak_rss_bytes = peak_rss_bytes();
@@ -260,14 +258,14 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
-            pipeline::word(pipeline.offload) + ", " + str(world.size()) + " rank(s)");
+            pipeline::word(s.run.offload) + ", " + str(world.size()) + " rank(s)");
 
   // Loss by context position: sequence k is tokens [k·S, k·S + S] of the split.
   result.buckets.clear();
   for (const PositionBucket& bucket : position_buckets(S)) result.buckets.push_back(LossBucket{bucket});
   {
     const Timer timer;
-    const int64_t B = s.batch_size;
+    const int64_t B = s.run.batch_size;
     std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
     std::vector<float> losses(inputs.size());
     std::vector<double> sums(2 * result.buckets.size(), 0.0);  // loss sums, then token counts
@@ -336,8 +334,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       std::vector<int32_t> inputs, targets;
       std::vector<float> losses;
       std::vector<int32_t> predictions;
-      for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(s.batch_size)) {
-        const size_t rows = std::min(prompts.size() - first, static_cast<size_t>(s.batch_size));
+      for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(s.run.batch_size)) {
+        const size_t rows = std::min(prompts.size() - first, static_cast<size_t>(s.run.batch_size));
         inputs.assign(rows * static_cast<size_t>(L), 0);
         targets.assign(inputs.size(), kIgnoreIndex);
         losses.assign(inputs.size(), 0.0f);
@@ -410,11 +408,11 @@ nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings&
   json["seq"] = result.seq_tokens;
   json["rope_parameters"] = nlohmann::ordered_json::parse(result.rope_parameters);
   json["rope_overridden"] = result.rope_overridden;
-  json["ranks"] = s.sp;
-  json["mode"] = pipeline::word(s.mode);
-  json["chunk_tokens"] = s.chunk_tokens;
-  json["chunks"] = s.chunks;
-  json["offload"] = pipeline::word(s.offload);
+  json["ranks"] = s.run.sp;
+  json["mode"] = pipeline::word(s.run.mode);
+  json["chunk_tokens"] = s.run.chunk_tokens;
+  json["chunks"] = s.run.chunks;
+  json["offload"] = pipeline::word(s.run.offload);
   json["compute_peak_bytes"] = result.compute_peak_bytes;
   json["offload_peak_bytes"] = result.offload_peak_bytes;
   json["peak_rss_bytes"] = result.peak_rss_bytes;

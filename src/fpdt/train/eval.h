@@ -1,5 +1,5 @@
 // Evaluation of a checkpoint on long sequences (`fpdt eval`): forward passes only, through the FPDT
-// pipeline laid out for them (PipelineConfig::forward_only: the store keeps two layers' inputs and one
+// pipeline laid out for them (RunSpec::forward_only: the store keeps two layers' inputs and one
 // layer's k and v, the compute tier O(B·C·h) whatever S is), on the sp ranks of the world.
 //  - Loss by context position: the mean cross-entropy of the held-out tokens predicted from 1, 2–3,
 //    4–7, … tokens of context, up to S (power-of-two buckets of the context length).
@@ -22,29 +22,29 @@
 
 namespace fpdt::train {
 
+// The run `fpdt eval` describes unless told otherwise: forward passes of one sequence of 16K tokens on
+// one rank (its sp ranks are the world; a disk offload without a directory goes in out_dir).
+inline pipeline::RunSpec default_eval_run() {
+  pipeline::RunSpec run;
+  run.seq_tokens = 16384;
+  run.forward_only = true;
+  run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::none, ""};
+  return run;
+}
+
 struct EvalSettings {
+  pipeline::RunSpec run = default_eval_run();  // the options every command shares; B sequences per forward
   std::string checkpoint = "runs/demo";  // run folder (its latest step), step folder or Hugging Face folder
   std::string data_dir = "data/kjv";     // token shards made by the checkpoint's tokenizer
   std::string split = "val";             // val | train: which shard the sequences come from
   std::optional<double> rope_theta;      // replaces the checkpoint's RoPE base (training-free extension)
   std::string rope_scaling;              // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string out_dir;                   // "": <checkpoint>/eval
-  int64_t seq_tokens = 16384;            // S
-  int64_t batch_size = 1;                // sequences per forward pass
   int64_t sequences = 0;                 // sequences of S tokens for the loss (0: every whole one in the split)
   std::string passkey_lengths = "auto";  // token counts L of the prompts, "auto" (1K, 2K, … up to S) or "none"
   int64_t passkey_depths = 5;            // depths 0, 1/(n−1), …, 1 of the number in the filler
   int64_t passkey_trials = 2;            // prompts (numbers) per (depth, length)
   uint64_t seed = 1234;                  // of the passkey numbers
-  int threads = 0;                       // 0: all cores
-  std::string backend = "cpu";
-  int64_t compute_mem_bytes = 0;         // 0: unlimited
-  int sp = 1;                            // sequence-parallel ranks (the world)
-  pipeline::Mode mode = pipeline::Mode::fpdt;  // fpdt, or ulysses (one chunk, nothing offloaded)
-  int64_t chunk_tokens = 0;              // C (0: cut the sequence into `chunks`)
-  int chunks = 1;
-  pipeline::OffloadConfig offload{pipeline::OffloadKind::none, ""};  // disk without a directory: in out_dir
-  pipeline::Precision precision = pipeline::Precision::fp32;
   bool dry_run = false;                  // lay out the forward at S and report the tiers' peaks only
 };
 

@@ -19,13 +19,13 @@ std::string str(int64_t value) { return std::to_string(value); }
 // The token buffers of a step live in host memory: dp·B rows of S inputs and S targets per
 // micro-batch, grad_accum micro-batches and one validation batch.
 void check_batch_memory(const TrainSettings& s) {
-  const long double bytes = static_cast<long double>(s.grad_accum + 1) * s.dp * s.batch_size * s.seq_tokens *
+  const long double bytes = static_cast<long double>(s.grad_accum + 1) * s.run.dp * s.run.batch_size * s.run.seq_tokens *
                             (2 * sizeof(int32_t));
   const long double ram = static_cast<long double>(machine_memory_bytes());
   if (ram > 0 && bytes > ram)
     throw Error(kModule,
-                "the token buffers of one step (--batch " + str(s.batch_size) + " x --seq " + str(s.seq_tokens) +
-                    " x --dp " + str(s.dp) + ", --grad-accum " + str(s.grad_accum) + " micro-batches + 1 for validation) need " +
+                "the token buffers of one step (--batch " + str(s.run.batch_size) + " x --seq " + str(s.run.seq_tokens) +
+                    " x --dp " + str(s.run.dp) + ", --grad-accum " + str(s.grad_accum) + " micro-batches + 1 for validation) need " +
                     format_bytes(static_cast<double>(bytes)) + ", more than this machine's " +
                     format_bytes(static_cast<double>(ram)) + " of memory",
                 "lower --batch (gradients accumulate over --grad-accum micro-batches, which run one after another)");
@@ -40,19 +40,20 @@ struct BoundOptions {
 
 }  // namespace
 
-void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
-                    bool offload_optimizer) {
-  if (backend == "cuda" || backend == "cpu-guarded") {
+void check_runnable(const std::string& module, const pipeline::RunSpec& run) {
+  const int ranks = run.sp * run.dp;
+  const std::string backend = pipeline::word(run.backend);
+  if (run.backend == pipeline::BackendKind::cuda || run.backend == pipeline::BackendKind::cpu_guarded) {
     if (ranks > 1)
       throw Error(module, "--backend " + backend + " runs on one rank, but --sp x --dp asks for " + str(ranks) +
                               ": there is no NCCL communicator yet",
                   "use --sp 1 --dp 1 with --backend " + backend + ", or --backend cpu on several ranks");
-    if (offload_optimizer)
+    if (run.offload_optimizer)
       throw Error(module, "--backend " + backend + " does not offload the optimizer yet: its reduce-scatter would "
                               "read the compute tier on the host",
                   "drop --offload-optimizer (one GPU's ZeRO stages keep every state in its memory)");
   }
-  if (mode == pipeline::Mode::fpdt_reference)
+  if (run.mode == pipeline::Mode::fpdt_reference)
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
                             module + " does not run",
                 "use --mode fpdt (ours) or --mode ulysses");
@@ -81,25 +82,19 @@ FaultInjection parse_fault_injection(const std::string& text) {
 
 void declare_train_options(OptionSet& set, TrainSettings& s) {
   namespace run = pipeline::options;
-  run::model(set, s.model).unset_means(std::string(kDefaultModel) + "; with --resume the run's own");
+  run::model(set, s.run.model).unset_means(std::string(kDefaultModel) + "; with --resume the run's own");
   set.add("init-from", "DIR|FILE.gguf",
           "start from a Hugging Face model folder (config.json + safetensors weights) or a GGUF file (dequantized)",
           s.init_from);
   run::rope(set, s.rope_theta, s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
   set.add("out", "DIR", "run folder: checkpoints (the newest two are kept), metrics.jsonl", s.out_dir);
-  run::backend(set, s.backend);
+  run::backend(set, s.run.backend);
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
-  run::batch(set, s.batch_size);
-  run::seq(set, s.seq_tokens);
-  set.add("doc-mask", "",
-          "attention stays inside each document of a packed sequence (a document ends with, and includes, the "
-          "tokenizer's end-of-document token)",
-          s.doc_mask);
-  set.add("doc-positions", "global|restart",
-          "positions (RoPE, learned) count over the whole sequence, or restart at 0 at each document (with --doc-mask)",
-          s.doc_positions)
-      .choices({"global", "restart"});
+  run::batch(set, s.run.batch_size);
+  run::seq(set, s.run.seq_tokens);
+  run::doc_mask(set, s.run.doc_mask);
+  run::doc_positions(set, s.run.doc_positions);
   set.add("grad-accum", "N", "micro-batches per step", s.grad_accum).at_least(1);
   set.add("lr", "LR", "peak learning rate", s.optimizer.lr).above(0);
   set.add("min-lr", "LR", "learning rate at the end of the cosine decay (at most --lr)", s.optimizer.min_lr).at_least(0);
@@ -129,26 +124,26 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("overwrite", "", "start afresh in an --out that holds a run: its checkpoints and metrics are deleted",
           s.overwrite);
   set.add("seed", "N", "seed of initialisation and data order", s.seed);
-  run::threads(set, s.threads);
+  run::threads(set, s.run.threads);
   set.add("peak-gflops", "G", "peak GFLOP/s for MFU", s.peak_gflops).at_least(0).zero_means("measure");
-  run::compute_mem(set, s.compute_mem_bytes);
-  run::sp(set, s.sp);
-  run::dp(set, s.dp);
+  run::compute_mem(set, s.run.compute_mem_bytes);
+  run::sp(set, s.run.sp);
+  run::dp(set, s.run.dp);
   set.add("comm-timeout", "SECONDS", "end the job when a rank shows no sign of life (no heartbeat) for this long",
           s.comm_timeout_seconds)
       .above(0);
-  run::mode(set, s.mode);
-  run::chunk_tokens(set, s.chunk_tokens, "cut the sequence into --chunks");
-  run::chunks(set, s.chunks);
-  run::offload(set, s.offload);
-  run::recompute(set, s.recompute);
-  run::precision(set, s.precision);
-  set.add("offload-mem", "BYTES", "offload-tier budget per rank", s.offload_mem_bytes)
+  run::mode(set, s.run.mode);
+  run::chunk_tokens(set, s.run.chunk_tokens, "cut the sequence into --chunks");
+  run::chunks(set, s.run.chunks);
+  run::offload(set, s.run.offload);
+  run::recompute(set, s.run.recompute);
+  run::precision(set, s.run.precision);
+  set.add("offload-mem", "BYTES", "offload-tier budget per rank", s.run.offload_mem_bytes)
       .unit(Unit::bytes)
       .at_least(0)
       .zero_means("unlimited");
-  run::zero(set, s.zero);
-  run::offload_optimizer(set, s.offload_optimizer);
+  run::zero(set, s.run.zero);
+  run::offload_optimizer(set, s.run.offload_optimizer);
   set.add("dry-run", "", "lay out one step's memory (no arithmetic, no data), print the tier peaks and exit",
           s.dry_run);
   set.add("schedule", "", "with --dry-run: print the FPDT schedule of a training step (each layer program once)",
@@ -163,7 +158,7 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
-  check_runnable(kModule, s.backend, s.mode, s.sp * s.dp, s.offload_optimizer);
+  check_runnable(kModule, s.run);
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),
                 "the cosine schedule decays from --lr down to --min-lr");
@@ -171,8 +166,8 @@ void check_settings(const TrainSettings& s) {
     throw Error(kModule, "--init-from and --resume cannot be combined",
                 "--init-from starts a new run from a Hugging Face folder; to continue it, give --resume and its --out "
                 "(the model comes from its checkpoint)");
-  if (!s.init_from.empty() && !s.model.empty())
-    throw Error(kModule, "--init-from " + s.init_from + " brings its own model (config.json or GGUF metadata); --model " + s.model + " would be a second one",
+  if (!s.init_from.empty() && !s.run.model.empty())
+    throw Error(kModule, "--init-from " + s.init_from + " brings its own model (config.json or GGUF metadata); --model " + s.run.model + " would be a second one",
                 "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
   if (s.optimizer.warmup_steps > s.steps) {
     char last_lr[32];
@@ -186,12 +181,11 @@ void check_settings(const TrainSettings& s) {
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");
-  if (s.doc_positions == "restart" && !s.doc_mask)
+  if (s.run.doc_positions == pipeline::DocPositions::restart && !s.run.doc_mask)
     throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
                 "add --doc-mask (attention inside each document), or drop --doc-positions");
-  pipeline::check_zero(pipeline::ZeroConfig{s.zero, s.offload_optimizer, false});
-  pipeline::run_chunk_plan(kModule, pipeline::make_pipeline_config(s.mode, s.chunk_tokens, s.chunks, s.offload, s.recompute),
-                           s.seq_tokens, s.sp);
+  pipeline::check_zero(pipeline::zero_config(s.run));
+  pipeline::run_chunk_plan(kModule, s.run);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }
 

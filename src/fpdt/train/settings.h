@@ -35,20 +35,25 @@ FaultInjection parse_fault_injection(const std::string& text);
 // The model of a new run that names none.
 inline constexpr const char* kDefaultModel = "llama-demo";
 
+// The run a new `fpdt train` describes unless told otherwise. Its model "" (not given) means
+// kDefaultModel, or with --resume the checkpoint's model; a disk offload without a directory goes in
+// the run's folder.
+inline pipeline::RunSpec default_train_run() {
+  pipeline::RunSpec run;
+  run.seq_tokens = 256;
+  run.batch_size = 8;
+  run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::none, ""};
+  return run;
+}
+
 struct TrainSettings {
-  std::string model;                  // preset name or path to a Hugging Face config.json; "" (not
-                                      // given): kDefaultModel, or with --resume the checkpoint's model
+  pipeline::RunSpec run = default_train_run();  // what the run is (the options every command shares)
   std::string init_from;              // Hugging Face folder or GGUF file: its model and weights ("": random init)
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
   std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
-  std::string backend = "cpu";
   int64_t steps = 300;
-  int64_t batch_size = 8;             // sequences per micro-batch and replica
-  int64_t seq_tokens = 256;           // S
-  bool doc_mask = false;              // attention stays inside each document of a packed sequence
-  std::string doc_positions = "global";  // global (0..S−1) | restart (at each document; needs doc_mask)
   int64_t grad_accum = 1;             // micro-batches per optimizer step
   int64_t max_nonfinite_steps = 3;    // stop when this many steps in a row had a non-finite loss or
                                       // gradient norm (each is skipped, not applied)
@@ -60,22 +65,8 @@ struct TrainSettings {
   bool resume = false;                // continue from <out_dir>/latest when it exists
   bool overwrite = false;             // a fresh run into a folder holding a run: remove that run first
   uint64_t seed = 1234;
-  int threads = 0;                    // 0: all cores
   double peak_gflops = 0.0;           // 0: measure with the FMA micro-benchmark
-  int64_t compute_mem_bytes = 0;      // 0: unlimited
-  // Parallelism and the FPDT pipeline. world = dp × sp ranks; sp ranks share each sequence.
-  int sp = 1;
-  int dp = 1;
   double comm_timeout_seconds = comm::kDefaultDeadlineSeconds;  // a rank silent this long ends the job
-  pipeline::Mode mode = pipeline::Mode::fpdt;  // fpdt, or ulysses (one chunk, nothing offloaded)
-  int64_t chunk_tokens = 0;           // C, global tokens per chunk (0: use `chunks`)
-  int chunks = 1;                     // u
-  pipeline::OffloadConfig offload{pipeline::OffloadKind::none, ""};  // disk without a directory: in out_dir
-  pipeline::Recompute recompute = pipeline::Recompute::none;
-  pipeline::Precision precision = pipeline::Precision::fp32;
-  int64_t offload_mem_bytes = 0;      // 0: unlimited
-  int zero = 0;                       // ZeRO stage over the dp × sp ranks (pipeline/model_states.h)
-  bool offload_optimizer = false;     // --offload-optimizer ram: ZeRO-Offload of the optimizer (stage ≥ 2)
   bool dry_run = false;               // lay out one step's memory, report the tier peaks, train nothing
   bool print_schedule = false;        // with dry_run: print the FPDT schedule of a training step
   std::string trace_path;             // write a Chrome trace of the run here ("": none)
@@ -95,11 +86,10 @@ void declare_train_options(OptionSet& set, TrainSettings& settings);
 void check_settings(const TrainSettings& settings);
 
 // What the `train` and `eval` of this build cannot run: --mode fpdt-reference; a backend whose compute
-// tier the host cannot read (cuda, cpu-guarded) on more than one rank (sp × dp = `ranks`: there is no
-// NCCL communicator yet) or with the optimizer offloaded (its reduce-scatter reads the compute tier on
-// the host).
-void check_runnable(const std::string& module, const std::string& backend, pipeline::Mode mode, int ranks,
-                    bool offload_optimizer = false);
+// tier the host cannot read (cuda, cpu-guarded) on more than one rank (sp × dp: there is no NCCL
+// communicator yet) or with the optimizer offloaded (its reduce-scatter reads the compute tier on the
+// host).
+void check_runnable(const std::string& module, const pipeline::RunSpec& run);
 
 // The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
 nlohmann::ordered_json settings_json(const TrainSettings& settings);

@@ -89,7 +89,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
   row("positions", model::describe_rope(config));
   row("attention window", model::describe_window(config));
   if (!config.ignored_fields.empty()) row("ignored config fields", model::describe_ignored(config));
-  const pipeline::ChunkPlan plan = pipeline::plan_chunks(pipeline_config(s), s.seq_tokens, s.sp, 0);
+  const pipeline::ChunkPlan plan = pipeline::plan_chunks(s.run, s.run.seq_tokens, s.run.sp, 0);
   const int64_t padding = plan.padded_tokens - plan.seq_tokens;
   row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
                     " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
@@ -111,7 +111,7 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
     row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
   }
-  if (s.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
+  if (s.run.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
     std::string peak = number(bf16.peak_gflops()) + " " +
                        (rates.peak_stated_for.empty() ? bf16.peak_unit() + std::string(", measured")
                                                       : "stated for " + rates.peak_stated_for);
@@ -120,11 +120,11 @@ void print_table(const model::ModelConfig& config, const TrainSettings& s, int t
     row("bf16 peak GFLOP/s", peak);
     if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
   }
-  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu") {
+  if (s.run.precision == pipeline::Precision::bf16 && s.run.backend == pipeline::BackendKind::cpu) {
     row("bf16 GEMMs", kernels::cpu::describe_bf16_gemms());
     row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
   }
-  if (s.precision == pipeline::Precision::bf16 && !s.dry_run)
+  if (s.run.precision == pipeline::Precision::bf16 && !s.dry_run)
     row("MFU divides by", number(mfu_peak_gflops) + " GFLOP/s a rank (fp32's beside it)");
   row("BLAS kernels", kernels::cpu::describe_blas_core());
   log::info(option_rule);
@@ -152,8 +152,8 @@ model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
 
 // A dry run started without mpirun lays out rank 0 of the world the settings ask for.
 std::unique_ptr<comm::Communicator> dry_world(const TrainSettings& s, const comm::Communicator& world) {
-  if (!s.dry_run || world.size() != 1 || s.sp * s.dp == 1) return nullptr;
-  return comm::make_dry(s.sp * s.dp, 0);
+  if (!s.dry_run || world.size() != 1 || s.run.sp * s.run.dp == 1) return nullptr;
+  return comm::make_dry(s.run.sp * s.run.dp, 0);
 }
 
 // What a state buffer is, for the dry run's table.
@@ -181,12 +181,12 @@ model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoi
     return config;
   }
   std::string path = s.init_from.empty() ? "" : path_in(s.init_from, "config.json");
-  if (!checkpoint.empty() && s.model.empty()) {
+  if (!checkpoint.empty() && s.run.model.empty()) {
     path = path_in(checkpoint, "config.json");
     log::info("model: " + path + " (the run's own)");
   }
   model::ModelConfig config =
-      path.empty() ? model::resolve_model(s.model.empty() ? kDefaultModel : s.model) : model::load_hf_config(path);
+      path.empty() ? model::resolve_model(s.run.model.empty() ? kDefaultModel : s.run.model) : model::load_hf_config(path);
   model::override_rope(config, s.rope_theta, s.rope_scaling);
   if (!checkpoint.empty()) check_checkpoint_model(checkpoint, config);
   return config;
@@ -228,17 +228,10 @@ int set_threads(int threads) {
   return threads;
 }
 
-pipeline::PipelineConfig pipeline_config(const TrainSettings& s) {
-  pipeline::PipelineConfig pipeline = pipeline::make_pipeline_config(
-      s.mode, s.chunk_tokens, s.chunks, pipeline::with_run_folder(s.offload, s.out_dir), s.recompute);
-  pipeline.precision = s.precision;
-  return pipeline;
-}
-
-pipeline::ZeroConfig zero_config(const TrainSettings& settings) {
-  const pipeline::PipelineConfig pipeline = pipeline_config(settings);
-  return pipeline::ZeroConfig{settings.zero, settings.offload_optimizer,
-                              pipeline.recompute == pipeline::Recompute::layer, false, pipeline.precision};
+pipeline::RunSpec placed_run(const TrainSettings& s) {
+  pipeline::RunSpec run = s.run;
+  run.offload = pipeline::with_run_folder(run.offload, s.out_dir);
+  return run;
 }
 
 // ---- set-up ---------------------------------------------------------------------------------------
@@ -249,14 +242,14 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
       world_(dry_world_ ? *dry_world_ : world) {
   if (settings_.optimizer.decay_steps == 0) settings_.optimizer.decay_steps = settings_.steps;
   const TrainSettings& s = settings_;
-  if (s.sp * s.dp != world_.size())
+  if (s.run.sp * s.run.dp != world_.size())
     throw Error(kModule,
-                "--sp " + str(s.sp) + " x --dp " + str(s.dp) + " = " + str(s.sp * s.dp) + " ranks, but the job has " +
+                "--sp " + str(s.run.sp) + " x --dp " + str(s.run.dp) + " = " + str(s.run.sp * s.run.dp) + " ranks, but the job has " +
                     str(world_.size()),
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   checkpoint_ = s.resume ? resume_checkpoint(s.out_dir) : "";
   config_ = run_model(s, checkpoint_);
-  pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.sp);  // refuse before any work
+  pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.run.sp);  // refuse before any work
   if (!checkpoint_.empty() && !s.dry_run) {
     const int64_t saved_step = read_trainer_state(checkpoint_).step;
     if (saved_step > s.steps)
@@ -297,7 +290,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
   }
   if (s.resume) resume();
   if (world_.rank() == 0) metrics_log_ = MetricsLog(path_in(s.out_dir, "metrics.jsonl"), step_);
-  flops_per_step_ = model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens);  // whole rows
+  flops_per_step_ = model_flops(config_, s.run.batch_size * s.grad_accum * s.run.dp, s.run.seq_tokens);  // whole rows
   first_step_ = step_ + 1;
 }
 
@@ -317,17 +310,17 @@ void Trainer::open_data() {
                     "), more than the model's " + str(config_.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
   DataLoaderConfig train_config;
-  train_config.batch_size = s.batch_size * s.dp * s.grad_accum;
-  train_config.seq_tokens = s.seq_tokens;
+  train_config.batch_size = s.run.batch_size * s.run.dp * s.grad_accum;
+  train_config.seq_tokens = s.run.seq_tokens;
   train_config.sampling = Sampling::random;
   train_config.seed = s.seed;
-  train_config.documents = s.doc_mask;
-  train_config.restart_positions = s.doc_positions == "restart";
+  train_config.documents = s.run.doc_mask;
+  train_config.restart_positions = s.run.doc_positions == pipeline::DocPositions::restart;
   train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
   train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
   if (!val_shard) return;
   DataLoaderConfig val_config = train_config;
-  val_config.batch_size = s.batch_size * s.dp;
+  val_config.batch_size = s.run.batch_size * s.run.dp;
   val_config.sampling = Sampling::sequential;
   val_loader_ = std::make_unique<DataLoader>(std::move(*val_shard), val_config);
   val_start_ = val_loader_->state();
@@ -335,15 +328,15 @@ void Trainer::open_data() {
 
 void Trainer::build_model() {
   const TrainSettings& s = settings_;
-  threads_ = set_threads(s.threads);
-  if (s.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.compute_mem_bytes));
-  if (s.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.offload_mem_bytes));
+  threads_ = set_threads(s.run.threads);
+  if (s.run.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.run.compute_mem_bytes));
+  if (s.run.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.run.offload_mem_bytes));
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
-  dp_index_ = world_.rank() / s.sp;
-  sp_group_ = dry_world_ ? comm::make_dry(s.sp, world_.rank() % s.sp) : world_.split(dp_index_, world_.rank());
+  dp_index_ = world_.rank() / s.run.sp;
+  sp_group_ = dry_world_ ? comm::make_dry(s.run.sp, world_.rank() % s.run.sp) : world_.split(dp_index_, world_.rank());
   if (s.peak_gflops > 0) {
     rates_.fma_peak_gflops = s.peak_gflops;
-  } else if (s.backend == "cuda" && !s.dry_run) {  // MFU against the GPU's peak, not the host's
+  } else if (s.run.backend == pipeline::BackendKind::cuda && !s.dry_run) {  // MFU against the GPU's peak, not the host's
     const std::string device = kernels::cuda_device_name();
     const std::optional<DevicePeak> peak = stated_device_peak(device);
     if (!peak)
@@ -354,11 +347,11 @@ void Trainer::build_model() {
     bf16_rates_.dot_peak_gflops = peak->bf16_gflops;  // stated, as the fp32 one
   } else if (!s.dry_run) {
     rates_ = measure_machine_rates(threads_);
-    if (s.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_, rates_.fma_peak_gflops);
+    if (s.run.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_, rates_.fma_peak_gflops);
     fma_peak_measured_ = true;
   }
   print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops(), world_);
-  if (s.precision == pipeline::Precision::bf16 && s.backend == "cpu" &&
+  if (s.run.precision == pipeline::Precision::bf16 && s.run.backend == pipeline::BackendKind::cpu &&
       kernels::cpu::bf16_gemm_arithmetic() == kernels::cpu::Bf16Gemm::fp32_fmas &&
       kernels::cpu::CpuBackend::bf16_attention() == kernels::cpu::CpuBackend::Bf16Attention::fp32_products)
     log::info("note: no unit of this CPU multiplies bf16 faster than its fp32 FMAs, which run this run's products: "
@@ -367,19 +360,19 @@ void Trainer::build_model() {
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
     log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
               " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
-  backend_ = kernels::make_backend(s.backend);
+  backend_ = kernels::make_backend(s.run.backend);
   // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
   const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
   const size_t offload_before = MemoryTiers::instance().usage(Tier::offload).active_bytes;
-  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, zero_config(s), s.seed, s.dry_run);
+  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, pipeline::zero_config(placed_run(s)), s.seed, s.dry_run);
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
-  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, pipeline_config(s), *states_);
+  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, placed_run(s), *states_);
   // A sequence whose step the pipeline's own memory table cannot count in 64-bit bytes is refused
   // before the step is laid out.
-  if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.seq_tokens, static_cast<int>(s.batch_size))))
+  if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size))))
     throw Error(kModule,
-                "--seq " + str(s.seq_tokens) + " is too long for '" + config_.name +
+                "--seq " + str(s.run.seq_tokens) + " is too long for '" + config_.name +
                     "': one step's buffers would take more bytes than 64-bit sizes count",
                 "lower --seq (a dry run measures any length that can be laid out)");
   optimizer_ = std::make_unique<AdamW>(s.optimizer);
@@ -411,19 +404,19 @@ Trainer::~Trainer() = default;
 
 TrainResult Trainer::dry_run() {
   const TrainSettings& s = settings_;
-  model_->dry_run(s.seq_tokens, static_cast<int>(s.batch_size));
+  model_->dry_run(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
   if (s.print_schedule && world_.rank() == 0) {
-    std::fputs(model_->schedule_for(s.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
+    std::fputs(model_->schedule_for(s.run.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
     std::fputs(states_->plan().describe(true).c_str(), stdout);
   }
   TrainResult result = result_;
   for (const pipeline::StateSpec& spec : states_->table())
     result.memory.push_back({"model states: " + spec.name, state_kind(spec.id), spec.tier,
                              static_cast<size_t>(spec.bytes())});
-  const pipeline::LayoutShape shape = model_->layout_shape(s.seq_tokens, static_cast<int>(s.batch_size));
+  const pipeline::LayoutShape shape = model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
   result.memory.push_back({"chunk buffers (one arena)", "chunk buffers", Tier::compute,
                            kernels::transfer_bytes(pipeline::chunk_arena_bytes(shape))});
-  const Tier store_tier = model_->pipeline().offload.kind == pipeline::OffloadKind::none ? Tier::compute : Tier::offload;
+  const Tier store_tier = model_->run().offload.kind == pipeline::OffloadKind::none ? Tier::compute : Tier::offload;
   const std::pair<pipeline::StoreGroup, const char*> groups[] = {
       {pipeline::StoreGroup::inputs, "store: layer inputs"},
       {pipeline::StoreGroup::activations, "store: layer activations"},
@@ -454,8 +447,8 @@ StepMetrics Trainer::step() {
   double loss_sum = 0.0;
   pipeline::OffloadTraffic traffic;
   for (int64_t micro = 0; micro < s.grad_accum; ++micro) {
-    loss_sum += model_->forward_backward(batch_rows(step_batch_, (micro * s.dp + dp_index_) * s.batch_size,
-                                                    s.batch_size),
+    loss_sum += model_->forward_backward(batch_rows(step_batch_, (micro * s.run.dp + dp_index_) * s.run.batch_size,
+                                                    s.run.batch_size),
                                          counted > 0 ? 1.0 / counted : 0.0)
                     .loss_sum;
     traffic += model_->traffic();
@@ -487,14 +480,14 @@ StepMetrics Trainer::step() {
   metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
   if (fma_peak_measured_ && metrics.step_seconds >= kPeakRecheckMinStepSeconds) recheck_fma_peak();
   metrics.tokens_per_second =
-      static_cast<double>(s.batch_size * s.dp * s.grad_accum * s.seq_tokens) / metrics.step_seconds;
+      static_cast<double>(s.run.batch_size * s.run.dp * s.grad_accum * s.run.seq_tokens) / metrics.step_seconds;
   if (!step_batch_.doc_ids.empty())  // --doc-mask: the step's own documents (fewer visible pairs)
     flops_per_step_ =
-        model_flops(config_, s.batch_size * s.grad_accum * s.dp, s.seq_tokens, step_batch_.doc_ids.data());
+        model_flops(config_, s.run.batch_size * s.grad_accum * s.run.dp, s.run.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
   metrics.peak_gflops = mfu_peak_gflops();
   metrics.mfu = metrics.gflops / (metrics.peak_gflops * world_.size());
-  if (s.precision == pipeline::Precision::bf16)
+  if (s.run.precision == pipeline::Precision::bf16)
     metrics.fp32_mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
   if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
   metrics.load_average = load_average();
@@ -510,7 +503,7 @@ StepMetrics Trainer::step() {
 // --peak-gflops), a bf16 run's the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX,
 // AVX512-BF16 or the FMAs); a rank's.
 double Trainer::mfu_peak_gflops() const {
-  const bool bf16_peak = settings_.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
+  const bool bf16_peak = settings_.run.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
   return bf16_peak && settings_.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
 }
 
@@ -523,7 +516,7 @@ void Trainer::recheck_fma_peak() {
   const double trial = measure_fma_peak_gflops(threads_, nullptr, /*trials=*/1);
   if (trial <= rates_.fma_peak_gflops) return;
   rates_.fma_peak_gflops = trial;
-  if (settings_.precision == pipeline::Precision::bf16) bf16_rates_.fma_peak_gflops = trial;
+  if (settings_.run.precision == pipeline::Precision::bf16) bf16_rates_.fma_peak_gflops = trial;
 }
 
 void Trainer::check_update() {
@@ -573,7 +566,7 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < settings_.eval_batches; ++i) {
     val_loader_->next(val_scratch_);
     const model::LossStats stats =
-        model_->forward(batch_rows(val_scratch_, dp_index_ * settings_.batch_size, settings_.batch_size));
+        model_->forward(batch_rows(val_scratch_, dp_index_ * settings_.run.batch_size, settings_.run.batch_size));
     sums[0] += stats.loss_sum;
     sums[1] += stats.count;
   }
@@ -644,12 +637,12 @@ TrainResult Trainer::finish() {
     states_->gather_weights(weights);
     if (world_.rank() == 0) {
       // The sampler computes on the host's kernels, whatever backend trained (its arena is host memory).
-      const auto host = kernels::make_backend("cpu");
+      const auto host = kernels::make_backend(kernels::BackendKind::cpu);
       model::Transformer sampler(config_, *host, s.seed);
       std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
       SampleSettings sample;
       sample.new_tokens = s.sample_tokens;
-      sample.context_tokens = s.seq_tokens;
+      sample.context_tokens = s.run.seq_tokens;
       Rng rng(s.seed + 7);
       const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
       result_.sample = tokenizer_->render(tokens);

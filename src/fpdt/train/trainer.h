@@ -147,11 +147,9 @@ class Trainer {
 // Trains on `world` (all ranks call it; rank 0 logs, saves and samples): Trainer(settings, world).run().
 TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 
-// The pipeline configuration the settings ask for (mode ulysses: one chunk, nothing offloaded;
-// offload "disk": a file in the run directory).
-pipeline::PipelineConfig pipeline_config(const TrainSettings& settings);
-// The ZeRO stage and optimizer offload the settings ask for.
-pipeline::ZeroConfig zero_config(const TrainSettings& settings);
+// The run as the pipeline and the model states take it: a disk offload without a directory goes in the
+// run's folder (--out).
+pipeline::RunSpec placed_run(const TrainSettings& settings);
 
 // The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.
 size_t peak_rss_bytes();
