@@ -448,10 +448,12 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
                                     own<float>(Buf::logits_lse)};
       const model::TokenResults per_token{outputs_.losses ? host_losses_.data() : nullptr,
                                           outputs_.predictions ? host_predictions_.data() : nullptr};
+      const model::Targets targets{.ids = own<int32_t>(Buf::targets),
+                                   .mask = batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr};
+      std::optional<model::HeadBackward> backward;
+      if (step.flag) backward = model::HeadBackward{global_gradients_, grad_scale_, a[d_res], scratch.d_norm};
       const model::LossStats stats =
-          math_.head_forward(global_weights_, step.flag ? &global_gradients_ : nullptr, a[x], own<int32_t>(Buf::targets),
-                             batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
-                             nullptr, step.flag ? a[d_res] : nullptr, scratch.d_norm, per_token);
+          math_.head_forward(global_weights_, a[x], n, targets, norm, head, backward, {.per_token = per_token});
       loss_.loss_sum += stats.loss_sum;
       loss_.count += stats.count;
       store_token_results(step.chunk);
@@ -493,7 +495,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     }
     case Op::attention_input_backward: {
       const auto a = operands_of<Op::attention_input_backward>(step, bind);
-      math_.attention_input_backward(weights_, gradients_, a[x], positions, n, norm, a[dq], a[dk], a[dv], a[d_res],
+      math_.attention_input_backward(weights_, gradients_, a[x], positions, n, norm, {a[dq], a[dk], a[dv]}, a[d_res],
                                      scratch);
       return;
     }
