@@ -373,7 +373,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       backend_.unpack_bf16(a[to], reinterpret_cast<const uint16_t*>(a[from]), elements);
       return;
     }
-    case Op::inputs: upload_inputs(step.chunk, step.flag); return;
+    case Op::inputs: upload_inputs(step.chunk, step.variant == Variant::with_targets); return;
     case Op::docs: upload_documents(step.chunk, operands_of<Op::docs>(step, bind).buffer(buffer)); return;
     case Op::q_to_heads:
     case Op::kv_to_heads:
@@ -427,7 +427,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       float* o_out = a[o];
       float* lse_out = a[lse];
       backend_.attention_chunk_forward(o_out, lse_out, block(layer, a[q], a[k], a[v], step.chunk, step.kv_chunk),
-                                       step.flag);
+                                       step.variant == Variant::merge);
       // The diagonal block is the q chunk's last: o is final, and kept (rounded in bf16, layer.h).
       if (step.kv_chunk == step.chunk) math_.round_kept(o_out, n * config_.q_dim());
       return;
@@ -451,7 +451,8 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       const model::Targets targets{.ids = own<int32_t>(Buf::targets),
                                    .mask = batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr};
       std::optional<model::HeadBackward> backward;
-      if (step.flag) backward = model::HeadBackward{global_gradients_, grad_scale_, a[d_res], scratch.d_norm};
+      if (step.variant == Variant::with_backward)
+        backward = model::HeadBackward{global_gradients_, grad_scale_, a[d_res], scratch.d_norm};
       const model::LossStats stats =
           math_.head_forward(global_weights_, a[x], n, targets, norm, head, backward, {.per_token = per_token});
       loss_.loss_sum += stats.loss_sum;
@@ -462,7 +463,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     case Op::mlp_backward: {
       const auto a = operands_of<Op::mlp_backward>(step, bind);
       const model::MlpActivations saved = mlp(a);
-      if (step.flag) {  // gate, up and act were kept; the norm in front of them is recomputed
+      if (step.variant == Variant::from_kept) {  // gate, up, act as kept: only the norm in front is recomputed
         math_.norm_forward(saved.norm, saved.mean, saved.rstd, a[x_mid], weights_.mlp_norm_weight,
                            weights_.mlp_norm_bias, n);
       } else {
