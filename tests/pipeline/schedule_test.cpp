@@ -473,6 +473,7 @@ class Simulator {
         EXPECT_EQ(read(at(d_res)), (Value{"g", 0, i, {}})) << "d_res holds " << show(read(at(d_res)));
         ++embedded_;
         return;
+      case Op::count: ADD_FAILURE() << "a step of op count, which is no op"; return;
     }
   }
 

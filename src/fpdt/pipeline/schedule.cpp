@@ -100,44 +100,53 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
 
 // ---- steps and their roles ---------------------------------------------------------------------------
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::fetch: return "fetch";
-    case Op::write: return "write";
-    case Op::wait: return "wait";
-    case Op::zero: return "zero";
-    case Op::inputs: return "inputs";
-    case Op::docs: return "docs";
-    case Op::segment: return "segment (model states)";
-    case Op::pack: return "pack bf16";
-    case Op::unpack: return "unpack bf16";
-    case Op::q_to_heads: return "all-to-all q to heads";
-    case Op::kv_to_heads: return "all-to-all kv to heads";
-    case Op::q_to_sequence: return "all-to-all q to sequence";
-    case Op::kv_grad_to_sequence: return "all-to-all kv grad to sequence";
-    case Op::embed: return "embed";
-    case Op::attention_input: return "norm + qkv + rope";
-    case Op::attention_block: return "attention block";
-    case Op::attention_output: return "out proj";
-    case Op::mlp: return "mlp";
-    case Op::head: return "head + loss";
-    case Op::mlp_backward: return "mlp backward";
-    case Op::attention_output_backward: return "out proj backward";
-    case Op::attention_delta: return "delta";
-    case Op::attention_block_backward: return "attention block backward";
-    case Op::attention_norm: return "norm";
-    case Op::attention_input_backward: return "qkv backward";
-    case Op::embed_backward: return "embed backward";
-  }
-  return "?";
-}
-
 namespace {
+constexpr int kOps = static_cast<int>(Op::count);
+
+// Each op's name, in the order of Op (checked below).
+constexpr struct {
+  Op op;
+  const char* name;
+} kOpNames[] = {
+    {Op::fetch, "fetch"},
+    {Op::write, "write"},
+    {Op::wait, "wait"},
+    {Op::zero, "zero"},
+    {Op::inputs, "inputs"},
+    {Op::docs, "docs"},
+    {Op::segment, "segment (model states)"},
+    {Op::pack, "pack bf16"},
+    {Op::unpack, "unpack bf16"},
+    {Op::q_to_heads, "all-to-all q to heads"},
+    {Op::kv_to_heads, "all-to-all kv to heads"},
+    {Op::q_to_sequence, "all-to-all q to sequence"},
+    {Op::kv_grad_to_sequence, "all-to-all kv grad to sequence"},
+    {Op::embed, "embed"},
+    {Op::attention_input, "norm + qkv + rope"},
+    {Op::attention_block, "attention block"},
+    {Op::attention_output, "out proj"},
+    {Op::mlp, "mlp"},
+    {Op::head, "head + loss"},
+    {Op::mlp_backward, "mlp backward"},
+    {Op::attention_output_backward, "out proj backward"},
+    {Op::attention_delta, "delta"},
+    {Op::attention_block_backward, "attention block backward"},
+    {Op::attention_norm, "norm"},
+    {Op::attention_input_backward, "qkv backward"},
+    {Op::embed_backward, "embed backward"},
+};
+constexpr bool op_names_in_order() {
+  for (int op = 0; op < kOps; ++op)
+    if (kOpNames[op].op != static_cast<Op>(op)) return false;
+  return true;
+}
+static_assert(static_cast<int>(std::size(kOpNames)) == kOps && op_names_in_order(),
+              "kOpNames: one name per op, in the order of Op");
 
 // Every op's signature fits Step::buffers and names each role once; an operand's use differs in the
 // variant only where the op has one, and no two ops have the same variant.
 constexpr bool signatures_are_well_formed() {
-  for (int op = 0; op <= static_cast<int>(Op::embed_backward); ++op) {  // the last op
+  for (int op = 0; op < kOps; ++op) {
     const Signature operands = signature(static_cast<Op>(op));
     if (operands.size > kMaxOperands) return false;
     for (int k = 0; k < operands.size; ++k) {
@@ -166,6 +175,8 @@ const char* variant_note(Variant variant) {
   return "";
 }
 }  // namespace
+
+const char* op_name(Op op) { return op < Op::count ? kOpNames[static_cast<int>(op)].name : "?"; }
 
 Buf Step::buffer(Operand name) const {
   const int position = signature(op).position(name);

@@ -98,7 +98,8 @@ enum class Op : uint8_t {
   attention_block_backward,   // q, k, v, dO, lse, Δ of block (chunk, kv_chunk) → dq +=, dk +=, dv +=
   attention_norm,             // x → the attention norm (recomputed for the QKV backward)
   attention_input_backward,   // x, dq, dk, dv → d_res += dL/dx
-  embed_backward,             // d_res → embedding gradients (the last op: schedule.cpp checks signatures up to it)
+  embed_backward,             // d_res → embedding gradients
+  count,                      // the number of ops, not an op (schedule.cpp's tables have one entry per op)
 };
 const char* op_name(Op op);
 
@@ -173,7 +174,8 @@ constexpr Signature signature(Op op) {
     case Op::fetch: return {{buffer, out}};
     case Op::write: return {{buffer, in}};
     case Op::wait:
-    case Op::segment: return {};
+    case Op::segment:
+    case Op::count: return {};
     case Op::inputs: return {Variant::with_targets, {}};
     case Op::zero:
     case Op::docs: return {{buffer, out}};
