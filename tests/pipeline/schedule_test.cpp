@@ -341,7 +341,7 @@ class Simulator {
       }
       case Op::inputs:
         inputs_chunk_ = i;
-        inputs_targets_ = step.flag;
+        inputs_targets_ = step.variant == Variant::with_targets;
         return;
       case Op::docs: overwrite(at(buffer)) = Value{"docs", -1, i, {}}; return;
       case Op::q_to_heads:
@@ -385,7 +385,7 @@ class Simulator {
           expect(Buf::kv_docs, "docs", j);
         }
         for (const Buf out : {at(o), at(lse)}) {
-          if (!step.flag) overwrite(out) = zero_value();
+          if (step.variant != Variant::merge) overwrite(out) = zero_value();
           accumulate(out, out == Buf::lse ? "lse" : "o", i, j, live_kv(i));
         }
         return;
@@ -409,7 +409,7 @@ class Simulator {
       case Op::head:
         expect_inputs(i, true);
         expect(at(x), "x", i);
-        if (!step.flag) return;
+        if (step.variant != Variant::with_backward) return;
         EXPECT_EQ(read(at(d_res)).kind, "zero");
         overwrite(at(d_res)) = Value{"g", L_, i, {}};
         return;
@@ -418,8 +418,8 @@ class Simulator {
         const Value& g = read(at(d_res));
         EXPECT_EQ(g, (Value{"g", layer_ + 1, i, {}})) << "d_res holds " << show(g);
         overwrite(at(d_res)) = make("g_mid", i);
-        EXPECT_EQ(step.flag, s_.mlp_kept);
-        if (step.flag) {  // gate, up, act of this chunk and layer, as the forward wrote them
+        EXPECT_EQ(step.variant == Variant::from_kept, s_.mlp_kept);
+        if (step.variant == Variant::from_kept) {  // gate, up, act of this chunk and layer, as the forward wrote them
           for (const Operand kept : {gate, up, act}) expect(at(kept), std::string("mlp ") + buffer_name(at(kept)), i);
         } else {
           overwrite(at(x_out)) = Value{"scratch", -1, -1, {}};
@@ -473,6 +473,7 @@ class Simulator {
         EXPECT_EQ(read(at(d_res)), (Value{"g", 0, i, {}})) << "d_res holds " << show(read(at(d_res)));
         ++embedded_;
         return;
+      case Op::count: ADD_FAILURE() << "a step of op count, which is no op"; return;
     }
   }
 

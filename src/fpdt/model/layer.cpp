@@ -122,9 +122,10 @@ void LayerMath::attention_input_forward(const LayerTensors& w, const float* x, c
 }
 
 void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTensors& g, const float* x,
-                                         const int64_t* pos, int64_t n, const AttentionInput& saved, float* dq,
-                                         float* dk, float* dv, float* dx, const LayerScratch& scratch) {
+                                         const int64_t* pos, int64_t n, const AttentionInput& saved,
+                                         const QkvGradients& d_qkv, float* dx, const LayerScratch& scratch) {
   const int h = config_.hidden, qd = config_.q_dim(), kvd = config_.kv_dim();
+  auto [dq, dk, dv] = d_qkv;
   if (config_.uses_rope()) {
     backend_.rope_backward(dq, pos, n, config_.heads, config_.head_dim, rope_.params());
     backend_.rope_backward(dk, pos, n, config_.kv_heads, config_.head_dim, rope_.params());
@@ -201,22 +202,26 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
 
 // ---- final norm, LM head, loss -------------------------------------------------------------------
 
-LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g, const float* x,
-                                  const int32_t* targets, const float* mask, int64_t n, double grad_scale,
-                                  const AttentionInput& saved, const HeadScratch& scratch, float* logits, float* dx,
-                                  float* d_norm, const TokenResults& per_token) {
+LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
+                                  const AttentionInput& saved, const HeadScratch& scratch,
+                                  const std::optional<HeadBackward>& backward, const HeadOutputs& outputs) {
   const int h = config_.hidden, V = config_.vocab_size;
+  const TokenResults& per_token = outputs.per_token;
+  // The backward's tensors (training); null without one.
+  const GlobalTensors* g = backward ? &backward->g : nullptr;
+  float* dx = backward ? backward->dx : nullptr;
+  float* d_norm = backward ? backward->d_norm : nullptr;
   norm_forward(saved.norm, saved.mean, saved.rstd, x, w.final_norm_weight, w.final_norm_bias, n);
 
   LossStats stats;
   for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
-    float* chunk_logits = logits ? logits + begin * V : scratch.logits;
+    float* chunk_logits = outputs.logits ? outputs.logits + begin * V : scratch.logits;
     backend_.linear_forward(chunk_logits, saved.norm + begin * h, {w.head, w.head_bf16}, nullptr, count, h, V, false, precision_);
     if (per_token.predictions != nullptr) backend_.argmax_rows(per_token.predictions + begin, chunk_logits, count, V);
-    if (targets == nullptr) continue;
-    const int32_t* chunk_targets = targets + begin;
-    const float* chunk_mask = mask ? mask + begin : nullptr;
+    if (targets.ids == nullptr) continue;
+    const int32_t* chunk_targets = targets.ids + begin;
+    const float* chunk_mask = targets.mask ? targets.mask + begin : nullptr;
     backend_.cross_entropy_forward(scratch.losses, scratch.lse, chunk_logits, chunk_targets, chunk_mask, count, V);
     double sums[2] = {stats.loss_sum, stats.count};
     backend_.cross_entropy_sums(sums, scratch.losses, chunk_targets, chunk_mask, count);
@@ -226,8 +231,8 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const GlobalTensors* g
       backend_.memory().download(per_token.losses + begin, scratch.losses, static_cast<size_t>(count) * sizeof(float));
     if (dx == nullptr) continue;
     // dlogits overwrite the logits in place; then the head's input gradient and weight gradient.
-    backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask, grad_scale,
-                                    count, V);
+    backend_.cross_entropy_backward(chunk_logits, chunk_logits, scratch.lse, chunk_targets, chunk_mask,
+                                    backward->grad_scale, count, V);
     round_for_product(chunk_logits, count * V);
     backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h,
                              {w.head, w.head_bf16}, count,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/config.h"
@@ -75,6 +76,14 @@ struct MlpActivations {
   float* act;   // (n, f) input of the down projection
 };
 
+// The gradients of the attention input's q, k, v: what the attention backward leaves for the QKV
+// projection's backward.
+struct QkvGradients {
+  float* dq;  // (n, Hq·D)
+  float* dk;  // (n, Hkv·D)
+  float* dv;  // (n, Hkv·D)
+};
+
 // Scratch the backward steps need, each at least n tokens long.
 struct LayerScratch {
   float* d_norm;  // (n, h)
@@ -105,6 +114,26 @@ struct HeadScratch {
 struct TokenResults {
   float* losses = nullptr;         // (n) mask · cross-entropy of each token (0 where its target is ignored)
   int32_t* predictions = nullptr;  // (n) argmax of its logits (the lowest id among equals): the greedy next token
+};
+
+// What the loss compares the LM head's logits with, for n tokens.
+struct Targets {
+  const int32_t* ids = nullptr;  // (n) each token's target id (kIgnoreIndex: not counted); null: no loss
+  const float* mask = nullptr;   // (n) each token's weight in the loss; null: 1
+};
+
+// The LM head's backward (training): L = grad_scale · Σ losses.
+struct HeadBackward {
+  GlobalTensors g;    // the final norm's and LM head's gradients, +=
+  double grad_scale;
+  float* dx;          // (n, h) += dL/dx
+  float* d_norm;      // (n, h) scratch: dL/d(the final norm's output)
+};
+
+// What the LM head writes besides the loss sums, where non-null.
+struct HeadOutputs {
+  float* logits = nullptr;      // (n, V) in the backend's memory
+  TokenResults per_token = {};  // in host memory
 };
 
 // The precision of the model's maths (kernels::Precision, DESIGN.md §4). In bf16 every GEMM takes
@@ -145,9 +174,9 @@ class LayerMath {
   // x (n, h) → q (n, Hq·D), k, v (n, Hkv·D), RoPE applied at positions pos (n) (Llama).
   void attention_input_forward(const LayerTensors& w, const float* x, const int64_t* pos, int64_t n,
                                const AttentionInput& saved, float* q, float* k, float* v);
-  // From dq, dk, dv (n, ·) — overwritten by the RoPE backward — to dx (n, h) += and the weight grads +=.
+  // From d_qkv — dq and dk overwritten by the RoPE backward — to dx (n, h) += and the weight grads +=.
   void attention_input_backward(const LayerTensors& w, const LayerTensors& g, const float* x, const int64_t* pos,
-                                int64_t n, const AttentionInput& saved, float* dq, float* dk, float* dv, float* dx,
+                                int64_t n, const AttentionInput& saved, const QkvGradients& d_qkv, float* dx,
                                 const LayerScratch& scratch);
 
   // x_mid (n, h) = x (n, h) + attn (n, Hq·D) · outᵀ + bias. x_mid may alias x (in place).
@@ -170,14 +199,12 @@ class LayerMath {
                           int64_t n);
 
   // Final norm, LM head and cross-entropy over n tokens of the last residual stream x (n, h), in token
-  // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. logits (n, V) are
-  // written when non-null. With dx non-null (training) also the backward: dx (n, h) += dL/dx with
-  // L = grad_scale · Σ losses, and g's final norm and LM head gradients +=. per_token: each token's loss
-  // (with targets) and greedy prediction, where asked.
-  LossStats head_forward(const GlobalTensors& w, const GlobalTensors* g, const float* x, const int32_t* targets,
-                         const float* mask, int64_t n, double grad_scale, const AttentionInput& saved,
-                         const HeadScratch& scratch, float* logits, float* dx, float* d_norm,
-                         const TokenResults& per_token = {});
+  // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. With a backward
+  // (training, targets given) also dx += dL/dx and the final norm's and LM head's gradients +=.
+  // outputs: the logits, each token's loss (with targets) and greedy prediction, where asked.
+  LossStats head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
+                         const AttentionInput& saved, const HeadScratch& scratch,
+                         const std::optional<HeadBackward>& backward, const HeadOutputs& outputs = {});
 
   // x (n) rounded to bf16 in bf16 (a kept activation: the list above); nothing in fp32.
   void round_kept(float* x, int64_t n);

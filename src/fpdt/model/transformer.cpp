@@ -176,7 +176,7 @@ void Transformer::layer_backward(int layer) {
   const double scale = config_.attention_scale(layer);
   backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, doc_ids_, B_, T_, config_.heads,
                               config_.kv_heads, config_.head_dim, scale, config_.window(layer), math_.precision());
-  math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, d_q_, d_k_, d_v_, d_resid_,
+  math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, {d_q_, d_k_, d_v_}, d_resid_,
                                  scratch_);
 }
 
@@ -196,10 +196,11 @@ LossStats Transformer::run(const Batch& batch, float* logits, bool backward, std
   if (backward) std::memset(d_resid_, 0, sizeof(float) * static_cast<size_t>(N) * config_.hidden);
   const double count = batch.targets ? counted_targets(batch.targets, batch.loss_mask, N) : 0.0;
   const double scale = grad_scale ? *grad_scale : (count > 0 ? 1.0 / count : 0.0);
-  const LossStats stats =
-      math_.head_forward(weights, backward ? &gradients : nullptr, residual_[config_.layers], batch.targets,
-                         batch.loss_mask, N, scale, final_norm_, head_, logits, backward ? d_resid_ : nullptr,
-                         scratch_.d_norm);
+  std::optional<HeadBackward> head_backward;
+  if (backward) head_backward = HeadBackward{gradients, scale, d_resid_, scratch_.d_norm};
+  const LossStats stats = math_.head_forward(weights, residual_[config_.layers], N,
+                                             {.ids = batch.targets, .mask = batch.loss_mask}, final_norm_, head_,
+                                             head_backward, {.logits = logits});
   if (!backward) return stats;
   for (int layer = config_.layers - 1; layer >= 0; --layer) layer_backward(layer);
   math_.embedding_backward(gradients, batch.tokens, position_ids_.data(), d_resid_, N);

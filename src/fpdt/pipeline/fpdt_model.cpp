@@ -372,7 +372,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       backend_.unpack_bf16(a[to], reinterpret_cast<const uint16_t*>(a[from]), elements);
       return;
     }
-    case Op::inputs: upload_inputs(step.chunk, step.flag); return;
+    case Op::inputs: upload_inputs(step.chunk, step.variant == Variant::with_targets); return;
     case Op::docs: upload_documents(step.chunk, operands_of<Op::docs>(step, bind).buffer(buffer)); return;
     case Op::q_to_heads:
     case Op::kv_to_heads:
@@ -426,7 +426,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       float* o_out = a[o];
       float* lse_out = a[lse];
       backend_.attention_chunk_forward(o_out, lse_out, block(layer, a[q], a[k], a[v], step.chunk, step.kv_chunk),
-                                       step.flag);
+                                       step.variant == Variant::merge);
       // The diagonal block is the q chunk's last: o is final, and kept (rounded in bf16, layer.h).
       if (step.kv_chunk == step.chunk) math_.round_kept(o_out, n * config_.q_dim());
       return;
@@ -447,10 +447,13 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
                                     own<float>(Buf::logits_lse)};
       const model::TokenResults per_token{outputs_.losses ? host_losses_.data() : nullptr,
                                           outputs_.predictions ? host_predictions_.data() : nullptr};
+      const model::Targets targets{.ids = own<int32_t>(Buf::targets),
+                                   .mask = batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr};
+      std::optional<model::HeadBackward> backward;
+      if (step.variant == Variant::with_backward)
+        backward = model::HeadBackward{global_gradients_, grad_scale_, a[d_res], scratch.d_norm};
       const model::LossStats stats =
-          math_.head_forward(global_weights_, step.flag ? &global_gradients_ : nullptr, a[x], own<int32_t>(Buf::targets),
-                             batch_->loss_mask ? own<float>(Buf::loss_mask) : nullptr, n, grad_scale_, norm, head,
-                             nullptr, step.flag ? a[d_res] : nullptr, scratch.d_norm, per_token);
+          math_.head_forward(global_weights_, a[x], n, targets, norm, head, backward, {.per_token = per_token});
       loss_.loss_sum += stats.loss_sum;
       loss_.count += stats.count;
       store_token_results(step.chunk);
@@ -459,7 +462,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     case Op::mlp_backward: {
       const auto a = operands_of<Op::mlp_backward>(step, bind);
       const model::MlpActivations saved = mlp(a);
-      if (step.flag) {  // gate, up and act were kept; the norm in front of them is recomputed
+      if (step.variant == Variant::from_kept) {  // gate, up, act as kept: only the norm in front is recomputed
         math_.norm_forward(saved.norm, saved.mean, saved.rstd, a[x_mid], weights_.mlp_norm_weight,
                            weights_.mlp_norm_bias, n);
       } else {
@@ -492,7 +495,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     }
     case Op::attention_input_backward: {
       const auto a = operands_of<Op::attention_input_backward>(step, bind);
-      math_.attention_input_backward(weights_, gradients_, a[x], positions, n, norm, a[dq], a[dk], a[dv], a[d_res],
+      math_.attention_input_backward(weights_, gradients_, a[x], positions, n, norm, {a[dq], a[dk], a[dv]}, a[d_res],
                                      scratch);
       return;
     }

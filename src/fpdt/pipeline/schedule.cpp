@@ -100,49 +100,83 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
 
 // ---- steps and their roles ---------------------------------------------------------------------------
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::fetch: return "fetch";
-    case Op::write: return "write";
-    case Op::wait: return "wait";
-    case Op::zero: return "zero";
-    case Op::inputs: return "inputs";
-    case Op::docs: return "docs";
-    case Op::segment: return "segment (model states)";
-    case Op::pack: return "pack bf16";
-    case Op::unpack: return "unpack bf16";
-    case Op::q_to_heads: return "all-to-all q to heads";
-    case Op::kv_to_heads: return "all-to-all kv to heads";
-    case Op::q_to_sequence: return "all-to-all q to sequence";
-    case Op::kv_grad_to_sequence: return "all-to-all kv grad to sequence";
-    case Op::embed: return "embed";
-    case Op::attention_input: return "norm + qkv + rope";
-    case Op::attention_block: return "attention block";
-    case Op::attention_output: return "out proj";
-    case Op::mlp: return "mlp";
-    case Op::head: return "head + loss";
-    case Op::mlp_backward: return "mlp backward";
-    case Op::attention_output_backward: return "out proj backward";
-    case Op::attention_delta: return "delta";
-    case Op::attention_block_backward: return "attention block backward";
-    case Op::attention_norm: return "norm";
-    case Op::attention_input_backward: return "qkv backward";
-    case Op::embed_backward: return "embed backward";
-  }
-  return "?";
-}
+namespace {
+constexpr int kOps = static_cast<int>(Op::count);
 
-// Every op's signature fits Step::buffers and names each role once.
+// Each op's name, in the order of Op (checked below).
+constexpr struct {
+  Op op;
+  const char* name;
+} kOpNames[] = {
+    {Op::fetch, "fetch"},
+    {Op::write, "write"},
+    {Op::wait, "wait"},
+    {Op::zero, "zero"},
+    {Op::inputs, "inputs"},
+    {Op::docs, "docs"},
+    {Op::segment, "segment (model states)"},
+    {Op::pack, "pack bf16"},
+    {Op::unpack, "unpack bf16"},
+    {Op::q_to_heads, "all-to-all q to heads"},
+    {Op::kv_to_heads, "all-to-all kv to heads"},
+    {Op::q_to_sequence, "all-to-all q to sequence"},
+    {Op::kv_grad_to_sequence, "all-to-all kv grad to sequence"},
+    {Op::embed, "embed"},
+    {Op::attention_input, "norm + qkv + rope"},
+    {Op::attention_block, "attention block"},
+    {Op::attention_output, "out proj"},
+    {Op::mlp, "mlp"},
+    {Op::head, "head + loss"},
+    {Op::mlp_backward, "mlp backward"},
+    {Op::attention_output_backward, "out proj backward"},
+    {Op::attention_delta, "delta"},
+    {Op::attention_block_backward, "attention block backward"},
+    {Op::attention_norm, "norm"},
+    {Op::attention_input_backward, "qkv backward"},
+    {Op::embed_backward, "embed backward"},
+};
+constexpr bool op_names_in_order() {
+  for (int op = 0; op < kOps; ++op)
+    if (kOpNames[op].op != static_cast<Op>(op)) return false;
+  return true;
+}
+static_assert(static_cast<int>(std::size(kOpNames)) == kOps && op_names_in_order(),
+              "kOpNames: one name per op, in the order of Op");
+
+// Every op's signature fits Step::buffers and names each role once; an operand's use differs in the
+// variant only where the op has one, and no two ops have the same variant.
 constexpr bool signatures_are_well_formed() {
-  for (int op = 0; op <= static_cast<int>(Op::embed_backward); ++op) {  // the last op
+  for (int op = 0; op < kOps; ++op) {
     const Signature operands = signature(static_cast<Op>(op));
     if (operands.size > kMaxOperands) return false;
-    for (int k = 0; k < operands.size; ++k)
-      if (operands.position(operands.operands[static_cast<size_t>(k)].name) != k) return false;
+    for (int k = 0; k < operands.size; ++k) {
+      const OperandSpec& operand = operands.operands[static_cast<size_t>(k)];
+      if (operands.position(operand.name) != k) return false;
+      if (operand.role != operand.role_in_variant && operands.variant == Variant::plain) return false;
+    }
+    for (int other = 0; other < op; ++other)
+      if (operands.variant != Variant::plain && signature(static_cast<Op>(other)).variant == operands.variant)
+        return false;
   }
   return true;
 }
-static_assert(signatures_are_well_formed(), "an op's signature names a role twice or has too many");
+static_assert(signatures_are_well_formed(),
+              "an op's signature names a role twice, has too many, or its variant is wrong (schedule.h)");
+
+// What the printed step says of its variant (a merge shows already: its o and lse are o+ and lse+).
+const char* variant_note(Variant variant) {
+  switch (variant) {
+    case Variant::with_targets: return " (with targets)";
+    case Variant::with_backward: return " (with backward)";
+    case Variant::from_kept: return " (kept activations)";
+    case Variant::plain:
+    case Variant::merge: return "";
+  }
+  return "";
+}
+}  // namespace
+
+const char* op_name(Op op) { return op < Op::count ? kOpNames[static_cast<int>(op)].name : "?"; }
 
 Buf Step::buffer(Operand name) const {
   const int position = signature(op).position(name);
@@ -154,7 +188,7 @@ Role operand_role(const Step& step, int position) {
   const Signature operands = signature(step.op);
   if (position >= operands.size) return Role::none;
   const OperandSpec& operand = operands.operands[static_cast<size_t>(position)];
-  return step.flag ? operand.with_flag : operand.role;
+  return step.variant == Variant::plain ? operand.role : operand.role_in_variant;
 }
 
 std::string describe_step(const Step& step) {
@@ -181,10 +215,7 @@ std::string describe_step(const Step& step) {
   }
   if (!reads.empty()) text += ":" + reads;
   if (!writes.empty()) text += " ->" + writes;
-  if (step.flag && step.op == Op::inputs) text += " (with targets)";
-  if (step.flag && step.op == Op::head) text += " (with backward)";
-  if (step.flag && step.op == Op::mlp_backward) text += " (kept activations)";
-  return text;
+  return text + variant_note(step.variant);
 }
 
 // ---- the programs --------------------------------------------------------------------------------------
@@ -243,12 +274,15 @@ class Builder {
     program_.steps.push_back(step);
   }
 
-  // A compute step of `op`, its buffers by role: b.compute<Op::attention_delta>(i, {{d_o, ...}, {o, ...}, ...}).
+  // A compute step of `op`, its buffers by role: b.compute<Op::attention_delta>(i, {{d_o, ...}, {o, ...}, ...});
+  // `variant`: plain or the op's.
   template <Op op>
-  void compute(int chunk, std::initializer_list<Named<op>> operands, bool flag = false, int kv_chunk = -1) {
+  void compute(int chunk, std::initializer_list<Named<op>> operands, Variant variant = Variant::plain,
+               int kv_chunk = -1) {
+    FPDT_ASSERT(variant == Variant::plain || variant == signature(op).variant);
     for (const Named<op>& operand : operands) unpack_before(operand.buffer);
     Step step{op};
-    step.flag = flag;
+    step.variant = variant;
     step.chunk = chunk;
     step.kv_chunk = kv_chunk;
     for (const Named<op>& operand : operands) step.buffers[operand.name.position] = operand.buffer;
@@ -358,7 +392,8 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
       }
       if (mask.documents()) b.compute<Op::docs>(kv[n], {{buffer, Buf::kv_docs}});
       b.compute<Op::attention_block>(
-          i, {{q, Buf::q_head}, {k, stage.k}, {v, stage.v}, {o, Buf::o_head}, {lse, Buf::lse}}, n > 0, kv[n]);
+          i, {{q, Buf::q_head}, {k, stage.k}, {v, stage.v}, {o, Buf::o_head}, {lse, Buf::lse}},
+          n > 0 ? Variant::merge : Variant::plain, kv[n]);
     }
     // The stages are free: the next chunk's first kv block loads behind this chunk's diagonal block,
     // output projection and MLP and the next chunk's QKV, instead of in front of its first block.
@@ -370,7 +405,8 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
     }
     if (mask.documents()) b.compute<Op::docs>(i, {{buffer, Buf::kv_docs}});
     b.compute<Op::attention_block>(
-        i, {{q, Buf::q_head}, {k, Buf::k_head}, {v, Buf::v_head}, {o, Buf::o_head}, {lse, Buf::lse}}, !kv.empty(), i);
+        i, {{q, Buf::q_head}, {k, Buf::k_head}, {v, Buf::v_head}, {o, Buf::o_head}, {lse, Buf::lse}},
+        kv.empty() ? Variant::plain : Variant::merge, i);
     if (writes.activations) {
       b.write(Buf::q_head, Array::q, l, i);
       b.write(Buf::o_head, Array::o, l, i);
@@ -415,7 +451,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
       b.compute<Op::mlp_backward>(i,
                                   {{x_mid, Buf::x_mid}, {d_res, Buf::d_res}, {gate, kMlpBuffers[0]},
                                    {up, kMlpBuffers[1]}, {act, kMlpBuffers[2]}},
-                                  true);
+                                  Variant::from_kept);
       if (next) fetch_mlp(i + 1);
     } else {
       b.compute<Op::mlp_backward>(i, {{x_mid, Buf::x_mid}, {d_res, Buf::d_res}, {x_out, Buf::x_out}});
@@ -481,7 +517,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
                                               {{q, stage.q}, {k, kStages[0].k}, {v, kStages[0].v}, {d_o, stage.d_o},
                                                {lse, stage.lse}, {delta, stage.delta}, {dq, d_q}, {dk, Buf::d_k},
                                                {dv, Buf::d_v}},
-                                              false, i);
+                                              Variant::plain, i);
       if (n > 0) b.write(d_q, Array::d_q, l, qs[n]);
     }
     const bool next = i + 1 < u;
@@ -550,14 +586,16 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   std::vector<int> forward;
   for (int m = 0; m < masks; ++m)
     forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
-      layer_forward(b, schedule.masks[m], {keep, keep, true, schedule.mlp_kept});
+      layer_forward(b, schedule.masks[m],
+                    {.activations = keep, .kv_for_backward = keep, .output = true, .mlp = schedule.mlp_kept});
     }));
   const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
-      b.compute<Op::inputs>(i, {}, true);
+      b.compute<Op::inputs>(i, {}, Variant::with_targets);
       b.fetch(Array::x, l, i, Buf::x);
       if (backward) b.compute<Op::zero>(i, {{buffer, Buf::d_res}});
-      b.compute<Op::head>(i, {{x, Buf::x}, {d_res, backward ? Buf::d_res : Buf::none}}, backward);
+      b.compute<Op::head>(i, {{x, Buf::x}, {d_res, backward ? Buf::d_res : Buf::none}},
+                          backward ? Variant::with_backward : Variant::plain);
       if (backward) b.write(Buf::d_res, Array::d_res, l, i);
     }
   });
@@ -566,7 +604,9 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   if (backward) {
     for (int m = 0; m < masks; ++m)
       backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
-        if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], {true, true, false, false});
+        if (recompute == Recompute::layer)
+          layer_forward(b, schedule.masks[m],
+                        {.activations = true, .kv_for_backward = true, .output = false, .mlp = false});
         layer_backward(b, schedule.masks[m], schedule.mlp_kept);
       }));
     embed_backward = add("embed backward", -1, [&](Builder& b) {

@@ -75,7 +75,7 @@ enum class Op : uint8_t {
   wait,     // compute waits for copy `copy` and every copy before it (−1: those queued before the program)
   // compute-tier bookkeeping
   zero,     // its buffer = 0
-  inputs,   // the chunk's token ids and positions (flag: and targets, loss mask) from the batch
+  inputs,   // the chunk's token ids and positions (with_targets: and targets, loss mask) from the batch
   docs,     // its buffer (q_docs or kv_docs) = document ids of global chunk `chunk`
   segment,  // a layer backward's halves meet: the model states' steps between them (zero_plan.h)
   // a bf16 store (memory_layout.h packed_twin): a buffer goes out and comes in through its bf16 twin
@@ -86,27 +86,39 @@ enum class Op : uint8_t {
   // the maths, forward
   embed,                      // the chunk's tokens → x
   attention_input,            // norm, QKV projection and RoPE: x → q, k, v (token-sharded)
-  attention_block,            // block (chunk, kv_chunk) of q, k, v → o, lse; flag: merge into them (else overwrite)
+  attention_block,            // block (chunk, kv_chunk) of q, k, v → o, lse; merge: into them (else overwrite)
   attention_output,           // output projection and residual: o (token-sharded), x → x_mid
   mlp,                        // x_mid → x_out (and gate, up, act, when kept for the backward)
-  head,                       // x → loss; flag (backward): d_res += dL/dx
+  head,                       // x → loss; with_backward: d_res += dL/dx
   // the maths, backward
   mlp_backward,               // d_res: dL/dx_out → dL/dx_mid, from x_mid and the MLP recomputed into x_out;
-                              //   flag: from gate, up, act as kept, only the norm recomputed
+                              //   from_kept: from gate, up, act as kept, only the norm recomputed
   attention_output_backward,  // o, d_res → d_attn
   attention_delta,            // dO, o → Δ
   attention_block_backward,   // q, k, v, dO, lse, Δ of block (chunk, kv_chunk) → dq +=, dk +=, dv +=
   attention_norm,             // x → the attention norm (recomputed for the QKV backward)
   attention_input_backward,   // x, dq, dk, dv → d_res += dL/dx
-  embed_backward,             // d_res → embedding gradients (the last op: schedule.cpp checks signatures up to it)
+  embed_backward,             // d_res → embedding gradients
+  count,                      // the number of ops, not an op (schedule.cpp's tables have one entry per op)
 };
 const char* op_name(Op op);
 
+// The other form of an op that has two: a step is its op's plain form or, where signature(op).variant
+// names one, that variant (Step::variant). Each variant belongs to one op.
+enum class Variant : uint8_t {
+  plain,
+  with_targets,   // inputs: also the targets and the loss mask
+  merge,          // attention_block: merge into o and lse (plain: overwrite them)
+  with_backward,  // head: also its backward, d_res += dL/dx and the head's gradients
+  from_kept,      // mlp_backward: from gate, up, act as the forward kept them (plain: the MLP recomputed)
+};
+
 // ---- each op's operands: the convention, written once ----------------------------------------------
 // A step names its buffers by role. signature(op) lists the roles op has, in the order Step::buffers
-// holds them, and how the step uses each. The builder places a step's buffers by these names, the
-// executor reads them by these names (OperandOf: a name the op lacks does not compile), and the wait
-// derivation, the executor's output placement and the printed schedule read these uses.
+// holds them, and how the step uses each (in the op's plain form and in its variant). The builder
+// places a step's buffers by these names, the executor reads them by these names (OperandOf: a name
+// the op lacks does not compile), and the wait derivation, the executor's output placement and the
+// printed schedule read these uses.
 
 // How a step uses one of its buffers.
 enum class Role : uint8_t { none, in, out, inout };
@@ -126,18 +138,22 @@ constexpr int kMaxOperands = 9;
 
 struct OperandSpec {
   Operand name = Operand::buffer;
-  Role role = Role::none;       // how a step uses it
-  Role with_flag = Role::none;  // ... when the step's flag is set
+  Role role = Role::none;             // how a step of the op's plain form uses it
+  Role role_in_variant = Role::none;  // how a step of the op's variant uses it
   constexpr OperandSpec() = default;
   constexpr OperandSpec(Operand name_, Role role_) : OperandSpec(name_, role_, role_) {}
-  constexpr OperandSpec(Operand name_, Role role_, Role with_flag_) : name(name_), role(role_), with_flag(with_flag_) {}
+  constexpr OperandSpec(Operand name_, Role role_, Role role_in_variant_)
+      : name(name_), role(role_), role_in_variant(role_in_variant_) {}
   bool operator==(const OperandSpec& other) const = default;
 };
 
 struct Signature {
+  Variant variant = Variant::plain;  // the op's variant (plain: it has none)
   std::array<OperandSpec, kMaxOperands> operands{};
   int size = 0;
-  constexpr Signature(std::initializer_list<OperandSpec> list) : size(static_cast<int>(list.size())) {
+  constexpr Signature(std::initializer_list<OperandSpec> list) : Signature(Variant::plain, list) {}
+  constexpr Signature(Variant variant_, std::initializer_list<OperandSpec> list)
+      : variant(variant_), size(static_cast<int>(list.size())) {
     std::copy(list.begin(), list.end(), operands.begin());
   }
   // Where operand `name` is in Step::buffers; −1: the op has no such operand.
@@ -158,8 +174,9 @@ constexpr Signature signature(Op op) {
     case Op::fetch: return {{buffer, out}};
     case Op::write: return {{buffer, in}};
     case Op::wait:
-    case Op::inputs:
-    case Op::segment: return {};
+    case Op::segment:
+    case Op::count: return {};
+    case Op::inputs: return {Variant::with_targets, {}};
     case Op::zero:
     case Op::docs: return {{buffer, out}};
     case Op::pack:
@@ -170,12 +187,13 @@ constexpr Signature signature(Op op) {
     case Op::kv_grad_to_sequence: return {{from, in}, {to, out}};
     case Op::embed: return {{x, out}};
     case Op::attention_input: return {{x, in}, {q, out}, {k, out}, {v, out}};
-    case Op::attention_block: return {{q, in}, {k, in}, {v, in}, {o, out, inout}, {lse, out, inout}};
+    case Op::attention_block: return {Variant::merge, {{q, in}, {k, in}, {v, in}, {o, out, inout}, {lse, out, inout}}};
     case Op::attention_output: return {{o, in}, {x, in}, {x_mid, out}};
     case Op::mlp: return {{x_mid, in}, {x_out, out}, {gate, out}, {up, out}, {act, out}};
-    case Op::head: return {{x, in}, {d_res, none, inout}};
+    case Op::head: return {Variant::with_backward, {{x, in}, {d_res, none, inout}}};
     case Op::mlp_backward:
-      return {{x_mid, in}, {d_res, inout}, {x_out, out, none}, {gate, none, in}, {up, none, in}, {act, none, in}};
+      return {Variant::from_kept,
+              {{x_mid, in}, {d_res, inout}, {x_out, out, none}, {gate, none, in}, {up, none, in}, {act, none, in}}};
     case Op::attention_output_backward: return {{o, in}, {d_res, in}, {d_attn, out}};
     case Op::attention_delta: return {{d_o, in}, {o, in}, {delta, out}};
     case Op::attention_block_backward:
@@ -203,7 +221,7 @@ enum class LayerRef : uint8_t { this_layer, next_layer };
 
 struct Step {
   Op op;
-  bool flag = false;
+  Variant variant = Variant::plain;    // plain, or signature(op).variant
   Array array = Array::count;          // fetch, write
   LayerRef layer = LayerRef::this_layer;
   int32_t chunk = -1;                  // token-local steps: the chunk; attention: the q chunk
