@@ -1,6 +1,6 @@
 // Benchmark of the cpu flash attention (kernels/cpu/flash_attention.cpp): the cpu Backend's
 // full-sequence causal forward and backward (optionally with a sliding window), against the machine's
-// rates measured in the same process with the same threads (train/metrics.h: the OpenBLAS sgemm on
+// rates measured in the same process with the same threads (machine/rates.h: the OpenBLAS sgemm on
 // the backend's GEMM path, and the FMA peak of the widest vectors; both per second of CPU time, which
 // a busy neighbour does not lower, while the attention is timed by the wall). Counts only unmasked FLOPs:
 // forward 4·pairs·D·H·B (QKᵀ and PV over the visible (query, key) pairs: S²/2 causal, about S·W with
@@ -11,7 +11,7 @@
 // CPU has them), on AVX512-BF16's dot products, on the fp32 products over the same rounded operands; a
 // path the CPU lacks runs the next one — and the bf16 GEMM the model's linears run (cpu/gemm.h's gemm_bf16,
 // oneDNN, at their 8192 × 1536 × 512 forward shape, bf16 operands) and the backend's bf16 linear_forward
-// with its copies (train/metrics.h's measure_bf16_gemm_gflops): the bf16_* fields. The bf16 paths are
+// with its copies (machine/rates.h's measure_bf16_gemm_gflops): the bf16_* fields. The bf16 paths are
 // timed by the wall and by the process's CPU time (*_cpu_gflops: flops per CPU second × threads, as the
 // GEMM rates are); bf16_default_path: the path the backend takes by default on this CPU (AMX tiles where
 // it has them, else the dot products where they are double-rate, else the fp32 products: flash_attention.h);
@@ -36,7 +36,7 @@
 #include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/panel_gemm_amx.h"
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
-#include "fpdt/train/metrics.h"
+#include "fpdt/machine/rates.h"
 
 namespace {
 
@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
     // Rounds of sgemm, forward, backward, interleaved; the best of each over the rounds is reported.
     // One warm-up of each first.
     fpdt::kernels::cpu::CpuBackend backend;
-    const double load = fpdt::train::load_average();
+    const double load = fpdt::machine::load_average();
     int vector_bits = 0;
-    const double fma_gflops = fpdt::train::measure_fma_peak_gflops(o.threads, &vector_bits);
+    const double fma_gflops = fpdt::machine::measure_fma_peak_gflops(o.threads, &vector_bits);
     backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale, W);
     using fpdt::kernels::Precision;
     using fpdt::kernels::cpu::CpuBackend;
@@ -153,17 +153,17 @@ int main(int argc, char** argv) {
     auto time_pass = [&](Precision precision) {
       PassTimes t;
       auto start = std::chrono::steady_clock::now();
-      double cpu_start = fpdt::train::process_cpu_seconds();
+      double cpu_start = fpdt::machine::process_cpu_seconds();
       backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
                                 W, precision);
       t.fwd = seconds_since(start);
-      t.fwd_cpu = fpdt::train::process_cpu_seconds() - cpu_start;
+      t.fwd_cpu = fpdt::machine::process_cpu_seconds() - cpu_start;
       start = std::chrono::steady_clock::now();
-      cpu_start = fpdt::train::process_cpu_seconds();
+      cpu_start = fpdt::machine::process_cpu_seconds();
       backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                                  lse.data(), doc_ids, B, S, H, Hkv, D, scale, W, precision);
       t.bwd = seconds_since(start);
-      t.bwd_cpu = fpdt::train::process_cpu_seconds() - cpu_start;
+      t.bwd_cpu = fpdt::machine::process_cpu_seconds() - cpu_start;
       return t;
     };
     // The bf16 GEMM of the model's linears at 8192 × 1536 × 512 (x · wᵀ, bf16 operands), flops per CPU second
@@ -185,10 +185,10 @@ int main(int argc, char** argv) {
       const cpu::Bf16Operand b{gemm_b.data(), nullptr};
       double best = 0.0;
       for (int call = 0; call < 4; ++call) {
-        const double cpu_start = fpdt::train::process_cpu_seconds();
+        const double cpu_start = fpdt::machine::process_cpu_seconds();
         cpu::gemm_bf16(false, true, kGemmM, kGemmN, kGemmK, a, kGemmK, b, kGemmK, false, gemm_c.data(), kGemmN);
         const double rate =
-            2.0 * kGemmM * kGemmN * kGemmK / (fpdt::train::process_cpu_seconds() - cpu_start) * o.threads * 1e-9;
+            2.0 * kGemmM * kGemmN * kGemmK / (fpdt::machine::process_cpu_seconds() - cpu_start) * o.threads * 1e-9;
         if (call > 0) best = std::max(best, rate);
       }
       return best;
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
         }
         CpuBackend::set_amx_tiles(saved_amx);
         CpuBackend::set_bf16_dot_products(saved_dots);
-        const double gemm_rate = bf16_gemm_rate(), linear_rate = fpdt::train::measure_bf16_gemm_gflops(o.threads);
+        const double gemm_rate = bf16_gemm_rate(), linear_rate = fpdt::machine::measure_bf16_gemm_gflops(o.threads);
         bf16_gemm_gflops = std::max(bf16_gemm_gflops, gemm_rate);
         bf16_linear_gflops = std::max(bf16_linear_gflops, linear_rate);
         std::printf(
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
             times[0].bwd_cpu, times[1].fwd, times[1].bwd, dots ? "AVX512-BF16" : "no AVX512-BF16: fp32 products",
             times[2].fwd, times[2].bwd, gemm_rate, linear_rate);
       }
-      const double sgemm_rate = fpdt::train::measure_sgemm_gflops(o.threads);
+      const double sgemm_rate = fpdt::machine::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
       backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
                                 W);
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
                                  lse.data(), doc_ids, B, S, H, Hkv, D, scale, W);
       const double bwd = seconds_since(start);
       std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s (load %.2f)\n", rep, sgemm_rate,
-                  fwd, bwd, fpdt::train::load_average());
+                  fwd, bwd, fpdt::machine::load_average());
       sgemm_gflops = std::max(sgemm_gflops, sgemm_rate);
       fwd_best = std::min(fwd_best, fwd);
       bwd_best = std::min(bwd_best, bwd);

@@ -24,7 +24,7 @@
 #include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/onednn_matmul_desc.h"
 #include "fpdt/tensor/dtype.h"
-#include "fpdt/train/metrics.h"
+#include "fpdt/machine/rates.h"
 
 namespace {
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(threads);
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  std::printf("bench_bf16_views_onednn: threads=%d reps=%d load %.2f\n", threads, reps, fpdt::train::load_average());
+  std::printf("bench_bf16_views_onednn: threads=%d reps=%d load %.2f\n", threads, reps, fpdt::machine::load_average());
   for (const Shape s : {Shape{8192, 512, 512}, Shape{8192, 1536, 512}}) {  // the view at the first only
     fpdt::Rng rng(7);
     std::vector<float> a(size_t(s.M) * s.K), b(size_t(s.N) * s.K), c(size_t(s.M) * s.N), dense(c.size());

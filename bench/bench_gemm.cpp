@@ -6,7 +6,7 @@
 // of both operands, as linear.cpp did before the weights' working copy), and as a bf16 run on those units runs
 // it: the weight read from its working copy's words, only the tokens' operands (x, dout) copied per call —
 // one copy for forward and dx, both for dw, whose operands are both the tokens'.
-// Beside them, in the same process and threads, the measured peaks (train/metrics.h): fp32 FMA, AVX512-BF16
+// Beside them, in the same process and threads, the measured peaks (machine/rates.h): fp32 FMA, AVX512-BF16
 // dot products, AMX-BF16 tiles. Then the cpu backend's bf16 linear ops themselves, forward + backward per
 // shape, w from its working copy's words, on each arithmetic of gemm.h's bf16 GEMMs (the bf16 units, the
 // fp32 FMAs over the operands' values) and which one its rule picks here, beside the three products'
@@ -32,7 +32,7 @@
 #include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/onednn_gemm.h"
 #include "fpdt/tensor/dtype.h"
-#include "fpdt/train/metrics.h"
+#include "fpdt/machine/rates.h"
 
 namespace {
 
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     omp_set_num_threads(o.threads);
     std::printf("bench_gemm: threads=%d reps=%d; %s; load %.2f\n", o.threads, o.reps,
-                cpu::describe_gemm_libraries().c_str(), fpdt::train::load_average());
+                cpu::describe_gemm_libraries().c_str(), fpdt::machine::load_average());
 
     std::vector<Product> products;
     struct Linear {
@@ -144,27 +144,27 @@ int main(int argc, char** argv) {
         if (!skipped(library)) run(p, library);
 
     std::vector<std::vector<Best>> best(products.size(), std::vector<Best>(kLibraries));
-    fpdt::train::Bf16Rates bf16;
+    fpdt::machine::Bf16Rates bf16;
     double fma_peak = 0.0;
     for (int rep = 0; rep < o.reps; ++rep) {
-      fma_peak = std::max(fma_peak, fpdt::train::measure_fma_peak_gflops(o.threads));
-      bf16.dot_peak_gflops = std::max(bf16.dot_peak_gflops, fpdt::train::measure_bf16_dot_peak_gflops(o.threads));
-      bf16.amx_peak_gflops = std::max(bf16.amx_peak_gflops, fpdt::train::measure_amx_bf16_peak_gflops(o.threads));
-      bf16.gemm_gflops = std::max(bf16.gemm_gflops, fpdt::train::measure_bf16_gemm_gflops(o.threads));
+      fma_peak = std::max(fma_peak, fpdt::machine::measure_fma_peak_gflops(o.threads));
+      bf16.dot_peak_gflops = std::max(bf16.dot_peak_gflops, fpdt::machine::measure_bf16_dot_peak_gflops(o.threads));
+      bf16.amx_peak_gflops = std::max(bf16.amx_peak_gflops, fpdt::machine::measure_amx_bf16_peak_gflops(o.threads));
+      bf16.gemm_gflops = std::max(bf16.gemm_gflops, fpdt::machine::measure_bf16_gemm_gflops(o.threads));
       for (size_t i = 0; i < products.size(); ++i)
         for (int library = 0; library < kLibraries; ++library) {
           if (skipped(library)) continue;
           const double flops = 2.0 * products[i].M * products[i].N * static_cast<double>(products[i].K);
-          const double cpu_start = fpdt::train::process_cpu_seconds();
+          const double cpu_start = fpdt::machine::process_cpu_seconds();
           const auto wall_start = std::chrono::steady_clock::now();
           run(products[i], library);
           const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-          const double cpu_seconds = fpdt::train::process_cpu_seconds() - cpu_start;
+          const double cpu_seconds = fpdt::machine::process_cpu_seconds() - cpu_start;
           Best& b = best[i][library];
           b.cpu_gflops = std::max(b.cpu_gflops, flops / cpu_seconds * o.threads * 1e-9);
           b.wall_gflops = std::max(b.wall_gflops, flops / wall * 1e-9);
         }
-      std::printf("round %d done (load %.2f)\n", rep, fpdt::train::load_average());
+      std::printf("round %d done (load %.2f)\n", rep, fpdt::machine::load_average());
     }
 
     std::printf("peaks (GFLOP/s of CPU time, %d threads): fp32 FMA %.0f, AVX512-BF16 %.0f, AMX-BF16 %.0f; "
@@ -224,13 +224,13 @@ int main(int argc, char** argv) {
           const int way = (turn + rep) % kLinearWays;
           if (way == kBf16Units && !onednn_bf16) continue;
           cpu::set_bf16_gemm_arithmetic(way == kBf16Units ? cpu::Bf16Gemm::bf16_units : cpu::Bf16Gemm::fp32_fmas);
-          const double cpu_start = fpdt::train::process_cpu_seconds();
+          const double cpu_start = fpdt::machine::process_cpu_seconds();
           const auto wall_start = std::chrono::steady_clock::now();
           backend.linear_forward(out.data(), x.data(), weight, nullptr, T, l.in, l.out, false, bf16p);
           backend.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), weight, T, l.in, l.out, false,
                                   bf16p);
           const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-          const double cpu_seconds = fpdt::train::process_cpu_seconds() - cpu_start;
+          const double cpu_seconds = fpdt::machine::process_cpu_seconds() - cpu_start;
           if (rep == 0) continue;
           best_cpu[way] = std::max(best_cpu[way], flops / cpu_seconds * o.threads * 1e-9);
           best_wall[way] = std::max(best_wall[way], flops / wall * 1e-9);

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const fpdt::model::GgufFile gguf(path);
     for (const auto& [key, value] : gguf.metadata()) (void)key.size(), (void)value.describe();
     try {
-      (void)fpdt::train::gguf_tokenizer(gguf);
+      (void)fpdt::data::gguf_tokenizer(gguf);
     } catch (const fpdt::Error& error) {
       if (error.module() == "internal") throw;  // expect_clean reports it
     }

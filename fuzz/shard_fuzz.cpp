@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static fpdt::fuzz::MemoryFile file;
   const std::string& path = file.write(data, size);
   fpdt::fuzz::expect_clean([&] {
-    const fpdt::train::ShardReader shard(path, fpdt::train::ShardCheck::full);
+    const fpdt::data::ShardReader shard(path, fpdt::data::ShardCheck::full);
     std::vector<int32_t> tokens(shard.token_count());
     shard.read(0, shard.token_count(), tokens.data());
     for (int32_t token : tokens)

@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string config_json(separator == std::string_view::npos ? std::string_view()
                                                                     : input.substr(separator + kConfigSeparator.size()));
   fpdt::fuzz::expect_clean([&] {
-    const fpdt::train::Tokenizer tokenizer =
-        fpdt::train::Tokenizer::from_json(tokenizer_json, config_json, "", "fuzz/tokenizer.json");
+    const fpdt::data::Tokenizer tokenizer =
+        fpdt::data::Tokenizer::from_json(tokenizer_json, config_json, "", "fuzz/tokenizer.json");
     const int32_t vocab = tokenizer.vocab_size();
     if (tokenizer.end_of_document_id() < 0 || tokenizer.end_of_document_id() >= vocab)
       fpdt::fuzz::finding("end-of-document id " + std::to_string(tokenizer.end_of_document_id()) +

@@ -38,10 +38,10 @@ int command_convert(int argc, char** argv) {
   const model::ParameterLayout layout(config);
   model::ParameterBlock weights(layout, "weights from " + path, Tier::offload);
   model::load_gguf_weights(file, config, layout, weights);
-  std::optional<train::Tokenizer> tokenizer;
+  std::optional<data::Tokenizer> tokenizer;
   std::string tokenizer_note;
   try {
-    tokenizer.emplace(train::gguf_tokenizer(file));
+    tokenizer.emplace(data::gguf_tokenizer(file));
   } catch (const Error& refused) {
     tokenizer_note = refused.message();  // the weights are still of use: --init-from with shards' tokenizer
   }

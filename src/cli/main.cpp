@@ -18,6 +18,7 @@
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/cpu/blas_core.h"
+#include "fpdt/machine/process.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/gguf_types.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -128,11 +129,11 @@ int command_sample(int argc, char** argv) {
   pipeline::options::threads(options, threads);
   options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
   if (!options.parse(argc, argv)) return 0;
-  train::set_threads(threads);
+  machine::set_threads(threads);
   const std::string folder = train::checkpoint_folder(checkpoint);
   const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
   // The checkpoint's own tokenizer (the one its shards were made with).
-  const train::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
+  const data::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
   auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(config, *backend);
   model::HfCheckpoint(folder).load(config, model.layout(), model.params());
@@ -167,17 +168,17 @@ int command_tokenize(int argc, char** argv) {
   if (tokenizer_path == "bytes" && !end_of_document.empty())
     throw Error("cli", "--eos-token applies to a tokenizer.json; the byte tokenizer ends documents with <|eod|>",
                 "drop --eos-token, or pass --tokenizer PATH");
-  const train::Tokenizer tokenizer =
-      tokenizer_path == "bytes" ? train::Tokenizer::bytes() : train::Tokenizer::load(tokenizer_path, end_of_document);
+  const data::Tokenizer tokenizer =
+      tokenizer_path == "bytes" ? data::Tokenizer::bytes() : data::Tokenizer::load(tokenizer_path, end_of_document);
   create_folder(out, "tokenize", "output folder");
-  const train::TokenizeSummary summary =
-      train::tokenize_files(options.positional(), out, val_fraction, tokenizer, overwrite);
+  const data::TokenizeSummary summary =
+      data::tokenize_files(options.positional(), out, val_fraction, tokenizer, overwrite);
   std::printf("%s: %llu tokens\n%s: %llu tokens\n(%llu documents, vocabulary %d, separator '%s' = %d, tokenizer %s)\n",
               summary.train_path.c_str(), static_cast<unsigned long long>(summary.train_tokens),
               summary.val_path.c_str(), static_cast<unsigned long long>(summary.val_tokens),
               static_cast<unsigned long long>(summary.documents), summary.vocab_size,
               tokenizer.end_of_document_token().c_str(), tokenizer.end_of_document_id(),
-              train::fingerprint_string(tokenizer.fingerprint()).c_str());
+              data::fingerprint_string(tokenizer.fingerprint()).c_str());
   return 0;
 }
 
@@ -194,6 +195,15 @@ void print_safetensors(const std::string& path) {
   std::printf("  %zu tensors, %lld elements\n", reader.names().size(), static_cast<long long>(total));
 }
 
+// A model's summary, as `inspect` prints it for a checkpoint and a GGUF file alike.
+void print_model_summary(const model::ModelConfig& config) {
+  std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
+              model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads, config.kv_heads,
+              config.vocab_size, static_cast<long long>(config.parameter_count()));
+  std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
+              model::describe_window(config).c_str());
+}
+
 // A GGUF file: its metadata (arrays summarised), the model it describes and its tensors with their types.
 void print_gguf(const std::string& path) {
   const model::GgufFile file(path);
@@ -201,11 +211,7 @@ void print_gguf(const std::string& path) {
               file.metadata().size(), file.tensors().size());
   for (const auto& [key, value] : file.metadata()) std::printf("  metadata %s = %s\n", key.c_str(), value.describe().c_str());
   const model::ModelConfig config = model::gguf_model_config(file);
-  std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
-              model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads, config.kv_heads,
-              config.vocab_size, static_cast<long long>(config.parameter_count()));
-  std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
-              model::describe_window(config).c_str());
+  print_model_summary(config);
   std::map<std::string, int> types;
   int64_t total = 0;
   for (const model::GgufTensorInfo& tensor : file.tensors()) {
@@ -239,11 +245,7 @@ int command_inspect(int argc, char** argv) {
     if (fs::exists(state_path))
       std::printf("trainer state:\n%s",
                   read_text_file(state_path, "cli", "the checkpoint's trainer state must be a file").c_str());
-    std::printf("model: %s, %d layers, hidden %d, %d/%d heads, vocab %d, %lld parameters\n",
-                model::model_type_name(config.type).c_str(), config.layers, config.hidden, config.heads,
-                config.kv_heads, config.vocab_size, static_cast<long long>(config.parameter_count()));
-    std::printf("positions: %s; attention window: %s\n", model::describe_rope(config).c_str(),
-                model::describe_window(config).c_str());
+    print_model_summary(config);
     std::printf("ignored config fields: %s\n", model::describe_ignored(config).c_str());
     for (const std::string& file : model::HfCheckpoint(folder).files()) print_safetensors(file);
     for (const std::string& file : train::optimizer_files(folder)) print_safetensors(file);
@@ -257,13 +259,13 @@ int command_inspect(int argc, char** argv) {
     print_safetensors(path);
     return 0;
   }
-  const train::ShardReader shard(path);
+  const data::ShardReader shard(path);
   std::printf("%s: token shard version %u, %llu tokens of %u bytes, vocabulary %u, tokenizer %s, separator id %s\n",
               path.c_str(), shard.header().version, static_cast<unsigned long long>(shard.token_count()),
               shard.token_width_bytes(), shard.vocab_size(),
               shard.tokenizer().fingerprint == 0 ? "not recorded"
-                                                 : train::fingerprint_string(shard.tokenizer().fingerprint).c_str(),
-              shard.tokenizer().end_of_document_id == train::kNoEndOfDocument
+                                                 : data::fingerprint_string(shard.tokenizer().fingerprint).c_str(),
+              shard.tokenizer().end_of_document_id == data::kNoEndOfDocument
                   ? "none"
                   : std::to_string(shard.tokenizer().end_of_document_id).c_str());
   return 0;

@@ -11,7 +11,7 @@
 #include "fpdt/plan/plan.h"
 #include "fpdt/plan/report.h"
 #include "fpdt/pipeline/run_options.h"
-#include "fpdt/train/metrics.h"
+#include "fpdt/machine/rates.h"
 
 namespace fpdt::cli {
 
@@ -75,19 +75,19 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
 
 // The cpu preset is the machine `fpdt plan` runs on, so its peak in the planned precision and the share
 // of it a GEMM sustains (the compute efficiency) are measured here on every core, as `fpdt train` measures
-// them for its MFU (train/metrics.h): fp32 the FMA peak and OpenBLAS's sgemm; bf16 the fastest unit a bf16
+// them for its MFU (machine/rates.h): fp32 the FMA peak and OpenBLAS's sgemm; bf16 the fastest unit a bf16
 // product runs on (AMX tiles, AVX512-BF16 dot products or the FMAs) and the backend's bf16 GEMM.
 void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
   const int threads = omp_get_num_procs();
   double peak = 0, sustained = 0;
   std::string unit = "fp32 FMA";
   if (precision == plan::Precision::bf16) {
-    const train::Bf16Rates bf16 = train::measure_bf16_rates(threads, train::measure_fma_peak_gflops(threads));
+    const machine::Bf16Rates bf16 = machine::measure_bf16_rates(threads, machine::measure_fma_peak_gflops(threads));
     peak = bf16.peak_gflops();
     unit = bf16.peak_unit();
     sustained = bf16.gemm_gflops;
   } else {
-    const train::MachineRates fp32 = train::measure_machine_rates(threads);
+    const machine::MachineRates fp32 = machine::measure_machine_rates(threads);
     peak = fp32.fma_peak_gflops;
     sustained = fp32.sgemm_gflops;
   }

@@ -151,7 +151,7 @@ TEST(Commands, TrainsOnVersionOneByteShards) {
   std::filesystem::remove(setup.data_dir + "/tokenizer_config.json");
   const ProgramResult trained = run_fpdt(join_args(setup.train_args(dir.file("run"), 2)));
   ASSERT_EQ(trained.exit_status, 0) << trained.output;
-  EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), train::Tokenizer::bytes().tokenizer_json());
+  EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), data::Tokenizer::bytes().tokenizer_json());
   const std::string inspected = run_fpdt("inspect " + setup.data_dir + "/train.bin").output;
   EXPECT_NE(inspected.find("token shard version 1,"), std::string::npos) << inspected;
   EXPECT_NE(inspected.find("tokenizer not recorded"), std::string::npos) << inspected;
@@ -188,7 +188,7 @@ TEST(Commands, TokenizeTrainAndSampleWithAHuggingFaceTokenizer) {
   ASSERT_NE(ids_at, std::string::npos) << sampled.output;
   int count = 0;
   for (size_t i = ids_at + 5; i < sampled.output.size(); ++i) count += sampled.output[i] == ' ';
-  const size_t prompt_ids = train::Tokenizer::load(tokenizer).encode("In the beginning God").size();
+  const size_t prompt_ids = data::Tokenizer::load(tokenizer).encode("In the beginning God").size();
   EXPECT_EQ(count, static_cast<int>(prompt_ids) + 12) << sampled.output;
 }
 

@@ -38,10 +38,10 @@ std::string write_documents(const TempDir& dir, Rng& rng) {
 
 // The mean loss of `batches` batches of `loader` on the unchunked model, each row with its documents and
 // restarted positions.
-double unchunked_loss(model::Transformer& model, train::DataLoader& loader, int batches) {
+double unchunked_loss(model::Transformer& model, data::DataLoader& loader, int batches) {
   double loss_sum = 0.0, count = 0.0;
   for (int i = 0; i < batches; ++i) {
-    const train::Batch rows = loader.next();
+    const data::Batch rows = loader.next();
     model::Batch batch{static_cast<int>(rows.batch_size), rows.seq_tokens, rows.inputs.data(), rows.targets.data(),
                        nullptr};
     batch.doc_ids = rows.doc_ids.data();
@@ -83,12 +83,12 @@ TEST(DocMask, TrainerLossesAreThoseOfTheDocuments) {
 
   auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   model::Transformer model(model::preset("gpt-tiny"), *backend, s.seed);
-  const train::DataLoaderConfig rows{.batch_size = 2, .seq_tokens = 90, .seed = s.seed, .documents = true,
-                                     .restart_positions = true, .end_of_document = train::kEndOfDocumentId};
-  train::DataLoaderConfig val_rows = rows;
-  val_rows.sampling = train::Sampling::sequential;
-  train::DataLoader train_loader(train::ShardReader(s.data_dir + "/train.bin"), rows);
-  train::DataLoader val_loader(train::ShardReader(s.data_dir + "/val.bin"), val_rows);
+  const data::DataLoaderConfig rows{.batch_size = 2, .seq_tokens = 90, .seed = s.seed, .documents = true,
+                                     .restart_positions = true, .end_of_document = data::kEndOfDocumentId};
+  data::DataLoaderConfig val_rows = rows;
+  val_rows.sampling = data::Sampling::sequential;
+  data::DataLoader train_loader(data::ShardReader(s.data_dir + "/train.bin"), rows);
+  data::DataLoader val_loader(data::ShardReader(s.data_dir + "/val.bin"), val_rows);
   const double want_val = unchunked_loss(model, val_loader, 2), want_step = unchunked_loss(model, train_loader, 1);
   // Chunked, sharded, offloaded and recomputed vs unchunked: fp32 rounding of another summation order,
   // 1e-5 relative (the bar).
@@ -111,9 +111,9 @@ TEST(DocMask, BadInputGetsOneClearError) {
   const std::string data = dir.file("no_end");
   std::filesystem::create_directories(data);
   const std::vector<int32_t> tokens(400, 'a');
-  const train::ShardTokenizer no_end{train::Tokenizer::bytes().fingerprint(), train::kNoEndOfDocument};
-  train::write_shard(data + "/train.bin", tokens, 257, no_end);
-  train::write_shard(data + "/val.bin", tokens, 257, no_end);
+  const data::ShardTokenizer no_end{data::Tokenizer::bytes().fingerprint(), data::kNoEndOfDocument};
+  data::write_shard(data + "/train.bin", tokens, 257, no_end);
+  data::write_shard(data + "/val.bin", tokens, 257, no_end);
   args[4] = data;  // --data
   expect_one_clear_error(run_fpdt(join_args(args) + "--doc-mask"),
                          {"[train]", data + "/train.bin", "records no token between its documents"});

@@ -35,7 +35,7 @@ TEST(GgufPrograms, ConvertWritesAFolderOfTheFilesWeightsConfigAndTokenizerAndNev
   model::load_gguf_weights(file, want, layout, direct);
   model::HfCheckpoint(out).load(config, layout, folder);
   EXPECT_EQ(0, std::memcmp(direct.data(), folder.data(), sizeof(float) * static_cast<size_t>(layout.total_numel())));
-  const train::Tokenizer tokenizer = train::Tokenizer::load(out);
+  const data::Tokenizer tokenizer = data::Tokenizer::load(out);
   EXPECT_EQ(tokenizer.end_of_document_token(), "<|im_end|>");
   EXPECT_EQ(tokenizer.vocab_size(), config.vocab_size);
 

@@ -15,7 +15,7 @@
 #include "fpdt/base/error.h"
 #include "testing.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 namespace {
 
 using testing::error_message;
@@ -374,4 +374,4 @@ TEST(DataLoader, ConfigErrors) {
 }
 
 }  // namespace
-}  // namespace fpdt::train
+}  // namespace fpdt::data

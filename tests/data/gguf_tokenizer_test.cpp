@@ -12,7 +12,7 @@
 #include "model/gguf_golden.h"
 #include "testing.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 namespace {
 
 class GgufTokenizer : public ::testing::TestWithParam<std::string> {};
@@ -47,4 +47,4 @@ TEST(GgufTokenizerErrors, ATokenizerModelFpdtDoesNotReadIsOneClearError) {
 }
 
 }  // namespace
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -18,7 +18,7 @@
 #include "fpdt/base/error.h"
 #include "testing.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 namespace {
 
 using testing::error_message;
@@ -337,4 +337,4 @@ TEST(Shard, ReaderMoves) {
 }
 
 }  // namespace
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -10,7 +10,7 @@
 #include "fpdt/data/shard_tokenizer.h"
 #include "testing.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 namespace {
 
 using testing::TempDir;
@@ -74,4 +74,4 @@ TEST(ShardTokenizer, TheShardsOfADataFolderResolveToItsTokenizer) {
 }
 
 }  // namespace
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -24,7 +24,7 @@
 #include "fpdt/data/tokenize_files.h"
 #include "testing.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 namespace {
 
 using testing::error_message;
@@ -482,4 +482,4 @@ TEST(TokenizeFiles, UnwritableOutputDirectoryIsAnError) {
 }
 
 }  // namespace
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -93,7 +93,7 @@ struct Fixture {
   std::unique_ptr<comm::Communicator> world = comm::make_local();
   pipeline::ModelStates states;
   AdamW optimizer{OptimizerConfig{}};
-  Tokenizer tokenizer = Tokenizer::bytes();
+  data::Tokenizer tokenizer = data::Tokenizer::bytes();
   explicit Fixture(uint64_t seed, model::ModelConfig model_config = model::preset("llama-tiny"))
       : config(model_config), states(config, *backend, *world, pipeline::ZeroConfig{}, seed) {
     random_moments(states, seed);
@@ -105,8 +105,8 @@ struct Fixture {
            std::memcmp(mine.data(), theirs.data(), mine.size() * sizeof(float)) == 0 &&
            optimizer.step() == other.optimizer.step();
   }
-  void save(const testing::TempDir& dir, int64_t step, int keep = 2) {
-    save_checkpoint(dir.path(), config, states, optimizer, state_at(step), tokenizer, "", *world, keep);
+  void save(const testing::TempDir& dir, int64_t step, int keep = kKeptCheckpoints) {
+    save_checkpoint(dir.path(), {config, states, optimizer, tokenizer, ""}, state_at(step), *world, keep);
   }
   TrainerState load(const std::string& folder) { return load_checkpoint(folder, config, states, optimizer); }
   // Sets element `index` of unit 0's first moment or second moment (which: 0 m, 1 v); returns the old.
@@ -236,7 +236,7 @@ TEST(Checkpoint, ConfigJsonStatesTheTokenizersGenerationIdsWhereTheModelStatesNo
   fixture.save(dir, 1);
   // The byte tokenizer: its end-of-document token ends generation; it has no bos or pad token.
   const nlohmann::json saved = nlohmann::json::parse(read_text_file(dir.file("step_1/config.json"), "test", ""));
-  EXPECT_EQ(saved["eos_token_id"], kEndOfDocumentId);
+  EXPECT_EQ(saved["eos_token_id"], data::kEndOfDocumentId);
   for (const char* key : {"bos_token_id", "pad_token_id"})
     EXPECT_TRUE(saved.contains(key) && saved[key].is_null()) << key;
   EXPECT_FALSE(std::filesystem::exists(dir.file("step_1/generation_config.json")));  // none given
@@ -248,8 +248,8 @@ TEST(Checkpoint, ConfigJsonStatesTheTokenizersGenerationIdsWhereTheModelStatesNo
                            {"another configuration", "eos_token_id = 256", "model 7"});
   // Ids the model states are the checkpoint's, and a generation_config.json is carried as it is.
   const std::string generation = "{\"do_sample\": true, \"eos_token_id\": [1, 2]}";
-  save_checkpoint(dir.path(), stated.config, stated.states, stated.optimizer, state_at(2), stated.tokenizer, generation,
-                  *stated.world);
+  save_checkpoint(dir.path(), {stated.config, stated.states, stated.optimizer, stated.tokenizer, generation},
+                  state_at(2), *stated.world);
   EXPECT_EQ(nlohmann::json::parse(read_text_file(dir.file("step_2/config.json"), "test", ""))["eos_token_id"], 7);
   EXPECT_EQ(read_text_file(dir.file("step_2/generation_config.json"), "test", ""), generation);
   EXPECT_EQ(model::read_generation_config(dir.file("step_2")), generation);
@@ -289,7 +289,7 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
           random_moments(states, seed);
           AdamW optimizer{OptimizerConfig{}};
           optimizer.set_step(2);
-          save_checkpoint(run, config, states, optimizer, state_at(2), Tokenizer::bytes(), "", world);
+          save_checkpoint(run, {config, states, optimizer, data::Tokenizer::bytes(), ""}, state_at(2), world);
         });
       EXPECT_EQ(optimizer_files(run + "/step_2").size(), static_cast<size_t>(from.stage >= 1 ? from.ranks : 1));
       std::mutex mutex;
@@ -312,13 +312,14 @@ TEST(Checkpoint, CarriesItsTokenizer) {
   config.vocab_size = 512;
   Fixture fixture(testing::fresh_seed(), config);
   const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers";
-  const Tokenizer tokenizer = Tokenizer::load(fixtures + "/llama3");  // 500 ids, the model has more
+  const data::Tokenizer tokenizer = data::Tokenizer::load(fixtures + "/llama3");  // 500 ids, the model has more
   ASSERT_LE(tokenizer.vocab_size(), fixture.config.vocab_size);
-  fixture.tokenizer = Tokenizer::load(fixtures + "/llama3");
+  fixture.tokenizer = data::Tokenizer::load(fixtures + "/llama3");
   fixture.save(dir, 1);
   const std::string step = dir.file("step_1");
   EXPECT_EQ(checkpoint_tokenizer(step, fixture.config.vocab_size).fingerprint(), tokenizer.fingerprint());
-  EXPECT_EQ(Tokenizer::load(step).end_of_document_token(), "<|end_of_text|>");  // tokenizer_config.json came along
+  // tokenizer_config.json came along
+  EXPECT_EQ(data::Tokenizer::load(step).end_of_document_token(), "<|end_of_text|>");
 
   // Another tokenizer put in its place.
   std::filesystem::remove(step + "/tokenizer_config.json");

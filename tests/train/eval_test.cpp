@@ -29,8 +29,8 @@ using testing::TempDir;
 
 const std::string kSource = FPDT_SOURCE_DIR;
 
-const Tokenizer& byte_tokenizer() {
-  static const Tokenizer bytes = Tokenizer::bytes();
+const data::Tokenizer& byte_tokenizer() {
+  static const data::Tokenizer bytes = data::Tokenizer::bytes();
   return bytes;
 }
 
@@ -38,7 +38,7 @@ const Tokenizer& byte_tokenizer() {
 struct Checkpoint {
   std::string folder;
   model::ModelConfig config;
-  const Tokenizer* tokenizer = &byte_tokenizer();
+  const data::Tokenizer* tokenizer = &byte_tokenizer();
 };
 
 Checkpoint golden_checkpoint(const std::string& name) {
@@ -50,7 +50,7 @@ Checkpoint golden_checkpoint(const std::string& name) {
 
 // A small Llama with weights N(0, 0.3²) — far from uniform predictions, so positions differ — saved as a
 // checkpoint folder with `tokenizer`.
-Checkpoint written_checkpoint(const TempDir& dir, const Tokenizer& tokenizer, uint64_t seed) {
+Checkpoint written_checkpoint(const TempDir& dir, const data::Tokenizer& tokenizer, uint64_t seed) {
   Checkpoint checkpoint;
   checkpoint.folder = dir.file("model");
   checkpoint.tokenizer = &tokenizer;
@@ -77,13 +77,13 @@ Checkpoint written_checkpoint(const TempDir& dir, const Tokenizer& tokenizer, ui
 }
 
 // <dir>/data/val.bin: `tokens` random ids of the tokenizer, recorded as made by it.
-std::string random_shard(const TempDir& dir, const Tokenizer& tokenizer, int64_t tokens, Rng& rng) {
+std::string random_shard(const TempDir& dir, const data::Tokenizer& tokenizer, int64_t tokens, Rng& rng) {
   const std::string data = dir.file("data");
   std::filesystem::create_directories(data);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (int32_t& id : ids) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(tokenizer.vocab_size())));
-  write_shard(data + "/val.bin", ids, static_cast<uint32_t>(tokenizer.vocab_size()),
-              ShardTokenizer{tokenizer.fingerprint(), static_cast<uint32_t>(tokenizer.end_of_document_id())});
+  data::write_shard(data + "/val.bin", ids, static_cast<uint32_t>(tokenizer.vocab_size()),
+              data::ShardTokenizer{tokenizer.fingerprint(), static_cast<uint32_t>(tokenizer.end_of_document_id())});
   return data;
 }
 
@@ -126,7 +126,8 @@ TokenResults training_forward(const Checkpoint& checkpoint, const model::Batch& 
   TokenResults results{std::vector<float>(n, 0.0f), std::vector<int32_t>(n, 0)};
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
-    set_threads(1);  // as settings_for's eval: a GEMM's cut over the team (and so its rounding) follows the count
+    // As settings_for's eval: a GEMM's cut over the team (and so its rounding) follows the count.
+    machine::set_threads(1);
     pipeline::RunSpec pipeline;
     pipeline.chunks = chunks;
     pipeline::FpdtModel model(checkpoint.config, *backend, comm, pipeline);
@@ -169,14 +170,14 @@ struct Sequences {
   std::vector<int32_t> inputs, targets;
   model::Batch batch;
   Sequences(const std::string& data, int64_t S, int64_t count) {
-    const ShardReader shard(data + "/val.bin");
+    const data::ShardReader shard(data + "/val.bin");
     std::vector<int32_t> window(static_cast<size_t>(S + 1));
     inputs.resize(static_cast<size_t>(count * S));
     targets.resize(inputs.size());
     for (int64_t k = 0; k < count; ++k) {
       shard.read(static_cast<uint64_t>(k * S), static_cast<uint64_t>(S + 1), window.data());
-      fill_inputs(inputs.data() + k * S, S, window, 0);
-      fill_targets(targets.data() + k * S, S, window);
+      data::fill_inputs(inputs.data() + k * S, S, window, 0);
+      data::fill_targets(targets.data() + k * S, S, window);
     }
     batch = model::Batch{static_cast<int>(count), S, inputs.data(), targets.data(), nullptr};
   }
@@ -277,7 +278,7 @@ TEST(Eval, LossByPositionEqualsTrainingForwardBpe) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
   TempDir dir;
-  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
+  const data::Tokenizer bpe = data::Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
   const Checkpoint checkpoint = written_checkpoint(dir, bpe, seed);
   const std::string data = random_shard(dir, bpe, 2 * 40 + 1, rng);
   check_loss_by_position(checkpoint, data, dir, 40, 2);
@@ -292,8 +293,8 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
     SCOPED_TRACE(bpe ? "bpe" : "bytes");
     Rng rng(seed);
     TempDir dir;
-    const Tokenizer bpe_tokenizer = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
-    const Tokenizer& tokenizer = bpe ? bpe_tokenizer : byte_tokenizer();
+    const data::Tokenizer bpe_tokenizer = data::Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
+    const data::Tokenizer& tokenizer = bpe ? bpe_tokenizer : byte_tokenizer();
     const Checkpoint checkpoint = written_checkpoint(dir, tokenizer, seed);
     const std::string data = random_shard(dir, tokenizer, 400, rng);
     const int64_t fixed = passkey_fixed_tokens(tokenizer, "12345");
@@ -319,7 +320,7 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
         for (int trial = 0; trial < 2; ++trial) {
           const std::string number = std::to_string(10000 + numbers.below(90000));
           const PasskeyPrompt prompt = make_passkey_prompt(tokenizer, L, depth, number);
-          std::vector<int32_t> targets(static_cast<size_t>(L), kIgnoreIndex);
+          std::vector<int32_t> targets(static_cast<size_t>(L), data::kIgnoreIndex);
           for (int64_t p = prompt.answer_begin - 1; p + 1 < L; ++p) targets[p] = prompt.tokens[p + 1];
           const TokenResults got = training_forward(
               checkpoint, model::Batch{1, L, prompt.tokens.data(), targets.data(), nullptr}, 2, 2);
@@ -346,8 +347,8 @@ TEST(Eval, PasskeyAnswersAreTheGreedyPredictions) {
 
 // Golden: the byte tokenizer's prompts as text and a BPE tokenizer's as ids; and the layout's rules.
 TEST(Eval, PasskeyPromptLayoutGolden) {
-  const Tokenizer& bytes = byte_tokenizer();
-  const Tokenizer bpe = Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
+  const data::Tokenizer& bytes = byte_tokenizer();
+  const data::Tokenizer bpe = data::Tokenizer::load(kSource + "/tests/data/fixtures/tokenizers/gpt2");
   std::string text;
   for (const auto& [tokenizer, name, length] :
        {std::tuple{&bytes, "bytes", int64_t{800}}, std::tuple{&bpe, "gpt2 fixture", int64_t{300}}})

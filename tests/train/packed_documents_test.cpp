@@ -41,9 +41,9 @@ struct Packed {
         token = b != 1 && rng.below(static_cast<uint64_t>(mean_document)) == 0 ? kEnd
                                                                                : static_cast<int32_t>(rng.below(kEnd));
       const size_t row = static_cast<size_t>(b * S);
-      fill_inputs(&inputs[row], S, window, 0);
-      fill_targets(&targets[row], S, window);
-      fill_documents(&doc_ids[row], &positions[row], S, window, kEnd);
+      data::fill_inputs(&inputs[row], S, window, 0);
+      data::fill_targets(&targets[row], S, window);
+      data::fill_documents(&doc_ids[row], &positions[row], S, window, kEnd);
     }
   }
   // The batch as the trainer hands it to the model: document ids, and positions when restarted.

@@ -38,4 +38,7 @@ class Error : public std::runtime_error {
 // Human-readable byte count: "1.50 GiB", "512 B".
 std::string format_bytes(double bytes);
 
+// A number to four significant digits: "0.0003", "176.4", "1.235e+05".
+std::string format_number(double value);
+
 }  // namespace fpdt

@@ -9,7 +9,7 @@
 
 #include "fpdt/base/error.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -211,4 +211,4 @@ void DataLoader::restore(const DataLoaderState& state) {
   epoch_ = state.epoch;
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

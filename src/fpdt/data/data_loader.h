@@ -15,7 +15,7 @@
 #include "fpdt/data/shard.h"
 #include "fpdt/kernels/ops.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 // Target of a position that does not count in the loss (PyTorch's ignore_index, −100): the one the
 // cross-entropy kernels skip, so the loader and the loss cannot disagree.
@@ -121,4 +121,4 @@ class DataLoader {
   std::vector<int32_t> window_;  // (S + 1) scratch
 };
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

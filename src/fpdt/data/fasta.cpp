@@ -5,7 +5,7 @@
 
 #include "fpdt/data/tokenizer.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 void FastaParser::feed(std::string_view text) {
   for (const char c : text) {
@@ -58,4 +58,4 @@ bool has_fasta_extension(std::string_view path) {
   return extension == ".fa" || extension == ".fasta" || extension == ".fna";
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 // FASTA state machine: feed() any split of the text, the records are the same. A record's text goes
 // to `on_record` when the next header starts or at finish().
@@ -37,4 +37,4 @@ std::vector<int32_t> tokenize_fasta(std::string_view text);
 // True when the extension (any case) is .fa, .fasta or .fna.
 bool has_fasta_extension(std::string_view path);
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

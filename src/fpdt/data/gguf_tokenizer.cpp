@@ -8,7 +8,7 @@
 #include "fpdt/data/text/byte_level.h"
 #include "fpdt/data/text/unicode.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -169,4 +169,4 @@ Tokenizer gguf_tokenizer(const model::GgufFile& file) {
   return Tokenizer::from_json(tokenizer_json, config_json, "", file.path() + " (tokenizer.ggml.*)");
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -8,10 +8,10 @@
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/model/gguf.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 // Throws fpdt::Error naming the file and key for a file without a tokenizer, or one whose model is not
 // "gpt2" (byte-level BPE; SentencePiece "llama" tokenizers are not read).
 Tokenizer gguf_tokenizer(const model::GgufFile& file);
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -16,7 +16,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -375,4 +375,4 @@ void ShardReader::read(uint64_t begin, uint64_t count, int32_t* out) const {
   }
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 inline constexpr char kShardMagic[8] = {'F', 'P', 'D', 'T', 'S', 'H', 'R', 'D'};
 inline constexpr uint32_t kShardVersion = 2;
@@ -121,4 +121,4 @@ class ShardReader {
   size_t map_bytes_ = 0;
 };
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -6,7 +6,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -71,4 +71,4 @@ Tokenizer shards_tokenizer(const std::string& module, const std::string& data_di
   return tokenizer;
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

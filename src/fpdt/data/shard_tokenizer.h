@@ -8,7 +8,7 @@
 #include "fpdt/data/shard.h"
 #include "fpdt/data/tokenizer.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 // Whether `tokenizer` made `shard`: the shard records its fingerprint, or records none (version 1,
 // written only by the byte tokenizer, the one there was then) and `tokenizer` is the byte tokenizer
@@ -26,4 +26,4 @@ void check_made_by(const std::string& module, const ShardReader& shard, const To
 Tokenizer shards_tokenizer(const std::string& module, const std::string& data_dir, const ShardReader& train_shard,
                            const ShardReader* val_shard);
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -19,7 +19,7 @@
 #include "fpdt/data/tokenize_files.h"
 #include "fpdt/data/tokenizer.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -162,4 +162,4 @@ TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, cons
   return summary;
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

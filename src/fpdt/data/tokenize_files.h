@@ -8,7 +8,7 @@
 
 #include "fpdt/data/tokenizer.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 struct TokenizeSummary {
   std::string train_path;      // <output_dir>/train.bin
@@ -32,4 +32,4 @@ struct TokenizeSummary {
 TokenizeSummary tokenize_files(const std::vector<std::string>& input_paths, const std::string& output_dir,
                                double val_fraction, const Tokenizer& tokenizer, bool overwrite = false);
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -18,7 +18,7 @@
 #include "fpdt/data/text/unicode.h"
 #include "fpdt/data/tokenizer_impl.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -403,4 +403,4 @@ std::string fingerprint_string(uint64_t fingerprint) {
   return text;
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

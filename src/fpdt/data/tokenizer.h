@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 inline constexpr int32_t kByteVocabSize = 256;
 inline constexpr int32_t kEndOfDocumentId = 256;  // of the byte tokenizer
@@ -91,4 +91,4 @@ class Tokenizer {
 // "0x" + 16 hex digits, as fingerprints are printed in messages.
 std::string fingerprint_string(uint64_t fingerprint);
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

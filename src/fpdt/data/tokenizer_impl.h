@@ -17,7 +17,7 @@
 #include "fpdt/data/text/oniguruma.h"
 #include "fpdt/data/tokenizer.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace tokenizer_detail {
 
@@ -96,4 +96,4 @@ struct Tokenizer::Impl {
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
 };
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -16,7 +16,7 @@
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/data/tokenizer_impl.h"
 
-namespace fpdt::train {
+namespace fpdt::data {
 
 namespace {
 
@@ -318,4 +318,4 @@ void Tokenizer::save(const std::string& directory) const {
   }
 }
 
-}  // namespace fpdt::train
+}  // namespace fpdt::data

@@ -41,7 +41,7 @@ std::string read_text(const std::string& path) {
   return read_text_file(path, kModule, "the checkpoint is incomplete; resume from another one");
 }
 
-nlohmann::json cursor_to_json(const DataLoaderState& s) {
+nlohmann::json cursor_to_json(const data::DataLoaderState& s) {
   return {{"rng_state", {s.rng_state[0], s.rng_state[1], s.rng_state[2], s.rng_state[3]}},
           {"batches_served", s.batches_served},
           {"next_window", s.next_window},
@@ -60,8 +60,8 @@ T whole_number(const nlohmann::ordered_json& value, const std::string& path, con
   return json::integer<T>(value, path + " is corrupt: \"" + key + "\"", kModule);
 }
 
-DataLoaderState cursor_from_json(const nlohmann::ordered_json& json, const std::string& path) {
-  DataLoaderState s{};
+data::DataLoaderState cursor_from_json(const nlohmann::ordered_json& json, const std::string& path) {
+  data::DataLoaderState s{};
   const nlohmann::ordered_json& rng = json.at("rng_state");
   if (!rng.is_array() || rng.size() != 4) throw std::invalid_argument("\"rng_state\" must have 4 words");
   for (size_t i = 0; i < 4; ++i) s.rng_state[i] = whole_number<uint64_t>(rng[i], path, "rng_state");
@@ -100,7 +100,7 @@ int64_t optimizer_step(const SafetensorsReader& moments, const std::string& path
 
 // The model as a checkpoint's config.json states it: the generation token ids the config leaves unset
 // are the tokenizer's, or null where it has none; never an id outside the vocabulary.
-model::ModelConfig with_tokenizer_ids(model::ModelConfig config, const Tokenizer& tokenizer) {
+model::ModelConfig with_tokenizer_ids(model::ModelConfig config, const data::Tokenizer& tokenizer) {
   auto fill = [&](std::optional<model::TokenIds>& field, int32_t id) {
     if (field) return;
     field.emplace();
@@ -115,7 +115,7 @@ model::ModelConfig with_tokenizer_ids(model::ModelConfig config, const Tokenizer
 }  // namespace
 
 void write_hf_model_files(const std::string& dir, const model::ModelConfig& config, const model::ParameterLayout& layout,
-                          const model::ParameterBlock& weights, const Tokenizer* tokenizer,
+                          const model::ParameterBlock& weights, const data::Tokenizer* tokenizer,
                           const std::string& generation_config) {
   save_hf_safetensors(config, layout, weights, (fs::path(dir) / "model.safetensors").string());
   write_text_atomic((fs::path(dir) / "config.json").string(),
@@ -125,10 +125,9 @@ void write_hf_model_files(const std::string& dir, const model::ModelConfig& conf
   if (tokenizer) tokenizer->save(dir);
 }
 
-void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
-                     AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     const std::string& generation_config, comm::Communicator& world, int keep,
-                     const std::function<void()>& shard_written) {
+void save_checkpoint(const std::string& run_dir, const CheckpointSource& source, const TrainerState& state,
+                     comm::Communicator& world, int keep, const std::function<void()>& shard_written) {
+  auto& [config, states, optimizer, tokenizer, generation_config] = source;
   const std::string name = "step_" + std::to_string(state.step);
   // Never a checkpoint of a broken run: the older checkpoints stay the newest ones.
   check_finite_state(states, "refusing to save " + name + ": the model",
@@ -189,7 +188,7 @@ void save_checkpoint(const std::string& run_dir, const model::ModelConfig& confi
         {"step", state.step},
         {"seed", state.seed},
         {"data_cursor", cursor_to_json(state.data)},
-        {"tokenizer_fingerprint", fingerprint_string(tokenizer.fingerprint())},
+        {"tokenizer_fingerprint", data::fingerprint_string(tokenizer.fingerprint())},
         {"optimizer", {{"zero_stage", states.zero().stage}, {"ranks", states.partition_ranks()}}},
         {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
     write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
@@ -401,15 +400,15 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::Mod
   return state;
 }
 
-Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size) {
+data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size) {
   const fs::path dir(checkpoint_dir);
-  if (!fs::exists(dir / kTokenizerFile)) {
-    if (model_vocab_size == Tokenizer::bytes().vocab_size()) return Tokenizer::bytes();
-    throw Error(kModule, checkpoint_dir + " carries no " + kTokenizerFile + " and its model's vocabulary (" +
+  if (!fs::exists(dir / data::kTokenizerFile)) {
+    if (model_vocab_size == data::Tokenizer::bytes().vocab_size()) return data::Tokenizer::bytes();
+    throw Error(kModule, checkpoint_dir + " carries no " + data::kTokenizerFile + " and its model's vocabulary (" +
                              std::to_string(model_vocab_size) + ") is not the byte tokenizer's",
                 "copy the tokenizer.json (and tokenizer_config.json) that its training shards were made with into it");
   }
-  Tokenizer tokenizer = Tokenizer::load(checkpoint_dir);
+  data::Tokenizer tokenizer = data::Tokenizer::load(checkpoint_dir);
   const fs::path state_path = dir / "trainer_state.json";
   if (fs::exists(state_path)) {
     uint64_t recorded = 0;
@@ -429,13 +428,14 @@ Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_
     }
     if (recorded != 0 && recorded != tokenizer.fingerprint())
       throw Error(kModule,
-                  (dir / kTokenizerFile).string() + " is another tokenizer (" + fingerprint_string(tokenizer.fingerprint()) +
-                      ") than the one the model was trained with (" + fingerprint_string(recorded) + ")",
+                  (dir / data::kTokenizerFile).string() + " is another tokenizer (" +
+                      data::fingerprint_string(tokenizer.fingerprint()) +
+                      ") than the one the model was trained with (" + data::fingerprint_string(recorded) + ")",
                   "put back the tokenizer.json the run's shards were made with (fpdt inspect on a shard shows its fingerprint)");
   }
   if (tokenizer.vocab_size() > model_vocab_size)
     throw Error(kModule,
-                (dir / kTokenizerFile).string() + " has ids up to " + std::to_string(tokenizer.vocab_size() - 1) +
+                (dir / data::kTokenizerFile).string() + " has ids up to " + std::to_string(tokenizer.vocab_size() - 1) +
                     ", beyond the model's vocabulary of " + std::to_string(model_vocab_size),
                 "the tokenizer does not belong to this model");
   return tokenizer;

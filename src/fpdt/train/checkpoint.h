@@ -41,7 +41,7 @@ namespace fpdt::train {
 
 struct TrainerState {
   int64_t step = 0;            // optimizer steps completed
-  DataLoaderState data{};      // the training loader's cursor
+  data::DataLoaderState data{};  // the training loader's cursor
   uint64_t seed = 0;
   nlohmann::ordered_json settings;  // the run's effective settings ({"option": value}), for `fpdt inspect`
   int optimizer_ranks = 0;     // the partition the optimizer's shards were saved in (0: version 1, whole moments)
@@ -53,21 +53,32 @@ struct TrainerState {
 // `tokenizer` is not null. Checkpoints hold these beside the optimizer's files; `fpdt convert` writes
 // only these. Throws fpdt::Error naming the path on any failure.
 void write_hf_model_files(const std::string& dir, const model::ModelConfig& config, const model::ParameterLayout& layout,
-                          const model::ParameterBlock& weights, const Tokenizer* tokenizer,
+                          const model::ParameterBlock& weights, const data::Tokenizer* tokenizer,
                           const std::string& generation_config);
+
+// What a checkpoint is written from, besides the trainer state: the model (its config, states and
+// optimizer) and what travels with its weights — the tokenizer (its files beside the weights, its
+// fingerprint in trainer_state.json) and generation_config.json's text ("" for none).
+struct CheckpointSource {
+  const model::ModelConfig& config;
+  pipeline::ModelStates& states;
+  AdamW& optimizer;
+  const data::Tokenizer& tokenizer;
+  const std::string& generation_config;
+};
+
+// The step folders a run keeps: the newest two, the latest and the one before it.
+inline constexpr int kKeptCheckpoints = 2;
 
 // Saves a checkpoint of step state.step and points <run_dir>/latest at it; keeps the newest `keep`
 // step folders and removes older ones. Collective over `world` (the states' ranks). Refuses (fpdt::Error
 // on every rank, nothing written or removed) weights or moments that are not finite, so every
 // checkpoint in a run folder is one a run can continue from and the rotation never deletes the last
-// finite one. Throws fpdt::Error naming the path on any failure. The tokenizer's files are written
-// beside the weights, its fingerprint into trainer_state.json; `generation_config` (a
-// generation_config.json's text, "" for none) beside them.
+// finite one. Throws fpdt::Error naming the path on any failure.
 // shard_written: a test hook each rank runs once its optimizer shard is written (before the checkpoint
 // is complete).
-void save_checkpoint(const std::string& run_dir, const model::ModelConfig& config, pipeline::ModelStates& states,
-                     AdamW& optimizer, const TrainerState& state, const Tokenizer& tokenizer,
-                     const std::string& generation_config, comm::Communicator& world, int keep = 2,
+void save_checkpoint(const std::string& run_dir, const CheckpointSource& source, const TrainerState& state,
+                     comm::Communicator& world, int keep = kKeptCheckpoints,
                      const std::function<void()>& shard_written = {});
 
 // What <run>/latest holds until the run's first checkpoint.
@@ -107,6 +118,6 @@ std::vector<std::string> optimizer_files(const std::string& checkpoint_dir);
 // trainer_state.json records), or the byte tokenizer for checkpoints from before tokenizer files when
 // the model's vocabulary is the byte tokenizer's 257. Throws fpdt::Error when the folder has no
 // tokenizer, another one than it was trained with, or one whose ids do not fit `model_vocab_size`.
-Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size);
+data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint_dir, int32_t model_vocab_size);
 
 }  // namespace fpdt::train

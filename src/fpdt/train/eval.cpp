@@ -16,6 +16,7 @@
 #include "fpdt/data/shard.h"
 #include "fpdt/data/shard_tokenizer.h"
 #include "fpdt/kernels/backend.h"
+#include "fpdt/machine/process.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/pipeline/run_options.h"
@@ -87,14 +88,14 @@ std::vector<int64_t> passkey_lengths(const EvalSettings& s) {
 }
 
 // The shard of the split, checked against the checkpoint's tokenizer.
-ShardReader open_split(const EvalSettings& s, const Tokenizer& tokenizer, const std::string& folder) {
+data::ShardReader open_split(const EvalSettings& s, const data::Tokenizer& tokenizer, const std::string& folder) {
   const std::string path = path_in(s.data_dir, s.split + ".bin");
   if (!std::filesystem::exists(path))
     throw Error(kModule, "no " + s.split + ".bin in " + s.data_dir,
                 "tokenize held-out text with the checkpoint's tokenizer: fpdt tokenize --tokenizer " + folder +
                     " --out " + s.data_dir + " FILE...");
-  ShardReader shard(path);
-  check_made_by(kModule, shard, tokenizer, folder);
+  data::ShardReader shard(path);
+  data::check_made_by(kModule, shard, tokenizer, folder);
   return shard;
 }
 
@@ -145,12 +146,12 @@ std::vector<PositionBucket> position_buckets(int64_t seq_tokens) {
   return buckets;
 }
 
-int64_t passkey_fixed_tokens(const Tokenizer& tokenizer, const std::string& number) {
+int64_t passkey_fixed_tokens(const data::Tokenizer& tokenizer, const std::string& number) {
   return static_cast<int64_t>(tokenizer.encode(kPasskeyIntro).size() + tokenizer.encode(passkey_needle(number)).size() +
                               tokenizer.encode(kPasskeyQuestion).size() + tokenizer.encode(" " + number).size());
 }
 
-PasskeyPrompt make_passkey_prompt(const Tokenizer& tokenizer, int64_t length_tokens, double depth,
+PasskeyPrompt make_passkey_prompt(const data::Tokenizer& tokenizer, int64_t length_tokens, double depth,
                                   const std::string& number) {
   const std::vector<int32_t> intro = tokenizer.encode(kPasskeyIntro), filler = tokenizer.encode(kPasskeyFiller),
                              needle = tokenizer.encode(passkey_needle(number)),
@@ -210,9 +211,9 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.positions = model::describe_rope(config);
   result.rope_parameters = model::rope_parameters_json(config);
   result.rope_overridden = s.rope_theta.has_value() || !s.rope_scaling.empty();
-  const Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
+  const data::Tokenizer tokenizer = checkpoint_tokenizer(result.checkpoint, config.vocab_size);
   const int64_t S = s.run.seq_tokens;
-  ShardReader shard;
+  data::ShardReader shard;
   if (!s.dry_run) {
   shard = open_split(s, tokenizer, result.checkpoint);
   const int64_t whole = static_cast<int64_t>((shard.token_count() - std::min<uint64_t>(shard.token_count(), 1)) /
@@ -234,7 +235,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   if (!s.dry_run && world.rank() == 0) create_folder(s.out_dir, kModule, "results folder (--out)");
 
   // The model, laid out for forward passes only.
-  set_threads(s.run.threads);
+  machine::set_threads(s.run.threads);
   if (s.run.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.run.compute_mem_bytes));
   auto backend = kernels::make_backend(s.run.backend);
   if (s.run.offload.kind == pipeline::OffloadKind::disk)
@@ -245,7 +246,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     model.dry_run(S, static_cast<int>(s.run.batch_size));
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-    result.peak_rss_bytes = peak_rss_bytes();
+    result.peak_rss_bytes = machine::peak_rss_bytes();
     return result;
   }
   {  // read in host memory, then into the model's states (the compute tier may be a GPU's)
@@ -273,8 +274,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       const int rows = static_cast<int>(std::min(B, result.sequences - first));
       for (int row = 0; row < rows; ++row) {
         shard.read(static_cast<uint64_t>((first + row) * S), static_cast<uint64_t>(S + 1), window.data());
-        fill_inputs(inputs.data() + row * S, S, window, 0);
-        fill_targets(targets.data() + row * S, S, window);
+        data::fill_inputs(inputs.data() + row * S, S, window, 0);
+        data::fill_targets(targets.data() + row * S, S, window);
       }
       model.forward(model::Batch{rows, S, inputs.data(), targets.data(), nullptr},
                     pipeline::TokenOutputs{losses.data(), nullptr});
@@ -337,7 +338,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(s.run.batch_size)) {
         const size_t rows = std::min(prompts.size() - first, static_cast<size_t>(s.run.batch_size));
         inputs.assign(rows * static_cast<size_t>(L), 0);
-        targets.assign(inputs.size(), kIgnoreIndex);
+        targets.assign(inputs.size(), data::kIgnoreIndex);
         losses.assign(inputs.size(), 0.0f);
         predictions.assign(inputs.size(), 0);
         for (size_t row = 0; row < rows; ++row) {
@@ -356,7 +357,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
           const int64_t answer_begin = prompts[first + row].answer_begin;
           for_each_local_position(length_plan, [&](int64_t p) {
             const int32_t target = targets[at + static_cast<size_t>(p)];
-            if (target == kIgnoreIndex) return;
+            if (target == data::kIgnoreIndex) return;
             tally[0] += predictions[at + static_cast<size_t>(p)] != target ? 1.0 : 0.0;
             tally[1] += losses[at + static_cast<size_t>(p)];
             greedy[answer_at[first + row] + static_cast<size_t>(p + 1 - answer_begin)] =
@@ -390,7 +391,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
 
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-  result.peak_rss_bytes = peak_rss_bytes();
+  result.peak_rss_bytes = machine::peak_rss_bytes();
   if (world.rank() == 0) {
     write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
     if (!result.passkey.empty())

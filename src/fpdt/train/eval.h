@@ -69,11 +69,11 @@ struct PasskeyPrompt {
   int64_t needle_begin = 0;     // first token of the needle
   int64_t answer_begin = 0;     // first token of the answer; the answer runs to the end
 };
-PasskeyPrompt make_passkey_prompt(const Tokenizer& tokenizer, int64_t length_tokens, double depth,
+PasskeyPrompt make_passkey_prompt(const data::Tokenizer& tokenizer, int64_t length_tokens, double depth,
                                   const std::string& number);
 // Tokens of a prompt that are not filler (intro, needle, question, answer), for the number's length of
 // digits: the shortest length a prompt can have.
-int64_t passkey_fixed_tokens(const Tokenizer& tokenizer, const std::string& number);
+int64_t passkey_fixed_tokens(const data::Tokenizer& tokenizer, const std::string& number);
 
 struct LossBucket {
   PositionBucket positions;

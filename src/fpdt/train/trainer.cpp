@@ -1,14 +1,8 @@
 // The training loop: set-up, step, evaluate, finish (see trainer.h).
 #include "fpdt/train/trainer.h"
 
-#include <omp.h>
-#include <sched.h>
-
-#include <algorithm>
 #include <csignal>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -20,128 +14,27 @@
 #include "fpdt/data/gguf_tokenizer.h"
 #include "fpdt/data/shard_tokenizer.h"
 #include "fpdt/data/tokenizer.h"
-#include "fpdt/kernels/cpu/blas_core.h"
-#include "fpdt/kernels/cpu/cpu_backend.h"
-#include "fpdt/kernels/cpu/gemm.h"
-#include "fpdt/kernels/cuda/cuda_backend.h"
+#include "fpdt/kernels/backend.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
-#include "fpdt/train/sampler.h"
+#include "fpdt/train/dry_run.h"
+#include "fpdt/train/run_sample.h"
+#include "fpdt/train/run_table.h"
 
 namespace fpdt::train {
 
 namespace {
 
 constexpr const char* kModule = "train";
-constexpr double kPeakRecheckMinStepSeconds = 1.0;  // Trainer::recheck_fma_peak: steps at least this long
 
 std::string str(int64_t value) { return std::to_string(value); }
 
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
-// The fewest cores a rank may run on (its CPU affinity, sched_getaffinity) and the first rank with
-// that few. A launcher's binding (Open MPI binds each rank to one core by default) or taskset can
-// leave a rank fewer cores than its --threads. Collective over `world` (except in a dry run).
-struct RankCores {
-  int cores = 0;  // 0: unknown
-  int rank = 0;
-};
-
-RankCores fewest_cores(comm::Communicator& world, bool dry_run) {
-  constexpr int kMaxCpus = 8192;
-  cpu_set_t* set = CPU_ALLOC(kMaxCpus);
-  const size_t bytes = CPU_ALLOC_SIZE(kMaxCpus);
-  CPU_ZERO_S(bytes, set);
-  const int own = ::sched_getaffinity(0, bytes, set) == 0 ? CPU_COUNT_S(bytes, set) : 0;
-  CPU_FREE(set);
-  if (dry_run || world.size() == 1) return {own, world.rank()};
-  std::vector<double> cores(static_cast<size_t>(world.size()), 0.0);
-  cores[static_cast<size_t>(world.rank())] = own;
-  world.all_reduce_sum(cores.data(), cores.size());
-  const auto fewest = std::min_element(cores.begin(), cores.end());
-  return {static_cast<int>(*fewest), static_cast<int>(fewest - cores.begin())};
-}
-
-// The model's facts, then every option's value (from the option declarations), two to a row; rank 0.
-void print_table(const model::ModelConfig& config, const TrainSettings& s, int threads, const RankCores& cores,
-                 const MachineRates& rates, const Bf16Rates& bf16, double mfu_peak_gflops,
-                 const comm::Communicator& world) {
-  auto row = [](const std::string& key, const std::string& value) {
-    char line[160];
-    std::snprintf(line, sizeof line, "| %-22s | %-48s |", key.c_str(), value.c_str());
-    log::info(line);
-  };
-  const std::string rule = "+" + std::string(24, '-') + "+" + std::string(50, '-') + "+";
-  const std::string option_rule = "+" + std::string(37, '-') + "+" + std::string(37, '-') + "+";
-  log::info(rule);
-  row("model", config.name + " (" + model::model_type_name(config.type) + ")");
-  row("layers / hidden / ffn", str(config.layers) + " / " + str(config.hidden) + " / " + str(config.ffn_hidden));
-  row("heads / kv heads / dim", str(config.heads) + " / " + str(config.kv_heads) + " / " + str(config.head_dim));
-  row("vocabulary", str(config.vocab_size));
-  row("parameters", str(config.parameter_count()));
-  row("positions", model::describe_rope(config));
-  row("attention window", model::describe_window(config));
-  if (!config.ignored_fields.empty()) row("ignored config fields", model::describe_ignored(config));
-  const pipeline::ChunkPlan plan = pipeline::plan_chunks(s.run, s.run.seq_tokens, s.run.sp, 0);
-  const int64_t padding = plan.padded_tokens - plan.seq_tokens;
-  row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
-                    " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
-  row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads));
-  if (cores.cores > 0) {
-    const bool too_few = cores.cores < threads;
-    row("cores per rank", str(cores.cores) + " (CPU affinity" + (world.size() > 1 ? " of rank " + str(cores.rank) : "") +
-                              ")" + (too_few ? ": fewer than " + str(threads) + " threads" : ""));
-    if (too_few)
-      row("  to give them cores",
-          world.backend() == "mpi" ? "mpirun --bind-to none, or --map-by slot:PE=" + str(threads)
-                                   : "widen taskset/numactl/cpuset, or --threads " + str(cores.cores));
-  }
-  if (s.peak_gflops > 0) {
-    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " (given)");
-  } else if (!rates.peak_stated_for.empty()) {
-    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " fp32, stated for " + rates.peak_stated_for);
-  } else {
-    row("peak GFLOP/s", number(rates.fma_peak_gflops) + " FMA (" + str(rates.vector_bits) + "-bit), measured");
-    row("sgemm GFLOP/s", number(rates.sgemm_gflops) + " OpenBLAS, measured (load " + number(rates.load_average) + ")");
-  }
-  if (s.run.precision == pipeline::Precision::bf16 && s.peak_gflops <= 0 && !s.dry_run) {
-    std::string peak = number(bf16.peak_gflops()) + " " +
-                       (rates.peak_stated_for.empty() ? bf16.peak_unit() + std::string(", measured")
-                                                      : "stated for " + rates.peak_stated_for);
-    if (bf16.peak_gflops() == bf16.fma_peak_gflops)  // the FMAs outrun the bf16 units, or there are none
-      peak += bf16.dot_peak_gflops > 0 ? " (AVX512-BF16 " + number(bf16.dot_peak_gflops) + ")" : " (no bf16 units)";
-    row("bf16 peak GFLOP/s", peak);
-    if (bf16.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", number(bf16.gemm_gflops) + " measured");
-  }
-  if (s.run.precision == pipeline::Precision::bf16 && s.run.backend == pipeline::BackendKind::cpu) {
-    row("bf16 GEMMs", kernels::cpu::describe_bf16_gemms());
-    row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
-  }
-  if (s.run.precision == pipeline::Precision::bf16 && !s.dry_run)
-    row("MFU divides by", number(mfu_peak_gflops) + " GFLOP/s a rank (fp32's beside it)");
-  row("BLAS kernels", kernels::cpu::describe_blas_core());
-  log::info(option_rule);
-  std::vector<std::string> cells;
-  for (const auto& [name, value] : settings_rows(s)) {
-    char cell[128];
-    std::snprintf(cell, sizeof cell, "%-21s %-13s", ("--" + name).c_str(), value.c_str());
-    if (name != "model") cells.push_back(cell);
-  }
-  for (size_t i = 0; i < cells.size(); i += 2)
-    log::info("| " + cells[i] + " | " + (i + 1 < cells.size() ? cells[i + 1] : std::string(35, ' ')) + " |");
-  log::info(option_rule);
-}
-
 // Rows [first, first + rows) of a global batch (a replica's micro-batch), with their documents and
 // positions when the batch has them.
-model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
+model::Batch batch_rows(const data::Batch& batch, int64_t first, int64_t rows) {
   const int64_t offset = first * batch.seq_tokens;
   model::Batch part{static_cast<int>(rows), batch.seq_tokens, batch.inputs.data() + offset,
                     batch.targets.data() + offset, nullptr};
@@ -154,19 +47,6 @@ model::Batch batch_rows(const Batch& batch, int64_t first, int64_t rows) {
 std::unique_ptr<comm::Communicator> dry_world(const TrainSettings& s, const comm::Communicator& world) {
   if (!s.dry_run || world.size() != 1 || s.run.sp * s.run.dp == 1) return nullptr;
   return comm::make_dry(s.run.sp * s.run.dp, 0);
-}
-
-// What a state buffer is, for the dry run's table.
-const char* state_kind(pipeline::StateBuf buffer) {
-  switch (buffer) {
-    case pipeline::StateBuf::weights: return "params";
-    case pipeline::StateBuf::gradients: return "grads";
-    case pipeline::StateBuf::slot: return "params + grads (ZeRO slots)";
-    case pipeline::StateBuf::weights_bf16:
-    case pipeline::StateBuf::slot_bf16:
-    case pipeline::StateBuf::vector_staging: return "params (bf16 working copy)";
-    default: return "optimizer";
-  }
 }
 
 // The model a run trains: the --init-from folder's config.json or GGUF file's metadata; a resumed run's
@@ -195,38 +75,23 @@ model::ModelConfig run_model(const TrainSettings& s, const std::string& checkpoi
 // An --init-from model was trained with its own tokenizer: the shards must be of that one (the one rule
 // of shard_tokenizer.h). A GGUF file's is in its metadata; a folder without a tokenizer.json is the byte
 // tokenizer's when its vocabulary is (checkpoint_tokenizer); else nothing shows what its ids mean.
-void check_init_tokenizer(const std::string& folder, const model::ModelConfig& config, const ShardReader& shard) {
-  if (model::is_gguf_path(folder)) return check_made_by(kModule, shard, gguf_tokenizer(model::GgufFile(folder)), folder);
-  if (!std::filesystem::exists(path_in(folder, kTokenizerFile)) && config.vocab_size != Tokenizer::bytes().vocab_size())
+void check_init_tokenizer(const std::string& folder, const model::ModelConfig& config, const data::ShardReader& shard) {
+  if (model::is_gguf_path(folder))
+    return data::check_made_by(kModule, shard, data::gguf_tokenizer(model::GgufFile(folder)), folder);
+  if (!std::filesystem::exists(path_in(folder, data::kTokenizerFile)) &&
+      config.vocab_size != data::Tokenizer::bytes().vocab_size())
     throw Error(kModule,
-                folder + " holds no " + kTokenizerFile + ", so nothing says that its model (vocabulary " +
+                folder + " holds no " + data::kTokenizerFile + ", so nothing says that its model (vocabulary " +
                     str(config.vocab_size) + ") was trained with the tokenizer of " + shard.path() + " (" +
                     (shard.tokenizer().fingerprint == 0 ? std::string("bytes")
-                                                        : fingerprint_string(shard.tokenizer().fingerprint)) +
+                                                        : data::fingerprint_string(shard.tokenizer().fingerprint)) +
                     ", vocabulary " + std::to_string(shard.vocab_size()) + ")",
                 "put the model's tokenizer.json into " + folder + " and tokenize with it: fpdt tokenize --tokenizer " +
                     folder + " --out DIR FILE...");
-  check_made_by(kModule, shard, checkpoint_tokenizer(folder, config.vocab_size), folder);
+  data::check_made_by(kModule, shard, checkpoint_tokenizer(folder, config.vocab_size), folder);
 }
 
 }  // namespace
-
-size_t peak_rss_bytes() {
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  if (status == nullptr) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (std::fgets(line, sizeof line, status))
-    if (std::sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
-  std::fclose(status);
-  return kib * 1024;
-}
-
-int set_threads(int threads) {
-  if (threads <= 0) threads = omp_get_num_procs();
-  omp_set_num_threads(threads);  // every kernel's team, GEMMs included (OpenBLAS itself runs single-threaded)
-  return threads;
-}
 
 pipeline::RunSpec placed_run(const TrainSettings& s) {
   pipeline::RunSpec run = s.run;
@@ -297,11 +162,11 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
 void Trainer::open_data() {
   const TrainSettings& s = settings_;
   const std::string train_path = path_in(s.data_dir, "train.bin");
-  ShardReader train_shard(train_path);
-  std::optional<ShardReader> val_shard;  // none without validation
+  data::ShardReader train_shard(train_path);
+  std::optional<data::ShardReader> val_shard;  // none without validation
   if (s.eval_batches > 0) val_shard.emplace(path_in(s.data_dir, "val.bin"));
-  tokenizer_ = std::make_unique<Tokenizer>(
-      shards_tokenizer(kModule, s.data_dir, train_shard, val_shard ? &*val_shard : nullptr));
+  tokenizer_ = std::make_unique<data::Tokenizer>(
+      data::shards_tokenizer(kModule, s.data_dir, train_shard, val_shard ? &*val_shard : nullptr));
   if (!s.init_from.empty()) check_init_tokenizer(s.init_from, config_, train_shard);
   if (train_shard.vocab_size() > static_cast<uint32_t>(config_.vocab_size))
     throw Error(kModule,
@@ -309,57 +174,33 @@ void Trainer::open_data() {
                     " (its tokenizer's ids go up to " + std::to_string(train_shard.vocab_size() - 1) +
                     "), more than the model's " + str(config_.vocab_size),
                 "use a model whose vocab_size covers the tokenizer");
-  DataLoaderConfig train_config;
+  data::DataLoaderConfig train_config;
   train_config.batch_size = s.run.batch_size * s.run.dp * s.grad_accum;
   train_config.seq_tokens = s.run.seq_tokens;
-  train_config.sampling = Sampling::random;
+  train_config.sampling = data::Sampling::random;
   train_config.seed = s.seed;
   train_config.documents = s.run.doc_mask;
   train_config.restart_positions = s.run.doc_positions == pipeline::DocPositions::restart;
   train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
-  train_loader_ = std::make_unique<DataLoader>(std::move(train_shard), train_config);
+  train_loader_ = std::make_unique<data::DataLoader>(std::move(train_shard), train_config);
   if (!val_shard) return;
-  DataLoaderConfig val_config = train_config;
+  data::DataLoaderConfig val_config = train_config;
   val_config.batch_size = s.run.batch_size * s.run.dp;
-  val_config.sampling = Sampling::sequential;
-  val_loader_ = std::make_unique<DataLoader>(std::move(*val_shard), val_config);
+  val_config.sampling = data::Sampling::sequential;
+  val_loader_ = std::make_unique<data::DataLoader>(std::move(*val_shard), val_config);
   val_start_ = val_loader_->state();
 }
 
 void Trainer::build_model() {
   const TrainSettings& s = settings_;
-  threads_ = set_threads(s.run.threads);
   if (s.run.compute_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::compute, static_cast<size_t>(s.run.compute_mem_bytes));
   if (s.run.offload_mem_bytes > 0) MemoryTiers::instance().set_limit(Tier::offload, static_cast<size_t>(s.run.offload_mem_bytes));
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
   dp_index_ = world_.rank() / s.run.sp;
   sp_group_ = dry_world_ ? comm::make_dry(s.run.sp, world_.rank() % s.run.sp) : world_.split(dp_index_, world_.rank());
-  if (s.peak_gflops > 0) {
-    rates_.fma_peak_gflops = s.peak_gflops;
-  } else if (s.run.backend == pipeline::BackendKind::cuda && !s.dry_run) {  // MFU against the GPU's peak, not the host's
-    const std::string device = kernels::cuda_device_name();
-    const std::optional<DevicePeak> peak = stated_device_peak(device);
-    if (!peak)
-      throw Error(kModule, "no peak rate is listed for the GPU '" + device + "', so MFU has nothing to divide by",
-                  "give its fp32 peak with --peak-gflops (GFLOP/s per rank)");
-    rates_.fma_peak_gflops = peak->fp32_gflops;
-    rates_.peak_stated_for = peak->device;
-    bf16_rates_.dot_peak_gflops = peak->bf16_gflops;  // stated, as the fp32 one
-  } else if (!s.dry_run) {
-    rates_ = measure_machine_rates(threads_);
-    if (s.run.precision == pipeline::Precision::bf16) bf16_rates_ = measure_bf16_rates(threads_, rates_.fma_peak_gflops);
-    fma_peak_measured_ = true;
-  }
-  print_table(config_, s, threads_, fewest_cores(world_, s.dry_run), rates_, bf16_rates_, mfu_peak_gflops(), world_);
-  if (s.run.precision == pipeline::Precision::bf16 && s.run.backend == pipeline::BackendKind::cpu &&
-      kernels::cpu::bf16_gemm_arithmetic() == kernels::cpu::Bf16Gemm::fp32_fmas &&
-      kernels::cpu::CpuBackend::bf16_attention() == kernels::cpu::CpuBackend::Bf16Attention::fp32_products)
-    log::info("note: no unit of this CPU multiplies bf16 faster than its fp32 FMAs, which run this run's products: "
-              "bf16 halves the store and the offload traffic here, but its roundings make a step slower than fp32's "
-              "(1.1-1.2x on Emerald Rapids without AMX: bench/RESULTS.md)");
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && load_average() > threads_)
-    log::info("note: the load average (" + number(load_average()) + ") exceeds the " + str(threads_) +
-              " threads; export OMP_WAIT_POLICY=passive so that waiting threads yield their cores");
+  hardware_ = machine::Hardware({s.run.threads, s.run.backend, s.run.precision, s.peak_gflops, s.dry_run}, world_);
+  print_run_table(config_, s, hardware_, world_);
+  hardware_.log_notes();
   backend_ = kernels::make_backend(s.run.backend);
   // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
   const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
@@ -385,12 +226,12 @@ void Trainer::resume() {
     log::info("no checkpoint in " + settings_.out_dir + " yet; starting a new run");
     return;
   }
-  const Tokenizer trained_with = checkpoint_tokenizer(latest, config_.vocab_size);
+  const data::Tokenizer trained_with = checkpoint_tokenizer(latest, config_.vocab_size);
   if (trained_with.fingerprint() != tokenizer_->fingerprint())
     throw Error(kModule,
                 "cannot resume " + latest + ": it was trained on shards of tokenizer " +
-                    fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings_.data_dir +
-                    " were made by tokenizer " + fingerprint_string(tokenizer_->fingerprint()),
+                    data::fingerprint_string(trained_with.fingerprint()) + ", but the shards in " + settings_.data_dir +
+                    " were made by tokenizer " + data::fingerprint_string(tokenizer_->fingerprint()),
                 "resume with the --data the run was trained on, or start a new --out directory");
   const TrainerState state = load_checkpoint(latest, config_, *states_, *optimizer_);
   generation_config_ = model::read_generation_config(latest);
@@ -402,42 +243,13 @@ void Trainer::resume() {
 
 Trainer::~Trainer() = default;
 
-TrainResult Trainer::dry_run() {
-  const TrainSettings& s = settings_;
-  model_->dry_run(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
-  if (s.print_schedule && world_.rank() == 0) {
-    std::fputs(model_->schedule_for(s.run.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
-    std::fputs(states_->plan().describe(true).c_str(), stdout);
-  }
-  TrainResult result = result_;
-  for (const pipeline::StateSpec& spec : states_->table())
-    result.memory.push_back({"model states: " + spec.name, state_kind(spec.id), spec.tier,
-                             static_cast<size_t>(spec.bytes())});
-  const pipeline::LayoutShape shape = model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
-  result.memory.push_back({"chunk buffers (one arena)", "chunk buffers", Tier::compute,
-                           kernels::transfer_bytes(pipeline::chunk_arena_bytes(shape))});
-  const Tier store_tier = model_->run().offload.kind == pipeline::OffloadKind::none ? Tier::compute : Tier::offload;
-  const std::pair<pipeline::StoreGroup, const char*> groups[] = {
-      {pipeline::StoreGroup::inputs, "store: layer inputs"},
-      {pipeline::StoreGroup::activations, "store: layer activations"},
-      {pipeline::StoreGroup::gradients, "store: gradients of the layer in backward"}};
-  for (const auto& [group, name] : groups)
-    result.memory.push_back({name, "store", store_tier, pipeline::store_bytes(shape, group)});
-  result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
-  result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-  result.peak_rss_bytes = peak_rss_bytes();
-  result.chunk_plan = model_->plan();
-  for (int64_t micro = 0; micro < settings_.grad_accum; ++micro) result.offload_per_step += model_->traffic();
-  return result;
-}
-
 // ---- step -----------------------------------------------------------------------------------------
 
 StepMetrics Trainer::step() {
   const TrainSettings& s = settings_;
   ++step_;
   Timer step_timer;
-  const double cpu_start = process_cpu_seconds();
+  const double cpu_start = machine::process_cpu_seconds();
   MemoryTiers::instance().reset_peak(Tier::compute);
   MemoryTiers::instance().reset_peak(Tier::offload);
   sp_group_->reset_bytes_sent();
@@ -477,20 +289,21 @@ StepMetrics Trainer::step() {
     if (!states_->zero().offload_optimizer) check_update();
   }
   metrics.step_seconds = step_timer.seconds();
-  metrics.cpu_seconds = process_cpu_seconds() - cpu_start;
-  if (fma_peak_measured_ && metrics.step_seconds >= kPeakRecheckMinStepSeconds) recheck_fma_peak();
+  metrics.cpu_seconds = machine::process_cpu_seconds() - cpu_start;
+  hardware_.recheck_after_step(metrics.step_seconds);
   metrics.tokens_per_second =
       static_cast<double>(s.run.batch_size * s.run.dp * s.grad_accum * s.run.seq_tokens) / metrics.step_seconds;
   if (!step_batch_.doc_ids.empty())  // --doc-mask: the step's own documents (fewer visible pairs)
     flops_per_step_ =
         model_flops(config_, s.run.batch_size * s.grad_accum * s.run.dp, s.run.seq_tokens, step_batch_.doc_ids.data());
   metrics.gflops = flops_per_step_ / metrics.step_seconds * 1e-9;
-  metrics.peak_gflops = mfu_peak_gflops();
+  metrics.peak_gflops = hardware_.mfu_peak_gflops();
   metrics.mfu = metrics.gflops / (metrics.peak_gflops * world_.size());
+  const machine::MachineRates& fp32 = hardware_.fp32();
   if (s.run.precision == pipeline::Precision::bf16)
-    metrics.fp32_mfu = metrics.gflops / (rates_.fma_peak_gflops * world_.size());
-  if (rates_.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (rates_.sgemm_gflops * world_.size());
-  metrics.load_average = load_average();
+    metrics.fp32_mfu = metrics.gflops / (fp32.fma_peak_gflops * world_.size());
+  if (fp32.sgemm_gflops > 0) metrics.sgemm_ratio = metrics.gflops / (fp32.sgemm_gflops * world_.size());
+  metrics.load_average = machine::load_average();
   metrics.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   metrics.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   metrics.alltoall_bytes = result_.alltoall_bytes_per_step;
@@ -499,34 +312,14 @@ StepMetrics Trainer::step() {
   return metrics;
 }
 
-// What MFU divides by (StepMetrics::mfu): the peak of the run's precision (or the one given with
-// --peak-gflops), a bf16 run's the fastest unit a bf16 product can run on here (metrics.h's Bf16Rates: AMX,
-// AVX512-BF16 or the FMAs); a rank's.
-double Trainer::mfu_peak_gflops() const {
-  const bool bf16_peak = settings_.run.precision == pipeline::Precision::bf16 && bf16_rates_.peak_gflops() > 0;
-  return bf16_peak && settings_.peak_gflops <= 0 ? bf16_rates_.peak_gflops() : rates_.fma_peak_gflops;
-}
-
-// The measured FMA peak once more after a step (one trial, ~50 ms: kept to steps of a second or more, so it
-// adds at most 5 % to the job), kept when higher. Per-CPU-second timing keeps other processes out of the
-// peak, but not a VM's host putting both vCPUs on one core's two hyperthreads for a while: on a 2-vCPU VM
-// the set-up's peak read 176 GFLOP/s against 338–346 in other runs, and that run's steps printed MFU 98 %.
-// Every rank re-measures at the same point of the step, as all measured at set-up.
-void Trainer::recheck_fma_peak() {
-  const double trial = measure_fma_peak_gflops(threads_, nullptr, /*trials=*/1);
-  if (trial <= rates_.fma_peak_gflops) return;
-  rates_.fma_peak_gflops = trial;
-  if (settings_.run.precision == pipeline::Precision::bf16) bf16_rates_.fma_peak_gflops = trial;
-}
-
 void Trainer::check_update() {
   const Update update = unchecked_update_;
   if (update.step == 0) return;
   unchecked_update_ = Update{};
   if (!states_->weights_finite())
     throw Error(kModule,
-                "step " + str(update.step) + "'s update made the weights non-finite (lr " + number(update.lr) +
-                    ", gradient norm " + number(update.grad_norm) + "); they are not saved",
+                "step " + str(update.step) + "'s update made the weights non-finite (lr " + format_number(update.lr) +
+                    ", gradient norm " + format_number(update.grad_norm) + "); they are not saved",
                 "every checkpoint in " + settings_.out_dir +
                     " holds finite weights; lower --lr (or check the optimizer state) and --resume");
 }
@@ -548,8 +341,8 @@ void Trainer::record(const StepMetrics& metrics) {
   if (nonfinite_in_a_row_ >= settings_.max_nonfinite_steps)
     throw Error(kModule,
                 "the loss or gradient norm was not finite in " + str(nonfinite_in_a_row_) + " steps in a row (" +
-                    str(step_ - nonfinite_in_a_row_ + 1) + ".." + str(step_) + ": loss " + number(metrics.loss) +
-                    ", gradient norm " + number(metrics.grad_norm) + "); none of them was applied",
+                    str(step_ - nonfinite_in_a_row_ + 1) + ".." + str(step_) + ": loss " + format_number(metrics.loss) +
+                    ", gradient norm " + format_number(metrics.grad_norm) + "); none of them was applied",
                 "the weights are those of step " + str(step_ - nonfinite_in_a_row_) + " and every checkpoint in " +
                     settings_.out_dir + " is finite; check the data or lower --lr, then --resume");
 }
@@ -582,8 +375,8 @@ void Trainer::save() {
   state.seed = settings_.seed;
   state.settings = settings_json(settings_);
   const bool killed = settings_.fault.kill_in_save_step == step_ && world_.rank() == world_.size() - 1;
-  save_checkpoint(settings_.out_dir, config_, *states_, *optimizer_, state, *tokenizer_, generation_config_, world_, 2,
-                  [killed] {
+  save_checkpoint(settings_.out_dir, {config_, *states_, *optimizer_, *tokenizer_, generation_config_}, state, world_,
+                  kKeptCheckpoints, [killed] {
                     if (killed) ::raise(SIGKILL);  // the test hook: a rank dies in the middle of a sharded save
                   });
 }
@@ -591,7 +384,7 @@ void Trainer::save() {
 // ---- the run and its end --------------------------------------------------------------------------
 
 TrainResult Trainer::run() {
-  if (settings_.dry_run) return dry_run();
+  if (settings_.dry_run) return dry_run_result(*model_, *states_, settings_, world_.rank(), result_);
   if (complete_) {
     result_.first_step = result_.last_step = step_;
     result_.already_complete = true;
@@ -624,30 +417,16 @@ TrainResult Trainer::finish() {
   check_update();
   result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-  result_.peak_rss_bytes = peak_rss_bytes();
+  result_.peak_rss_bytes = machine::peak_rss_bytes();
   if (!s.trace_path.empty()) {
     const std::string path = world_.size() > 1 ? s.trace_path + ".rank" + str(world_.rank()) : s.trace_path;
     trace::write(path);
     log::info("trace written to " + path);
   }
-  if (s.sample_tokens > 0) {
-    // Generation runs the whole-sequence model on rank 0 with the trained weights, gathered from every
-    // rank's shards (collective).
-    model::ParameterBlock weights(states_->layout(), "weights for the sample", Tier::offload);
-    states_->gather_weights(weights);
-    if (world_.rank() == 0) {
-      // The sampler computes on the host's kernels, whatever backend trained (its arena is host memory).
-      const auto host = kernels::make_backend(kernels::BackendKind::cpu);
-      model::Transformer sampler(config_, *host, s.seed);
-      std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
-      SampleSettings sample;
-      sample.new_tokens = s.sample_tokens;
-      sample.context_tokens = s.run.seq_tokens;
-      Rng rng(s.seed + 7);
-      const std::vector<int32_t> tokens = generate(sampler, tokenizer_->encode(s.sample_prompt), sample, rng);
-      result_.sample = tokenizer_->render(tokens);
-    }
-  }
+  if (s.sample_tokens > 0)
+    result_.sample = sample_trained_model(config_, *states_, *tokenizer_, s.sample_prompt,
+                                          SampleSettings{.new_tokens = s.sample_tokens, .context_tokens = s.run.seq_tokens},
+                                          s.seed, world_.rank());
   return result_;
 }
 

@@ -22,6 +22,7 @@
 #include "fpdt/comm/communicator.h"
 #include "fpdt/data/data_loader.h"
 #include "fpdt/data/tokenizer.h"
+#include "fpdt/machine/hardware.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/metrics.h"
 #include "fpdt/train/optimizer.h"
@@ -93,7 +94,6 @@ class Trainer {
   void open_data();
   void build_model();
   void resume();
-  TrainResult dry_run();
   // Logs a step's metrics and folds them into the result; throws after too many skipped steps in a row.
   void record(const StepMetrics& metrics);
 
@@ -101,25 +101,22 @@ class Trainer {
   std::unique_ptr<comm::Communicator> dry_world_;  // a dry run's world in one process (comm::make_dry)
   comm::Communicator& world_;
   model::ModelConfig config_;
-  int threads_ = 0;
   int dp_index_ = 0;  // this rank's data-parallel replica
   std::unique_ptr<comm::Communicator> sp_group_;
-  MachineRates rates_;  // measured at set-up, the FMA peak raised by recheck_fma_peak (--peak-gflops: given)
-  Bf16Rates bf16_rates_;      // a bf16 run's, measured at set-up (its FMA peak rates_'s)
-  bool fma_peak_measured_ = false;  // rates_.fma_peak_gflops was measured here (not given, not a GPU's)
+  machine::Hardware hardware_;  // its team and the peaks MFU divides by, found at set-up
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<pipeline::ModelStates> states_;
   std::unique_ptr<pipeline::FpdtModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   // Data (not for a dry run). Every rank reads the same global batches: dp · B · grad_accum rows a step
   // (micro-batch m of replica d: rows [(m·dp + d)·B, +B)), dp · B a validation batch.
-  std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  std::unique_ptr<Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
+  std::unique_ptr<data::DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
   std::string generation_config_;  // generation_config.json of --init-from (or the resumed checkpoint), carried
                                    // into every checkpoint ("": none)
-  DataLoaderState val_start_{};
-  Batch step_batch_;
-  Batch val_scratch_;
+  data::DataLoaderState val_start_{};
+  data::Batch step_batch_;
+  data::Batch val_scratch_;
   // Rank 0: the run folder and the metrics log.
   std::unique_ptr<RunFolder> run_folder_;
   MetricsLog metrics_log_;
@@ -137,8 +134,6 @@ class Trainer {
     double lr = 0.0, grad_norm = 0.0;
   } unchecked_update_;
   void check_update();
-  void recheck_fma_peak();
-  double mfu_peak_gflops() const;
   double flops_per_step_ = 0.0;  // model_flops of the step (with --doc-mask, recounted from each step's documents)
   Timer run_timer_;
   TrainResult result_;
@@ -150,11 +145,5 @@ TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 // The run as the pipeline and the model states take it: a disk offload without a directory goes in the
 // run's folder (--out).
 pipeline::RunSpec placed_run(const TrainSettings& settings);
-
-// The process's peak resident set size (VmHWM from /proc/self/status), or 0 where unknown.
-size_t peak_rss_bytes();
-
-// Sets the OpenMP team's thread count (0: all cores; the GEMMs run on it too) and returns it.
-int set_threads(int threads);
 
 }  // namespace fpdt::train

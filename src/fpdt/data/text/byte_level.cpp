@@ -3,7 +3,7 @@
 
 #include "fpdt/data/text/unicode.h"
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 const ByteAlphabet& byte_alphabet() {
   static const ByteAlphabet alphabet = [] {
@@ -20,4 +20,4 @@ const ByteAlphabet& byte_alphabet() {
   return alphabet;
 }
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 struct ByteAlphabet {
   std::array<std::string, 256> byte_to_utf8;            // byte → its character, UTF-8
@@ -16,4 +16,4 @@ struct ByteAlphabet {
 };
 const ByteAlphabet& byte_alphabet();
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

@@ -10,7 +10,7 @@
 
 #include "fpdt/data/text/unicode.h"
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 namespace {
 
@@ -124,4 +124,4 @@ std::string nfc(std::string_view text) {
   return out;
 }
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

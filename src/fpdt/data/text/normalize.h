@@ -5,10 +5,10 @@
 #include <string>
 #include <string_view>
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 // NFC of valid UTF-8: canonical decomposition (Hangul algorithmically), canonical ordering of combining
 // marks, canonical composition.
 std::string nfc(std::string_view text);
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

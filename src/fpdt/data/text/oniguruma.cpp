@@ -15,7 +15,7 @@
 #include "fpdt/base/json.h"
 #include "fpdt/data/text/unicode.h"
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 namespace {
 
@@ -136,4 +136,4 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   return matches;
 }
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

@@ -13,7 +13,7 @@
 
 struct re_pattern_buffer;  // Oniguruma's compiled pattern (OnigRegexType)
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 class Regex {
  public:
@@ -38,4 +38,4 @@ class Regex {
   std::unique_ptr<re_pattern_buffer, Free> compiled_;
 };
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

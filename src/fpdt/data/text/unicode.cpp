@@ -6,7 +6,7 @@
 #include <array>
 #include <vector>
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 namespace {
 
@@ -160,4 +160,4 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

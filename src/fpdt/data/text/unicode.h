@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace fpdt::train::text {
+namespace fpdt::data::text {
 
 enum class GeneralCategory : uint8_t {
   Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi,
@@ -33,4 +33,4 @@ size_t first_invalid_utf8(std::string_view bytes);
 // Rust's String::from_utf8_lossy: each maximal invalid subsequence becomes one U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
 
-}  // namespace fpdt::train::text
+}  // namespace fpdt::data::text

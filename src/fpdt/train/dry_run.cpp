@@ -1,0 +1,57 @@
+// A dry run's memory table, schedule and peaks (see dry_run.h).
+#include "fpdt/train/dry_run.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "fpdt/machine/process.h"
+#include "fpdt/tensor/memory.h"
+
+namespace fpdt::train {
+
+namespace {
+
+// What a state buffer is, for the dry run's table.
+const char* state_kind(pipeline::StateBuf buffer) {
+  switch (buffer) {
+    case pipeline::StateBuf::weights: return "params";
+    case pipeline::StateBuf::gradients: return "grads";
+    case pipeline::StateBuf::slot: return "params + grads (ZeRO slots)";
+    case pipeline::StateBuf::weights_bf16:
+    case pipeline::StateBuf::slot_bf16:
+    case pipeline::StateBuf::vector_staging: return "params (bf16 working copy)";
+    default: return "optimizer";
+  }
+}
+
+}  // namespace
+
+TrainResult dry_run_result(pipeline::FpdtModel& model, const pipeline::ModelStates& states, const TrainSettings& s,
+                           int rank, TrainResult result) {
+  model.dry_run(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
+  if (s.print_schedule && rank == 0) {
+    std::fputs(model.schedule_for(s.run.seq_tokens, pipeline::Pass::forward_backward).describe().c_str(), stdout);
+    std::fputs(states.plan().describe(true).c_str(), stdout);
+  }
+  for (const pipeline::StateSpec& spec : states.table())
+    result.memory.push_back({"model states: " + spec.name, state_kind(spec.id), spec.tier,
+                             static_cast<size_t>(spec.bytes())});
+  const pipeline::LayoutShape shape = model.layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
+  result.memory.push_back({"chunk buffers (one arena)", "chunk buffers", Tier::compute,
+                           kernels::transfer_bytes(pipeline::chunk_arena_bytes(shape))});
+  const Tier store_tier = model.run().offload.kind == pipeline::OffloadKind::none ? Tier::compute : Tier::offload;
+  const std::pair<pipeline::StoreGroup, const char*> groups[] = {
+      {pipeline::StoreGroup::inputs, "store: layer inputs"},
+      {pipeline::StoreGroup::activations, "store: layer activations"},
+      {pipeline::StoreGroup::gradients, "store: gradients of the layer in backward"}};
+  for (const auto& [group, name] : groups)
+    result.memory.push_back({name, "store", store_tier, pipeline::store_bytes(shape, group)});
+  result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result.peak_rss_bytes = machine::peak_rss_bytes();
+  result.chunk_plan = model.plan();
+  for (int64_t micro = 0; micro < s.grad_accum; ++micro) result.offload_per_step += model.traffic();
+  return result;
+}
+
+}  // namespace fpdt::train

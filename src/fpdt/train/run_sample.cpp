@@ -1,0 +1,29 @@
+// A finished run's sample: gather, then generate on rank 0 (see run_sample.h).
+#include "fpdt/train/run_sample.h"
+
+#include <cstring>
+#include <vector>
+
+#include "fpdt/base/random.h"
+#include "fpdt/kernels/backend.h"
+#include "fpdt/model/transformer.h"
+#include "fpdt/tensor/memory.h"
+
+namespace fpdt::train {
+
+std::string sample_trained_model(const model::ModelConfig& config, pipeline::ModelStates& states,
+                                 const data::Tokenizer& tokenizer, const std::string& prompt,
+                                 const SampleSettings& sample, uint64_t seed, int rank) {
+  model::ParameterBlock weights(states.layout(), "weights for the sample", Tier::offload);
+  states.gather_weights(weights);
+  if (rank != 0) return "";
+  // The sampler computes on the host's kernels, whatever backend trained (its arena is host memory).
+  const auto host = kernels::make_backend(kernels::BackendKind::cpu);
+  model::Transformer sampler(config, *host, seed);
+  std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
+  Rng rng(seed + 7);
+  const std::vector<int32_t> tokens = generate(sampler, tokenizer.encode(prompt), sample, rng);
+  return tokenizer.render(tokens);
+}
+
+}  // namespace fpdt::train

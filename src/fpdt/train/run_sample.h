@@ -1,0 +1,23 @@
+// The sample a finished run ends with: its trained weights gathered from every rank's shards, then text
+// generated on rank 0 by the whole-sequence model on the host's kernels (sampler.h), whatever backend
+// trained.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fpdt/comm/communicator.h"
+#include "fpdt/data/tokenizer.h"
+#include "fpdt/model/config.h"
+#include "fpdt/pipeline/model_states.h"
+#include "fpdt/train/sampler.h"
+
+namespace fpdt::train {
+
+// `prompt` continued by sample.new_tokens tokens, rendered by `tokenizer`, on rank 0 ("" on the others);
+// the sampler's seed is seed + 7. Collective over the ranks of `states` (the gather).
+std::string sample_trained_model(const model::ModelConfig& config, pipeline::ModelStates& states,
+                                 const data::Tokenizer& tokenizer, const std::string& prompt,
+                                 const SampleSettings& sample, uint64_t seed, int rank);
+
+}  // namespace fpdt::train
