@@ -118,7 +118,7 @@ TEST(TrainMpirun, ModelStateBytesAreTheClosedForm) {
     for (bool offload : {false, true}) {
       if (offload && zero < 2) continue;
       pipeline::StateShape shape;
-      shape.stage = zero;
+      shape.run.zero = zero;
       shape.W = zero >= 1 ? W : 1;
       int64_t slots = 0;
       for (const pipeline::ZeroSlot& slot : pipeline::zero_plan(layout, shape).slots) slots += rounded(slot.bytes);

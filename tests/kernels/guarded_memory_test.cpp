@@ -93,8 +93,8 @@ TEST_F(GuardedMemory, APlantedHostDereferenceOfModelStatesIsCaught) {
   const model::ModelConfig config = model::resolve_model("llama-tiny");
   const auto world = comm::make_local();
   const auto guarded_backend = make_backend(BackendKind::cpu_guarded), cpu_backend = make_backend(BackendKind::cpu);
-  pipeline::ModelStates guarded(config, *guarded_backend, *world, pipeline::ZeroConfig{}, 7);
-  pipeline::ModelStates cpu(config, *cpu_backend, *world, pipeline::ZeroConfig{}, 7);
+  pipeline::ModelStates guarded(config, *guarded_backend, *world, pipeline::RunSpec{}, 7);
+  pipeline::ModelStates cpu(config, *cpu_backend, *world, pipeline::RunSpec{}, 7);
   float* weights = guarded.weights().data();
   EXPECT_EXIT(read_through(weights + 100), ::testing::KilledBySignal(SIGSEGV), "");
   EXPECT_EXIT(write_through(weights), ::testing::KilledBySignal(SIGSEGV), "");

@@ -42,10 +42,10 @@ TEST(WorkingCopy, IsTheRoundedMastersAfterInitEachStepAndLoad) {
   for (const int stage : {0, 1, 3}) {
     comm::run_ranks(2, [&](comm::Communicator& world) {
       auto backend = kernels::make_backend(kernels::BackendKind::cpu);
-      ZeroConfig zero;
-      zero.stage = stage;
-      zero.precision = kernels::Precision::bf16;
-      ModelStates states(config, *backend, world, zero, seed);
+      RunSpec run;
+      run.zero = stage;
+      run.precision = kernels::Precision::bf16;
+      ModelStates states(config, *backend, world, run, seed);
       const std::string tag = "ZeRO " + std::to_string(stage) + " rank " + std::to_string(world.rank());
       expect_working_copy_rounds_the_masters(states, tag + ", initialised");
       if (stage <= 1) {  // the whole gradient is host-writable here (the cpu backend's compute tier)
@@ -88,10 +88,10 @@ TEST(WorkingCopy, ZeroThreeGathersTheWordsHalfTheBytes) {
     const bool bf16 = precision == kernels::Precision::bf16;
     comm::run_ranks(2, [&](comm::Communicator& world) {
       auto backend = kernels::make_backend(kernels::BackendKind::cpu);
-      ZeroConfig zero;
-      zero.stage = 3;
-      zero.precision = precision;
-      ModelStates states(config, *backend, world, zero, 11);
+      RunSpec run;
+      run.zero = 3;
+      run.precision = precision;
+      ModelStates states(config, *backend, world, run, 11);
       const uint64_t before = states.bytes_sent();
       states.begin_pass(false);
       const std::vector<ZeroSegment>& pass = states.plan().pass(false);
@@ -129,7 +129,7 @@ TEST(WorkingCopy, AnFp32RunKeepsNone) {
   const model::ModelConfig config = model::preset("llama-tiny");
   auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
-  ModelStates states(config, *backend, *local, ZeroConfig{}, 1);
+  ModelStates states(config, *backend, *local, RunSpec{}, 1);
   for (const StateSpec& spec : states.table()) EXPECT_NE(spec.id, StateBuf::weights_bf16) << spec.name;
   EXPECT_EQ(states.unit_weights_bf16(0), nullptr);
 }

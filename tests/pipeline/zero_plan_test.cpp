@@ -155,7 +155,7 @@ TEST(ZeroPlan, MemoryTableCountsItsSlots) {
   const model::ModelConfig config = model::preset("llama3-8b");
   const model::ParameterLayout layout(config);
   StateShape shape;
-  shape.stage = 3;
+  shape.run.zero = 3;
   shape.W = 4;
   const ZeroPlan plan = zero_plan(layout, shape);
   std::vector<int64_t> rows;

@@ -112,7 +112,7 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
             // parameter, and in bf16 the weights' bf16 working copy, 2 B more; with the layout's alignment)
             // + the arena.
             pipeline::StateShape states_shape;
-            states_shape.bf16_working_copy = precision == Precision::bf16;
+            states_shape.run.precision = precision;
             double states = 0;
             for (const pipeline::StateSpec& spec :
                  pipeline::model_state_buffers(model::ParameterLayout(config.model), states_shape))

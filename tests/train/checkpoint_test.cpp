@@ -95,7 +95,7 @@ struct Fixture {
   AdamW optimizer{OptimizerConfig{}};
   data::Tokenizer tokenizer = data::Tokenizer::bytes();
   explicit Fixture(uint64_t seed, model::ModelConfig model_config = model::preset("llama-tiny"))
-      : config(model_config), states(config, *backend, *world, pipeline::ZeroConfig{}, seed) {
+      : config(model_config), states(config, *backend, *world, pipeline::RunSpec{}, seed) {
     random_moments(states, seed);
     optimizer.set_step(1);  // not the default, and no more updates than any saved step
   }
@@ -270,12 +270,17 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
   std::vector<float> want;
   {
     auto world = comm::make_local();
-    pipeline::ModelStates states(config, *backend, *world, pipeline::ZeroConfig{}, seed);
+    pipeline::ModelStates states(config, *backend, *world, pipeline::RunSpec{}, seed);
     random_moments(states, seed);
     want = snapshot(states, *world);
   }
   struct Layout {
     int ranks, stage;
+    pipeline::RunSpec run() const {
+      pipeline::RunSpec at_stage;
+      at_stage.zero = stage;
+      return at_stage;
+    }
   };
   const Layout layouts[] = {{2, 1}, {3, 3}, {1, 0}, {4, 2}, {2, 3}};
   for (const Layout& from : layouts)
@@ -285,7 +290,7 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
       const std::string run = dir.file("from" + std::to_string(from.ranks) + "x" + std::to_string(from.stage));
       if (!std::filesystem::exists(run))
         comm::run_ranks(from.ranks, [&](comm::Communicator& world) {
-          pipeline::ModelStates states(config, *backend, world, pipeline::ZeroConfig{from.stage, false}, seed);
+          pipeline::ModelStates states(config, *backend, world, from.run(), seed);
           random_moments(states, seed);
           AdamW optimizer{OptimizerConfig{}};
           optimizer.set_step(2);
@@ -294,7 +299,7 @@ TEST(Checkpoint, OptimizerShardsLoadIntoAnyWorldSizeAndStage) {
       EXPECT_EQ(optimizer_files(run + "/step_2").size(), static_cast<size_t>(from.stage >= 1 ? from.ranks : 1));
       std::mutex mutex;
       comm::run_ranks(to.ranks, [&](comm::Communicator& world) {
-        pipeline::ModelStates states(config, *backend, world, pipeline::ZeroConfig{to.stage, false}, seed + 1);
+        pipeline::ModelStates states(config, *backend, world, to.run(), seed + 1);
         AdamW optimizer{OptimizerConfig{}};
         load_checkpoint(run + "/step_2", config, states, optimizer);
         const std::vector<float> got = snapshot(states, world);

@@ -74,7 +74,7 @@ TEST(ClipGradNorm, ScalesLikeTorchOnlyAboveTheThreshold) {
   model::ModelConfig config = model::preset("llama-tiny");
   auto backend = kernels::make_backend(kernels::BackendKind::cpu);
   auto local = comm::make_local();
-  pipeline::ModelStates states(config, *backend, *local, pipeline::ZeroConfig{}, 1);
+  pipeline::ModelStates states(config, *backend, *local, pipeline::RunSpec{}, 1);
   model::ParameterBlock& grads = states.gradients();
   double sum = 0.0;
   for (const auto& info : states.layout().tensors())

@@ -1,7 +1,7 @@
 // One worker thread that runs submitted tasks in submission order, and events to wait for them (never
-// sleeps or polls): the host copy engine (kernels/copy_engine.cpp) and ZeRO's queue of
-// collectives (pipeline/model_states.h) are one each. A task that throws fails the queue: its
-// exception is rethrown by every later wait.
+// sleeps or polls): the host copy engine (kernels/copy_engine.cpp), ZeRO's queue of collectives
+// (pipeline/zero_collectives.h) and the offloaded optimizer's thread (pipeline/zero_optimizer.h) are
+// one each. A task that throws fails the queue: its exception is rethrown by every later wait.
 #pragma once
 
 #include <condition_variable>

@@ -31,7 +31,7 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       sp_(sp),
       run_(resolved_layout(run)),
       own_world_(comm::make_local()),
-      own_states_(std::make_unique<ModelStates>(config, backend, *own_world_, zero_config(own_states_spec(run_)), seed)),
+      own_states_(std::make_unique<ModelStates>(config, backend, *own_world_, own_states_spec(run_), seed)),
       states_(*own_states_),
       math_(config_, backend_, run_.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}
@@ -46,7 +46,7 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       states_(states),
       math_(config_, backend_, run_.precision),
       sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {
-  FPDT_CHECK(states.zero().recompute_layer == (run_.recompute == Recompute::layer), "pipeline",
+  FPDT_CHECK(states.run().recompute == run_.recompute, "pipeline",
              "the model states were planned for another --recompute than the pipeline's", "");
 }
 

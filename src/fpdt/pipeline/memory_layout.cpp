@@ -13,6 +13,7 @@ namespace fpdt::pipeline {
 
 namespace {
 constexpr int64_t kHeadLogitsBytes = int64_t{32} << 20;  // the LM head never holds more logits than this
+constexpr int64_t kWeightBytes = sizeof(float);  // a stored weight: fp32 in both precisions (the masters)
 }  // namespace
 
 int64_t element_bytes(Element element, const LayoutShape& shape) {
@@ -291,41 +292,42 @@ int64_t StateSpec::bytes() const {
 ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape) {
   std::vector<int64_t> units;
   for (const model::ParameterUnit& unit : layout.units()) units.push_back(unit.numel());
-  return make_zero_plan(units, !layout.contains("lm_head.weight"), shape.stage, shape.recompute_layer,
-                        shape.weight_bytes);
+  return make_zero_plan(units, !layout.contains("lm_head.weight"), shape.run.zero,
+                        shape.run.recompute == Recompute::layer, kWeightBytes);
 }
 
 std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& s) {
   int64_t shards = 0;
   for (const model::ParameterUnit& unit : layout.units()) shards += shard_floats(unit.numel(), s.W);
   const int64_t whole = layout.total_numel();
-  const bool master = s.weight_bytes != 4 || s.offload_optimizer;
-  const Tier optimizer_tier = s.offload_optimizer ? Tier::offload : Tier::compute;
+  const int stage = s.run.zero;
+  const bool master = s.run.offload_optimizer;  // the weights are the masters unless the update runs offloaded
+  const Tier optimizer_tier = s.run.offload_optimizer ? Tier::offload : Tier::compute;
   auto part = [&](bool sharded, const char* what) {
     return std::string(what) + (sharded ? " (shards)" : "");
   };
   std::vector<StateSpec> table = {
-      {StateBuf::weights, 0, part(s.stage >= 3, "weights"), Tier::compute, s.stage >= 3 ? shards : whole,
-       s.weight_bytes}};
-  if (s.weights_only) {
-    FPDT_ASSERT(s.stage == 0 && !master);
+      {StateBuf::weights, 0, part(stage >= 3, "weights"), Tier::compute, stage >= 3 ? shards : whole,
+       kWeightBytes}};
+  if (s.run.forward_only) {
+    FPDT_ASSERT(stage == 0 && !master);
     return table;
   }
-  table.push_back({StateBuf::gradients, 0, part(s.stage >= 2, "gradients"),
-                   s.stage >= 2 ? optimizer_tier : Tier::compute, s.stage >= 2 ? shards : whole, 4});
+  table.push_back({StateBuf::gradients, 0, part(stage >= 2, "gradients"),
+                   stage >= 2 ? optimizer_tier : Tier::compute, stage >= 2 ? shards : whole, 4});
   if (master)
-    table.push_back({StateBuf::master, 0, part(s.stage >= 1, "master weights"), optimizer_tier,
-                     s.stage >= 1 ? shards : whole, 4});
-  table.push_back({StateBuf::m, 0, part(s.stage >= 1, "AdamW m"), optimizer_tier, s.stage >= 1 ? shards : whole, 4});
-  table.push_back({StateBuf::v, 0, part(s.stage >= 1, "AdamW v"), optimizer_tier, s.stage >= 1 ? shards : whole, 4});
+    table.push_back({StateBuf::master, 0, part(stage >= 1, "master weights"), optimizer_tier,
+                     stage >= 1 ? shards : whole, 4});
+  table.push_back({StateBuf::m, 0, part(stage >= 1, "AdamW m"), optimizer_tier, stage >= 1 ? shards : whole, 4});
+  table.push_back({StateBuf::v, 0, part(stage >= 1, "AdamW v"), optimizer_tier, stage >= 1 ? shards : whole, 4});
   const ZeroPlan plan = zero_plan(layout, s);
   for (size_t k = 0; k < plan.slots.size(); ++k)
     table.push_back({StateBuf::slot, static_cast<int>(k), "ZeRO slot " + std::to_string(k), Tier::compute,
                      plan.slots[k].bytes, 1});
-  if (!s.bf16_working_copy) return table;
-  table.push_back({StateBuf::weights_bf16, 0, part(s.stage >= 3, "weights, bf16 working copy"), Tier::compute,
-                   s.stage >= 3 ? shards : whole, 2});
-  if (s.stage < 3) return table;
+  if (s.run.precision != kernels::Precision::bf16) return table;
+  table.push_back({StateBuf::weights_bf16, 0, part(stage >= 3, "weights, bf16 working copy"), Tier::compute,
+                   stage >= 3 ? shards : whole, 2});
+  if (stage < 3) return table;
   for (size_t k = 0; k < plan.slots.size(); ++k)  // a unit's words: half its fp32 bytes
     table.push_back({StateBuf::slot_bf16, static_cast<int>(k), "ZeRO slot " + std::to_string(k) + " (bf16 words)",
                      Tier::compute, plan.slots[k].bytes / 2, 1});

@@ -22,6 +22,7 @@
 #include "fpdt/model/parameters.h"
 #include "fpdt/pipeline/chunk_plan.h"
 #include "fpdt/pipeline/ulysses.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/pipeline/zero_plan.h"
 #include "fpdt/tensor/memory.h"
 
@@ -180,14 +181,12 @@ struct ShardRange {
 // less than s, or nothing.
 ShardRange shard_range(int64_t unit_floats, int64_t ranks, int64_t rank);
 
+// The model states' shape: the run they are for (resolved_layout: its ZeRO stage, optimizer offload,
+// recompute (the ZeRO plan's segments), forward_only (the weights alone, stage 0) and precision (bf16: the
+// weights' bf16 working copy beside them)), and the W ranks they are sharded over (partition_ranks).
 struct StateShape {
-  int stage = 0;
-  int64_t W = 1;                   // ranks the states are sharded over: dp · sp
-  bool offload_optimizer = false;  // gradient shards, moments and master weights in the offload tier
-  bool recompute_layer = false;    // the ZeRO plan's segments read both of a layer's units in backward
-  int64_t weight_bytes = 4;        // one stored weight: 4 (fp32), or 2 (bf16: the plan) with an fp32 master
-  bool weights_only = false;       // a forward-only model (fpdt eval): the weights alone, stage 0
-  bool bf16_working_copy = false;  // a bf16 run: the weights' bf16 words beside them (model_states.h)
+  RunSpec run;
+  int64_t W = 1;
 };
 
 enum class StateBuf : uint8_t {

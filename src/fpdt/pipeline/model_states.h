@@ -12,7 +12,7 @@
 // around each call of a step and runs the ZeRO plan's steps there (zero_plan.h), so every stage runs the
 // same executor; the trainer asks for the optimizer step and for checkpoints.
 //
-// bf16 runs (ZeroConfig::precision): beside the fp32 weights — the masters AdamW updates — a working copy
+// bf16 runs (RunSpec::precision): beside the fp32 weights — the masters AdamW updates — a working copy
 // of them as bf16 words (round_to_bf16, nearest-even), whole or this rank's shards as the weights are,
 // re-made after every update, initialisation and load; the GEMMs read its words (model/layer.h), so no
 // call converts a weight. At stage 3 a unit is gathered as those words into a slot's bf16 twin (half the
@@ -32,6 +32,11 @@
 // copied back into the compute-tier weights (and, stage 2, all-gathered). adamw_update returns at once:
 // the next step starts while the update runs, and a unit's gather (or, stage 2, its first use) waits
 // for that unit's update only.
+//
+// ModelStates is the owner the pipeline and the trainer talk to; the rooms behind it each hold one idea:
+// zero_partition.h (who holds which part, the table's buffers), zero_collectives.h (the gathers and
+// reduce-scatters), working_copy.h (bf16 words), zero_optimizer.h (norm, AdamW, the offloaded update),
+// state_checkpoint.h (checkpoint I/O). ModelStates runs the ZeRO plan's steps of a pass.
 #pragma once
 
 #include <cstdint>
@@ -45,21 +50,19 @@
 #include "fpdt/model/parameters.h"
 #include "fpdt/pipeline/memory_layout.h"
 #include "fpdt/pipeline/run_spec.h"
+#include "fpdt/pipeline/working_copy.h"
+#include "fpdt/pipeline/zero_collectives.h"
+#include "fpdt/pipeline/zero_optimizer.h"
+#include "fpdt/pipeline/zero_partition.h"
 #include "fpdt/pipeline/zero_plan.h"
 
 namespace fpdt::pipeline {
 
-struct ZeroConfig {
-  int stage = 0;                   // 0..3
-  bool offload_optimizer = false;  // stage ≥ 2: gradient shards, moments and master weights offloaded
-  bool recompute_layer = false;    // the pipeline's --recompute layer (shapes the ZeRO plan's segments)
-  bool weights_only = false;       // forward passes only (fpdt eval): no gradients, moments or slots; stage 0
-  kernels::Precision precision = kernels::Precision::fp32;  // bf16: a bf16 working copy of the weights (above)
-};
-// Throws fpdt::Error for a stage outside 0..3 or an offloaded optimizer below stage 2.
-void check_zero(const ZeroConfig& zero);
-// TEMPORARY (issue 42, until ModelStates reads the RunSpec itself): the states' part of a run.
-ZeroConfig zero_config(const RunSpec& run);
+// Throws fpdt::Error for a ZeRO stage outside 0..3 or an offloaded optimizer below stage 2.
+void check_zero(const RunSpec& run);
+// The states' shape (memory_layout.h) of a checked run over `world_ranks` ranks: the one place a run's
+// ZeRO options are read; everything below ModelStates reads the shape.
+StateShape state_shape(const RunSpec& run, int world_ranks);
 
 class ModelStates {
  public:
@@ -68,23 +71,23 @@ class ModelStates {
   // counted in its tier, none is allocated or initialised, and nothing is communicated (`world` may
   // be comm::make_dry's).
   ModelStates(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& world,
-              const ZeroConfig& zero, uint64_t seed, bool dry = false);
-  ~ModelStates();
+              const RunSpec& run, uint64_t seed, bool dry = false);
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
 
   const model::ModelConfig& config() const { return config_; }
   const model::ParameterLayout& layout() const { return layout_; }
-  const ZeroConfig& zero() const { return zero_; }
+  // The run the states are for (resolved_layout): its ZeRO stage, optimizer offload, recompute, precision.
+  const RunSpec& run() const { return partition_.shape().run; }
   // The ranks the states are partitioned over: W from stage 1; 1 at stage 0 (every rank holds all).
-  int partition_ranks() const { return partition_ranks_; }
-  int partition_rank() const { return partition_rank_; }
+  int partition_ranks() const { return partition_.ranks(); }
+  int partition_rank() const { return partition_.rank(); }
   // This rank's part of unit `unit` (floats from the unit's start): its share from stage 1, all of it
   // at stage 0. The optimizer updates it; checkpoints save its moments.
-  const ShardRange& own(int unit) const { return own_[static_cast<size_t>(unit)]; }
+  const ShardRange& own(int unit) const { return partition_.own(unit); }
   // What this rank holds (memory_layout.h's model-state table) and its bytes in a tier.
-  const std::vector<StateSpec>& table() const { return table_; }
-  size_t bytes(Tier tier) const;
+  const std::vector<StateSpec>& table() const { return partition_.table(); }
+  size_t bytes(Tier tier) const { return partition_.bytes(tier); }
 
   // The whole weights (below stage 3) and gradients (below stage 2); throw fpdt::Error at stages that
   // shard them. Blocks of compute-tier handles: for backend ops; the host reads them through
@@ -114,30 +117,30 @@ class ModelStates {
   void read_working_copy(int unit, uint16_t* words);
   // Payload bytes this rank sent over ZeRO's group since construction (comm::Communicator::bytes_sent:
   // the gathers and reduce-scatters); 0 with one rank.
-  uint64_t bytes_sent() const { return group_ ? group_->bytes_sent() : 0; }
+  uint64_t bytes_sent() const { return collectives_.bytes_sent(); }
 
-  // ---- the optimizer step -------------------------------------------------------------------------
+  // ---- the optimizer step (zero_optimizer.h) -------------------------------------------------------
   // Gradients = 0, at the start of a step (the passes of its micro-batches accumulate; from stage 2 the
   // step's first reduce-scatter of a unit writes its shard, so nothing is cleared).
   void zero_gradients();
   // After the last micro-batch: stage 0 all-reduces the whole gradient, stage 1 reduce-scatters it
   // unit by unit; from stage 2 the passes have done it.
-  void reduce_gradients();
+  void reduce_gradients() { collectives_.reduce_gradients(); }
   // Test hook (FPDT_TEST_FAULT nan-grad): this rank's first gradient element becomes NaN, before
   // reduce_gradients (stage 0 and 1 reduce it to every rank; from stage 2 the norm carries it).
   void poison_gradient();
   // ‖g‖₂ over every rank's gradients: the same bits on every rank, whatever the stage or W.
-  double gradient_norm();
-  void scale_gradients(float coefficient);
+  double gradient_norm() { return optimizer_.gradient_norm(); }
+  void scale_gradients(float coefficient) { optimizer_.scale_gradients(coefficient); }
   // AdamW on this rank's part (hyper.weight_decay on matrices and embeddings only, as train::AdamW),
   // then (stages 1, 2) the weights all-gathered. Offloaded: queued (see the top of the file).
-  void adamw_update(kernels::AdamWParams hyper);
+  void adamw_update(kernels::AdamWParams hyper) { optimizer_.adamw_update(hyper); }
   // Over every rank: all weights finite (after the update in flight, if any); moments finite and
   // second moments ≥ 0. Call them between passes.
-  bool weights_finite();
-  bool moments_valid();
+  bool weights_finite() { return optimizer_.weights_finite(); }
+  bool moments_valid() { return optimizer_.moments_valid(); }
 
-  // ---- checkpoints (collective) -------------------------------------------------------------------
+  // ---- checkpoints (collective; state_checkpoint.h) ----------------------------------------------
   // Every rank's `whole` (a block of the layout) = all the weights.
   void gather_weights(model::ParameterBlock& whole);
   // Each rank takes its part of `whole` (and its master weights, when offloaded).
@@ -147,69 +150,24 @@ class ModelStates {
   void write_moments(int unit, const float* m, const float* v);
 
  private:
-  // Unit `unit`'s part of a state array: the whole array's (from its own start) or the shard's.
-  float* part(StateBuf buffer, int unit) const;
-  bool sharded(StateBuf buffer) const;
-  // The kernels that reach the optimizer's arrays (gradient shards, moments): the host's when offloaded.
-  kernels::Backend& optimizer_backend() { return host_ ? *host_ : backend_; }
+  int stage() const { return partition_.shape().run.zero; }
   void gather(int unit, int slot);
   void reduce(int unit, int slot);
-  // ZeRO's collectives of `unit` (all_gather_v, reduce_scatter_sum); with one rank, compute-tier copies.
-  void all_gather_unit(int unit, const float* shard, float* into);
-  // A bf16 run: the working copy of `unit` re-made from the weights it holds (whole, or the shard).
-  void make_working_copy(int unit);
-  // Stage 3 bf16: the unit's bf16 words into slot `slot`'s twin, its fp32 vectors into the slot.
-  void gather_words_and_vectors(int unit, int slot);
-  bool bf16() const { return zero_.precision == kernels::Precision::bf16; }
-  bool gathers_words(int unit) const { return bf16() && zero_.stage >= 3 && gathers_bf16_words(unit); }
-  uint16_t* own_words(int unit) const;  // this rank's working copy of its part of `unit`
-  void reduce_scatter_unit(int unit, const float* full, float* shard, bool add);
-  float* slot(int index) const { return slots_[static_cast<size_t>(index)]; }
 
   model::ModelConfig config_;
   model::ParameterLayout layout_;
   kernels::Backend& backend_;
   kernels::DeviceMemory& memory_;
-  ZeroConfig zero_;
-  bool dry_;
-  int partition_ranks_ = 1, partition_rank_ = 0;
-  std::vector<StateSpec> table_;
-  std::vector<ShardRange> own_;               // per unit
-  std::vector<std::vector<size_t>> counts_;   // per unit: every partition rank's floats of it
-  // The same in bytes, fp32 and bf16: the collectives' counts, made once rather than at every gather.
-  std::vector<std::vector<size_t>> fp32_bytes_, word_bytes_;
-  std::vector<int64_t> shard_offset_;         // per unit: where its shards start in a sharded array
-  std::unique_ptr<comm::Communicator> group_; // ZeRO's own group of the world (more than one rank)
-  comm::Communicator* comm_ = nullptr;        // group_, or the one-rank world
-  std::unique_ptr<kernels::Backend> host_;    // the offloaded optimizer's kernels
-
-  // The buffers of the table (one of the three per row), and where each array starts.
-  struct Held {
-    std::unique_ptr<kernels::DeviceBuffer> device;  // compute tier
-    Buffer host;                                    // offload tier
-    CountedBytes counted;                           // dry run
-  };
-  std::vector<Held> held_;
-  float* arrays_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // weights .. v, by StateBuf
-  std::vector<float*> slots_;
-  uint16_t* words_ = nullptr;                 // the bf16 working copy (whole, or shards at stage 3)
-  std::vector<uint16_t*> slot_words_;         // stage 3 bf16: each slot's bf16 twin
-  float* vector_staging_ = nullptr;           // stage 3 bf16: this rank's vectors | the gathered vectors
-  std::vector<std::vector<ShardRange>> vectors_;    // per unit: its fp32 vectors (unit_vectors)
-  std::vector<std::vector<size_t>> vector_bytes_;   // per unit: every partition rank's vector bytes
-  int64_t largest_vectors_ = 0;                     // one half of the vector staging, in floats
+  // In order of construction; destroyed in reverse: the optimizer's queued updates run first, then the
+  // collectives' queue, while the buffers they read still exist.
+  ZeroPartition partition_;
+  WorkingCopy working_copy_;
+  ZeroCollectives collectives_;
+  ZeroOptimizer optimizer_;
   std::optional<model::ParameterBlock> whole_weights_, whole_gradients_;
 
   ZeroPlan plan_;
   const std::vector<ZeroSegment>* pass_ = nullptr;
-  std::unique_ptr<WorkQueue> queue_;          // stage ≥ 2: gathers and reduce-scatters, in plan order
-  // The offloaded optimizer's update in flight: its thread, and per unit the event of its update, of
-  // its weights' all-gather (stage 2, on queue_) and whether its updated weights are finite.
-  std::unique_ptr<WorkQueue> optimizer_queue_;
-  std::vector<WorkQueue::Event> updated_, weights_ready_;
-  std::vector<char> update_finite_;
-  // Waits for the update in flight; whether its weights are finite on this rank.
-  bool finish_update();
   std::vector<int> gathered_in_;              // per unit: the slot holding its weights, or −1
   std::vector<int> gradient_in_;              // per unit: the slot holding its gradient, or −1
   std::vector<WorkQueue::Event> gather_done_; // per unit

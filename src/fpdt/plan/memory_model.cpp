@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "fpdt/base/error.h"
+#include "fpdt/pipeline/model_states.h"
 
 namespace fpdt::plan {
 
@@ -237,13 +238,7 @@ void add_fpdt_model_states(Builder& out, const PlanConfig& config, const PlanSha
   model::ModelConfig planned = config.model;
   if (planned.learned_positions()) planned.max_positions = static_cast<int>(position_table_rows(config));
   const model::ParameterLayout layout(planned);
-  pipeline::StateShape shape;
-  shape.stage = config.run.zero;
-  shape.W = config.run.zero >= 1 ? s.W : 1;
-  shape.offload_optimizer = config.run.offload_optimizer;
-  shape.recompute_layer = config.run.recompute == Recompute::layer;
-  shape.weight_bytes = 4;  // fp32 in both precisions: the masters; a bf16 run adds the working copy
-  shape.bf16_working_copy = config.run.precision == Precision::bf16;
+  const pipeline::StateShape shape = pipeline::state_shape(config.run, static_cast<int>(s.W));
   const std::string shards = "Σ_units ⌈n/(1024·W)⌉·1024";
   for (const pipeline::StateSpec& spec : pipeline::model_state_buffers(layout, shape)) {
     const bool whole = spec.elements == layout.total_numel();

@@ -138,7 +138,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointSource& source,
   // The consolidated weights in host memory: every rank takes part in assembling them when they are
   // sharded; below stage 3 rank 0 downloads its whole copy.
   std::optional<model::ParameterBlock> gathered;
-  if (states.zero().stage >= 3 || world.rank() == 0) {
+  if (states.run().zero >= 3 || world.rank() == 0) {
     gathered.emplace(layout, "checkpoint weights (gathered from the compute tier)", Tier::offload);
     states.gather_weights(*gathered);
   }
@@ -189,7 +189,7 @@ void save_checkpoint(const std::string& run_dir, const CheckpointSource& source,
         {"seed", state.seed},
         {"data_cursor", cursor_to_json(state.data)},
         {"tokenizer_fingerprint", data::fingerprint_string(tokenizer.fingerprint())},
-        {"optimizer", {{"zero_stage", states.zero().stage}, {"ranks", states.partition_ranks()}}},
+        {"optimizer", {{"zero_stage", states.run().zero}, {"ranks", states.partition_ranks()}}},
         {"settings", state.settings.is_null() ? nlohmann::ordered_json::object() : state.settings}};
     write_text_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
 

@@ -184,7 +184,7 @@ void check_settings(const TrainSettings& s) {
   if (s.run.doc_positions == pipeline::DocPositions::restart && !s.run.doc_mask)
     throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
                 "add --doc-mask (attention inside each document), or drop --doc-positions");
-  pipeline::check_zero(pipeline::zero_config(s.run));
+  pipeline::check_zero(s.run);
   pipeline::run_chunk_plan(kModule, s.run);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data
 }

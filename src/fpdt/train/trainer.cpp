@@ -205,7 +205,7 @@ void Trainer::build_model() {
   // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
   const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
   const size_t offload_before = MemoryTiers::instance().usage(Tier::offload).active_bytes;
-  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, pipeline::zero_config(placed_run(s)), s.seed, s.dry_run);
+  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, placed_run(s), s.seed, s.dry_run);
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, placed_run(s), *states_);
@@ -286,7 +286,7 @@ StepMetrics Trainer::step() {
     const bool poisoned = fault.lr_inf_from_step > 0 && step_ >= fault.lr_inf_from_step;
     optimizer_->update(*states_, poisoned ? std::numeric_limits<double>::infinity() : metrics.lr);
     unchecked_update_ = Update{step_, metrics.lr, metrics.grad_norm};
-    if (!states_->zero().offload_optimizer) check_update();
+    if (!states_->run().offload_optimizer) check_update();
   }
   metrics.step_seconds = step_timer.seconds();
   metrics.cpu_seconds = machine::process_cpu_seconds() - cpu_start;

@@ -1,5 +1,5 @@
 // What the CPU flash attention's files share (flash_attention.cpp: the entry points; _forward.cpp,
-// _backward.cpp: the kernels; _mask.h: the mask by tiles; _dq_order.h: the backward's dq order;
+// _backward.cpp and its _backward*.h: the kernels; _mask.h: the mask by tiles; _dq_order.h: the dq order;
 // _pairs.h: the bf16 pair packings; panel_gemm.h, panel_gemm_bf16.h: the products; simd.h: the
 // vectors): the tile sizes, the scratch and the task loop. Not part of the backend's interface.
 //

@@ -11,6 +11,9 @@
 #include <tuple>
 
 #include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/cpu/flash_attention_backward.h"
+#include "fpdt/kernels/cpu/flash_attention_backward_bf16.h"
+#include "fpdt/kernels/cpu/flash_attention_backward_softmax.h"
 #include "fpdt/kernels/cpu/flash_attention_dq_order.h"
 #include "fpdt/kernels/cpu/flash_attention_mask.h"
 #include "fpdt/kernels/cpu/flash_attention_pairs.h"
@@ -18,167 +21,6 @@
 namespace fpdt::kernels::cpu::flash {
 
 namespace {
-
-struct BackwardScratch {
-  float* kt;        // [key panel][D][kPanel] Kᵀ of the task's keys × scale·log2 e (bf16: r(k)) (0 past nk)
-  float* vt;        // [key panel][D][kPanel] Vᵀ (bf16: r(v)) (0 past nk)
-  float* kp;        // [D panel][kBwdKeys][kPanel] K × scale (bf16: r(k)), by panels of kPanel head dims (0 past D)
-  float* dkt;       // [key panel][amx_round(D)][kPanel] dKᵀ accumulator (unscaled; rows past D for AMX)
-  float* dvt;       // [key panel][amx_round(D)][kPanel] dVᵀ accumulator
-  float* sp;        // [key panel][kBwdQueries][kPanel] S, then P
-  float* dpp;       // [key panel][kBwdQueries][kPanel] dP, then dS
-  float* ds;        // (kBwdQueries, kBwdKeys) dS row-major
-  float* dq;        // [D panel][kBwdQueries][kPanel] this pair's dQ tile
-  float* lse2;      // (kBwdQueries) lse · log2 e (+inf for a row that saw nothing)
-  float* delta;     // (kBwdQueries)
-  int32_t* q_docs;  // (kBwdQueries)
-  int32_t* k_docs;  // (kBwdKeys), padded to whole panels
-  // bf16 dot products and AMX (flash_attention_pairs.h), as bf16 pairs: Kᵀ, Vᵀ [key panel][D pair][kPanel]
-  // (AMX: amx_round(⌈D/2⌉) pair rows, 0 past ⌈D/2⌉); K [D panel][key pair][kPanel]; P or dS of one panel
-  // [query pair][kPanel] (pw_ds: dS); dS [i][key pair].
-  uint32_t *ktw, *vtw, *kpw, *pw, *pw_ds, *dsw;
-  // The task's thread flushes subnormal results (panel_gemm_bf16.h): P and dS are rounded without the check.
-  bool computed_under_ftz = flushes_subnormal_results();
-
-  BackwardScratch(float* base, int D) { carve(Carver(base), D, this); }
-  static size_t floats(int D) { return carve(Carver(nullptr), D, nullptr); }
-
- private:
-  static size_t carve(Carver carve, int D, BackwardScratch* s) {
-    const size_t key_panels = kBwdKeys / kPanel;
-    float* slices[11];
-    const size_t sizes[11] = {
-        key_panels * D * kPanel,
-        key_panels * D * kPanel,
-        static_cast<size_t>(panels(D)) * kBwdKeys * kPanel,
-        key_panels * amx_round(D) * kPanel,
-        key_panels * amx_round(D) * kPanel,
-        key_panels * kBwdQueries * kPanel,
-        key_panels * kBwdQueries * kPanel,
-        static_cast<size_t>(kBwdQueries) * kBwdKeys,
-        static_cast<size_t>(panels(D)) * kBwdQueries * kPanel,
-        kBwdQueries,
-        kBwdQueries,
-    };
-    for (int i = 0; i < 11; ++i) slices[i] = carve.take(sizes[i]);
-    int32_t* q_docs = carve.take_ints(kBwdQueries);
-    int32_t* k_docs = carve.take_ints(kBwdKeys);
-    auto words = [&](size_t count) { return reinterpret_cast<uint32_t*>(carve.take(count)); };
-    uint32_t* ktw = words(key_panels * amx_round(pairs(D)) * kPanel);
-    uint32_t* vtw = words(key_panels * amx_round(pairs(D)) * kPanel);
-    uint32_t* kpw = words(static_cast<size_t>(panels(D)) * pairs(kBwdKeys) * kPanel);
-    uint32_t* pw = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
-    uint32_t* pw_ds = words(static_cast<size_t>(pairs(kBwdQueries)) * kPanel);
-    uint32_t* dsw = words(static_cast<size_t>(kBwdQueries) * pairs(kBwdKeys));
-    if (s) {
-      s->ktw = ktw;
-      s->vtw = vtw;
-      s->kpw = kpw;
-      s->pw = pw;
-      s->pw_ds = pw_ds;
-      s->dsw = dsw;
-      s->kt = slices[0];
-      s->vt = slices[1];
-      s->kp = slices[2];
-      s->dkt = slices[3];
-      s->dvt = slices[4];
-      s->sp = slices[5];
-      s->dpp = slices[6];
-      s->ds = slices[7];
-      s->dq = slices[8];
-      s->lse2 = slices[9];
-      s->delta = slices[10];
-      s->q_docs = q_docs;
-      s->k_docs = k_docs;
-    }
-    return carve.used();
-  }
-};
-
-// P and dS of one key panel of a pair from S and dP, for the rows [begin, end) of the q tile.
-// Query i sees key j (of the kv tile) iff j <= q_rel + i (clamped; also < nk), j > q_rel + i − window
-// (with a window), and docs match. kBf16: S is r(q)·r(k), scaled here by score_scale, and the P and dS
-// the products read next are r(P) and r(dS) (dS itself from the unrounded P). With pairs (bf16 dot
-// products, AMX: to_pairs) they go out as bf16 pairs instead of floats: P and dS by pairs of rows into s.pw and
-// s.pw_ds ([query pair][kPanel] words from row `begin`, the row past an odd end 0), dS by pairs of keys
-// into the rows' words of s.dsw.
-template <bool kMasked, bool kBf16>
-void probabilities_and_ds(BackwardScratch& s, int panel, Span rows, int64_t q_rel, int nk, int64_t window,
-                          bool has_docs, float score_scale, bool to_pairs) {
-  float* sp = s.sp + panel * kBwdQueries * kPanel;
-  float* dpp = s.dpp + panel * kBwdQueries * kPanel;
-  float* ds = s.ds + panel * kPanel;
-  const VecI j0 = ilanes<Vec>(panel * kPanel), j1 = ilanes<Vec>(panel * kPanel + kLanes);
-  VecI k_doc0 = iset<Vec>(0), k_doc1 = iset<Vec>(0);
-  if (kMasked && has_docs) {
-    k_doc0 = iload<Vec>(s.k_docs + panel * kPanel);
-    k_doc1 = iload<Vec>(s.k_docs + panel * kPanel + kLanes);
-  }
-  const Vec scale = vset<Vec>(score_scale);
-  struct Row {
-    Vec p0, p1, ds0, ds1;
-  };
-  auto row = [&](int i) -> Row {
-    const Vec lse2 = vbroadcast<Vec>(s.lse2 + i);
-    const Vec delta = vbroadcast<Vec>(s.delta + i);
-    Vec p0, p1;
-    if constexpr (kBf16) {
-      p0 = vexp2(vfma(vload<Vec>(sp + i * kPanel), scale, vsub(vset<Vec>(0.0f), lse2)));
-      p1 = vexp2(vfma(vload<Vec>(sp + i * kPanel + kLanes), scale, vsub(vset<Vec>(0.0f), lse2)));
-    } else {
-      p0 = vexp2(vsub(vload<Vec>(sp + i * kPanel), lse2));
-      p1 = vexp2(vsub(vload<Vec>(sp + i * kPanel + kLanes), lse2));
-    }
-    if constexpr (kMasked) {
-      // visible iff j < limit, limit = min(q_rel + i, nk − 1) + 1
-      const VecI limit = iset<Vec>(clamp_to_int(std::min<int64_t>(q_rel + i, nk - 1) + 1, 0, kBwdKeys));
-      Mask vis0 = greater(limit, j0), vis1 = greater(limit, j1);
-      if (window > 0) {  // visible iff j > before, before = q_rel + i − window (clamped)
-        const VecI before = iset<Vec>(clamp_to_int(q_rel + i - window, -1, kBwdKeys));
-        keep(vis0, vis1, greater(j0, before), greater(j1, before));
-      }
-      if (has_docs) {
-        const VecI q_doc = iset<Vec>(s.q_docs[i]);
-        keep(vis0, vis1, equal(k_doc0, q_doc), equal(k_doc1, q_doc));
-      }
-      p0 = zero_unless(vis0, p0);
-      p1 = zero_unless(vis1, p1);
-    }
-    Vec ds0 = vmul(p0, vsub(vload<Vec>(dpp + i * kPanel), delta));
-    Vec ds1 = vmul(p1, vsub(vload<Vec>(dpp + i * kPanel + kLanes), delta));
-    return {p0, p1, ds0, ds1};  // unrounded
-  };
-  if (kBf16 && to_pairs) {
-    const Vec zero = vset<Vec>(0.0f);
-    for (int i = rows.begin; i < rows.end; i += 2) {
-      const Row even = row(i), odd = i + 1 < rows.end ? row(i + 1) : Row{zero, zero, zero, zero};
-      const int pair_row_index = (i - rows.begin) / 2;
-      const bool ftz = s.computed_under_ftz;
-      const Bf16Row even_ds = round_row(even.ds0, even.ds1, ftz), odd_ds = round_row(odd.ds0, odd.ds1, ftz);
-      store_pair_row(s.pw + pair_row_index * kPanel, round_row(even.p0, even.p1, ftz),
-                     round_row(odd.p0, odd.p1, ftz));
-      store_pair_row(s.pw_ds + pair_row_index * kPanel, even_ds, odd_ds);
-      store_pairs_along(s.dsw + i * pairs(kBwdKeys) + panel * (kPanel / 2), even_ds);
-      if (i + 1 < rows.end) store_pairs_along(s.dsw + (i + 1) * pairs(kBwdKeys) + panel * (kPanel / 2), odd_ds);
-    }
-    return;
-  }
-  for (int i = rows.begin; i < rows.end; ++i) {
-    auto [p0, p1, ds0, ds1] = row(i);
-    if constexpr (kBf16) {
-      p0 = vround_bf16(p0);
-      p1 = vround_bf16(p1);
-      ds0 = vround_bf16(ds0);
-      ds1 = vround_bf16(ds1);
-    }
-    vstore(sp + i * kPanel, p0);
-    vstore(sp + i * kPanel + kLanes, p1);
-    vstore(dpp + i * kPanel, ds0);
-    vstore(dpp + i * kPanel + kLanes, ds1);
-    vstore(ds + i * kBwdKeys, ds0);
-    vstore(ds + i * kBwdKeys + kLanes, ds1);
-  }
-}
 
 // row (D) += the row of a tile laid out by panels: panel dp's kPanel values at src + dp·panel_stride.
 void add_panels_to_row(float* row, const float* src, int64_t panel_stride, int D) {
@@ -215,298 +57,278 @@ struct BackwardArgs {
   int64_t dq_tile_floats;
 };
 
+// The task's Kᵀ, Vᵀ (bf16: r(k), r(v); fp32: Kᵀ × scale·log2 e) and K (× scale; bf16: r(k)) by panels, and
+// its dKᵀ, dVᵀ accumulators zeroed; with bf16 pairs, the same as pairs.
+void pack_task_keys(const TaskKeys& t, BackwardScratch& s) {
+  const AttentionChunkParams& p = *t.p;
+  const int D = t.D;
+  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
+  const float* k_rows = p.k + ((t.b * p.Ck + t.kv_lo) * p.Hkv + t.kv_head) * D;
+  const float* v_rows = p.v + ((t.b * p.Ck + t.kv_lo) * p.Hkv + t.kv_head) * D;
+  for (int panel = 0; panel < t.panels_k; ++panel) {
+    const int j0 = panel * kPanel, count = std::min(kPanel, t.nk - j0);
+    const int next = std::clamp(t.nk - j0 - kPanel, 0, kPanel);
+    transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, next, D,
+                         t.bf16 ? 1.0f : t.qk_scale, t.bf16);
+    transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f,
+                         t.bf16);
+  }
+  std::fill(s.dkt, s.dkt + t.panels_k * t.dt_rows * kPanel, 0.0f);
+  std::fill(s.dvt, s.dvt + t.panels_k * t.dt_rows * kPanel, 0.0f);
+  const Vec k_scale = vset<Vec>(t.scale);
+  for (int j = 0; j < t.nk; ++j) {
+    const float* k_row = k_rows + j * k_row_stride;
+    for (int dp = 0; dp < t.d_panels; ++dp) {
+      float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
+      if ((dp + 1) * kPanel <= D) {  // a whole panel of head dims, in vectors
+        for (int c = 0; c < kPanel; c += kLanes) {
+          const Vec x = vload<Vec>(k_row + dp * kPanel + c);
+          vstore(dst + c, t.bf16 ? vround_bf16(x) : vmul(x, k_scale));
+        }
+        continue;
+      }
+      for (int c = 0; c < kPanel; ++c) {
+        const int d = dp * kPanel + c;
+        dst[c] = d >= D ? 0.0f : t.bf16 ? round_to_bf16(k_row[d]) : k_row[d] * t.scale;
+      }
+    }
+  }
+  if (t.dots || t.amx) pair_task_keys(t, s);
+}
+
+// Per key panel, the rows [begin, end) of the q tile that may see its keys by position, and whether
+// they need the mask: on the diagonal a key panel skips the queries before its first key, so the
+// pair is computed down to kRows × kPanel blocks, not whole. Both bounds grow with the panel, and
+// a panel is left out only by position (classify judges documents by the whole tiles' ranges), so
+// those come first or last: the key panels a row group needs are consecutive, and its dQ reads the
+// keys [dq_keys[g].begin, dq_keys[g].end).
+void rows_of_key_panels(const TaskKeys& t, TileMask mask, const TokenTile& queries, DocRange k_docs,
+                        Span rows[kBwdPanels], Span dq_keys[kBwdQueries / kRows]) {
+  const int64_t window = t.p->window;
+  for (int panel = 0; panel < t.panels_k; ++panel) {
+    const int64_t panel_first = t.k_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, t.k_last);
+    Span& range = rows[panel];
+    range = rows_seeing(queries.first, queries.count, panel_first, panel_last, window);
+    if (range.end <= range.begin) continue;
+    const TileMask panel_mask = mask == TileMask::full
+                                    ? TileMask::full
+                                    : classify(queries.first + range.begin, queries.first + range.end - 1, panel_first,
+                                               panel_last, window, t.has_docs, queries.docs, k_docs);
+    if (panel_mask == TileMask::skip) range = {};
+    range.masked = panel_mask != TileMask::full || panel_last - panel_first + 1 < kPanel;  // or padding keys
+  }
+  for (int g = 0; g * kRows < queries.count; ++g) {
+    int first = t.panels_k, end = 0;
+    for (int panel = 0; panel < t.panels_k; ++panel) {
+      if (rows[panel].begin <= g * kRows && g * kRows < rows[panel].end) {
+        first = std::min(first, panel);
+        end = panel + 1;
+      }
+    }
+    dq_keys[g] = first < end ? Span{first * kPanel, std::min(t.nk, end * kPanel)} : Span{};
+  }
+}
+
+// One pair (q tile of the packed q_tile and do_tile, [D group][i][kRows], q head h; the task's keys):
+// S = Q Kᵀ (log2 units) and dP = dO Vᵀ, P and dS, dVᵀ += dOᵀ P, dKᵀ += Qᵀ dS and its dQ tile in s.dq.
+void pair_backward(const BackwardArgs& args, const TaskKeys& t, BackwardScratch& s, const float* q_tile,
+                   const float* do_tile, int h, int64_t q_lo, const TokenTile& queries, const Span* rows,
+                   const Span* dq_keys) {
+  const AttentionChunkParams& p = *t.p;
+  const int D = t.D, mq = queries.count;
+  const float* lse = args.lse + (static_cast<int64_t>(t.b) * p.H + h) * p.Cq + q_lo;
+  const float* delta = args.delta + (static_cast<int64_t>(t.b) * p.H + h) * p.Cq + q_lo;
+  for (int i = 0; i < mq; ++i) {
+    s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
+    s.delta[i] = delta[i];
+  }
+  // S and dP, (rows × kPanel) per key panel
+  for (int panel = 0; panel < t.panels_k; ++panel) {
+    const Span range = rows[panel];
+    if (range.end <= range.begin) continue;
+#if FPDT_AMX_TILES
+    if (t.amx) {
+      scores_amx(t, s, q_tile, do_tile, panel, range);
+      continue;
+    }
+#endif
+#if FPDT_BF16_DOT_PRODUCTS
+    if (t.dots) {
+      scores_dots(t, s, q_tile, do_tile, panel, range);
+      continue;
+    }
+#endif
+    panel_gemm<Layout::grouped, Store::overwrite>(range.end - range.begin, D, q_tile + range.begin * kRows,
+                                                  kBwdQueries * kRows, kRows * kRows, s.kt + panel * D * kPanel,
+                                                  s.sp + (panel * kBwdQueries + range.begin) * kPanel);
+    panel_gemm<Layout::grouped, Store::overwrite>(range.end - range.begin, D, do_tile + range.begin * kRows,
+                                                  kBwdQueries * kRows, kRows * kRows, s.vt + panel * D * kPanel,
+                                                  s.dpp + (panel * kBwdQueries + range.begin) * kPanel);
+  }
+  // Per key panel, P and dS, then dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel) and
+  // dKᵀ += Qᵀ · dS_panel (with bf16 pairs, P and dS as s.pw and s.pw_ds)
+  const int64_t q_rel = queries.first - t.k_first;
+  for (int panel = 0; panel < t.panels_k; ++panel) {
+    const Span range = rows[panel];
+    if (range.end <= range.begin) continue;
+    if (range.masked && t.bf16) {
+      probabilities_and_ds<true, true>(s, panel, range, q_rel, t.nk, p.window, t.has_docs, t.qk_scale, t.dots || t.amx);
+    } else if (range.masked) {
+      probabilities_and_ds<true, false>(s, panel, range, q_rel, t.nk, p.window, t.has_docs, 1.0f, false);
+    } else if (t.bf16) {
+      probabilities_and_ds<false, true>(s, panel, range, 0, t.nk, 0, false, t.qk_scale, t.dots || t.amx);
+    } else {
+      probabilities_and_ds<false, false>(s, panel, range, 0, t.nk, 0, false, 1.0f, false);
+    }
+#if FPDT_AMX_TILES
+    if (t.amx) {
+      dk_dv_amx(t, s, q_tile, do_tile, panel, range);
+      continue;
+    }
+#endif
+#if FPDT_BF16_DOT_PRODUCTS
+    if (t.dots) {
+      dk_dv_dots(t, s, q_tile, do_tile, args.tile_floats, panel, range);
+      continue;
+    }
+#endif
+    panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile + range.begin * kRows, 0,
+                                                  kBwdQueries * kRows,
+                                                  s.sp + (panel * kBwdQueries + range.begin) * kPanel,
+                                                  s.dvt + panel * t.dt_rows * kPanel);
+    panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, q_tile + range.begin * kRows, 0,
+                                                  kBwdQueries * kRows,
+                                                  s.dpp + (panel * kBwdQueries + range.begin) * kPanel,
+                                                  s.dkt + panel * t.dt_rows * kPanel);
+  }
+  // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
+  // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
+#if FPDT_AMX_TILES
+  if (t.amx) dq_tile_amx(t, s, rows, mq);
+#endif
+  for (int g = 0; g * kRows < (t.amx ? 0 : mq); ++g) {
+    const Span keys = dq_keys[g];
+#if FPDT_BF16_DOT_PRODUCTS
+    if (t.dots) {
+      dq_group_dots(t, s, g, keys, mq);
+      continue;
+    }
+#endif
+    for (int dp = 0; dp < t.d_panels; ++dp)
+      panel_gemm<Layout::rows, Store::overwrite>(std::min(kRows, mq - g * kRows), keys.end - keys.begin,
+                                                 s.ds + g * kRows * kBwdKeys + keys.begin, kBwdKeys, 0,
+                                                 s.kp + (dp * kBwdKeys + keys.begin) * kPanel,
+                                                 s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
+  }
+}
+
+// The pair's dQ tile (s.dq, mq rows) into its sum, in its contiguous rows (bf16: scaled here); `slot`:
+// the tile's index in the batch's dQ sums.
+void add_to_dq_sum(const BackwardArgs& args, const TaskKeys& t, const BackwardScratch& s, int64_t slot, int mq) {
+  const Vec dq_scale = vset<Vec>(t.bf16 ? t.scale : 1.0f);
+  const bool first = args.written[slot] == 0;
+  float* sum = args.dq_sums + slot * args.dq_tile_floats;
+  for (int dp = 0; dp < t.d_panels; ++dp) {
+    const float* src = s.dq + dp * kBwdQueries * kPanel;
+    float* dst = sum + dp * kBwdQueries * kPanel;
+    for (int x = 0; x < mq * kPanel; x += kLanes) {
+      const Vec term = vload<Vec>(src + x);
+      vstore(dst + x, first ? vmul(term, dq_scale) : vfma(term, dq_scale, vload<Vec>(dst + x)));
+    }
+  }
+  args.written[slot] = 1;
+}
+
+// dk (× scale) and dv of the task's keys += the accumulated dKᵀ, dVᵀ, gathered back into rows.
+void add_task_dk_dv(const BackwardArgs& args, const TaskKeys& t, const BackwardScratch& s) {
+  const AttentionChunkParams& p = *t.p;
+  const int D = t.D;
+  for (int j = 0; j < t.nk; ++j) {
+    const int64_t row = (t.b * p.Ck + t.kv_lo + j) * p.Hkv + t.kv_head;
+    float* dk_row = args.dk + row * D;
+    float* dv_row = args.dv + row * D;
+    if (j + kPrefetchRows < t.nk) {
+      prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
+      prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
+    }
+    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * t.dt_rows * kPanel + j % kPanel, D, t.scale);
+    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * t.dt_rows * kPanel + j % kPanel, D, 1.0f);
+  }
+}
+
+TaskKeys task_keys(const AttentionChunkParams& p, int b, int kv_head, int64_t kv_tile) {
+  TaskKeys t;
+  t.p = &p;
+  t.b = b;
+  t.kv_head = kv_head;
+  t.kv_lo = kv_tile * kBwdKeys;
+  t.nk = static_cast<int>(std::min<int64_t>(kBwdKeys, p.Ck - t.kv_lo));
+  t.panels_k = (t.nk + kPanel - 1) / kPanel;
+  t.k_first = p.kv_begin + t.kv_lo;
+  t.k_last = t.k_first + t.nk - 1;
+  t.has_docs = p.q_doc_ids != nullptr;
+  t.D = p.D;
+  t.d_panels = panels(p.D);
+  t.qk_scale = static_cast<float>(p.scale) * kLog2e;
+  t.scale = static_cast<float>(p.scale);
+  t.bf16 = p.precision == Precision::bf16;
+  t.dots = use_bf16_dot_products(p);
+  t.amx = use_amx_tiles(p);
+  t.D2 = pairs(p.D);
+  t.key_pairs = pairs(kBwdKeys);
+  t.query_pairs = pairs(kBwdQueries);
+  t.D2_tiles = amx_round(t.D2);
+  t.dt_rows = amx_round(p.D);
+  t.kt_words = t.amx ? t.D2_tiles : t.D2;
+  return t;
+}
+
 // One backward task: keys [kv_lo, kv_lo + nk) of kv head kv_head in batch b, against every q tile
 // that may see them and every q head of the group.
 void backward_task(const BackwardArgs& args, int b, int kv_head, int64_t kv_tile, BackwardScratch& s) {
   const AttentionChunkParams& p = *args.p;
-  const int D = p.D;
+  const TaskKeys t = task_keys(p, b, kv_head, kv_tile);
   const int group = p.H / p.Hkv;
-  const int64_t kv_lo = kv_tile * kBwdKeys;
-  const int nk = static_cast<int>(std::min<int64_t>(kBwdKeys, p.Ck - kv_lo));
-  const int panels_k = (nk + kPanel - 1) / kPanel;
-  const int64_t k_first = p.kv_begin + kv_lo, k_last = k_first + nk - 1;
   const int64_t q_tiles = ceil_div(p.Cq, kBwdQueries);
   const QTileRange visits = visited_q_tiles(p, kv_tile, q_tiles);
-  const bool has_docs = p.q_doc_ids != nullptr;
-  const int64_t k_row_stride = static_cast<int64_t>(p.Hkv) * D;
-  const int d_panels = panels(D);
-  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
-  const float scale = static_cast<float>(p.scale);
-  const bool bf16 = p.precision == Precision::bf16;
-  const bool dots = use_bf16_dot_products(p);
-  const bool amx = use_amx_tiles(p);
-  const int D2 = pairs(D), key_pairs = pairs(kBwdKeys);
-  [[maybe_unused]] const int query_pairs = pairs(kBwdQueries);  // (the dot products')
-  const int D2_tiles = amx_round(D2), dt_rows = amx_round(D);  // AMX's pair rows of Kᵀ, Vᵀ; rows of dKᵀ, dVᵀ
-  const int kt_words = amx ? D2_tiles : D2;
 
   DocRange k_docs;
-  if (has_docs) {
-    const int32_t* docs = p.kv_doc_ids + b * p.Ck + kv_lo;
-    for (int j = 0; j < kBwdKeys; ++j) s.k_docs[j] = docs[std::min(j, nk - 1)];
-    k_docs = doc_range(docs, nk);
+  if (t.has_docs) {
+    const int32_t* docs = p.kv_doc_ids + b * p.Ck + t.kv_lo;
+    for (int j = 0; j < kBwdKeys; ++j) s.k_docs[j] = docs[std::min(j, t.nk - 1)];
+    k_docs = doc_range(docs, t.nk);
   }
   bool packed = false;
-  auto pack_kv = [&] {
-    const float* k_rows = p.k + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
-    const float* v_rows = p.v + ((b * p.Ck + kv_lo) * p.Hkv + kv_head) * D;
-    for (int panel = 0; panel < panels_k; ++panel) {
-      const int j0 = panel * kPanel, count = std::min(kPanel, nk - j0), next = std::clamp(nk - j0 - kPanel, 0, kPanel);
-      transpose_into_panel(s.kt + panel * D * kPanel, k_rows + j0 * k_row_stride, k_row_stride, count, next, D,
-                           bf16 ? 1.0f : qk_scale, bf16);
-      transpose_into_panel(s.vt + panel * D * kPanel, v_rows + j0 * k_row_stride, k_row_stride, count, next, D, 1.0f,
-                           bf16);
-    }
-    std::fill(s.dkt, s.dkt + panels_k * dt_rows * kPanel, 0.0f);
-    std::fill(s.dvt, s.dvt + panels_k * dt_rows * kPanel, 0.0f);
-    const Vec k_scale = vset<Vec>(scale);
-    for (int j = 0; j < nk; ++j) {
-      const float* k_row = k_rows + j * k_row_stride;
-      for (int dp = 0; dp < d_panels; ++dp) {
-        float* dst = s.kp + (dp * kBwdKeys + j) * kPanel;
-        if ((dp + 1) * kPanel <= D) {  // a whole panel of head dims, in vectors
-          for (int c = 0; c < kPanel; c += kLanes) {
-            const Vec x = vload<Vec>(k_row + dp * kPanel + c);
-            vstore(dst + c, bf16 ? vround_bf16(x) : vmul(x, k_scale));
-          }
-          continue;
-        }
-        for (int c = 0; c < kPanel; ++c) {
-          const int d = dp * kPanel + c;
-          dst[c] = d >= D ? 0.0f : bf16 ? round_to_bf16(k_row[d]) : k_row[d] * scale;
-        }
-      }
-    }
-    if (dots || amx) {  // AMX: the pair rows past the data 0, to whole K steps
-      for (int panel = 0; panel < panels_k; ++panel) {
-        for (auto [words, floats] : {std::pair{s.ktw, s.kt}, std::pair{s.vtw, s.vt}}) {
-          uint32_t* panel_words = words + panel * kt_words * kPanel;
-          pair_panel_rows(panel_words, floats + panel * D * kPanel, D);
-          std::fill(panel_words + D2 * kPanel, panel_words + kt_words * kPanel, 0u);
-        }
-      }
-      for (int dp = 0; dp < d_panels; ++dp) {
-        uint32_t* panel_words = s.kpw + dp * key_pairs * kPanel;
-        pair_panel_rows(panel_words, s.kp + dp * kBwdKeys * kPanel, nk);
-        std::fill(panel_words + pairs(nk) * kPanel, panel_words + key_pairs * kPanel, 0u);
-      }
-    }
-    packed = true;
-  };
-
-  const int32_t* row_q_docs = has_docs ? p.q_doc_ids + b * p.Cq : nullptr;  // (Cq) or null
+  const int32_t* row_q_docs = t.has_docs ? p.q_doc_ids + b * p.Cq : nullptr;  // (Cq) or null
   for (int64_t q_tile = visits.first; q_tile < visits.end; ++q_tile) {
     const int64_t q_lo = q_tile * kBwdQueries;
     const TokenTile queries = token_tile(q_lo, kBwdQueries, p.Cq, p.q_begin, row_q_docs, s.q_docs);
-    const int mq = queries.count;
-    const int64_t q_first = queries.first, q_last = queries.last;
-    const DocRange q_docs = queries.docs;
-    TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
-    if (mask == TileMask::full && nk % kPanel != 0) mask = TileMask::mask;  // padding keys of the last panel
-    if (mask != TileMask::skip && !packed) pack_kv();
-    const int32_t turn = static_cast<int32_t>(kv_tile - first_visitor(p, q_tile, q_tiles));  // into this dq tile
-    // Per key panel, the rows [begin, end) of the q tile that may see its keys by position, and whether
-    // they need the mask: on the diagonal a key panel skips the queries before its first key, so the
-    // pair is computed down to kRows × kPanel blocks, not whole. Both bounds grow with the panel, and
-    // a panel is left out only by position (classify judges documents by the whole tiles' ranges), so
-    // those come first or last: the key panels a row group needs are consecutive, and its dQ reads the
-    // keys [dq_keys[g].begin, dq_keys[g].end).
-    Span rows[kBwdPanels], dq_keys[kBwdQueries / kRows];
-    if (mask != TileMask::skip) {
-      for (int panel = 0; panel < panels_k; ++panel) {
-        const int64_t panel_first = k_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, k_last);
-        Span& range = rows[panel];
-        range = rows_seeing(q_first, mq, panel_first, panel_last, p.window);
-        if (range.end <= range.begin) continue;
-        const TileMask panel_mask = mask == TileMask::full ? TileMask::full
-                                                            : classify(q_first + range.begin, q_first + range.end - 1,
-                                                                       panel_first, panel_last, p.window, has_docs,
-                                                                       q_docs, k_docs);
-        if (panel_mask == TileMask::skip) range = {};
-        range.masked = panel_mask != TileMask::full || panel_last - panel_first + 1 < kPanel;  // or padding keys
-      }
-      for (int g = 0; g * kRows < mq; ++g) {
-        int first = panels_k, end = 0;
-        for (int panel = 0; panel < panels_k; ++panel) {
-          if (rows[panel].begin <= g * kRows && g * kRows < rows[panel].end) {
-            first = std::min(first, panel);
-            end = panel + 1;
-          }
-        }
-        dq_keys[g] = first < end ? Span{first * kPanel, std::min(nk, end * kPanel)} : Span{};
-      }
+    TileMask mask =
+        classify(queries.first, queries.last, t.k_first, t.k_last, p.window, t.has_docs, queries.docs, k_docs);
+    if (mask == TileMask::full && t.nk % kPanel != 0) mask = TileMask::mask;  // padding keys of the last panel
+    if (mask != TileMask::skip && !packed) {
+      pack_task_keys(t, s);
+      packed = true;
     }
+    const int32_t turn = static_cast<int32_t>(kv_tile - first_visitor(p, q_tile, q_tiles));  // into this dq tile
+    Span rows[kBwdPanels], dq_keys[kBwdQueries / kRows];
+    if (mask != TileMask::skip) rows_of_key_panels(t, mask, queries, k_docs, rows, dq_keys);
 
     for (int hg = 0; hg < group; ++hg) {
       const int h = kv_head * group + hg;
       int64_t slot = 0;  // the tile's index in the batch's packed copies and dQ sums
       if (mask != TileMask::skip) {
         slot = ((b * p.Hkv + kv_head - args.first_group) * group + hg) * q_tiles + q_tile;
-        const float* q_tile_packed = args.packed_q + slot * args.tile_floats;    // [D group][i][kRows]
-        const float* do_tile_packed = args.packed_do + slot * args.tile_floats;  // [D group][i][kRows]
-        const float* lse = args.lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
-        const float* delta = args.delta + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
-        for (int i = 0; i < mq; ++i) {
-          s.lse2[i] = lse[i] == -kInf ? kInf : lse[i] * kLog2e;
-          s.delta[i] = delta[i];
-        }
-        // The same tiles as bf16 pairs (flash_attention_pairs.h): by rows, then by columns.
-        const auto* q_rows_pairs = reinterpret_cast<const uint32_t*>(q_tile_packed);
-        const auto* do_rows_pairs = reinterpret_cast<const uint32_t*>(do_tile_packed);
-        [[maybe_unused]] const uint32_t* q_columns_pairs = q_rows_pairs + args.tile_floats / 2;
-        [[maybe_unused]] const uint32_t* do_columns_pairs = do_rows_pairs + args.tile_floats / 2;
-        // The same tiles in the AMX layouts (flash_attention_pairs.h): by rows, then by columns.
-        const auto* q_rows_amx = reinterpret_cast<const uint32_t*>(q_tile_packed);
-        const auto* do_rows_amx = reinterpret_cast<const uint32_t*>(do_tile_packed);
-        [[maybe_unused]] const uint32_t* q_columns_amx = q_rows_amx + amx_q_rows_words(D);
-        [[maybe_unused]] const uint32_t* do_columns_amx = do_rows_amx + amx_q_rows_words(D);
-        // S = Q Kᵀ (log2 units) and dP = dO Vᵀ, (rows × kPanel) per key panel
-        for (int panel = 0; panel < panels_k; ++panel) {
-          const Span range = rows[panel];
-          if (range.end <= range.begin) continue;
-#if FPDT_AMX_TILES
-          if (amx) {  // from a whole tile of 16 rows (the rows before range.begin are not read)
-            const int begin = range.begin / kAmxRows * kAmxRows;
-            for (const auto& [a, b, c] : {std::tuple{q_rows_amx, s.ktw, s.sp}, std::tuple{do_rows_amx, s.vtw, s.dpp}})
-              amx_panel_gemm<Store::overwrite>(range.end - begin, D2_tiles, a + begin * D2_tiles, D2_tiles,
-                                               b + panel * D2_tiles * kPanel, c + (panel * kBwdQueries + begin) * kPanel);
-            continue;
-          }
-#endif
-#if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {
-            for (const auto& [a, b, c] : {std::tuple{q_rows_pairs, s.ktw, s.sp}, std::tuple{do_rows_pairs, s.vtw, s.dpp}})
-              bf16_panel_gemm<Store::overwrite>(range.end - range.begin, D, a + range.begin * D2, D2, 1, kRows * D2,
-                                                b + panel * D2 * kPanel, c + (panel * kBwdQueries + range.begin) * kPanel);
-            continue;
-          }
-#endif
-          panel_gemm<Layout::grouped, Store::overwrite>(
-              range.end - range.begin, D, q_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
-              s.kt + panel * D * kPanel, s.sp + (panel * kBwdQueries + range.begin) * kPanel);
-          panel_gemm<Layout::grouped, Store::overwrite>(
-              range.end - range.begin, D, do_tile_packed + range.begin * kRows, kBwdQueries * kRows, kRows * kRows,
-              s.vt + panel * D * kPanel, s.dpp + (panel * kBwdQueries + range.begin) * kPanel);
-        }
-        // Per key panel, P and dS, then dVᵀ (D × kPanel) += dOᵀ (D × rows) · P_panel (rows × kPanel) and
-        // dKᵀ += Qᵀ · dS_panel (with bf16 pairs, P and dS as s.pw and s.pw_ds)
-        for (int panel = 0; panel < panels_k; ++panel) {
-          const Span range = rows[panel];
-          if (range.end <= range.begin) continue;
-          if (range.masked && bf16) {
-            probabilities_and_ds<true, true>(s, panel, range, q_first - k_first, nk, p.window, has_docs, qk_scale,
-                                             dots || amx);
-          } else if (range.masked) {
-            probabilities_and_ds<true, false>(s, panel, range, q_first - k_first, nk, p.window, has_docs, 1.0f, false);
-          } else if (bf16) {
-            probabilities_and_ds<false, true>(s, panel, range, 0, nk, 0, false, qk_scale, dots || amx);
-          } else {
-            probabilities_and_ds<false, false>(s, panel, range, 0, nk, 0, false, 1.0f, false);
-          }
-          [[maybe_unused]] const int n = range.end - range.begin;  // range.begin is a whole row group: even
-#if FPDT_AMX_TILES
-          if (amx) {  // P's and dS's pair rows padded with zeros to whole K steps
-            for (const auto& [a, b, c] : {std::tuple{do_columns_amx, s.pw, s.dvt}, std::tuple{q_columns_amx, s.pw_ds, s.dkt}}) {
-              std::fill(b + pairs(n) * kPanel, b + amx_round(pairs(n)) * kPanel, 0u);
-              amx_panel_gemm<Store::accumulate>(D, pairs(n), a + range.begin / 2, kAmxTokenWords, b,
-                                                c + panel * dt_rows * kPanel);
-            }
-            continue;
-          }
-#endif
-#if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {
-            for (const auto& [a, b, c] : {std::tuple{do_columns_pairs, s.pw, s.dvt}, std::tuple{q_columns_pairs, s.pw_ds, s.dkt}})
-              bf16_panel_gemm<Store::accumulate>(D, n, a + (range.begin / 2) * kRows, 1, kRows, query_pairs * kRows, b,
-                                                 c + panel * dt_rows * kPanel);
-            continue;
-          }
-#endif
-          panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, do_tile_packed + range.begin * kRows,
-                                                        0, kBwdQueries * kRows,
-                                                        s.sp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dvt + panel * dt_rows * kPanel);
-          panel_gemm<Layout::packed, Store::accumulate>(D, range.end - range.begin, q_tile_packed + range.begin * kRows,
-                                                        0, kBwdQueries * kRows,
-                                                        s.dpp + (panel * kBwdQueries + range.begin) * kPanel,
-                                                        s.dkt + panel * dt_rows * kPanel);
-        }
-        // dQ tile (mq × kPanel per D panel) = dS (mq × nk) · (scale K) (nk × kPanel), each row group over
-        // the keys it may see (none: zero); in bf16 r(dS) · r(K), scaled when added to dq
-#if FPDT_AMX_TILES
-        if (amx) {  // by whole tiles of 16 rows, over the key panels any of its rows sees, dS 0 where a row does not
-          for (int i0 = 0; i0 < mq; i0 += kAmxRows) {
-            int first = panels_k, end = 0;
-            for (int panel = 0; panel < panels_k; ++panel)
-              if (rows[panel].begin < i0 + kAmxRows && i0 < rows[panel].end) {
-                first = std::min(first, panel);
-                end = panel + 1;
-              }
-            for (int i = i0; i < i0 + kAmxRows; ++i)  // (the rows' words of the panels they see: probabilities_and_ds)
-              for (int panel = first; panel < end; ++panel) {
-                uint32_t* dst = s.dsw + i * key_pairs + panel * (kPanel / 2);
-                if (i >= mq || i < rows[panel].begin || rows[panel].end <= i) std::fill(dst, dst + kPanel / 2, 0u);
-              }
-            const int key_words = first < end ? (end - first) * (kPanel / 2) : 0;
-            for (int dp = 0; dp < d_panels; ++dp)
-              amx_panel_gemm<Store::overwrite>(kAmxRows, key_words, s.dsw + i0 * key_pairs + first * (kPanel / 2), key_pairs,
-                                               s.kpw + (dp * key_pairs + first * (kPanel / 2)) * kPanel,
-                                               s.dq + (dp * kBwdQueries + i0) * kPanel);
-          }
-        }
-#endif
-        for (int g = 0; g * kRows < (amx ? 0 : mq); ++g) {
-          const Span keys = dq_keys[g];
-#if FPDT_BF16_DOT_PRODUCTS
-          if (dots) {  // keys.begin is a whole panel: even; the group's rows of dS as pairs: probabilities_and_ds
-            const int rows_in_group = std::min(kRows, mq - g * kRows);
-            for (int dp = 0; dp < d_panels; ++dp)
-              bf16_panel_gemm<Store::overwrite>(rows_in_group, keys.end - keys.begin,
-                                                s.dsw + g * kRows * key_pairs + keys.begin / 2, key_pairs, 1, 0,
-                                                s.kpw + (dp * key_pairs + keys.begin / 2) * kPanel,
-                                                s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
-            continue;
-          }
-#endif
-          for (int dp = 0; dp < d_panels; ++dp)
-            panel_gemm<Layout::rows, Store::overwrite>(std::min(kRows, mq - g * kRows), keys.end - keys.begin,
-                                                       s.ds + g * kRows * kBwdKeys + keys.begin, kBwdKeys, 0,
-                                                       s.kp + (dp * kBwdKeys + keys.begin) * kPanel,
-                                                       s.dq + (dp * kBwdQueries + g * kRows) * kPanel);
-        }
+        pair_backward(args, t, s, args.packed_q + slot * args.tile_floats, args.packed_do + slot * args.tile_floats,
+                      h, q_lo, queries, rows, dq_keys);
       }
       std::atomic<int32_t>& counter = args.counters[(static_cast<int64_t>(b) * p.H + h) * q_tiles + q_tile];
       wait_for_turn(counter, turn);
-      if (mask != TileMask::skip) {  // into the tile's sum, in its contiguous rows (bf16: scaled here)
-        const Vec dq_scale = vset<Vec>(bf16 ? scale : 1.0f);
-        const bool first = args.written[slot] == 0;
-        float* sum = args.dq_sums + slot * args.dq_tile_floats;
-        for (int dp = 0; dp < d_panels; ++dp) {
-          const float* src = s.dq + dp * kBwdQueries * kPanel;
-          float* dst = sum + dp * kBwdQueries * kPanel;
-          for (int x = 0; x < mq * kPanel; x += kLanes) {
-            const Vec term = vload<Vec>(src + x);
-            vstore(dst + x, first ? vmul(term, dq_scale) : vfma(term, dq_scale, vload<Vec>(dst + x)));
-          }
-        }
-        args.written[slot] = 1;
-      }
+      if (mask != TileMask::skip) add_to_dq_sum(args, t, s, slot, queries.count);
       counter.store(turn + 1, std::memory_order_release);
     }
   }
-
-  if (!packed) return;  // no pair of this task was visible
-  for (int j = 0; j < nk; ++j) {
-    const int64_t row = (b * p.Ck + kv_lo + j) * p.Hkv + kv_head;
-    float* dk_row = args.dk + row * D;
-    float* dv_row = args.dv + row * D;
-    if (j + kPrefetchRows < nk) {
-      prefetch_row(dk_row + kPrefetchRows * p.Hkv * D, D);
-      prefetch_row(dv_row + kPrefetchRows * p.Hkv * D, D);
-    }
-    column_to_row<true>(dk_row, s.dkt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, scale);
-    column_to_row<true>(dv_row, s.dvt + (j / kPanel) * dt_rows * kPanel + j % kPanel, D, 1.0f);
-  }
+  if (packed) add_task_dk_dv(args, t, s);  // else no pair of this task was visible
 }
 
 }  // namespace

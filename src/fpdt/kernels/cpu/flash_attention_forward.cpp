@@ -155,63 +155,62 @@ void softmax_panel(float* sp, int nk, int i0, ForwardScratch& s, int64_t k_first
   vstore(s.l + i0 + kLanes, vfma(vload<Vec>(s.l + i0 + kLanes), alpha1, sum1));
 }
 
-// One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
-// k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
-// (both packed once per call by attention_chunk_forward). With bf16 dot products the same buffers hold
-// bf16 pairs: K as [kv tile][key group][D pair][kRows] words, V as [kv tile][D group][key pair][kRows];
-// with AMX tiles pack_kv_amx's layouts (flash_attention_pairs.h).
-void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
-                  const float* k_head, const float* v_head, ForwardScratch& s) {
-  const int D = p.D;
-  const int mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
-  const int panels_q = (mq + kPanel - 1) / kPanel;
-  const int64_t q_first = p.q_begin + q_lo, q_last = q_first + mq - 1;
-  const int64_t q_row_stride = static_cast<int64_t>(p.H) * D;
-  const float* q_rows = p.q + ((b * p.Cq + q_lo) * p.H + h) * D;  // row i at + i·q_row_stride
-  float* out_rows = out + ((b * p.Cq + q_lo) * p.H + h) * D;
-  float* lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;  // (mq)
-  const bool has_docs = p.q_doc_ids != nullptr;
-  const bool bf16 = p.precision == Precision::bf16;
-  const bool dots = use_bf16_dot_products(p);
-  const bool amx = use_amx_tiles(p);
-  const int D2 = pairs(D), D2_tiles = amx_round(D2);  // pair rows of Qᵀ, AMX's padded to whole K steps
-  const int ot_rows = amx_round(D);
-  const int qw_rows = amx ? D2_tiles : D2;
+// What a forward task's steps read of its queries (b, q head h, queries [q_lo, q_lo + mq)) and of the call,
+// fixed over its kv tiles.
+struct TaskQueries {
+  const AttentionChunkParams* p;
+  int b, h;
+  int64_t q_lo;
+  int D, mq, panels_q;
+  int64_t q_first, q_last;   // the queries' positions
+  int64_t q_row_stride;      // H·D: their rows' distance in q and out
+  float* out_rows;           // row i at + i·q_row_stride
+  float* lse_row;            // (mq)
+  bool has_docs;
+  bool bf16, dots, amx;      // Precision::bf16; its products on bf16 dot products, on AMX tiles
+  int D2, D2_tiles;          // pair rows of Qᵀ, AMX's padded to whole K steps
+  int ot_rows, qw_rows;
+  float qk_scale;            // scale·log2 e
+  DocRange q_docs;
+};
 
-  // Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
-  // Qᵀ is zero there, so those columns stay finite. A resumed row starts from m + log2 l = its lse
-  // (log2 units): l = 1 in fp32; in bf16 m is the integer above, and the Oᵀ below starts at out · l.
-  const float qk_scale = static_cast<float>(p.scale) * kLog2e;
-  for (int i = 0; i < panels_q * kPanel; ++i) {
-    const bool resume = accumulate && i < mq && lse_row[i] > -kInf;
-    const float lse2 = resume ? lse_row[i] * kLog2e : -kInf;
-    s.m[i] = bf16 ? std::ceil(lse2) : lse2;
-    s.l[i] = !resume ? 0.0f : bf16 ? std::exp2(lse2 - s.m[i]) : 1.0f;
+// Running state over panels_q·kPanel columns; columns past mq are padding that is never written out.
+// Qᵀ is zero there, so those columns stay finite. A resumed row starts from m + log2 l = its lse
+// (log2 units): l = 1 in fp32; in bf16 m is the integer above, and the Oᵀ below starts at out · l.
+void start_queries(const TaskQueries& t, bool accumulate, ForwardScratch& s) {
+  const AttentionChunkParams& p = *t.p;
+  const int D = t.D;
+  const float* q_rows = p.q + ((t.b * p.Cq + t.q_lo) * p.H + t.h) * D;  // row i at + i·q_row_stride
+  for (int i = 0; i < t.panels_q * kPanel; ++i) {
+    const bool resume = accumulate && i < t.mq && t.lse_row[i] > -kInf;
+    const float lse2 = resume ? t.lse_row[i] * kLog2e : -kInf;
+    s.m[i] = t.bf16 ? std::ceil(lse2) : lse2;
+    s.l[i] = !resume ? 0.0f : t.bf16 ? std::exp2(lse2 - s.m[i]) : 1.0f;
     s.m_init[i] = s.m[i];
     s.l_init[i] = s.l[i];
   }
-  for (int panel = 0; panel < panels_q; ++panel) {
+  for (int panel = 0; panel < t.panels_q; ++panel) {
     const int64_t i0 = static_cast<int64_t>(panel) * kPanel;
-    const int count = static_cast<int>(std::min<int64_t>(kPanel, mq - i0));
-    const int next = static_cast<int>(std::clamp<int64_t>(mq - i0 - kPanel, 0, kPanel));
-    transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * q_row_stride, q_row_stride, count, next, D,
-                         bf16 ? 1.0f : qk_scale, bf16);
-    if (dots || amx) {
-      uint32_t* qw = s.qw + panel * qw_rows * kPanel;
+    const int count = static_cast<int>(std::min<int64_t>(kPanel, t.mq - i0));
+    const int next = static_cast<int>(std::clamp<int64_t>(t.mq - i0 - kPanel, 0, kPanel));
+    transpose_into_panel(s.qt + panel * D * kPanel, q_rows + i0 * t.q_row_stride, t.q_row_stride, count, next, D,
+                         t.bf16 ? 1.0f : t.qk_scale, t.bf16);
+    if (t.dots || t.amx) {
+      uint32_t* qw = s.qw + panel * t.qw_rows * kPanel;
       pair_panel_rows(qw, s.qt + panel * D * kPanel, D);
-      std::fill(qw + D2 * kPanel, qw + qw_rows * kPanel, 0u);
+      std::fill(qw + t.D2 * kPanel, qw + t.qw_rows * kPanel, 0u);
     }
-    float* ot = s.ot + panel * ot_rows * kPanel;
+    float* ot = s.ot + panel * t.ot_rows * kPanel;
     if (!accumulate) {
-      std::fill(ot, ot + ot_rows * kPanel, 0.0f);
+      std::fill(ot, ot + t.ot_rows * kPanel, 0.0f);
       continue;
     }
-    transpose_into_panel(ot, out_rows + i0 * q_row_stride, q_row_stride, count, next, D, 1.0f);
-    std::fill(ot + D * kPanel, ot + ot_rows * kPanel, 0.0f);
+    transpose_into_panel(ot, t.out_rows + i0 * t.q_row_stride, t.q_row_stride, count, next, D, 1.0f);
+    std::fill(ot + D * kPanel, ot + t.ot_rows * kPanel, 0.0f);
     for (int c = 0; c < count; ++c)  // a row that has seen nothing yet starts from 0, not from out
       if (s.m_init[i0 + c] == -kInf)
         for (int d = 0; d < D; ++d) ot[d * kPanel + c] = 0.0f;
-    if (bf16) {  // out · l_init, in unnormalised units (l_init = 0 where the row has seen nothing)
+    if (t.bf16) {  // out · l_init, in unnormalised units (l_init = 0 where the row has seen nothing)
       const Vec l0 = vload<Vec>(s.l_init + i0), l1 = vload<Vec>(s.l_init + i0 + kLanes);
       for (int d = 0; d < D; ++d) {
         vstore(ot + d * kPanel, vmul(vload<Vec>(ot + d * kPanel), l0));
@@ -219,114 +218,119 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
       }
     }
   }
-  DocRange q_docs;
-  if (has_docs) {
-    const int32_t* docs = p.q_doc_ids + b * p.Cq + q_lo;
-    for (int i = 0; i < kFwdQueries; ++i) s.q_docs[i] = docs[std::min(i, mq - 1)];
-    q_docs = doc_range(docs, mq);
+}
+
+// The task's queries over kv tile `tile` (k_head, v_head: as forward_task's): Sᵀ, the online softmax
+// step and Oᵀ = α ∘ Oᵀ + Vᵀ · Pᵀ, panel by panel; nothing where no query may see the tile.
+void forward_kv_tile(const TaskQueries& t, int64_t tile, const float* k_head, const float* v_head,
+                     ForwardScratch& s) {
+  const AttentionChunkParams& p = *t.p;
+  const int D = t.D, D2 = t.D2, panels_q = t.panels_q, ot_rows = t.ot_rows;
+  const bool bf16 = t.bf16, dots = t.dots, amx = t.amx, has_docs = t.has_docs;
+  const float qk_scale = t.qk_scale;
+  const int64_t q_first = t.q_first;
+  const int32_t* row_kv_docs = has_docs ? p.kv_doc_ids + t.b * p.Ck : nullptr;  // (Ck) or null
+  const int64_t kv_lo = tile * kFwdKeys;
+  const TokenTile kv = token_tile(kv_lo, kFwdKeys, p.Ck, p.kv_begin, row_kv_docs, s.k_docs);
+  const int nk = kv.count;
+  const int64_t k_first = kv.first, k_last = kv.last;
+  const DocRange k_docs = kv.docs;
+  const TileMask mask = classify(q_first, t.q_last, k_first, k_last, p.window, has_docs, t.q_docs, k_docs);
+  if (mask == TileMask::skip) return;
+  // Per panel, the keys [begin, end) of the tile that some of its queries may see by position (begin
+  // a whole key group), and whether they need the mask: on the diagonal a panel skips the keys after
+  // its last query, so the tile is computed down to kPanel × kRows blocks, not whole.
+  Span keys[kFwdPanels];
+  for (int panel = 0; panel < panels_q; ++panel) {
+    const int64_t panel_first = q_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, t.q_last);
+    Span& range = keys[panel];
+    range = keys_seen(panel_first, panel_last, k_first, nk, p.window);
+    if (mask == TileMask::full || range.end <= range.begin) continue;
+    const TileMask panel_mask = classify(panel_first, panel_last, k_first + range.begin, k_first + range.end - 1,
+                                         p.window, has_docs, t.q_docs, k_docs);
+    if (panel_mask == TileMask::skip) range = {};
+    range.masked = panel_mask == TileMask::mask;
   }
-
-  // kv tiles that some query of the task may see: causally, kv_begin + kv_lo <= q_last; with a window,
-  // the tile's last key after q_first − window.
-  const int64_t kv_tiles =
-      q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (q_last - p.kv_begin) / kFwdKeys + 1);
-  const int64_t first_tile = p.window == 0 ? 0 : std::max<int64_t>(0, q_first - p.window + 1 - p.kv_begin) / kFwdKeys;
-  const int32_t* row_kv_docs = has_docs ? p.kv_doc_ids + b * p.Ck : nullptr;  // (Ck) or null
-  for (int64_t tile = first_tile; tile < kv_tiles; ++tile) {
-    const int64_t kv_lo = tile * kFwdKeys;
-    const TokenTile kv = token_tile(kv_lo, kFwdKeys, p.Ck, p.kv_begin, row_kv_docs, s.k_docs);
-    const int nk = kv.count;
-    const int64_t k_first = kv.first, k_last = kv.last;
-    const DocRange k_docs = kv.docs;
-    const TileMask mask = classify(q_first, q_last, k_first, k_last, p.window, has_docs, q_docs, k_docs);
-    if (mask == TileMask::skip) continue;
-    // Per panel, the keys [begin, end) of the tile that some of its queries may see by position (begin
-    // a whole key group), and whether they need the mask: on the diagonal a panel skips the keys after
-    // its last query, so the tile is computed down to kPanel × kRows blocks, not whole.
-    Span keys[kFwdPanels];
-    for (int panel = 0; panel < panels_q; ++panel) {
-      const int64_t panel_first = q_first + panel * kPanel, panel_last = std::min(panel_first + kPanel - 1, q_last);
-      Span& range = keys[panel];
-      range = keys_seen(panel_first, panel_last, k_first, nk, p.window);
-      if (mask == TileMask::full || range.end <= range.begin) continue;
-      const TileMask panel_mask = classify(panel_first, panel_last, k_first + range.begin, k_first + range.end - 1,
-                                           p.window, has_docs, q_docs, k_docs);
-      if (panel_mask == TileMask::skip) range = {};
-      range.masked = panel_mask == TileMask::mask;
-    }
-
-    // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
-    // rows stay in L1 while the Qᵀ panels stream past.
-    const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
-    [[maybe_unused]] const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
+  // Sᵀ (keys × kPanel per panel) = K_tile · Qᵀ_panel, in log2 units. Key groups outer: a group's K
+  // rows stay in L1 while the Qᵀ panels stream past.
+  const float* k_tile = k_head + kv_lo * D;  // [key group][D][kRows]
+  [[maybe_unused]] const uint32_t* k_tile_pairs = reinterpret_cast<const uint32_t*>(k_head) + kv_lo * D2;  // [key group][D pair][kRows]
 #if FPDT_AMX_TILES
-    if (amx) {  // per panel, its keys from a whole tile of 16 rows (the rows before begin are not read)
-      const uint32_t* k_tile_amx = reinterpret_cast<const uint32_t*>(k_head) + tile * amx_k_tile_words(D);
-      for (int panel = 0; panel < panels_q; ++panel) {
-        const int begin = keys[panel].begin / kAmxRows * kAmxRows;
-        if (keys[panel].end <= keys[panel].begin) continue;
-        amx_panel_gemm<Store::overwrite>(keys[panel].end - begin, D2_tiles, k_tile_amx + begin * D2_tiles, D2_tiles,
-                                         s.qw + panel * D2_tiles * kPanel, s.st + (panel * kFwdKeys + begin) * kPanel);
-      }
-    }
-#endif
-    for (int j0 = 0; j0 < (amx ? 0 : nk); j0 += kRows)
-      for (int panel = 0; panel < panels_q; ++panel) {
-        if (keys[panel].begin > j0 || j0 >= keys[panel].end) continue;
-        const int rows = std::min(kRows, keys[panel].end - j0);
-        float* st = s.st + (panel * kFwdKeys + j0) * kPanel;
-#if FPDT_BF16_DOT_PRODUCTS
-        if (dots) {
-          bf16_panel_gemm<Store::overwrite>(rows, D, k_tile_pairs + j0 * D2, 1, kRows, 0, s.qw + panel * D2 * kPanel, st);
-          continue;
-        }
-#endif
-        panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel, st);
-      }
-    const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
-    [[maybe_unused]] const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
+  if (amx) {  // per panel, its keys from a whole tile of 16 rows (the rows before begin are not read)
+    const uint32_t* k_tile_amx = reinterpret_cast<const uint32_t*>(k_head) + tile * amx_k_tile_words(D);
     for (int panel = 0; panel < panels_q; ++panel) {
-      const Span range = keys[panel];
-      if (range.end <= range.begin) continue;
-      float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
-      const int n = range.end - range.begin;
-      const int64_t k_first_rel = k_first + range.begin - q_first;
-      uint32_t* pairs_out = dots || amx ? s.pw : nullptr;  // Pᵀ as bf16 pairs, for the products that read them
-      if (range.masked && bf16) {
-        softmax_panel<true, true>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                  has_docs, qk_scale, pairs_out);
-      } else if (range.masked) {
-        softmax_panel<true, false>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
-                                   has_docs, 1.0f, nullptr);
-      } else if (bf16) {
-        softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale, pairs_out);
-      } else {
-        softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f, nullptr);
-      }
-      // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel); range.begin is even
-      float* ot = s.ot + panel * ot_rows * kPanel;
-#if FPDT_AMX_TILES
-      if (amx) {  // Pᵀ's pair rows padded with zeros to whole K steps
-        const uint32_t* v_tile_amx = reinterpret_cast<const uint32_t*>(v_head) + tile * amx_v_tile_words(D);
-        std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
-        amx_panel_gemm<Store::rescale>(D, pairs(n), v_tile_amx + range.begin / 2, kAmxTokenWords, s.pw, ot,
-                                       s.alpha + panel * kPanel);
-        continue;
-      }
+      const int begin = keys[panel].begin / kAmxRows * kAmxRows;
+      if (keys[panel].end <= keys[panel].begin) continue;
+      amx_panel_gemm<Store::overwrite>(keys[panel].end - begin, t.D2_tiles, k_tile_amx + begin * t.D2_tiles, t.D2_tiles,
+                                       s.qw + panel * t.D2_tiles * kPanel, s.st + (panel * kFwdKeys + begin) * kPanel);
+    }
+  }
 #endif
+  for (int j0 = 0; j0 < (amx ? 0 : nk); j0 += kRows)
+    for (int panel = 0; panel < panels_q; ++panel) {
+      if (keys[panel].begin > j0 || j0 >= keys[panel].end) continue;
+      const int rows = std::min(kRows, keys[panel].end - j0);
+      float* st = s.st + (panel * kFwdKeys + j0) * kPanel;
 #if FPDT_BF16_DOT_PRODUCTS
       if (dots) {
-        bf16_panel_gemm<Store::rescale>(D, n, v_tile_pairs + (range.begin / 2) * kRows, 1, kRows,
-                                        pairs(kFwdKeys) * kRows, s.pw, ot,
-                                        s.alpha + panel * kPanel);
+        bf16_panel_gemm<Store::overwrite>(rows, D, k_tile_pairs + j0 * D2, 1, kRows, 0, s.qw + panel * D2 * kPanel, st);
         continue;
       }
 #endif
-      panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp, ot,
-                                                 s.alpha + panel * kPanel);
+      panel_gemm<Layout::packed, Store::overwrite>(rows, D, k_tile + j0 * D, 0, 0, s.qt + panel * D * kPanel, st);
     }
+  const float* v_tile = v_head + tile * row_groups(D) * kFwdKeys * kRows;
+  [[maybe_unused]] const uint32_t* v_tile_pairs = reinterpret_cast<const uint32_t*>(v_head) + tile * row_groups(D) * pairs(kFwdKeys) * kRows;
+  for (int panel = 0; panel < panels_q; ++panel) {
+    const Span range = keys[panel];
+    if (range.end <= range.begin) continue;
+    float* sp = s.st + (panel * kFwdKeys + range.begin) * kPanel;
+    const int n = range.end - range.begin;
+    const int64_t k_first_rel = k_first + range.begin - q_first;
+    uint32_t* pairs_out = dots || amx ? s.pw : nullptr;  // Pᵀ as bf16 pairs, for the products that read them
+    if (range.masked && bf16) {
+      softmax_panel<true, true>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
+                                has_docs, qk_scale, pairs_out);
+    } else if (range.masked) {
+      softmax_panel<true, false>(sp, n, panel * kPanel, s, k_first_rel, s.k_docs + range.begin, p.window,
+                                 has_docs, 1.0f, nullptr);
+    } else if (bf16) {
+      softmax_panel<false, true>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, qk_scale, pairs_out);
+    } else {
+      softmax_panel<false, false>(sp, n, panel * kPanel, s, 0, nullptr, 0, false, 1.0f, nullptr);
+    }
+    // Oᵀ_panel (D × kPanel) = α ∘ Oᵀ_panel + Vᵀ (D × n) · Pᵀ_panel (n × kPanel); range.begin is even
+    float* ot = s.ot + panel * ot_rows * kPanel;
+#if FPDT_AMX_TILES
+    if (amx) {  // Pᵀ's pair rows padded with zeros to whole K steps
+      const uint32_t* v_tile_amx = reinterpret_cast<const uint32_t*>(v_head) + tile * amx_v_tile_words(D);
+      std::fill(s.pw + pairs(n) * kPanel, s.pw + amx_round(pairs(n)) * kPanel, 0u);
+      amx_panel_gemm<Store::rescale>(D, pairs(n), v_tile_amx + range.begin / 2, kAmxTokenWords, s.pw, ot,
+                                     s.alpha + panel * kPanel);
+      continue;
+    }
+#endif
+#if FPDT_BF16_DOT_PRODUCTS
+    if (dots) {
+      bf16_panel_gemm<Store::rescale>(D, n, v_tile_pairs + (range.begin / 2) * kRows, 1, kRows,
+                                      pairs(kFwdKeys) * kRows, s.pw, ot,
+                                      s.alpha + panel * kPanel);
+      continue;
+    }
+#endif
+    panel_gemm<Layout::packed, Store::rescale>(D, n, v_tile + range.begin * kRows, 0, kFwdKeys * kRows, sp, ot,
+                                               s.alpha + panel * kPanel);
   }
+}
 
+// The task's rows of out (normalised) and lse from its running state; with accumulate, only the rows
+// this block added to.
+void finish_queries(const TaskQueries& t, bool accumulate, const ForwardScratch& s) {
+  const int D = t.D, mq = t.mq;
+  const int64_t q_row_stride = t.q_row_stride;
+  float* out_rows = t.out_rows;
+  float* lse_row = t.lse_row;
+  const int ot_rows = t.ot_rows;
   for (int i = 0; i < mq; ++i) {
     const float l = s.l[i];
     float* out_row = out_rows + i * q_row_stride;
@@ -342,6 +346,51 @@ void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool ac
     column_to_row<false>(out_row, s.ot + (i / kPanel) * ot_rows * kPanel + i % kPanel, D, 1.0f / l);
     lse_row[i] = static_cast<float>((static_cast<double>(s.m[i]) + std::log2(static_cast<double>(l))) * kLn2);
   }
+}
+
+// One forward task: queries [q_lo, q_lo + mq) of head h in batch b, over every kv tile of the block.
+// k_head: [kv tile][key group][D][kRows] the kv head's K; v_head: [kv tile][D group][kFwdKeys][kRows] its V
+// (both packed once per call by attention_chunk_forward). With bf16 dot products the same buffers hold
+// bf16 pairs: K as [kv tile][key group][D pair][kRows] words, V as [kv tile][D group][key pair][kRows];
+// with AMX tiles pack_kv_amx's layouts (flash_attention_pairs.h).
+void forward_task(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, int b, int h, int64_t q_lo,
+                  const float* k_head, const float* v_head, ForwardScratch& s) {
+  TaskQueries t;
+  t.p = &p;
+  t.b = b;
+  t.h = h;
+  t.q_lo = q_lo;
+  t.D = p.D;
+  t.mq = static_cast<int>(std::min<int64_t>(kFwdQueries, p.Cq - q_lo));
+  t.panels_q = (t.mq + kPanel - 1) / kPanel;
+  t.q_first = p.q_begin + q_lo;
+  t.q_last = t.q_first + t.mq - 1;
+  t.q_row_stride = static_cast<int64_t>(p.H) * p.D;
+  t.out_rows = out + ((b * p.Cq + q_lo) * p.H + h) * p.D;
+  t.lse_row = lse + (static_cast<int64_t>(b) * p.H + h) * p.Cq + q_lo;
+  t.has_docs = p.q_doc_ids != nullptr;
+  t.bf16 = p.precision == Precision::bf16;
+  t.dots = use_bf16_dot_products(p);
+  t.amx = use_amx_tiles(p);
+  t.D2 = pairs(p.D);
+  t.D2_tiles = amx_round(t.D2);
+  t.ot_rows = amx_round(p.D);
+  t.qw_rows = t.amx ? t.D2_tiles : t.D2;
+  t.qk_scale = static_cast<float>(p.scale) * kLog2e;
+  start_queries(t, accumulate, s);
+  if (t.has_docs) {
+    const int32_t* docs = p.q_doc_ids + b * p.Cq + q_lo;
+    for (int i = 0; i < kFwdQueries; ++i) s.q_docs[i] = docs[std::min(i, t.mq - 1)];
+    t.q_docs = doc_range(docs, t.mq);
+  }
+  // kv tiles that some query of the task may see: causally, kv_begin + kv_lo <= q_last; with a window,
+  // the tile's last key after q_first − window.
+  const int64_t kv_tiles =
+      t.q_last < p.kv_begin ? 0 : std::min(ceil_div(p.Ck, kFwdKeys), (t.q_last - p.kv_begin) / kFwdKeys + 1);
+  const int64_t first_tile =
+      p.window == 0 ? 0 : std::max<int64_t>(0, t.q_first - p.window + 1 - p.kv_begin) / kFwdKeys;
+  for (int64_t tile = first_tile; tile < kv_tiles; ++tile) forward_kv_tile(t, tile, k_head, v_head, s);
+  finish_queries(t, accumulate, s);
 }
 
 }  // namespace
