@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int32_t>((i % S) * 4 / S);
     }
     const int32_t* doc_ids = o.docs ? docs.data() : nullptr;
+    const fpdt::kernels::AttentionParams params{.q = q.data(), .k = k.data(), .v = v.data(), .doc_ids = doc_ids,
+                                                .B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .scale = scale,
+                                                .window = W};
 
     // Rounds of sgemm, forward, backward, interleaved; the best of each over the rounds is reported.
     // One warm-up of each first.
@@ -137,7 +140,7 @@ int main(int argc, char** argv) {
     const double load = fpdt::machine::load_average();
     int vector_bits = 0;
     const double fma_gflops = fpdt::machine::measure_fma_peak_gflops(o.threads, &vector_bits);
-    backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale, W);
+    backend.attention_forward(out.data(), lse.data(), params);
     using fpdt::kernels::Precision;
     using fpdt::kernels::cpu::CpuBackend;
     // One forward and backward in `precision`: (forward, backward) seconds by the wall, and of CPU time.
@@ -152,16 +155,16 @@ int main(int argc, char** argv) {
     };
     auto time_pass = [&](Precision precision) {
       PassTimes t;
+      fpdt::kernels::AttentionParams in_precision = params;
+      in_precision.precision = precision;
       auto start = std::chrono::steady_clock::now();
       double cpu_start = fpdt::machine::process_cpu_seconds();
-      backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
-                                W, precision);
+      backend.attention_forward(out.data(), lse.data(), in_precision);
       t.fwd = seconds_since(start);
       t.fwd_cpu = fpdt::machine::process_cpu_seconds() - cpu_start;
       start = std::chrono::steady_clock::now();
       cpu_start = fpdt::machine::process_cpu_seconds();
-      backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                                 lse.data(), doc_ids, B, S, H, Hkv, D, scale, W, precision);
+      backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), in_precision);
       t.bwd = seconds_since(start);
       t.bwd_cpu = fpdt::machine::process_cpu_seconds() - cpu_start;
       return t;
@@ -226,12 +229,10 @@ int main(int argc, char** argv) {
       }
       const double sgemm_rate = fpdt::machine::measure_sgemm_gflops(o.threads);
       auto start = std::chrono::steady_clock::now();
-      backend.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids, B, S, H, Hkv, D, scale,
-                                W);
+      backend.attention_forward(out.data(), lse.data(), params);
       const double fwd = seconds_since(start);
       start = std::chrono::steady_clock::now();
-      backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                                 lse.data(), doc_ids, B, S, H, Hkv, D, scale, W);
+      backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), params);
       const double bwd = seconds_since(start);
       std::printf("round %d: sgemm %.1f GFLOP/s, forward %.3f s, backward %.3f s (load %.2f)\n", rep, sgemm_rate,
                   fwd, bwd, fpdt::machine::load_average());

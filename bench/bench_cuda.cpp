@@ -19,9 +19,10 @@
 #include <cstring>
 #include <string>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/cublas_check.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace {
 

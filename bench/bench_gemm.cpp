@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
           const double cpu_start = fpdt::machine::process_cpu_seconds();
           const auto wall_start = std::chrono::steady_clock::now();
           backend.linear_forward(out.data(), x.data(), weight, nullptr, T, l.in, l.out, false, bf16p);
-          backend.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), weight, T, l.in, l.out, false,
+          backend.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), weight, {T, l.in, l.out}, false,
                                   bf16p);
           const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
           const double cpu_seconds = fpdt::machine::process_cpu_seconds() - cpu_start;

@@ -62,8 +62,9 @@ TEST(AttentionReference, MatchesNaiveSoftmax) {
   }
 
   std::vector<double> out(S * Hq * D), lse(Hq * S);
-  reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr, 1, S, Hq, Hkv, D,
-                               scale, window);
+  reference::attention_forward(out.data(), lse.data(),
+                               {.q = q.data(), .k = k.data(), .v = v.data(), .B = 1, .S = S, .H = Hq, .Hkv = Hkv,
+                                .D = D, .scale = scale, .window = window});
   // Same maths in a different order, all in double: a few roundings of O(1) values.
   const double out_error = relative_error(out, want_out), lse_error = relative_error(lse, want_lse);
   EXPECT_LE(out_error, 1e-14) << "window " << window;
@@ -85,8 +86,9 @@ TEST(AttentionReference, SingleVisibleKeyReturnsItsValue) {
   const std::vector<int32_t> doc_ids = {0, 0, 1, 1, 1, 2,   // batch 0: documents start at 0, 2, 5
                                         7, 8, 8, 8, 9, 9};  // batch 1: documents start at 0, 1, 4
   std::vector<double> out(B * S * Hq * D), lse(B * Hq * S);
-  reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), doc_ids.data(), B, S, Hq,
-                               Hkv, D, scale, /*window=*/0);
+  reference::attention_forward(out.data(), lse.data(),
+                               {.q = q.data(), .k = k.data(), .v = v.data(), .doc_ids = doc_ids.data(), .B = B,
+                                .S = S, .H = Hq, .Hkv = Hkv, .D = D, .scale = scale});
   const int starts[2][3] = {{0, 2, 5}, {0, 1, 4}};
   for (int b = 0; b < B; ++b) {
     for (int s : starts[b]) {
@@ -133,9 +135,10 @@ TEST(AttentionReferenceBf16, MatchesTheRecipeWrittenOut) {
       want_out[s * D + d] = acc / l;
     }
   }
+  const BasicAttentionParams<float> params{.q = q.data(), .k = k.data(), .v = v.data(), .B = 1, .S = S, .H = 1,
+                                           .Hkv = 1, .D = D, .scale = scale, .precision = Precision::bf16};
   std::vector<float> out(S * D), lse(S);
-  reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr, 1, S, 1, 1, D, scale,
-                               /*window=*/0, Precision::bf16);
+  reference::attention_forward(out.data(), lse.data(), params);
   // The same float64 sums in the same order, then stored as float: half an fp32 ulp, 2^-24 relative.
   EXPECT_LE(relative_error(out, want_out), 1e-7);
   EXPECT_LE(relative_error(lse, want_lse), 1e-7);
@@ -159,16 +162,16 @@ TEST(AttentionReferenceBf16, MatchesTheRecipeWrittenOut) {
     }
   }
   std::vector<float> dq(S * D), dk(S * D), dv(S * D);
-  reference::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                                out.data(), lse.data(), nullptr, 1, S, 1, 1, D, scale, /*window=*/0, Precision::bf16);
+  reference::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), params);
   // As above: one rounding to float at the end (the same P and dS bits are rounded on both sides).
   EXPECT_LE(relative_error(dq, want_dq), 1e-7);
   EXPECT_LE(relative_error(dk, want_dk), 1e-7);
   EXPECT_LE(relative_error(dv, want_dv), 1e-7);
   // And bf16 is not fp32: the same op in fp32 differs by bf16 roundings (2^-9 relative each), far above.
   std::vector<float> out32(S * D), lse32(S);
-  reference::attention_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), nullptr, 1, S, 1, 1, D,
-                               scale, /*window=*/0);
+  BasicAttentionParams<float> params32 = params;
+  params32.precision = Precision::fp32;
+  reference::attention_forward(out32.data(), lse32.data(), params32);
   EXPECT_GE(relative_error(out, out32), 1e-4);
 }
 
@@ -192,11 +195,12 @@ TEST(AttentionReferenceBf16, BlocksMergedByLseEqualTheWholeSequence) {
 
   std::vector<float> want_out(q_size), want_lse(static_cast<size_t>(B) * Hq * S);
   std::vector<float> want_dq(q_size), want_dk(kv_size), want_dv(kv_size);
-  reference::attention_forward(want_out.data(), want_lse.data(), q.data(), k.data(), v.data(), docs.data(), B, S,
-                               Hq, Hkv, D, scale, window, Precision::bf16);
-  reference::attention_backward(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(), q.data(), k.data(),
-                                v.data(), want_out.data(), want_lse.data(), docs.data(), B, S, Hq, Hkv, D, scale,
-                                window, Precision::bf16);
+  const BasicAttentionParams<float> full{.q = q.data(), .k = k.data(), .v = v.data(), .doc_ids = docs.data(),
+                                         .B = B, .S = S, .H = Hq, .Hkv = Hkv, .D = D, .scale = scale,
+                                         .window = window, .precision = Precision::bf16};
+  reference::attention_forward(want_out.data(), want_lse.data(), full);
+  reference::attention_backward(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(), want_out.data(),
+                                want_lse.data(), full);
 
   // Token ranges of the blocks, and a block's rows of a (B, S, heads, D) tensor or of (B, S) ids.
   const int blocks = (S + block - 1) / block;
@@ -314,10 +318,11 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
                                         0, 1, 1, 1, 1, 2};  // batch 1: lengths 1, 4, 1
   const int32_t* docs = c.documents ? doc_ids.data() : nullptr;
 
+  const BasicAttentionParams<double> params{.q = q.data(), .k = k.data(), .v = v.data(), .doc_ids = docs, .B = B,
+                                            .S = S, .H = Hq, .Hkv = Hkv, .D = D, .scale = scale, .window = c.window};
   std::vector<double> out(q_size), lse(lse_size);
   auto loss = [&]() {
-    reference::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), docs, B, S, Hq, Hkv, D,
-                                 scale, c.window);
+    reference::attention_forward(out.data(), lse.data(), params);
     double sum = 0.0;
     for (size_t i = 0; i < q_size; ++i) sum += w_out[i] * out[i];
     if (c.with_lse) {
@@ -342,8 +347,7 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
     }
   }
   std::vector<double> dq(q_size, 7.0), dk(kv_size, 7.0), dv(kv_size, 7.0);  // junk: outputs are overwritten
-  reference::attention_backward(dq.data(), dk.data(), dv.data(), w_out.data(), q.data(), k.data(), v.data(),
-                                out_arg.data(), lse.data(), docs, B, S, Hq, Hkv, D, scale, c.window);
+  reference::attention_backward(dq.data(), dk.data(), dv.data(), w_out.data(), out_arg.data(), lse.data(), params);
 
   const double h = 1e-5;
   auto numeric_gradient = [&](std::vector<double>& x) {

@@ -351,15 +351,11 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
   auto bound = [&](int64_t summation) { return bf16 ? testing::bf16_product_bound(summation) : fp32(summation); };
   auto bound_applies = [&](int64_t outputs) { return !bf16 || outputs >= testing::kBf16MinOutputs; };
   const std::string tag_precision = bf16 ? (working_copy ? " bf16 (w as bf16 words)" : " bf16") : "";
-  struct Shape {
-    int64_t N;
-    int I, O;
-  };
   // One row; sizes off every multiple of 8 and 16; the cpu backend's team GEMM cuts 300 × 512 × 257 by
   // rows, 1100 × 40 × 33's weight gradient (and 64 × 600 × 40's forward) along K, and 64 × 600 × 40's
   // weight gradient by columns.
-  for (const Shape s : {Shape{1, 7, 3}, Shape{37, 100, 75}, Shape{300, 512, 257}, Shape{1100, 40, 33},
-                        Shape{64, 600, 40}}) {
+  for (const LinearShape s : {LinearShape{1, 7, 3}, LinearShape{37, 100, 75}, LinearShape{300, 512, 257},
+                              LinearShape{1100, 40, 33}, LinearShape{64, 600, 40}}) {
     const std::string tag = tag_precision + " [" + shape_text({{"N", s.N}, {"I", s.I}, {"O", s.O}}) + "]";
     const auto x = random_normal<float>(t.rng, s.N * s.I);
     const auto w = random_normal<float>(t.rng, int64_t{s.O} * s.I, 0.05);
@@ -416,8 +412,7 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
       const auto dbias_initial = random_normal<float>(t.rng, s.O);
       const auto dx = t.place(dx_initial), dw = t.place(dw_initial), dbias = t.place(dbias_initial);
       t.backend.linear_backward(mode == Dx::none ? nullptr : dx->get(), dw->get(), with_dbias ? dbias->get() : nullptr,
-                                dout_placed->get(), x_placed->get(), w_op, s.N, s.I, s.O, mode == Dx::accumulate,
-                                precision);
+                                dout_placed->get(), x_placed->get(), w_op, s, mode == Dx::accumulate, precision);
       auto dx_want = to_double(dx_initial), dw_want = to_double(dw_initial), dbias_want = to_double(dbias_initial);
       reference::linear_backward(mode == Dx::none ? nullptr : dx_want.data(), dw_want.data(),
                                  with_dbias ? dbias_want.data() : nullptr, dout64.data(), x64.data(), w64.data(), s.N,
@@ -476,7 +471,7 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
     const auto dw_initial = random_normal<float>(t.rng, int64_t{O} * I), dbias_initial = random_normal<float>(t.rng, O);
     const auto dw = t.place(dw_initial), dbias = t.place(dbias_initial);
     t.backend.linear_backward(none_placed->get(), dw->get(), dbias->get(), none_placed->get(), none_placed->get(),
-                              w->get(), 0, I, O, false, precision);
+                              w->get(), {0, I, O}, false, precision);
     EXPECT_EQ(dw->host(), dw_initial) << "linear_backward" << tag_precision << " [N=0]: dw changed";
     EXPECT_EQ(dbias->host(), dbias_initial) << "linear_backward" << tag_precision << " [N=0]: dbias changed";
   }
@@ -667,13 +662,19 @@ inline void check_attention(OpCheck& t) {
     const int32_t* docs_host = s.documents ? docs.data() : nullptr;
     const int32_t* docs_backend = s.documents ? docs_placed->get() : nullptr;
 
+    const AttentionParams params{.q = q_placed->get(), .k = k_placed->get(), .v = v_placed->get(),
+                                 .doc_ids = docs_backend, .B = s.B, .S = s.S, .H = s.H, .Hkv = s.Hkv, .D = s.D,
+                                 .scale = scale, .window = s.window, .precision = precision};
+    const std::vector<double> q_double = to_double(q), k_double = to_double(k), v_double = to_double(v);
+    const BasicAttentionParams<double> params_want{.q = q_double.data(), .k = k_double.data(), .v = v_double.data(),
+                                                   .doc_ids = docs_host, .B = s.B, .S = s.S, .H = s.H, .Hkv = s.Hkv,
+                                                   .D = s.D, .scale = scale, .window = s.window};
+
     const auto out = t.place(std::vector<float>(q_size, 7.0f));  // junk: every output is overwritten
     const auto lse = t.place(std::vector<float>(lse_size, 7.0f));
-    t.backend.attention_forward(out->get(), lse->get(), q_placed->get(), k_placed->get(), v_placed->get(),
-                                docs_backend, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window, precision);
+    t.backend.attention_forward(out->get(), lse->get(), params);
     std::vector<double> out_want(q_size), lse_want(lse_size);
-    reference::attention_forward(out_want.data(), lse_want.data(), to_double(q).data(), to_double(k).data(),
-                                 to_double(v).data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+    reference::attention_forward(out_want.data(), lse_want.data(), params_want);
     const double summation = static_cast<double>(std::max<int64_t>(s.S, s.D));
     const double forward_bound = bf16 ? testing::kAttentionBf16Forward
                                       : testing::fp32_bound({.summation = summation,
@@ -692,13 +693,10 @@ inline void check_attention(OpCheck& t) {
     const auto dq = t.place(std::vector<float>(q_size, 7.0f));
     const auto dk = t.place(std::vector<float>(kv_size, 7.0f));
     const auto dv = t.place(std::vector<float>(kv_size, 7.0f));
-    t.backend.attention_backward(dq->get(), dk->get(), dv->get(), dout_placed->get(), q_placed->get(),
-                                 k_placed->get(), v_placed->get(), out->get(), lse->get(), docs_backend, s.B, s.S,
-                                 s.H, s.Hkv, s.D, scale, s.window, precision);
+    t.backend.attention_backward(dq->get(), dk->get(), dv->get(), dout_placed->get(), out->get(), lse->get(), params);
     std::vector<double> dq_want(q_size), dk_want(kv_size), dv_want(kv_size);
     reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
-                                  to_double(q).data(), to_double(k).data(), to_double(v).data(), out_want.data(),
-                                  lse_want.data(), docs_host, s.B, s.S, s.H, s.Hkv, s.D, scale, s.window);
+                                  out_want.data(), lse_want.data(), params_want);
     if (s.window == 1 || s.S == 1) {
       // Each query sees only itself (a window of 1, or one token): P = 1, Δ = dO·O = dO·v = dP, so dS = P (dP − Δ) and the exact dq and dk are
       // 0. What is left is the rounding of the two dot products over D: a dot product a·b rounds D partial

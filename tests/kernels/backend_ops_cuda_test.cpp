@@ -111,7 +111,7 @@ TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
                       Precision precision) {
     const Placed<float> dx(memory, std::vector<float>(N * I, 7.0f));
     const Placed<float> dw(memory, std::vector<float>(int64_t{O} * I, 0.0f)), dbias(memory, std::vector<float>(O, 0.0f));
-    backend->linear_backward(dx.get(), dw.get(), dbias.get(), dout_in.get(), x_in.get(), w_in.get(), N, I, O, false,
+    backend->linear_backward(dx.get(), dw.get(), dbias.get(), dout_in.get(), x_in.get(), w_in.get(), {N, I, O}, false,
                              precision);
     return Gradients{dx.host(), dw.host(), dbias.host()};
   };

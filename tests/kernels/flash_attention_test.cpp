@@ -138,6 +138,17 @@ Inputs make_inputs(Rng& rng, const Problem& c) {
   return in;
 }
 
+// The problem's whole-sequence attention over the inputs: as the kernels see them (float), or the same
+// values in double (the reference's).
+AttentionParams float_params(const Problem& c, const Inputs& in) {
+  return {.q = in.q.data(), .k = in.k.data(), .v = in.v.data(), .doc_ids = in.doc_ptr(), .B = c.B, .S = c.S,
+          .H = c.H, .Hkv = c.Hkv, .D = c.D, .scale = in.scale, .window = c.window, .precision = c.precision};
+}
+BasicAttentionParams<double> double_params(const Problem& c, const Inputs& in) {
+  return {.q = in.qd.data(), .k = in.kd.data(), .v = in.vd.data(), .doc_ids = in.doc_ptr(), .B = c.B, .S = c.S,
+          .H = c.H, .Hkv = c.Hkv, .D = c.D, .scale = in.scale, .window = c.window, .precision = c.precision};
+}
+
 struct Result {
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -147,14 +158,12 @@ Result reference_result(const Problem& c, const Inputs& in) {
   const size_t q_size = in.q.size(), kv_size = in.k.size();
   r.out.resize(q_size);
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
-  reference::attention_forward(r.out.data(), r.lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
-                               c.S, c.H, c.Hkv, c.D, in.scale, c.window, c.precision);
+  reference::attention_forward(r.out.data(), r.lse.data(), double_params(c, in));
   r.dq.resize(q_size);
   r.dk.resize(kv_size);
   r.dv.resize(kv_size);
-  reference::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.doutd.data(), in.qd.data(), in.kd.data(),
-                                in.vd.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D,
-                                in.scale, c.window, c.precision);
+  reference::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.doutd.data(), r.out.data(), r.lse.data(),
+                                double_params(c, in));
   return r;
 }
 
@@ -596,8 +605,7 @@ TEST_P(FlashGradient, ChunkedBackwardMatchesFiniteDifferences) {
 
   std::vector<double> out(in.q.size()), lse(static_cast<size_t>(c.B) * c.H * c.S);
   auto loss = [&]() {
-    reference::attention_forward(out.data(), lse.data(), in.qd.data(), in.kd.data(), in.vd.data(), in.doc_ptr(), c.B,
-                                 c.S, c.H, c.Hkv, c.D, in.scale, c.window);
+    reference::attention_forward(out.data(), lse.data(), double_params(c, in));
     double sum = 0.0;
     for (size_t i = 0; i < out.size(); ++i) sum += in.doutd[i] * out[i];
     return sum;
@@ -639,14 +647,12 @@ FloatResult flash_full(const Problem& c, const Inputs& in) {
   FloatResult r;
   r.out.resize(in.q.size());
   r.lse.resize(static_cast<size_t>(c.B) * c.H * c.S);
-  flash.attention_forward(r.out.data(), r.lse.data(), in.q.data(), in.k.data(), in.v.data(), in.doc_ptr(), c.B, c.S,
-                          c.H, c.Hkv, c.D, in.scale, c.window, c.precision);
+  flash.attention_forward(r.out.data(), r.lse.data(), float_params(c, in));
   r.dq.resize(in.q.size());
   r.dk.resize(in.k.size());
   r.dv.resize(in.k.size());
-  flash.attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                           in.v.data(), r.out.data(), r.lse.data(), in.doc_ptr(), c.B, c.S, c.H, c.Hkv, c.D, in.scale,
-                           c.window, c.precision);
+  flash.attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), in.dout.data(), r.out.data(), r.lse.data(),
+                           float_params(c, in));
   return r;
 }
 

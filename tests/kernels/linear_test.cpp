@@ -208,7 +208,7 @@ TEST(LinearCpu, BackwardMatchesTheReferenceAtEveryTeamSize) {
       omp_set_num_threads(team);
       auto dx = dx_initial;
       auto dw = dw_initial;
-      cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, I, O, true, precision);
+      cpu.linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), {N, I, O}, true, precision);
       // fp32 sums of ≤ 301 products: ~√K · 6e-8 ≈ 1e-6 norm-wise; 1e-5 leaves margin (backend_ops.h).
       const std::string what = (bf16 ? std::string("bf16 on the ") + bf16_gemm_name(arithmetic) : std::string("fp32")) +
                                ", " + std::to_string(team) + " threads";

@@ -35,6 +35,13 @@ struct WeightMatrix {
   bool reads_bf16(Precision precision) const { return precision == Precision::bf16 && bf16 != nullptr; }
 };
 
+// The dimensions of a linear layer's products: x (N, I), w (O, I), out and dout (N, O).
+struct LinearShape {
+  int64_t N = 0;  // rows: tokens
+  int I = 0;      // input features
+  int O = 0;      // output features
+};
+
 // Target id of a position that adds nothing to the loss (PyTorch's ignore_index).
 inline constexpr int32_t kIgnoreIndex = -100;
 
@@ -56,6 +63,28 @@ struct RopeParams {
   double attention_scaling = 1.0;    // YaRN's mscale; 1 for every other RoPE type
   int rotary_dim = 0;                // leading dims of each head that rotate: even, ≤ D
 };
+
+// Full-sequence causal attention (reference/attention.h; the Backend's attention_forward and
+// attention_backward): queries and keys both at positions 0..S−1 of each sequence, with one set of
+// document ids. GQA: q head j reads kv head j / (H / Hkv). Key t is visible from query s iff
+// position_visible(s, t, window) and, with document ids, doc_ids[b, s] == doc_ids[b, t]. T is float on
+// every backend (AttentionParams); the float64 reference also takes double.
+template <typename T>
+struct BasicAttentionParams {
+  const T* q = nullptr;              // (B, S, H, D)
+  const T* k = nullptr;              // (B, S, Hkv, D)
+  const T* v = nullptr;              // (B, S, Hkv, D)
+  const int32_t* doc_ids = nullptr;  // (B, S) or null
+  int B = 0;
+  int64_t S = 0;       // tokens of each sequence
+  int H = 0;           // q heads
+  int Hkv = 0;         // kv heads, H % Hkv == 0
+  int D = 0;           // head dim
+  double scale = 0.0;  // softmax scale, usually 1/sqrt(D)
+  int64_t window = 0;  // sliding window in tokens; 0: none
+  Precision precision = Precision::fp32;  // the products' input rounding (Precision above)
+};
+using AttentionParams = BasicAttentionParams<float>;
 
 // One (q block, kv block) pair of attention (reference/attention_chunk.h). GQA: q head j reads kv
 // head j / (H / Hkv). Key j is visible from query i iff position_visible(q_begin + i, kv_begin + j,
@@ -93,25 +122,23 @@ constexpr bool block_has_visible_pair(int64_t q_begin, int64_t Cq, int64_t kv_be
   return kv_begin <= q_begin + Cq - 1 && (window == 0 || q_begin - (kv_begin + Ck - 1) < window);
 }
 
-// Full-sequence attention as one block: queries and keys both at positions 0..S−1 with the same
-// document ids — how the cpu and cuda backends run attention_forward / attention_backward.
-inline AttentionChunkParams whole_sequence_block(const float* q, const float* k, const float* v, const int32_t* doc_ids,
-                                                 int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                                 int64_t window, Precision precision = Precision::fp32) {
+// Full-sequence attention as one block: q block = kv block = the whole sequence (positions 0..S−1, the
+// same document ids) — how the cpu and cuda backends run attention_forward / attention_backward.
+inline AttentionChunkParams whole_sequence_block(const AttentionParams& whole) {
   AttentionChunkParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.q_doc_ids = doc_ids;
-  p.kv_doc_ids = doc_ids;
-  p.B = B;
-  p.Cq = p.Ck = S;
-  p.H = Hq;
-  p.Hkv = Hkv;
-  p.D = D;
-  p.scale = scale;
-  p.window = window;
-  p.precision = precision;
+  p.q = whole.q;
+  p.k = whole.k;
+  p.v = whole.v;
+  p.q_doc_ids = whole.doc_ids;
+  p.kv_doc_ids = whole.doc_ids;
+  p.B = whole.B;
+  p.Cq = p.Ck = whole.S;
+  p.H = whole.H;
+  p.Hkv = whole.Hkv;
+  p.D = whole.D;
+  p.scale = whole.scale;
+  p.window = whole.window;
+  p.precision = whole.precision;
   return p;
 }
 

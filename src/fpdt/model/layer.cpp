@@ -132,11 +132,11 @@ void LayerMath::attention_input_backward(const LayerTensors& w, const LayerTenso
   }
   float* db = g.qkv_bias;
   const kernels::WeightMatrix qkv(w.qkv_weight, w.qkv_weight_bf16);  // (qd + 2·kvd, h): q | k | v rows
-  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, qkv, n, h, qd, false, precision_);
+  backend_.linear_backward(scratch.d_norm, g.qkv_weight, db, dq, saved.norm, qkv, {n, h, qd}, false, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd} * h, db ? db + qd : nullptr, dk, saved.norm,
-                           qkv.rows_from(qd, h), n, h, kvd, true, precision_);
+                           qkv.rows_from(qd, h), {n, h, kvd}, true, precision_);
   backend_.linear_backward(scratch.d_norm, g.qkv_weight + int64_t{qd + kvd} * h, db ? db + qd + kvd : nullptr, dv,
-                           saved.norm, qkv.rows_from(qd + kvd, h), n, h, kvd, true, precision_);
+                           saved.norm, qkv.rows_from(qd + kvd, h), {n, h, kvd}, true, precision_);
   norm_backward(dx, g.attn_norm_weight, g.attn_norm_bias, scratch.d_norm, x, w.attn_norm_weight, saved.mean,
                 saved.rstd, n);
   round_kept(dx, n * h);
@@ -153,8 +153,8 @@ void LayerMath::attention_output_forward(const LayerTensors& w, const float* att
 
 void LayerMath::attention_output_backward(const LayerTensors& w, const LayerTensors& g, const float* attn,
                                           const float* d_mid, float* d_attn, int64_t n) {
-  backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, {w.out_weight, w.out_weight_bf16}, n, config_.q_dim(),
-                           config_.hidden, false, precision_);
+  backend_.linear_backward(d_attn, g.out_weight, g.out_bias, d_mid, attn, {w.out_weight, w.out_weight_bf16},
+                           {n, config_.q_dim(), config_.hidden}, false, precision_);
 }
 
 // ---- MLP --------------------------------------------------------------------------------------------
@@ -181,19 +181,19 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
                              const MlpActivations& saved, float* d_res, const LayerScratch& scratch) {
   const int h = config_.hidden, f = config_.ffn_hidden;
   backend_.linear_backward(scratch.d_act, g.down_weight, g.down_bias, d_res, saved.act,
-                           {w.down_weight, w.down_weight_bf16}, n, f, h, false, precision_);
+                           {w.down_weight, w.down_weight_bf16}, {n, f, h}, false, precision_);
   const kernels::WeightMatrix up(w.up_weight, w.up_weight_bf16);  // Llama (2f, h): gate | up rows; GPT (f, h)
   if (config_.family == Family::llama) {
     // bf16: d_gate, d_up rounded for the products (layer.h)
     backend_.swiglu_backward(scratch.d_gate, scratch.d_up, scratch.d_act, saved.gate, saved.up, n * f, precision_);
-    backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, up, n, h, f, false,
+    backend_.linear_backward(scratch.d_norm, g.up_weight, nullptr, scratch.d_gate, saved.norm, up, {n, h, f}, false,
                              precision_);
     backend_.linear_backward(scratch.d_norm, g.up_weight + int64_t{f} * h, nullptr, scratch.d_up, saved.norm,
-                             up.rows_from(f, h), n, h, f, true, precision_);
+                             up.rows_from(f, h), {n, h, f}, true, precision_);
   } else {
     backend_.gelu_backward(scratch.d_gate, scratch.d_act, saved.gate, n * f);
-    backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, up, n, h, f, false,
-                             precision_);
+    backend_.linear_backward(scratch.d_norm, g.up_weight, g.up_bias, scratch.d_gate, saved.norm, up, {n, h, f},
+                             false, precision_);
   }
   norm_backward(d_res, g.mlp_norm_weight, g.mlp_norm_bias, scratch.d_norm, x_mid, w.mlp_norm_weight, saved.mean,
                 saved.rstd, n);
@@ -235,8 +235,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_
                                     backward->grad_scale, count, V);
     round_for_product(chunk_logits, count * V);
     backend_.linear_backward(d_norm + begin * h, g->head, nullptr, chunk_logits, saved.norm + begin * h,
-                             {w.head, w.head_bf16}, count,
-                             h, V, false, precision_);
+                             {w.head, w.head_bf16}, {count, h, V}, false, precision_);
   }
   if (dx != nullptr) {
     norm_backward(dx, g->final_norm_weight, g->final_norm_bias, d_norm, x, w.final_norm_weight, saved.mean,

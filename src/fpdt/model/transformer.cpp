@@ -153,14 +153,30 @@ void Transformer::reserve(int B, int64_t T) {
   position_ids_.resize(static_cast<size_t>(N));
 }
 
+kernels::AttentionParams Transformer::attention_params(int layer) const {
+  const LayerActivations& a = layers_[layer];
+  kernels::AttentionParams p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.doc_ids = doc_ids_;
+  p.B = B_;
+  p.S = T_;  // each sequence is here whole
+  p.H = config_.heads;
+  p.Hkv = config_.kv_heads;
+  p.D = config_.head_dim;
+  p.scale = config_.attention_scale(layer);
+  p.window = config_.window(layer);
+  p.precision = math_.precision();
+  return p;
+}
+
 void Transformer::layer_forward(int layer) {
   LayerActivations& a = layers_[layer];
   const LayerTensors w = layer_tensors(layout_, params_, layer);
   const int64_t N = int64_t{B_} * T_;
   math_.attention_input_forward(w, residual_[layer], positions_.data(), N, a.input, a.q, a.k, a.v);
-  const double scale = config_.attention_scale(layer);
-  backend_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, doc_ids_, B_, T_, config_.heads, config_.kv_heads,
-                             config_.head_dim, scale, config_.window(layer), math_.precision());
+  backend_.attention_forward(a.attn, a.lse, attention_params(layer));
   math_.round_kept(a.attn, N * config_.q_dim());
   math_.attention_output_forward(w, a.attn, residual_[layer], a.x_mid, N);
   math_.mlp_forward(w, a.x_mid, residual_[layer + 1], N, a.mlp);
@@ -173,9 +189,7 @@ void Transformer::layer_backward(int layer) {
   const int64_t N = int64_t{B_} * T_;
   math_.mlp_backward(w, g, a.x_mid, N, a.mlp, d_resid_, scratch_);
   math_.attention_output_backward(w, g, a.attn, d_resid_, d_attn_, N);
-  const double scale = config_.attention_scale(layer);
-  backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.q, a.k, a.v, a.attn, a.lse, doc_ids_, B_, T_, config_.heads,
-                              config_.kv_heads, config_.head_dim, scale, config_.window(layer), math_.precision());
+  backend_.attention_backward(d_q_, d_k_, d_v_, d_attn_, a.attn, a.lse, attention_params(layer));
   math_.attention_input_backward(w, g, residual_[layer], positions_.data(), N, a.input, {d_q_, d_k_, d_v_}, d_resid_,
                                  scratch_);
 }

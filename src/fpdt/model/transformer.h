@@ -74,6 +74,8 @@ class Transformer {
     MlpActivations mlp;
   };
 
+  // Layer `layer`'s attention of the batch being computed: its q, k, v, this batch's document ids.
+  kernels::AttentionParams attention_params(int layer) const;
   void layer_forward(int layer);
   // On entry d_resid_ holds dL/dx_out of the layer; on exit dL/dx_in.
   void layer_backward(int layer);

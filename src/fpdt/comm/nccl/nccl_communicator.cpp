@@ -14,11 +14,11 @@
 #include <memory>
 #include <vector>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/comm/nccl/nccl_sum.h"
 #include "fpdt/comm/text.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::comm {
 

@@ -108,27 +108,24 @@ void CpuBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const
   flash::backward_block(dq, dk, dv, dout, lse, delta, p);
 }
 
-void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                   const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                   int64_t window, Precision precision) {
-  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision),
-                          /*accumulate=*/false);
+void CpuBackend::attention_forward(float* out, float* lse, const AttentionParams& params) {
+  attention_chunk_forward(out, lse, whole_sequence_block(params), /*accumulate=*/false);
 }
 
-void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                                    const float* v, const float* out, const float* lse, const int32_t* doc_ids, int B,
-                                    int64_t S, int Hq, int Hkv, int D, double scale, int64_t window,
-                                    Precision precision) {
-  const AttentionChunkParams p = whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                    const float* lse, const AttentionParams& params) {
+  const AttentionChunkParams p = whole_sequence_block(params);
   validate(p);
-  const size_t q_elements = static_cast<size_t>(B) * S * Hq * D;
+  const int B = params.B, H = params.H, Hkv = params.Hkv, D = params.D;
+  const int64_t S = params.S;
+  const size_t q_elements = static_cast<size_t>(B) * S * H * D;
   const size_t kv_elements = static_cast<size_t>(B) * S * Hkv * D;
   std::fill(dq, dq + q_elements, 0.0f);
   std::fill(dk, dk + kv_elements, 0.0f);
   std::fill(dv, dv + kv_elements, 0.0f);
   thread_local flash::Workspace delta_workspace;  // separate from the kernels' scratch, which is live below
-  float* delta = delta_workspace.floats(static_cast<size_t>(B) * Hq * S);
-  attention_chunk_delta(delta, dout, out, B, S, Hq, D);
+  float* delta = delta_workspace.floats(static_cast<size_t>(B) * H * S);  // (B, H, S)
+  attention_chunk_delta(delta, dout, out, B, S, H, D);
   attention_chunk_backward(dq, dk, dv, dout, lse, delta, p);
 }
 

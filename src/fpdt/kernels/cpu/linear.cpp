@@ -96,7 +96,8 @@ void CpuBackend::linear_forward(float* out, const float* x, WeightMatrix w, cons
 }
 
 void CpuBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x, WeightMatrix w,
-                                 int64_t N, int I, int O, bool accumulate_dx, Precision precision) {
+                                 LinearShape shape, bool accumulate_dx, Precision precision) {
+  const auto [N, I, O] = shape;
   if (N == 0) return;
   const int tokens = static_cast<int>(N);
   const bool bf16 = precision == Precision::bf16;

@@ -1,8 +1,8 @@
 // CUDA y += x over n floats (semantics: reference/elementwise.h add_inplace): the add of ZeRO's one-rank
 // reduce-scatter with gradient accumulation (pipeline/model_states.cpp). One fp32 add per element, so
 // the result is the cpu backend's, bit for bit.
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::kernels::cuda {
 

@@ -17,11 +17,11 @@
 #include <string>
 #include <type_traits>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/bf16.cuh"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::kernels::cuda {
 
@@ -43,15 +43,28 @@ __device__ inline bool visible(const AttentionChunkParams& p, int b, int64_t i, 
 // the same for every thread of a launch.
 __device__ inline float product_input(float x, bool bf16) { return bf16 ? nearest_bf16(x) : x; }
 
-// Loads `rows` rows of a (B, C, heads, D) tensor at head `head`, from row `first`, into shared
-// memory with row stride `stride` (zero past C), each value as product_input has it.
-__device__ inline void load_rows(float* dst, int stride, const float* src, int b, int64_t C, int heads, int head,
-                                 int D, int64_t first, int rows, bool bf16) {
+// The rows of one (sequence, head) of a tensor that the kernels stream: q and dout (B, Cq, H, D), k and
+// v (B, Ck, Hkv, D).
+struct HeadRows {
+  const float* tensor;  // (B, C, heads, D)
+  int b;                // the sequence
+  int64_t C;            // rows of each sequence
+  int heads;
+  int head;
+  int D;
+};
+
+// Loads rows [first, first + rows) of src into shared memory with row stride `dst_stride` (zero past
+// src.C), each value as product_input has it.
+__device__ inline void load_rows(float* dst, int dst_stride, const HeadRows& src, int64_t first, int rows, bool bf16) {
+  const int D = src.D;
   for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
     const int r = idx / D, d = idx % D;
     const int64_t i = first + r;
-    dst[r * stride + d] =
-        i < C ? product_input(src[((b * C + i) * heads + head) * static_cast<int64_t>(D) + d], bf16) : 0.0f;
+    dst[r * dst_stride + d] =
+        i < src.C
+            ? product_input(src.tensor[((src.b * src.C + i) * src.heads + src.head) * int64_t{D} + d], bf16)
+            : 0.0f;
   }
 }
 
@@ -66,6 +79,34 @@ __device__ inline void visible_kv_rows(const AttentionChunkParams& p, int64_t ro
   const int64_t last_row = min(row0 + kBlockRows, p.Cq) - 1;
   *end = min(p.Ck, p.q_begin + last_row - p.kv_begin + 1);  // keys past it are above the diagonal for all rows
   *begin = p.window == 0 ? 0 : max(static_cast<int64_t>(0), p.q_begin + row0 - p.window + 1 - p.kv_begin);
+}
+
+// The kv side of the forward and the dQ kernel, written once: streams the kv tiles that the block's q
+// rows [row0, row0 + kBlockRows) can see by position through k_s and v_s (kTile rows each, stride D + 1,
+// as product_input has them) and, per tile, calls row_step(r, local, i, j) for each of this warp's q
+// rows i < Cq — r: the row's index among the warp's kRowsPerWarp, local: its row of the block — with
+// j = tile0 + lane, this lane's key (≥ Ck past the end). Every thread of the block calls it.
+template <typename RowStep>
+__device__ __forceinline__ void for_each_kv_tile(const AttentionChunkParams& p, int b, int kv_head, int64_t row0,
+                                                 float* k_s, float* v_s, bool bf16, RowStep&& row_step) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const HeadRows k_rows{p.k, b, p.Ck, p.Hkv, kv_head, p.D};
+  const HeadRows v_rows{p.v, b, p.Ck, p.Hkv, kv_head, p.D};
+  int64_t kv_begin, kv_end;
+  visible_kv_rows(p, row0, &kv_begin, &kv_end);
+  for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
+    __syncthreads();
+    load_rows(k_s, p.D + 1, k_rows, tile0, kTile, bf16);
+    load_rows(v_s, p.D + 1, v_rows, tile0, kTile, bf16);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int local = warp * kRowsPerWarp + r;
+      const int64_t i = row0 + local;
+      if (i >= p.Cq) continue;  // warp-uniform
+      row_step(r, local, i, tile0 + lane);
+    }
+  }
 }
 
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
@@ -88,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool bf16 = p.precision == Precision::bf16;
   const float score_scale = static_cast<float>(p.scale) * (bf16 ? kLog2e : 1.0f);
   auto softmax_exp = [bf16](float x) { return bf16 ? exp2f(x) : expf(x); };
-  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
+  load_rows(q_s, D, HeadRows{p.q, b, p.Cq, p.H, head, D}, row0, kBlockRows, bf16);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDL];
 #pragma unroll
@@ -98,42 +139,29 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
   }
-  int64_t kv_begin, kv_end;
-  visible_kv_rows(p, row0, &kv_begin, &kv_end);
-  for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
-    __syncthreads();
-    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
-    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
-    __syncthreads();
+  for_each_kv_tile(p, b, kv_head, row0, k_s, v_s, bf16, [&](int r, int local, int64_t i, int64_t j) {
+    float s = -INFINITY;
+    if (j < p.Ck && visible(p, b, i, j)) s = score_scale * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
+    float m_new = fmaxf(m[r], warp_max(s));
+    if (m_new == -INFINITY) return;  // nothing visible yet (warp-uniform)
+    if (bf16) m_new = ceilf(m_new);
+    const float prob = s == -INFINITY ? 0.0f : softmax_exp(s - m_new);
+    const float correction = softmax_exp(m[r] - m_new);
+    l[r] = l[r] * correction + warp_sum(prob);  // the fp32 probabilities
+    const float prob_input = product_input(prob, bf16);
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int local = warp * kRowsPerWarp + r;
-      const int64_t i = row0 + local;
-      if (i >= p.Cq) continue;  // warp-uniform
-      const int64_t j = tile0 + lane;
-      float s = -INFINITY;
-      if (j < p.Ck && visible(p, b, i, j)) s = score_scale * dot_shared(q_s + local * D, k_s + lane * (D + 1), D);
-      float m_new = fmaxf(m[r], warp_max(s));
-      if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
-      if (bf16) m_new = ceilf(m_new);
-      const float prob = s == -INFINITY ? 0.0f : softmax_exp(s - m_new);
-      const float correction = softmax_exp(m[r] - m_new);
-      l[r] = l[r] * correction + warp_sum(prob);  // the fp32 probabilities
-      const float prob_input = product_input(prob, bf16);
+    for (int t = 0; t < kDL; ++t) acc[r][t] *= correction;
+    for (int jj = 0; jj < kTile; ++jj) {
+      const float pj = __shfl_sync(kFull, prob_input, jj);
+      if (pj == 0.0f) continue;  // warp-uniform
 #pragma unroll
-      for (int t = 0; t < kDL; ++t) acc[r][t] *= correction;
-      for (int jj = 0; jj < kTile; ++jj) {
-        const float pj = __shfl_sync(kFull, prob_input, jj);
-        if (pj == 0.0f) continue;  // warp-uniform
-#pragma unroll
-        for (int t = 0; t < kDL; ++t) {
-          const int d = lane + 32 * t;
-          if (d < D) acc[r][t] += pj * v_s[jj * (D + 1) + d];
-        }
+      for (int t = 0; t < kDL; ++t) {
+        const int d = lane + 32 * t;
+        if (d < D) acc[r][t] += pj * v_s[jj * (D + 1) + d];
       }
-      m[r] = m_new;
     }
-  }
+    m[r] = m_new;
+  });
 
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -201,8 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const bool bf16 = p.precision == Precision::bf16;
-  load_rows(q_s, D, p.q, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
-  load_rows(do_s, D, dout, b, p.Cq, p.H, head, D, row0, kBlockRows, bf16);
+  load_rows(q_s, D, HeadRows{p.q, b, p.Cq, p.H, head, D}, row0, kBlockRows, bf16);
+  load_rows(do_s, D, HeadRows{dout, b, p.Cq, p.H, head, D}, row0, kBlockRows, bf16);
 
   float acc[kRowsPerWarp][kDL];
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp];
@@ -215,37 +243,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kDL; ++t) acc[r][t] = 0.0f;
   }
-  int64_t kv_begin, kv_end;
-  visible_kv_rows(p, row0, &kv_begin, &kv_end);
-  for (int64_t tile0 = kv_begin; tile0 < kv_end; tile0 += kTile) {
-    __syncthreads();
-    load_rows(k_s, D + 1, p.k, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
-    load_rows(v_s, D + 1, p.v, b, p.Ck, p.Hkv, kv_head, D, tile0, kTile, bf16);
-    __syncthreads();
+  for_each_kv_tile(p, b, kv_head, row0, k_s, v_s, bf16, [&](int r, int local, int64_t i, int64_t j) {
+    if (row_lse[r] == -INFINITY) return;  // no visible key (warp-uniform)
+    float dscore = 0.0f;
+    if (j < p.Ck && visible(p, b, i, j)) {
+      const float prob =
+          expf(static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D) - row_lse[r]);
+      const float dprob = dot_shared(do_s + local * D, v_s + lane * (D + 1), D);
+      dscore = product_input(prob * (dprob - row_delta[r]), bf16);
+    }
+    for (int jj = 0; jj < kTile; ++jj) {
+      const float ds = __shfl_sync(kFull, dscore, jj);
+      if (ds == 0.0f) continue;  // warp-uniform
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int local = warp * kRowsPerWarp + r;
-      const int64_t i = row0 + local;
-      if (i >= p.Cq || row_lse[r] == -INFINITY) continue;  // warp-uniform
-      const int64_t j = tile0 + lane;
-      float dscore = 0.0f;
-      if (j < p.Ck && visible(p, b, i, j)) {
-        const float prob =
-            expf(static_cast<float>(p.scale) * dot_shared(q_s + local * D, k_s + lane * (D + 1), D) - row_lse[r]);
-        const float dprob = dot_shared(do_s + local * D, v_s + lane * (D + 1), D);
-        dscore = product_input(prob * (dprob - row_delta[r]), bf16);
-      }
-      for (int jj = 0; jj < kTile; ++jj) {
-        const float ds = __shfl_sync(kFull, dscore, jj);
-        if (ds == 0.0f) continue;  // warp-uniform
-#pragma unroll
-        for (int t = 0; t < kDL; ++t) {
-          const int d = lane + 32 * t;
-          if (d < D) acc[r][t] += ds * k_s[jj * (D + 1) + d];
-        }
+      for (int t = 0; t < kDL; ++t) {
+        const int d = lane + 32 * t;
+        if (d < D) acc[r][t] += ds * k_s[jj * (D + 1) + d];
       }
     }
-  }
+  });
   const float scale = static_cast<float>(p.scale);
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -276,8 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const bool bf16 = p.precision == Precision::bf16;
-  load_rows(k_s, D, p.k, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows, bf16);
-  load_rows(v_s, D, p.v, b, p.Ck, p.Hkv, kv_head, D, row0, kBlockRows, bf16);
+  load_rows(k_s, D, HeadRows{p.k, b, p.Ck, p.Hkv, kv_head, D}, row0, kBlockRows, bf16);
+  load_rows(v_s, D, HeadRows{p.v, b, p.Ck, p.Hkv, kv_head, D}, row0, kBlockRows, bf16);
 
   float dk_acc[kRowsPerWarp][kDL], dv_acc[kRowsPerWarp][kDL];
 #pragma unroll
@@ -294,8 +310,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int head = kv_head * group + g;
     for (int64_t tile0 = q_first; tile0 < q_end; tile0 += kTile) {
       __syncthreads();
-      load_rows(q_s, D + 1, p.q, b, p.Cq, p.H, head, D, tile0, kTile, bf16);
-      load_rows(do_s, D + 1, dout, b, p.Cq, p.H, head, D, tile0, kTile, bf16);
+      load_rows(q_s, D + 1, HeadRows{p.q, b, p.Cq, p.H, head, D}, tile0, kTile, bf16);
+      load_rows(do_s, D + 1, HeadRows{dout, b, p.Cq, p.H, head, D}, tile0, kTile, bf16);
       if (threadIdx.x < kTile) {
         const int64_t i = tile0 + threadIdx.x;
         const int64_t stat = (static_cast<int64_t>(b) * p.H + head) * p.Cq + i;
@@ -444,26 +460,22 @@ void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, cons
 }
 
 // Full-sequence attention = one chunk pair (q block = kv block = the whole sequence).
-void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                    const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                    int64_t window, Precision precision) {
-  attention_chunk_forward(out, lse, whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision),
-                          false);
+void CudaBackend::attention_forward(float* out, float* lse, const AttentionParams& params) {
+  attention_chunk_forward(out, lse, whole_sequence_block(params), false);
 }
 
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                     const float* k, const float* v, const float* out, const float* lse,
-                                     const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                     int64_t window, Precision precision) {
-  const AttentionChunkParams params =
-      whole_sequence_block(q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
-  validate(params);
-  float* delta = scratch(static_cast<size_t>(B) * Hq * S);  // (B, Hq, S)
-  FPDT_CUDA_CHECK(cudaMemsetAsync(dq, 0, sizeof(float) * B * S * Hq * D, stream_));
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                     const float* lse, const AttentionParams& params) {
+  const AttentionChunkParams block = whole_sequence_block(params);
+  validate(block);
+  const int B = params.B, H = params.H, Hkv = params.Hkv, D = params.D;
+  const int64_t S = params.S;
+  float* delta = scratch(static_cast<size_t>(B) * H * S);  // (B, H, S)
+  FPDT_CUDA_CHECK(cudaMemsetAsync(dq, 0, sizeof(float) * B * S * H * D, stream_));
   FPDT_CUDA_CHECK(cudaMemsetAsync(dk, 0, sizeof(float) * B * S * Hkv * D, stream_));
   FPDT_CUDA_CHECK(cudaMemsetAsync(dv, 0, sizeof(float) * B * S * Hkv * D, stream_));
-  attention_chunk_delta(delta, dout, out, B, S, Hq, D);
-  attention_chunk_backward(dq, dk, dv, dout, lse, delta, params);
+  attention_chunk_delta(delta, dout, out, B, S, H, D);
+  attention_chunk_backward(dq, dk, dv, dout, lse, delta, block);
 }
 
 }  // namespace fpdt::kernels::cuda

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "fpdt/kernels/cuda/cuda_check.h"
+#include "fpdt/base/cuda_check.h"
 
 namespace fpdt::kernels::cuda {
 

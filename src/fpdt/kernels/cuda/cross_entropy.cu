@@ -4,8 +4,8 @@
 // alias logits. losses, lse, dlogits are overwritten (=).
 #include <cmath>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
-#include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 
 namespace fpdt::kernels::cuda {

@@ -5,11 +5,12 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
+#include "fpdt/kernels/cuda/cublas_check.h"
 #include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
 #include "fpdt/kernels/cuda/device_choice.h"
 

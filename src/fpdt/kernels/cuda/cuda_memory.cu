@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
 #include "fpdt/kernels/cuda/pieces.h"
 #include "fpdt/tensor/memory.h"

@@ -11,11 +11,11 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/bf16.cuh"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::kernels::cuda {
 

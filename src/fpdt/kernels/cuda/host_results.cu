@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 
 namespace fpdt::kernels::cuda {
 

@@ -14,11 +14,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cuda/column_sums.cuh"
+#include "fpdt/kernels/cuda/cublas_check.h"
 #include "fpdt/kernels/cuda/cublaslt_library.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
-#include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/gemm_plan.h"
 
 namespace fpdt::kernels::cuda {
@@ -205,8 +206,8 @@ void CudaBackend::linear_forward(float* out, const float* x, WeightMatrix w, con
 // dx (N, I) = dout·w: column-major dxᵀ (I, N) = w(I, O as stored)·doutᵀ.
 // dw (O, I) += doutᵀ·x: column-major dwᵀ (I, O) = xᵀ (I, N)·dout (N, O).
 void CudaBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                  WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
-                                  Precision precision) {
+                                  WeightMatrix w, LinearShape shape, bool accumulate_dx, Precision precision) {
+  const auto [N, I, O] = shape;
   const GemmInputs inputs = gemm_inputs_of(precision);
   const bool w_words = w.reads_bf16(precision);
   auto [dout_in, x_in, w_in] =

@@ -4,9 +4,9 @@
 // out, mean, rstd are overwritten (=); dx, dweight, dbias accumulate (+=). bias/dbias may be null.
 #include <cmath>
 
+#include "fpdt/base/cuda_check.h"
 #include "fpdt/kernels/cuda/block_reduce.cuh"
 #include "fpdt/kernels/cuda/column_sums.cuh"
-#include "fpdt/kernels/cuda/cuda_check.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 
 namespace fpdt::kernels::cuda {

@@ -15,6 +15,14 @@ T* readable(T* handle) {
 
 WeightMatrix readable(WeightMatrix w) { return WeightMatrix(readable(w.values), readable(w.bf16)); }
 
+AttentionParams readable(AttentionParams params) {
+  params.q = readable(params.q);
+  params.k = readable(params.k);
+  params.v = readable(params.v);
+  params.doc_ids = readable(params.doc_ids);
+  return params;
+}
+
 AttentionChunkParams readable(AttentionChunkParams params) {
   params.q = readable(params.q);
   params.k = readable(params.k);
@@ -61,9 +69,8 @@ void GuardedBackend::linear_forward(float* out, const float* x, WeightMatrix w, 
   cpu_.linear_forward(readable(out), readable(x), readable(w), readable(bias), N, I, O, accumulate, precision);
 }
 void GuardedBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                     WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
-                                     Precision precision) {
-  cpu_.linear_backward(readable(dx), readable(dw), readable(dbias), readable(dout), readable(x), readable(w), N, I, O,
+                                     WeightMatrix w, LinearShape shape, bool accumulate_dx, Precision precision) {
+  cpu_.linear_backward(readable(dx), readable(dw), readable(dbias), readable(dout), readable(x), readable(w), shape,
                        accumulate_dx, precision);
 }
 
@@ -89,19 +96,13 @@ void GuardedBackend::gelu_backward(float* dx, const float* dout, const float* x,
   cpu_.gelu_backward(readable(dx), readable(dout), readable(x), n);
 }
 
-void GuardedBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                       const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                       int64_t window, Precision precision) {
-  cpu_.attention_forward(readable(out), readable(lse), readable(q), readable(k), readable(v), readable(doc_ids), B, S,
-                         Hq, Hkv, D, scale, window, precision);
+void GuardedBackend::attention_forward(float* out, float* lse, const AttentionParams& params) {
+  cpu_.attention_forward(readable(out), readable(lse), readable(params));
 }
-void GuardedBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                        const float* k, const float* v, const float* out, const float* lse,
-                                        const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D, double scale,
-                                        int64_t window, Precision precision) {
-  cpu_.attention_backward(readable(dq), readable(dk), readable(dv), readable(dout), readable(q), readable(k),
-                          readable(v), readable(out), readable(lse), readable(doc_ids), B, S, Hq, Hkv, D, scale,
-                          window, precision);
+void GuardedBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                        const float* lse, const AttentionParams& params) {
+  cpu_.attention_backward(readable(dq), readable(dk), readable(dv), readable(dout), readable(out), readable(lse),
+                          readable(params));
 }
 
 void GuardedBackend::attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& params,

@@ -31,17 +31,21 @@ double operand(T x, bool bf16) {
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window, Precision precision) {
-  const int group = Hq / Hkv;  // q heads per kv head
-  const bool bf16 = precision == Precision::bf16;
+void attention_forward(T* out, T* lse, const BasicAttentionParams<T>& params) {
+  const T *q = params.q, *k = params.k, *v = params.v;
+  const int32_t* doc_ids = params.doc_ids;
+  const int B = params.B, H = params.H, Hkv = params.Hkv, D = params.D;
+  const int64_t S = params.S, window = params.window;
+  const double scale = params.scale;
+  const int group = H / Hkv;  // q heads per kv head
+  const bool bf16 = params.precision == Precision::bf16;
   std::vector<double> scores(S);  // (S) scaled scores of one query row; only t <= s is used
   std::vector<double> acc(D);
   for (int b = 0; b < B; ++b) {
-    for (int head = 0; head < Hq; ++head) {
+    for (int head = 0; head < H; ++head) {
       const int kv_head = head / group;
       for (int64_t s = 0; s < S; ++s) {
-        const T* q_row = q + ((b * S + s) * Hq + head) * D;
+        const T* q_row = q + ((b * S + s) * H + head) * D;
         double max = -INFINITY;
         for (int64_t t = 0; t <= s; ++t) {
           if (!visible(doc_ids, S, window, b, s, t)) continue;
@@ -62,33 +66,37 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
           const T* v_row = v + ((b * S + t) * Hkv + kv_head) * D;
           for (int d = 0; d < D; ++d) acc[d] += p_in * operand(v_row[d], bf16);
         }
-        T* out_row = out + ((b * S + s) * Hq + head) * D;
+        T* out_row = out + ((b * S + s) * H + head) * D;
         for (int d = 0; d < D; ++d) out_row[d] = static_cast<T>(acc[d] / sum);
-        lse[(static_cast<int64_t>(b) * Hq + head) * S + s] = static_cast<T>(anchor + std::log(sum));
+        lse[(static_cast<int64_t>(b) * H + head) * S + s] = static_cast<T>(anchor + std::log(sum));
       }
     }
   }
 }
 
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale, int64_t window, Precision precision) {
-  const int group = Hq / Hkv;
-  const bool bf16 = precision == Precision::bf16;
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
+                        const BasicAttentionParams<T>& params) {
+  const T *q = params.q, *k = params.k, *v = params.v;
+  const int32_t* doc_ids = params.doc_ids;
+  const int B = params.B, H = params.H, Hkv = params.Hkv, D = params.D;
+  const int64_t S = params.S, window = params.window;
+  const double scale = params.scale;
+  const int group = H / Hkv;
+  const bool bf16 = params.precision == Precision::bf16;
   // Accumulate in float64, round to T at the end. dk and dv sum over the q heads of a group.
-  std::vector<double> dq_acc(static_cast<size_t>(B) * S * Hq * D, 0.0);   // (B, S, Hq, D)
+  std::vector<double> dq_acc(static_cast<size_t>(B) * S * H * D, 0.0);     // (B, S, H, D)
   std::vector<double> dk_acc(static_cast<size_t>(B) * S * Hkv * D, 0.0);  // (B, S, Hkv, D)
   std::vector<double> dv_acc(static_cast<size_t>(B) * S * Hkv * D, 0.0);  // (B, S, Hkv, D)
   for (int b = 0; b < B; ++b) {
-    for (int head = 0; head < Hq; ++head) {
+    for (int head = 0; head < H; ++head) {
       const int kv_head = head / group;
       for (int64_t s = 0; s < S; ++s) {
-        const int64_t q_index = ((b * S + s) * Hq + head) * D;
+        const int64_t q_index = ((b * S + s) * H + head) * D;
         const T* q_row = q + q_index;
         const T* dout_row = dout + q_index;
         const T* out_row = out + q_index;
-        const double row_lse = lse[(static_cast<int64_t>(b) * Hq + head) * S + s];
+        const double row_lse = lse[(static_cast<int64_t>(b) * H + head) * S + s];
         double delta = 0.0;  // Δ = rowsum(dout ∘ out)
         for (int d = 0; d < D; ++d) delta += static_cast<double>(dout_row[d]) * static_cast<double>(out_row[d]);
         for (int64_t t = 0; t <= s; ++t) {
@@ -121,29 +129,20 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const int32_t*,
-                                       int, int64_t, int, int, int, double, int64_t, Precision);
-template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
-                                        const int32_t*, int, int64_t, int, int, int, double, int64_t, Precision);
+template void attention_forward<float>(float*, float*, const BasicAttentionParams<float>&);
+template void attention_forward<double>(double*, double*, const BasicAttentionParams<double>&);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, const float*, const int32_t*, int, int64_t,
-                                        int, int, int, double, int64_t, Precision);
+                                        const BasicAttentionParams<float>&);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                         const double*, const double*, const double*, const int32_t*, int,
-                                         int64_t, int, int, int, double, int64_t, Precision);
+                                         const BasicAttentionParams<double>&);
 
-void ReferenceBackend::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                         const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                                         double scale, int64_t window, Precision precision) {
-  reference::attention_forward(out, lse, q, k, v, doc_ids, B, S, Hq, Hkv, D, scale, window, precision);
+void ReferenceBackend::attention_forward(float* out, float* lse, const AttentionParams& params) {
+  reference::attention_forward(out, lse, params);
 }
 
-void ReferenceBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                          const float* k, const float* v, const float* out, const float* lse,
-                                          const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                                          double scale, int64_t window, Precision precision) {
-  reference::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_ids, B, S, Hq, Hkv, D, scale, window,
-                                precision);
+void ReferenceBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                          const float* lse, const AttentionParams& params) {
+  reference::attention_backward(dq, dk, dv, dout, out, lse, params);
 }
 
 }  // namespace fpdt::kernels::reference

@@ -1,11 +1,11 @@
 // Reference dense causal attention with GQA — the oracle every fast attention is tested against.
 // It materialises one (S, S) score row block per (batch, head) and is meant for short sequences.
-//   q (B, S, Hq, D), k and v (B, S, Hkv, D); q head j reads kv head j / (Hq / Hkv).
-//   doc_ids (B, S) or null, window 0 (none) or W > 0: token s attends token t only if
+//   params (ops.h BasicAttentionParams): q (B, S, H, D), k and v (B, S, Hkv, D); q head j reads kv head
+//   j / (H / Hkv). doc_ids (B, S) or null, window 0 (none) or W > 0: token s attends token t only if
 //   position_visible(s, t, window) (ops.h: t <= s, and s − t < W with a window) and doc_ids[s] == doc_ids[t].
-//   forward:  out (B, S, Hq, D) = softmax(scale · q kᵀ + mask) v;  lse (B, Hq, S) = log-sum-exp of the
+//   forward:  out (B, S, H, D) = softmax(scale · q kᵀ + mask) v;  lse (B, H, S) = log-sum-exp of the
 //             scaled, masked scores of each query row (fp32 on every backend's fast path).
-//   backward: dq (B, S, Hq, D), dk and dv (B, S, Hkv, D), all overwritten (=), computed from the
+//   backward: dq (B, S, H, D), dk and dv (B, S, Hkv, D), all overwritten (=), computed from the
 //             final out and lse (Δ = rowsum(dout ∘ out)), as FlashAttention does.
 //   precision: bf16 rounds the operands of each product exactly as the chunk spec does
 //             (attention_chunk.h: r(q), r(k), r(v), r(P̃) with P̃ from the power-of-two max, r(dout),
@@ -19,13 +19,10 @@
 namespace fpdt::kernels::reference {
 
 template <typename T>
-void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_ids, int B,
-                       int64_t S, int Hq, int Hkv, int D, double scale, int64_t window,
-                       Precision precision = Precision::fp32);
+void attention_forward(T* out, T* lse, const BasicAttentionParams<T>& params);
 
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const int32_t* doc_ids, int B, int64_t S, int Hq, int Hkv, int D,
-                        double scale, int64_t window, Precision precision = Precision::fp32);
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
+                        const BasicAttentionParams<T>& params);
 
 }  // namespace fpdt::kernels::reference

@@ -126,8 +126,8 @@ void ReferenceBackend::linear_forward(float* out, const float* x, WeightMatrix w
 }
 
 void ReferenceBackend::linear_backward(float* dx, float* dw, float* dbias, const float* dout, const float* x,
-                                       WeightMatrix w, int64_t N, int I, int O, bool accumulate_dx,
-                                       Precision precision) {
+                                       WeightMatrix w, LinearShape shape, bool accumulate_dx, Precision precision) {
+  const auto [N, I, O] = shape;
   std::vector<float> widened;
   const float* w_values = weight_values(w, int64_t{O} * I, precision, widened);  // (O, I)
   if (precision == Precision::bf16) {
