@@ -36,7 +36,7 @@ void declare_plan_options(OptionSet& set, PlanOptions& o) {
   run::model(set, o.run.model);
   set.add("heads", "N", "plan with N attention heads, head_dim = h / N", o.heads).at_least(0).zero_means("the model's");
   set.add("positions", "model|rope|learned", "rope: rotary, no table; learned: a table of S rows", o.positions)
-      .choices(plan::positions_words());
+      .choices(plan::positions_spellings());
   run::seq(set, o.run.seq_tokens);
   run::sp(set, o.run.sp);
   run::dp(set, o.run.dp);
@@ -93,13 +93,13 @@ void measure_this_machine(plan::Hardware& hw, plan::Precision precision) {
   }
   (precision == plan::Precision::bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32) = peak * 1e9;
   hw.compute_efficiency = sustained / peak;
-  hw.rates_measured = unit + " peak and a 1024^3 " + pipeline::word(precision) + " GEMM's share of it, measured on " +
+  hw.rates_measured = unit + " peak and a 1024^3 " + pipeline::spelling(precision) + " GEMM's share of it, measured on " +
                       std::to_string(threads) + (threads == 1 ? " core" : " cores");
 }
 
 plan::Hardware hardware_from(const PlanOptions& o, plan::Precision precision) {
   plan::Hardware hw = plan::hardware_preset(o.hardware);
-  if (hw.name == "cpu" && !o.peak_tflops) measure_this_machine(hw, precision);
+  if (hw.this_machine && !o.peak_tflops) measure_this_machine(hw, precision);
   const auto bytes = [](const std::optional<int64_t>& given, double& field) {
     if (given) field = static_cast<double>(*given);
   };

@@ -30,7 +30,7 @@ TEST(Schedule, GoldenSmallPlans) {
       for (const Recompute recompute : {Recompute::none, Recompute::layer}) {
         const ChunkPlan plan = make_chunk_plan(12, P, 0, 0, u);
         const Schedule schedule = make_schedule(plan, Pass::forward_backward, recompute, {BlockMask(u), BlockMask(u)});
-        expect_golden("schedule_u" + std::to_string(u) + "_p" + std::to_string(P) + "_" + word(recompute),
+        expect_golden("schedule_u" + std::to_string(u) + "_p" + std::to_string(P) + "_" + spelling(recompute),
                       schedule.describe());
       }
 }
@@ -519,7 +519,7 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
               const Schedule schedule =
                   make_schedule(plan, pass, recompute, {full, mask, full}, mlp_kept, bf16_store);
               SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " recompute " +
-                           word(recompute) + (mlp_kept ? " MLP kept" : "") + (bf16_store ? " bf16 store" : "") +
+                           spelling(recompute) + (mlp_kept ? " MLP kept" : "") + (bf16_store ? " bf16 store" : "") +
                            (pass == Pass::forward ? " forward" : " forward + backward") + " mask " + mask.describe());
               Simulator(schedule).run();
               ++checked;

@@ -122,8 +122,8 @@ TEST(ZeroPlan, ReplaysCleanlyForEveryStageModelAndRecomputeMode) {
       {"llama3-8b", model::preset("llama3-8b")}};
   for (const auto& [name, config] : models)
     for (int stage : {0, 1, 2, 3})
-      for (bool recompute : {false, true}) {
-        SCOPED_TRACE(std::string(name) + " stage " + std::to_string(stage) + (recompute ? " recompute" : ""));
+      for (Recompute recompute : {Recompute::none, Recompute::layer}) {
+        SCOPED_TRACE(std::string(name) + " stage " + std::to_string(stage) + " recompute " + spelling(recompute));
         const std::vector<int64_t> floats = unit_floats(config);
         const ZeroPlan plan = make_zero_plan(floats, config.tie_embeddings, stage, recompute);
         EXPECT_EQ(plan.training.size(), 3u * static_cast<size_t>(config.layers) + 3);  // a layer backward is two
@@ -142,7 +142,7 @@ TEST(ZeroPlan, ReplaysCleanlyForEveryStageModelAndRecomputeMode) {
         // (together in the head and embedding segments), and one more of those where the greedy walk
         // has given a slot of that size to a layer's unit (it never plans ahead).
         const int64_t layer = floats[1] + floats[2], ends = std::max(floats.front(), floats.back());
-        const int64_t layers = recompute ? 3 : 2;
+        const int64_t layers = recompute == Recompute::layer ? 3 : 2;
         const int64_t bound =
             4 * (stage >= 3 ? layers * layer + 3 * ends : std::max(layer, ends) + floats.front());
         EXPECT_LE(pool, bound) << "the pool: " << plan.describe(true);

@@ -33,8 +33,8 @@ struct Case {
 
 std::string describe(const Case& c) {
   return "S " + std::to_string(c.seq_tokens) + ", P " + std::to_string(c.sp) + ", C " + std::to_string(c.chunk_tokens) +
-         ", u " + std::to_string(c.chunks) + ", B " + std::to_string(c.batch) + ", offload " + pipeline::word(c.offload) +
-         ", recompute " + pipeline::word(c.recompute);
+         ", u " + std::to_string(c.chunks) + ", B " + std::to_string(c.batch) + ", offload " + pipeline::spelling(c.offload) +
+         ", recompute " + pipeline::spelling(c.recompute);
 }
 
 // What a command made of a case: its chunks and tier peaks, or its refusal.

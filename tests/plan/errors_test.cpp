@@ -44,11 +44,11 @@ TEST(PlanErrors, UnknownPresetsAndNames) {
   expect_contains(error_message([] { parse_precision("fp8"); }), {"[run spec]", "fp32 or bf16"});
   expect_contains(error_message([] { parse_positions("alibi"); }), {"[plan]", "unknown positions"});
   // Every spelling parses back to its value; disk:DIR is the disk tier in DIR.
-  for (const std::string& word : mode_words()) EXPECT_EQ(pipeline::word(parse_mode(word)), word);
-  for (const std::string& word : recompute_words()) EXPECT_EQ(pipeline::word(parse_recompute(word)), word);
-  for (const std::string& word : offload_words()) EXPECT_EQ(pipeline::word(parse_offload(word)), word);
-  for (const std::string& word : positions_words()) EXPECT_EQ(positions_name(parse_positions(word)), word);
-  for (const std::string& word : precision_words()) EXPECT_EQ(pipeline::word(parse_precision(word)), word);
+  for (const std::string& word : mode_spellings()) EXPECT_EQ(pipeline::spelling(parse_mode(word)), word);
+  for (const std::string& word : recompute_spellings()) EXPECT_EQ(pipeline::spelling(parse_recompute(word)), word);
+  for (const std::string& word : offload_spellings()) EXPECT_EQ(pipeline::spelling(parse_offload(word)), word);
+  for (const std::string& word : positions_spellings()) EXPECT_EQ(positions_name(parse_positions(word)), word);
+  for (const std::string& word : precision_spellings()) EXPECT_EQ(pipeline::spelling(parse_precision(word)), word);
   EXPECT_EQ(parse_offload("disk:/scratch").kind, OffloadKind::disk);
   EXPECT_EQ(parse_offload("disk:/scratch").directory, "/scratch");
   EXPECT_EQ(parse_offload("disk").directory, "");

@@ -70,7 +70,7 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
                             " offload " + c.offload + " recompute " + c.recompute + " B=" + std::to_string(c.batch) +
                             " sp " + std::to_string(c.sp) + " dp " + std::to_string(c.dp) + " ZeRO " +
                             std::to_string(c.zero) + (c.offload_optimizer ? " optimizer offloaded" : "") + " " +
-                            pipeline::word(c.precision);
+                            pipeline::spelling(c.precision);
     SCOPED_TRACE(tag);
     const auto start = std::chrono::steady_clock::now();
     const ProgramResult run = run_fpdt(
@@ -78,7 +78,7 @@ TEST(PlanMeasured, DryRunPeaksMatchThePrediction) {
                    std::to_string(c.chunk_tokens), "--offload", c.offload, "--recompute", c.recompute, "--batch",
                    std::to_string(c.batch), "--sp", std::to_string(c.sp), "--dp", std::to_string(c.dp), "--zero",
                    std::to_string(c.zero), "--offload-optimizer", c.offload_optimizer ? "ram" : "none", "--precision",
-                   pipeline::word(c.precision), "--dry-run",
+                   pipeline::spelling(c.precision), "--dry-run",
                    "--threads", "1", "--peak-gflops", "40", "--out", dir.file("run")}));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(run.exit_status, 0) << run.output;

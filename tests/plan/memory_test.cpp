@@ -96,7 +96,7 @@ TEST(MemoryModel, FpdtModeReadsThePipelinesOwnLayout) {
             config.run.precision = precision;
             const PlanResult plan = make_plan(config, cpu);
             SCOPED_TRACE(std::string(name) + " P=" + std::to_string(P) + " B=" + std::to_string(B) + " " +
-                         pipeline::word(precision));
+                         pipeline::spelling(precision));
             const pipeline::LayoutShape layout = fpdt_layout(config, plan.shape);
             pipeline::RunSpec pipeline;
             pipeline.chunk_tokens = 128;

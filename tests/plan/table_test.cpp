@@ -96,11 +96,11 @@ TEST(PaperTable, MaxSeqWithinOnePowerOfTwoStep) {
       config.run.offload.kind = result.offload;
       config.run.seq_tokens = result.seq_tokens;
       config.run.chunk_tokens = result.chunk_tokens;
-      EXPECT_TRUE(make_plan(config, a100).fits) << pipeline::word(result.mode);
+      EXPECT_TRUE(make_plan(config, a100).fits) << pipeline::spelling(result.mode);
       config.run.seq_tokens += result.granule_tokens;
       const PlanResult longer = make_plan(config, a100);
-      EXPECT_FALSE(longer.fits) << pipeline::word(result.mode);
-      EXPECT_EQ(longer.bound, result.bound) << pipeline::word(result.mode);
+      EXPECT_FALSE(longer.fits) << pipeline::spelling(result.mode);
+      EXPECT_EQ(longer.bound, result.bound) << pipeline::spelling(result.mode);
     }
   }
 }

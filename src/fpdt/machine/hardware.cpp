@@ -22,11 +22,11 @@ std::string str(int64_t value) { return std::to_string(value); }
 }  // namespace
 
 Hardware::Hardware(const HardwareRequest& request, comm::Communicator& world)
-    : request_(request), threads_(set_threads(request.threads)) {
-  const bool bf16 = request.precision == kernels::Precision::bf16;
+    : request_(request), threads_(set_threads(request.run.threads)) {
+  const bool bf16 = request.run.precision == kernels::Precision::bf16;
   if (request.given_peak_gflops > 0) {
     fp32_.fma_peak_gflops = request.given_peak_gflops;
-  } else if (request.backend == kernels::BackendKind::cuda && !request.dry_run) {  // MFU against the GPU's peak, not the host's
+  } else if (request.run.backend == kernels::BackendKind::cuda && !request.dry_run) {  // MFU against the GPU's peak, not the host's
     const std::string device = kernels::cuda_device_name();
     const std::optional<DevicePeak> peak = stated_device_peak(device);
     if (!peak)
@@ -44,7 +44,7 @@ Hardware::Hardware(const HardwareRequest& request, comm::Communicator& world)
 }
 
 double Hardware::mfu_peak_gflops() const {
-  const bool bf16_peak = request_.precision == kernels::Precision::bf16 && bf16_.peak_gflops() > 0;
+  const bool bf16_peak = request_.run.precision == kernels::Precision::bf16 && bf16_.peak_gflops() > 0;
   return bf16_peak && request_.given_peak_gflops <= 0 ? bf16_.peak_gflops() : fp32_.fma_peak_gflops;
 }
 
@@ -58,13 +58,13 @@ void Hardware::recheck_after_step(double step_seconds) {
   const double trial = measure_fma_peak_gflops(threads_, nullptr, /*trials=*/1);
   if (trial <= fp32_.fma_peak_gflops) return;
   fp32_.fma_peak_gflops = trial;
-  if (request_.precision == kernels::Precision::bf16) bf16_.fma_peak_gflops = trial;
+  if (request_.run.precision == kernels::Precision::bf16) bf16_.fma_peak_gflops = trial;
 }
 
 std::vector<std::pair<std::string, std::string>> Hardware::table_rows(const comm::Communicator& world) const {
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&rows](const std::string& key, const std::string& value) { rows.emplace_back(key, value); };
-  const bool bf16 = request_.precision == kernels::Precision::bf16;
+  const bool bf16 = request_.run.precision == kernels::Precision::bf16;
   const bool given = request_.given_peak_gflops > 0;
   row("ranks / threads", str(world.size()) + " (" + world.backend() + ") / " + str(threads_));
   if (cores_.cores > 0) {
@@ -97,7 +97,7 @@ std::vector<std::pair<std::string, std::string>> Hardware::table_rows(const comm
     row("bf16 peak GFLOP/s", peak);
     if (bf16_.gemm_gflops > 0) row("bf16 GEMM GFLOP/s", format_number(bf16_.gemm_gflops) + " measured");
   }
-  if (bf16 && request_.backend == kernels::BackendKind::cpu) {
+  if (bf16 && request_.run.backend == kernels::BackendKind::cpu) {
     row("bf16 GEMMs", kernels::cpu::describe_bf16_gemms());
     row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
   }
@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, std::string>> Hardware::table_rows(const comm
 }
 
 void Hardware::log_notes() const {
-  if (request_.precision == kernels::Precision::bf16 && request_.backend == kernels::BackendKind::cpu &&
+  if (request_.run.precision == kernels::Precision::bf16 && request_.run.backend == kernels::BackendKind::cpu &&
       kernels::cpu::bf16_gemm_arithmetic() == kernels::cpu::Bf16Gemm::fp32_fmas &&
       kernels::cpu::CpuBackend::bf16_attention() == kernels::cpu::CpuBackend::Bf16Attention::fp32_products)
     log::info("note: no unit of this CPU multiplies bf16 faster than its fp32 FMAs, which run this run's products: "

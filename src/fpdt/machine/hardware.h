@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "fpdt/comm/communicator.h"
-#include "fpdt/kernels/backend.h"
-#include "fpdt/kernels/ops.h"
+#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/machine/process.h"
 #include "fpdt/machine/rates.h"
 
@@ -17,9 +16,7 @@ namespace fpdt::machine {
 
 // What a run asks of the machine.
 struct HardwareRequest {
-  int threads = 0;                 // the OpenMP team (0: every core)
-  kernels::BackendKind backend = kernels::BackendKind::cpu;  // the kernels the run computes with
-  kernels::Precision precision = kernels::Precision::fp32;
+  pipeline::RunSpec run;           // its threads (the OpenMP team; 0: every core), backend and precision
   double given_peak_gflops = 0.0;  // --peak-gflops (0: none given)
   bool dry_run = false;            // nothing measured
 };

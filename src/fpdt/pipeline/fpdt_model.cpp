@@ -81,7 +81,7 @@ LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
 // A forward-only layout stores nothing for a backward, the MLP's activations neither.
 bool FpdtModel::mlp_kept() const {
   return !run_.forward_only &&
-         keep_mlp_activations(run_.offload.kind == OffloadKind::none, run_.recompute == Recompute::layer);
+         keep_mlp_activations(run_.offload.kind == OffloadKind::none, run_.recompute);
 }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {

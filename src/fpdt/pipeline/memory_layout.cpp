@@ -63,7 +63,9 @@ int64_t stored_activation_bytes(kernels::Precision precision) {
   return precision == kernels::Precision::bf16 ? 2 : 4;
 }
 
-bool keep_mlp_activations(bool store_resident, bool recompute_layer) { return store_resident && !recompute_layer; }
+bool keep_mlp_activations(bool store_resident, Recompute recompute) {
+  return store_resident && recompute == Recompute::none;
+}
 
 int64_t head_rows(const LayoutShape& s) {
   const int64_t by_budget = s.V > 0 ? kHeadLogitsBytes / (4 * s.V) : 1;
@@ -293,7 +295,7 @@ ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape
   std::vector<int64_t> units;
   for (const model::ParameterUnit& unit : layout.units()) units.push_back(unit.numel());
   return make_zero_plan(units, !layout.contains("lm_head.weight"), shape.run.zero,
-                        shape.run.recompute == Recompute::layer, kWeightBytes);
+                        shape.run.recompute, kWeightBytes);
 }
 
 std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& s) {

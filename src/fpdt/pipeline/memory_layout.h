@@ -151,7 +151,7 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
 // in front of them is recomputed either way, one cheap pass): when the store is resident (offload
 // none) and the attention's activations are kept (recompute none), i.e. when memory is not being
 // traded for time anyway. Costs 3f·a bytes per token and layer.
-bool keep_mlp_activations(bool store_resident, bool recompute_layer);
+bool keep_mlp_activations(bool store_resident, Recompute recompute);
 
 // Token rows of one LM-head pass: as many as 32 MiB of fp32 logits hold, at least 1, at most rows.
 int64_t head_rows(const LayoutShape& shape);

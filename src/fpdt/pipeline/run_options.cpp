@@ -14,8 +14,8 @@ Option& backend(OptionSet& set, BackendKind& field) {
       .add("backend", "NAME",
            "kernel backend: cpu, reference, cuda (one GPU), or cpu-guarded (a test mode: cpu kernels over memory "
            "the host cannot read, as on a GPU)",
-           field, [](BackendKind backend) { return word(backend); }, parse_backend)
-      .choices(backend_words());
+           field, [](BackendKind backend) { return spelling(backend); }, parse_backend)
+      .choices(backend_spellings());
 }
 
 Option& seq(OptionSet& set, int64_t& field) {
@@ -52,23 +52,23 @@ Option& mode(OptionSet& set, Mode& field) {
   return set
       .add("mode", "fpdt|ulysses|fpdt-reference", "fpdt: our chunked pipeline; ulysses: one chunk, nothing offloaded; "
            "fpdt-reference: the paper's implementation (plan only)", field,
-           [](Mode mode) { return word(mode); }, parse_mode)
-      .choices(mode_words());
+           [](Mode mode) { return spelling(mode); }, parse_mode)
+      .choices(mode_spellings());
 }
 
 Option& recompute(OptionSet& set, Recompute& field) {
   return set
       .add("recompute", "none|layer", "layer: keep only layer inputs and re-run each layer in backward", field,
-           [](Recompute recompute) { return word(recompute); }, parse_recompute)
-      .choices(recompute_words());
+           [](Recompute recompute) { return spelling(recompute); }, parse_recompute)
+      .choices(recompute_spellings());
 }
 
 Option& offload(OptionSet& set, OffloadConfig& field) {
   return set
       .add("offload", "none|ram|disk[:DIR]",
            "where chunks rest between uses (disk: a file in DIR, by default the run directory)", field,
-           [](const OffloadConfig& offload) { return word(offload); }, parse_offload)
-      .choices(offload_words());
+           [](const OffloadConfig& offload) { return spelling(offload); }, parse_offload)
+      .choices(offload_spellings());
 }
 
 namespace {
@@ -78,24 +78,24 @@ constexpr const char* kPrecisionHelp =
 
 Option& precision(OptionSet& set, Precision& field) {
   return set
-      .add("precision", "fp32|bf16", kPrecisionHelp, field, [](Precision precision) { return word(precision); },
+      .add("precision", "fp32|bf16", kPrecisionHelp, field, [](Precision precision) { return spelling(precision); },
            parse_precision)
-      .choices(precision_words());
+      .choices(precision_spellings());
 }
 
 Option& precision(OptionSet& set, Precision& field, bool& automatic, const std::string& auto_means) {
   constexpr const char* kAuto = "auto";
-  std::vector<std::string> words = precision_words();
-  words.push_back(kAuto);
+  std::vector<std::string> spellings = precision_spellings();
+  spellings.push_back(kAuto);
   return set
       .add("precision", "fp32|bf16|auto", std::string(kPrecisionHelp) + " (auto: " + auto_means + ")", automatic,
-           [&field](bool is_auto) { return is_auto ? std::string(kAuto) : word(field); },
+           [&field](bool is_auto) { return is_auto ? std::string(kAuto) : spelling(field); },
            [&field](const std::string& text) {
              if (text == kAuto) return true;
              field = parse_precision(text);
              return false;
            })
-      .choices(words);
+      .choices(spellings);
 }
 
 Option& doc_mask(OptionSet& set, bool& field) {
@@ -109,8 +109,8 @@ Option& doc_positions(OptionSet& set, DocPositions& field) {
   return set
       .add("doc-positions", "global|restart",
            "positions (RoPE, learned) count over the whole sequence, or restart at 0 at each document (with --doc-mask)",
-           field, [](DocPositions positions) { return word(positions); }, parse_doc_positions)
-      .choices(doc_positions_words());
+           field, [](DocPositions positions) { return spelling(positions); }, parse_doc_positions)
+      .choices(doc_positions_spellings());
 }
 
 Option& compute_mem(OptionSet& set, int64_t& field) {
@@ -157,9 +157,9 @@ Option& offload_optimizer(OptionSet& set, bool& field) {
       .add("offload-optimizer", "none|ram",
            "ram: gradient shards, AdamW's moments and fp32 master weights in the offload tier, updated there "
            "(ZeRO-Offload; --zero 2 or 3)",
-           field, [](bool offloaded) { return word(offloaded ? OffloadKind::ram : OffloadKind::none); },
+           field, [](bool offloaded) { return spelling(offloaded ? OffloadKind::ram : OffloadKind::none); },
            [](const std::string& text) { return parse_offload(text).kind == OffloadKind::ram; })
-      .choices({word(OffloadKind::none), word(OffloadKind::ram)});
+      .choices({spelling(OffloadKind::none), spelling(OffloadKind::ram)});
 }
 
 }  // namespace fpdt::pipeline::options

@@ -1,7 +1,7 @@
 // The options that every command describing a run shares — `fpdt train`, `fpdt eval` and `fpdt plan`:
 // one spelling, one unit, one meaning check and one help line each. A command binds them to its own
 // settings fields, whose initial values are its defaults, and says what 0 means there. The run spec's
-// words (run_spec.h) bind straight to their types: no command compares their spellings.
+// spellings (run_spec.h) bind straight to their types: no command compares their spellings.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ Option& recompute(OptionSet& set, Recompute& field);    // --recompute none|laye
 Option& offload(OptionSet& set, OffloadConfig& field);  // --offload none|ram|disk|disk:DIR
 Option& precision(OptionSet& set, Precision& field);    // --precision fp32|bf16
 // --precision fp32|bf16|auto: `automatic` says auto was chosen (the command then decides `field`, as
-// `auto_means` tells); another word clears it and sets `field`.
+// `auto_means` tells); another spelling clears it and sets `field`.
 Option& precision(OptionSet& set, Precision& field, bool& automatic, const std::string& auto_means);
 Option& doc_mask(OptionSet& set, bool& field);                     // --doc-mask
 Option& doc_positions(OptionSet& set, DocPositions& field);        // --doc-positions global|restart

@@ -1,8 +1,8 @@
-// The run spec's words and its chunk rule (see run_spec.h).
+// The run spec's spellings and its chunk rule (see run_spec.h).
 #include "fpdt/pipeline/run_spec.h"
 
 #include "fpdt/base/error.h"
-#include "fpdt/base/words.h"
+#include "fpdt/base/spellings.h"
 
 namespace fpdt::pipeline {
 
@@ -12,55 +12,55 @@ constexpr const char* kModule = "run spec";
 
 std::string str(int64_t value) { return std::to_string(value); }
 
-// Each type's spellings, once: words, parsing and the options' choices all read these tables.
-constexpr Word<Mode> kModes[] = {{"fpdt", Mode::fpdt}, {"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}};
-constexpr Word<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
-constexpr Word<OffloadKind> kOffloads[] = {{"none", OffloadKind::none}, {"ram", OffloadKind::ram}, {"disk", OffloadKind::disk}};
-constexpr Word<Precision> kPrecisions[] = {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
-constexpr Word<BackendKind> kBackends[] = {{"cpu", BackendKind::cpu},
+// Each type's spellings, once: spelling, parsing and the options' choices all read these tables.
+constexpr Spelling<Mode> kModes[] = {{"fpdt", Mode::fpdt}, {"ulysses", Mode::ulysses}, {"fpdt-reference", Mode::fpdt_reference}};
+constexpr Spelling<Recompute> kRecomputes[] = {{"none", Recompute::none}, {"layer", Recompute::layer}};
+constexpr Spelling<OffloadKind> kOffloads[] = {{"none", OffloadKind::none}, {"ram", OffloadKind::ram}, {"disk", OffloadKind::disk}};
+constexpr Spelling<Precision> kPrecisions[] = {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}};
+constexpr Spelling<BackendKind> kBackends[] = {{"cpu", BackendKind::cpu},
                                            {"reference", BackendKind::reference},
                                            {"cuda", BackendKind::cuda},
                                            {"cpu-guarded", BackendKind::cpu_guarded}};
-constexpr Word<DocPositions> kDocPositions[] = {{"global", DocPositions::global}, {"restart", DocPositions::restart}};
+constexpr Spelling<DocPositions> kDocPositions[] = {{"global", DocPositions::global}, {"restart", DocPositions::restart}};
 constexpr const char* kDiskPrefix = "disk:";  // disk:DIR
 
 }  // namespace
 
-std::string word(Mode mode) { return word_of(kModes, mode); }
-std::string word(Recompute recompute) { return word_of(kRecomputes, recompute); }
-std::string word(OffloadKind offload) { return word_of(kOffloads, offload); }
-std::string word(const OffloadConfig& offload) {
+std::string spelling(Mode mode) { return spelling_of(kModes, mode); }
+std::string spelling(Recompute recompute) { return spelling_of(kRecomputes, recompute); }
+std::string spelling(OffloadKind offload) { return spelling_of(kOffloads, offload); }
+std::string spelling(const OffloadConfig& offload) {
   return offload.kind == OffloadKind::disk && !offload.directory.empty() ? kDiskPrefix + offload.directory
-                                                                         : word(offload.kind);
+                                                                         : spelling(offload.kind);
 }
-std::string word(Precision precision) { return word_of(kPrecisions, precision); }
-std::string word(BackendKind backend) { return word_of(kBackends, backend); }
-std::string word(DocPositions positions) { return word_of(kDocPositions, positions); }
+std::string spelling(Precision precision) { return spelling_of(kPrecisions, precision); }
+std::string spelling(BackendKind backend) { return spelling_of(kBackends, backend); }
+std::string spelling(DocPositions positions) { return spelling_of(kDocPositions, positions); }
 
-std::vector<std::string> mode_words() { return words_of(kModes); }
-std::vector<std::string> recompute_words() { return words_of(kRecomputes); }
-std::vector<std::string> offload_words() {
-  std::vector<std::string> words = words_of(kOffloads);
-  words.push_back(std::string(kDiskPrefix) + "DIR");
-  return words;
+std::vector<std::string> mode_spellings() { return spellings_of(kModes); }
+std::vector<std::string> recompute_spellings() { return spellings_of(kRecomputes); }
+std::vector<std::string> offload_spellings() {
+  std::vector<std::string> spellings = spellings_of(kOffloads);
+  spellings.push_back(std::string(kDiskPrefix) + "DIR");
+  return spellings;
 }
-std::vector<std::string> precision_words() { return words_of(kPrecisions); }
-std::vector<std::string> backend_words() { return words_of(kBackends); }
-std::vector<std::string> doc_positions_words() { return words_of(kDocPositions); }
+std::vector<std::string> precision_spellings() { return spellings_of(kPrecisions); }
+std::vector<std::string> backend_spellings() { return spellings_of(kBackends); }
+std::vector<std::string> doc_positions_spellings() { return spellings_of(kDocPositions); }
 
-Mode parse_mode(const std::string& text) { return parse_word(kModes, text, kModule, "mode"); }
-Recompute parse_recompute(const std::string& text) { return parse_word(kRecomputes, text, kModule, "recompute mode"); }
-Precision parse_precision(const std::string& text) { return parse_word(kPrecisions, text, kModule, "precision"); }
-BackendKind parse_backend(const std::string& text) { return parse_word(kBackends, text, kModule, "backend"); }
+Mode parse_mode(const std::string& text) { return parse_spelling(kModes, text, kModule, "mode"); }
+Recompute parse_recompute(const std::string& text) { return parse_spelling(kRecomputes, text, kModule, "recompute mode"); }
+Precision parse_precision(const std::string& text) { return parse_spelling(kPrecisions, text, kModule, "precision"); }
+BackendKind parse_backend(const std::string& text) { return parse_spelling(kBackends, text, kModule, "backend"); }
 DocPositions parse_doc_positions(const std::string& text) {
-  return parse_word(kDocPositions, text, kModule, "document positions");
+  return parse_spelling(kDocPositions, text, kModule, "document positions");
 }
 OffloadConfig parse_offload(const std::string& text) {
   if (text.starts_with(kDiskPrefix) && text.size() > std::string(kDiskPrefix).size())
     return OffloadConfig{OffloadKind::disk, text.substr(std::string(kDiskPrefix).size())};
-  for (const Word<OffloadKind>& word : kOffloads)
-    if (text == word.text) return OffloadConfig{word.value, ""};
-  throw Error(kModule, "unknown offload tier '" + text + "'", "use " + listed(offload_words()));
+  for (const Spelling<OffloadKind>& row : kOffloads)
+    if (text == row.text) return OffloadConfig{row.value, ""};
+  throw Error(kModule, "unknown offload tier '" + text + "'", "use " + listed(offload_spellings()));
 }
 
 OffloadConfig with_run_folder(OffloadConfig offload, const std::string& folder) {

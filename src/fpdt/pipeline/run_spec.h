@@ -1,6 +1,6 @@
 // The run spec: what a run is — RunSpec, one value that `fpdt train`, `fpdt eval` and `fpdt plan` embed
 // and hand whole to the pipeline and the model states — with the types its fields are spelled in (mode,
-// offload tier, recompute, precision, backend, document positions), each declared once with its words,
+// offload tier, recompute, precision, backend, document positions), each declared once with its spellings,
 // and the one chunk rule of a run. The commands bind their options straight to its fields
 // (run_options.h) and cut their sequence with run_chunk_plan, so they accept and refuse the same runs
 // and lay them out alike.
@@ -28,7 +28,7 @@ enum class Mode : uint8_t { fpdt, ulysses, fpdt_reference };
 enum class Recompute : uint8_t { none, layer };
 // Where chunks rest between uses, with the disk tier's directory (kernels/device_memory.h: the backend
 // allocates it), and the arithmetic of GEMMs and attention (kernels/ops.h: the kernels take it). Their
-// types live where the lowest layer that reads them is; their words are these.
+// types live where the lowest layer that reads them is; their spellings are these.
 using kernels::OffloadConfig;
 using kernels::OffloadKind;
 using kernels::Precision;
@@ -72,22 +72,22 @@ struct RunSpec {
   int64_t offload_mem_bytes = 0;          // offload-tier budget per rank (0: unlimited)
 };
 
-// The word of each value, as the options spell it: "fpdt", "layer", "ram", "disk:/scratch" ("disk": in
+// The spelling of each value, as the options have it: "fpdt", "layer", "ram", "disk:/scratch" ("disk": in
 // the run's folder), "bf16", "cpu-guarded", "restart".
-std::string word(Mode mode);
-std::string word(Recompute recompute);
-std::string word(OffloadKind offload);
-std::string word(const OffloadConfig& offload);
-std::string word(Precision precision);
-std::string word(BackendKind backend);
-std::string word(DocPositions positions);
+std::string spelling(Mode mode);
+std::string spelling(Recompute recompute);
+std::string spelling(OffloadKind offload);
+std::string spelling(const OffloadConfig& offload);
+std::string spelling(Precision precision);
+std::string spelling(BackendKind backend);
+std::string spelling(DocPositions positions);
 // The accepted spellings (option choices; "disk:DIR" stands for any directory).
-std::vector<std::string> mode_words();
-std::vector<std::string> recompute_words();
-std::vector<std::string> offload_words();
-std::vector<std::string> precision_words();
-std::vector<std::string> backend_words();
-std::vector<std::string> doc_positions_words();
+std::vector<std::string> mode_spellings();
+std::vector<std::string> recompute_spellings();
+std::vector<std::string> offload_spellings();
+std::vector<std::string> precision_spellings();
+std::vector<std::string> backend_spellings();
+std::vector<std::string> doc_positions_spellings();
 // Inverses; each throws fpdt::Error listing the accepted spellings. parse_offload("disk") leaves the
 // directory empty: the run's own folder (with_run_folder).
 Mode parse_mode(const std::string& text);

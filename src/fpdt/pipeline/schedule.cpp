@@ -640,7 +640,7 @@ std::string Schedule::describe() const {
                      std::to_string(plan.chunk_tokens) + " = " + std::to_string(plan.ranks) + " ranks x c " +
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
-                     word(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
+                     spelling(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
                      (bf16_store ? "; bf16 store" : "") + "\n";
   for (size_t m = 0; m < masks.size(); ++m)
     text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +

@@ -41,7 +41,7 @@ std::string unit_name(int unit, int layers) {
   return "layer " + std::to_string((unit - 1) / 2) + (unit % 2 == 1 ? " norm + qkv" : " out + mlp");
 }
 
-std::vector<ZeroSegment> segments_of(int layers, bool backward, bool tied, bool recompute_layer) {
+std::vector<ZeroSegment> segments_of(int layers, bool backward, bool tied, Recompute recompute) {
   const int head = 2 * layers + 1;
   const std::vector<int> head_units = tied ? std::vector<int>{head, 0} : std::vector<int>{head};
   std::vector<ZeroSegment> segments;
@@ -55,7 +55,8 @@ std::vector<ZeroSegment> segments_of(int layers, bool backward, bool tied, bool 
         break;
       case CallKind::layer_backward:
         segments.push_back({call.kind, l, 0,
-                            recompute_layer ? std::vector<int>{qkv_unit(l), mlp_unit(l)} : std::vector<int>{mlp_unit(l)},
+                            recompute == Recompute::layer ? std::vector<int>{qkv_unit(l), mlp_unit(l)}
+                                                          : std::vector<int>{mlp_unit(l)},
                             {mlp_unit(l)}, {}, {}});
         segments.push_back({call.kind, l, 1, {qkv_unit(l)}, {qkv_unit(l)}, {}, {}});
         break;
@@ -191,17 +192,17 @@ void walk(std::vector<ZeroSegment>& segments, std::vector<ZeroSlot>& slots, cons
 
 }  // namespace
 
-ZeroPlan make_zero_plan(const std::vector<int64_t>& unit_floats, bool tied, int stage, bool recompute_layer,
+ZeroPlan make_zero_plan(const std::vector<int64_t>& unit_floats, bool tied, int stage, Recompute recompute,
                         int64_t weight_bytes) {
   FPDT_ASSERT(unit_floats.size() >= 4 && unit_floats.size() % 2 == 0);
   ZeroPlan plan;
   plan.stage = stage;
   plan.layers = static_cast<int>(unit_floats.size() - 2) / 2;
-  plan.training = segments_of(plan.layers, true, tied, recompute_layer);
+  plan.training = segments_of(plan.layers, true, tied, recompute);
   walk(plan.training, plan.slots, unit_floats, stage, weight_bytes);
   // A forward pass is the training pass up to the head, without its gradients and without the head's
   // prefetch for the backward: the same gathers into the same slots.
-  plan.forward = segments_of(plan.layers, false, tied, recompute_layer);
+  plan.forward = segments_of(plan.layers, false, tied, recompute);
   for (size_t k = 0; k < plan.forward.size(); ++k) {
     const bool last = k + 1 == plan.forward.size();
     for (const ZeroStep& step : plan.training[k].before)

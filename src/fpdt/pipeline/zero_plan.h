@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/pipeline/run_spec.h"
+
 namespace fpdt::pipeline {
 
 // The calls of a step (schedule.h runs a program for each).
@@ -74,10 +76,10 @@ struct ZeroPlan {
 };
 
 // unit_floats: each unit's size (ParameterLayout::units()); tied: the head uses the embeddings;
-// recompute_layer: a layer backward re-runs its forward first (its first half reads both units);
+// recompute layer: a layer backward re-runs its forward first (its first half reads both units);
 // weight_bytes: one gathered weight (4 fp32; the plan's bf16 2). Stages 0 and 1 have no steps and no
 // slots: every rank holds all weights and gradients.
-ZeroPlan make_zero_plan(const std::vector<int64_t>& unit_floats, bool tied, int stage, bool recompute_layer,
+ZeroPlan make_zero_plan(const std::vector<int64_t>& unit_floats, bool tied, int stage, Recompute recompute,
                         int64_t weight_bytes = 4);
 
 }  // namespace fpdt::pipeline

@@ -7,7 +7,7 @@
 
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
-#include "fpdt/base/words.h"
+#include "fpdt/base/spellings.h"
 #include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::plan {
@@ -30,13 +30,13 @@ void require_positive(int64_t value, const std::string& what, const std::string&
 }
 
 // The positions' spellings, once: names, parsing and the option's choices all read this table.
-constexpr Word<Positions> kPositions[] = {{"model", Positions::model}, {"rope", Positions::rope}, {"learned", Positions::learned}};
+constexpr Spelling<Positions> kPositions[] = {{"model", Positions::model}, {"rope", Positions::rope}, {"learned", Positions::learned}};
 
 }  // namespace
 
-std::string positions_name(Positions positions) { return word_of(kPositions, positions); }
-std::vector<std::string> positions_words() { return words_of(kPositions); }
-Positions parse_positions(const std::string& text) { return parse_word(kPositions, text, kModule, "positions"); }
+std::string positions_name(Positions positions) { return spelling_of(kPositions, positions); }
+std::vector<std::string> positions_spellings() { return spellings_of(kPositions); }
+Positions parse_positions(const std::string& text) { return parse_spelling(kPositions, text, kModule, "positions"); }
 
 int64_t position_table_rows(const PlanConfig& config) {
   switch (config.positions) {

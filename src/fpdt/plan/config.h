@@ -14,7 +14,7 @@
 
 namespace fpdt::plan {
 
-// The run spec's words (pipeline/run_spec.h), as `fpdt train` has them. Mode: ulysses plans
+// The run spec's types (pipeline/run_spec.h), as `fpdt train` has them. Mode: ulysses plans
 // DeepSpeed-Ulysses + ZeRO + activation checkpointing (Megatron-DeepSpeed's GPT path); fpdt_reference
 // the paper's implementation (DeepSpeed fpdt_layer.py): chunked attention with offload and double
 // buffering, chunked MLP and loss, but several (T, h) tensors resident; fpdt ours (DESIGN.md §1):
@@ -31,7 +31,7 @@ using pipeline::Recompute;
 enum class Positions { model, rope, learned };
 
 std::string positions_name(Positions positions);
-std::vector<std::string> positions_words();  // the accepted spellings, for the option
+std::vector<std::string> positions_spellings();  // the accepted spellings, for the option
 // Inverse; throws fpdt::Error listing the accepted spellings.
 Positions parse_positions(const std::string& text);
 

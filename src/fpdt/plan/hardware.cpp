@@ -52,6 +52,7 @@ std::vector<Hardware> presets() {
   cpu.reserved_bytes = 2 * kGiB;          // the OS and the program itself
   cpu.host_bytes = 24 * kGiB;             // the same RAM
   cpu.host_shares_compute = true;
+  cpu.this_machine = true;
   cpu.disk_bytes = 64 * kGiB;
   cpu.host_link_bytes_per_s = 10e9;       // memcpy between two RAM buffers, 2 cores
   cpu.disk_bytes_per_s = 1e9;

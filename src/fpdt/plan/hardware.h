@@ -18,6 +18,7 @@ struct Hardware {
                                       // context, NCCL and cuBLAS buffers; CPU: the OS and the program)
   double host_bytes = 0;              // RAM offload tier of one rank: its share of the node's host RAM
   bool host_shares_compute = false;   // CPU: compute and RAM offload tiers are one pool of RAM
+  bool this_machine = false;          // the preset is the machine fpdt runs on: its rates can be measured
   double disk_bytes = 0;              // disk offload tier of one rank
   double host_link_bytes_per_s = 0;   // compute ↔ RAM offload, per direction, sustained
   double disk_bytes_per_s = 0;        // compute ↔ disk offload, per direction, sustained

@@ -192,8 +192,7 @@ pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) 
   const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
   return pipeline::layout_shape(config.model, sharding, s.chunk_plan, s.B,
                                 config.run.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
-                                pipeline::keep_mlp_activations(config.run.offload.kind == OffloadKind::none,
-                                                               config.run.recompute == Recompute::layer));
+                                pipeline::keep_mlp_activations(config.run.offload.kind == OffloadKind::none, config.run.recompute));
 }
 
 bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& s) {

@@ -76,14 +76,14 @@ std::string format_plan_text(const PlanResult& plan) {
   text.append(printf_string("  layout    S %s tokens x batch %lld; SP %lld x DP %lld -> T %s tokens per rank\n",
                             grouped(s.S).c_str(), static_cast<long long>(s.B), static_cast<long long>(s.P),
                             static_cast<long long>(c.run.dp), grouped(s.T).c_str()));
-  std::string mode = pipeline::word(c.run.mode);
+  std::string mode = pipeline::spelling(c.run.mode);
   if (c.run.mode != Mode::ulysses)
     mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks, padding %s)", grouped(s.C).c_str(),
                               grouped(s.c).c_str(), static_cast<long long>(s.u),
                               grouped(s.chunk_plan.padded_tokens - s.S).c_str()));
   text.append(printf_string("  mode      %s; recompute %s, offload %s, ZeRO-%d, %s\n", mode.c_str(),
-                            pipeline::word(c.run.recompute).c_str(), pipeline::word(c.run.offload.kind).c_str(), c.run.zero,
-                            pipeline::word(c.run.precision).c_str()));
+                            pipeline::spelling(c.run.recompute).c_str(), pipeline::spelling(c.run.offload.kind).c_str(), c.run.zero,
+                            pipeline::spelling(c.run.precision).c_str()));
   const std::string network =
       hw.ranks_per_node >= (1 << 20)
           ? printf_string("network %.0f GB/s (ranks of one process)", hw.intra_node_bytes_per_s / 1e9)
@@ -94,7 +94,7 @@ std::string format_plan_text(const PlanResult& plan) {
                             hw.name.c_str(), format_bytes(hw.compute_bytes).c_str(), format_bytes(hw.reserved_bytes).c_str(),
                             format_bytes(hw.host_bytes).c_str(), hw.host_shares_compute ? " (the same RAM)" : "",
                             hw.host_link_bytes_per_s / 1e9, flops_text(hw.peak_flops(c.run.precision)).c_str(),
-                            pipeline::word(c.run.precision).c_str(), hw.compute_efficiency, network.c_str(),
+                            pipeline::spelling(c.run.precision).c_str(), hw.compute_efficiency, network.c_str(),
                             hw.rates_measured.empty() ? "" : ("            (" + hw.rates_measured + ")\n").c_str()));
 
   text.append("\nmemory per rank                                     compute     offload  live in              formula\n");
@@ -155,14 +155,14 @@ std::string format_plan_text(const PlanResult& plan) {
 
 std::string format_max_seq_text(const MaxSeqResult& searched, const std::vector<MaxSeqResult>& by_mode) {
   std::string text = printf_string("\nlongest sequence (%s): S %s tokens (%s), bound by the %s\n",
-                                   pipeline::word(searched.mode).c_str(), grouped(searched.seq_tokens).c_str(),
+                                   pipeline::spelling(searched.mode).c_str(), grouped(searched.seq_tokens).c_str(),
                                    short_tokens(searched.seq_tokens).c_str(), searched.bound.c_str());
   text.append("by mode on this hardware:\n");
   for (const MaxSeqResult& result : by_mode) {
     std::string chunk = result.chunk_tokens > 0 ? printf_string("C %s", grouped(result.chunk_tokens).c_str())
                                                 : std::string("-");
-    std::string mode = pipeline::word(result.mode);
-    if (result.mode == Mode::fpdt) mode.append(" (").append(pipeline::word(result.offload)).append(")");
+    std::string mode = pipeline::spelling(result.mode);
+    if (result.mode == Mode::fpdt) mode.append(" (").append(pipeline::spelling(result.offload)).append(")");
     text.append(printf_string("  %-15s S %14s tokens (%6s)  %-12s bound by the %s\n", mode.c_str(),
                               grouped(result.seq_tokens).c_str(), short_tokens(result.seq_tokens).c_str(),
                               chunk.c_str(), result.bound.c_str()));
@@ -172,8 +172,8 @@ std::string format_max_seq_text(const MaxSeqResult& searched, const std::vector<
 
 nlohmann::ordered_json max_seq_to_json(const MaxSeqResult& result) {
   nlohmann::ordered_json json;
-  json["mode"] = pipeline::word(result.mode);
-  json["offload"] = pipeline::word(result.offload);
+  json["mode"] = pipeline::spelling(result.mode);
+  json["offload"] = pipeline::spelling(result.offload);
   json["seq_tokens"] = result.seq_tokens;
   json["granule_tokens"] = result.granule_tokens;
   json["chunk_tokens"] = result.chunk_tokens;
@@ -201,11 +201,11 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
                     {"local_chunk_tokens", s.c},
                     {"chunks_per_rank", s.u},
                     {"padding_tokens", s.chunk_plan.padded_tokens - s.S},
-                    {"mode", pipeline::word(c.run.mode)},
-                    {"recompute", pipeline::word(c.run.recompute)},
-                    {"offload", pipeline::word(c.run.offload.kind)},
+                    {"mode", pipeline::spelling(c.run.mode)},
+                    {"recompute", pipeline::spelling(c.run.recompute)},
+                    {"offload", pipeline::spelling(c.run.offload.kind)},
                     {"zero_stage", c.run.zero},
-                    {"precision", pipeline::word(c.run.precision)}};
+                    {"precision", pipeline::spelling(c.run.precision)}};
   json["hardware"] = {{"name", hw.name},
                       {"compute_bytes", rounded(hw.compute_bytes)},
                       {"reserved_bytes", rounded(hw.reserved_bytes)},

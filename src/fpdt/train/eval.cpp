@@ -259,7 +259,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +
-            pipeline::word(s.run.offload) + ", " + str(world.size()) + " rank(s)");
+            pipeline::spelling(s.run.offload) + ", " + str(world.size()) + " rank(s)");
 
   // Loss by context position: sequence k is tokens [k·S, k·S + S] of the split.
   result.buckets.clear();
@@ -410,10 +410,10 @@ nlohmann::ordered_json common_json(const EvalResult& result, const EvalSettings&
   json["rope_parameters"] = nlohmann::ordered_json::parse(result.rope_parameters);
   json["rope_overridden"] = result.rope_overridden;
   json["ranks"] = s.run.sp;
-  json["mode"] = pipeline::word(s.run.mode);
+  json["mode"] = pipeline::spelling(s.run.mode);
   json["chunk_tokens"] = s.run.chunk_tokens;
   json["chunks"] = s.run.chunks;
-  json["offload"] = pipeline::word(s.run.offload);
+  json["offload"] = pipeline::spelling(s.run.offload);
   json["compute_peak_bytes"] = result.compute_peak_bytes;
   json["offload_peak_bytes"] = result.offload_peak_bytes;
   json["peak_rss_bytes"] = result.peak_rss_bytes;

@@ -42,7 +42,7 @@ struct BoundOptions {
 
 void check_runnable(const std::string& module, const pipeline::RunSpec& run) {
   const int ranks = run.sp * run.dp;
-  const std::string backend = pipeline::word(run.backend);
+  const std::string backend = pipeline::spelling(run.backend);
   if (run.backend == pipeline::BackendKind::cuda || run.backend == pipeline::BackendKind::cpu_guarded) {
     if (ranks > 1)
       throw Error(module, "--backend " + backend + " runs on one rank, but --sp x --dp asks for " + str(ranks) +

@@ -198,7 +198,7 @@ void Trainer::build_model() {
   // Ranks [d·sp, (d+1)·sp) share sequences (one SP group per data-parallel replica d).
   dp_index_ = world_.rank() / s.run.sp;
   sp_group_ = dry_world_ ? comm::make_dry(s.run.sp, world_.rank() % s.run.sp) : world_.split(dp_index_, world_.rank());
-  hardware_ = machine::Hardware({s.run.threads, s.run.backend, s.run.precision, s.peak_gflops, s.dry_run}, world_);
+  hardware_ = machine::Hardware({s.run, s.peak_gflops, s.dry_run}, world_);
   print_run_table(config_, s, hardware_, world_);
   hardware_.log_notes();
   backend_ = kernels::make_backend(s.run.backend);
