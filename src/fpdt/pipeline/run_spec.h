@@ -52,7 +52,8 @@ struct RunSpec {
   Mode mode = Mode::fpdt;
   int64_t chunk_tokens = 0;               // C, global tokens per chunk (0: cut the sequence into `chunks`)
   int chunks = 1;                         // u, when chunk_tokens is 0
-  OffloadConfig offload{OffloadKind::ram, ""};   // disk without a directory: in the run's folder
+  OffloadConfig offload{OffloadKind::ram, ""};   // train and eval default to none; disk without a
+                                                 // directory: in the run's folder
   Recompute recompute = Recompute::none;
   // The maths' precision (model/layer.h): in bf16 the GEMMs and attention round their inputs, the kept
   // activations are bf16 values and the store holds them as bf16 (memory_layout.h); LSE, Δ, dQ, norm
@@ -106,8 +107,8 @@ RunSpec resolved_layout(RunSpec run);
 // The ranks the model states are partitioned over: the world's W from ZeRO stage 1, 1 at stage 0.
 int partition_ranks(const RunSpec& run, int world_ranks);
 
-// The one chunk rule of a run, for its own sequence of S tokens on P ranks (rank 0's plan; every rank's
-// has its sizes): make_chunk_plan of the pipeline's C or u (C a multiple of P; the last chunk padded),
+// The one chunk rule of a run, for its own sequence of S = seq_tokens on P = sp ranks (rank 0's plan;
+// every rank's has its sizes): make_chunk_plan of the pipeline's C or u (C a multiple of P; the last chunk padded),
 // refusing what would only waste the run: C longer than the sequence rounded up to P (make_chunk_plan
 // shortens it, as a pass over a shorter sequence needs) or u chunks some of which hold no token.
 // `fpdt train`, `fpdt eval` and `fpdt plan` all cut their sequence with it. Throws one fpdt::Error of
