@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "fpdt/comm/communicator.h"
-#include "fpdt/pipeline/run_spec.h"
 #include "fpdt/machine/process.h"
 #include "fpdt/machine/rates.h"
+#include "fpdt/pipeline/run_spec.h"
 
 namespace fpdt::machine {
 
