@@ -22,12 +22,12 @@
 
 namespace fpdt::train {
 
-// The run `fpdt eval` describes unless told otherwise: forward passes of one sequence of 16K tokens on
-// one rank (its sp ranks are the world; a disk offload without a directory goes in out_dir).
+// The run `fpdt eval` describes unless told otherwise: one sequence of 16K tokens on one rank (its sp
+// ranks are the world; a disk offload without a directory goes in out_dir). evaluate() runs it forward
+// only, whatever forward_only says.
 inline pipeline::RunSpec default_eval_run() {
   pipeline::RunSpec run;
   run.seq_tokens = 16384;
-  run.forward_only = true;
   run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::none, ""};
   return run;
 }

@@ -91,13 +91,16 @@ void check_init_tokenizer(const std::string& folder, const model::ModelConfig& c
   data::check_made_by(kModule, shard, checkpoint_tokenizer(folder, config.vocab_size), folder);
 }
 
-}  // namespace
-
+// The run as the pipeline and the model states take it: a disk offload without a directory goes in the
+// run's folder (--out).
 pipeline::RunSpec placed_run(const TrainSettings& s) {
   pipeline::RunSpec run = s.run;
   run.offload = pipeline::with_run_folder(run.offload, s.out_dir);
   return run;
 }
+
+}  // namespace
+
 
 // ---- set-up ---------------------------------------------------------------------------------------
 
@@ -205,10 +208,11 @@ void Trainer::build_model() {
   // ZeRO shards over every rank of the world (sequence-parallel ranks hold the same weights).
   const size_t compute_before = MemoryTiers::instance().usage(Tier::compute).active_bytes;
   const size_t offload_before = MemoryTiers::instance().usage(Tier::offload).active_bytes;
-  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, placed_run(s), s.seed, s.dry_run);
+  const pipeline::RunSpec run = placed_run(s);
+  states_ = std::make_unique<pipeline::ModelStates>(config_, *backend_, world_, run, s.seed, s.dry_run);
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
-  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, placed_run(s), *states_);
+  model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, run, *states_);
   // A sequence whose step the pipeline's own memory table cannot count in 64-bit bytes is refused
   // before the step is laid out.
   if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size))))

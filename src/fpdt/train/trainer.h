@@ -142,8 +142,5 @@ class Trainer {
 // Trains on `world` (all ranks call it; rank 0 logs, saves and samples): Trainer(settings, world).run().
 TrainResult train(const TrainSettings& settings, comm::Communicator& world);
 
-// The run as the pipeline and the model states take it: a disk offload without a directory goes in the
-// run's folder (--out).
-pipeline::RunSpec placed_run(const TrainSettings& settings);
 
 }  // namespace fpdt::train
