@@ -25,12 +25,12 @@
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/safetensors.h"
 #include "fpdt/train/checkpoint.h"
-#include "fpdt/train/sampler.h"
 #include "fpdt/train/trainer.h"
 #include "fpdt/base/options.h"
 #include "fpdt/pipeline/run_options.h"
 #include "convert_command.h"
 #include "eval_command.h"
+#include "sample_command.h"
 #include "plan_command.h"
 
 namespace fpdt::cli {
@@ -108,43 +108,6 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                            {"skipped_steps", result.skipped_steps}}
                 .dump());
   if (!result.sample.empty()) log::info("sample:\n" + result.sample);
-  return 0;
-}
-
-int command_sample(int argc, char** argv) {
-  std::string checkpoint = "runs/demo", prompt = "And God said";
-  train::SampleSettings settings;
-  settings.new_tokens = 300;
-  int threads = 0;
-  uint64_t seed = 1;
-  bool print_ids = false;
-  OptionSet options("sample", "Generate text from a checkpoint with top-k sampling.");
-  options.add("checkpoint", "DIR", "run folder or step folder", checkpoint);
-  options.add("prompt", "TEXT", "prompt text", prompt);
-  options.add("tokens", "N", "tokens to generate", settings.new_tokens).at_least(0);
-  options.add("context", "N", "context window in tokens", settings.context_tokens).at_least(1);
-  options.add("temperature", "T", "softmax temperature", settings.temperature).above(0);
-  options.add("top-k", "K", "sample among the K most likely tokens", settings.top_k).at_least(0).zero_means("all");
-  options.add("seed", "N", "sampling seed", seed);
-  pipeline::options::threads(options, threads);
-  options.add("ids", "", "also print the token ids (prompt and generated) on a last line", print_ids);
-  if (!options.parse(argc, argv)) return 0;
-  machine::set_threads(threads);
-  const std::string folder = train::checkpoint_folder(checkpoint);
-  const model::ModelConfig config = model::load_hf_config(path_in(folder, "config.json"));
-  // The checkpoint's own tokenizer (the one its shards were made with).
-  const data::Tokenizer tokenizer = train::checkpoint_tokenizer(folder, config.vocab_size);
-  auto backend = kernels::make_backend(kernels::BackendKind::cpu);
-  model::Transformer model(config, *backend);
-  model::HfCheckpoint(folder).load(config, model.layout(), model.params());
-  Rng rng(seed);
-  const auto tokens = train::generate(model, tokenizer.encode(prompt), settings, rng);
-  std::printf("%s\n", tokenizer.render(tokens).c_str());
-  if (print_ids) {
-    std::string line = "ids:";
-    for (const int32_t id : tokens) line += " " + std::to_string(id);
-    std::printf("%s\n", line.c_str());
-  }
   return 0;
 }
 
@@ -305,7 +268,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "train") return command_train(argc - 2, argv + 2, *world);
     if (command == "eval") return command_eval(argc - 2, argv + 2, *world);
-    if (command == "sample") return command_sample(argc - 2, argv + 2);
+    if (command == "sample") return command_sample(argc - 2, argv + 2, *world);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);
     if (command == "convert") return command_convert(argc - 2, argv + 2);

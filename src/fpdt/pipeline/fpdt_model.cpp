@@ -69,13 +69,15 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   std::vector<BlockMask> masks;
   for (int layer = 0; layer < config_.layers; ++layer)
     masks.push_back(make_block_mask(plan, config_.window(layer), doc_ids, batch));
-  return make_schedule(plan, pass, run_.recompute, masks, mlp_kept(), bf16_store());
+  return make_schedule(plan, pass, run_.recompute, masks, mlp_kept(), bf16_store(), cache_chunks_ > 0);
 }
 
-LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch) const {
-  return pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                run_.recompute == Recompute::layer ? 1 : config_.layers,
-                                stored_activation_bytes(run_.precision), mlp_kept(), !run_.forward_only);
+LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch, int64_t cache_chunks) const {
+  LayoutShape shape = pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
+                                             run_.recompute == Recompute::layer ? 1 : config_.layers,
+                                             stored_activation_bytes(run_.precision), mlp_kept(), !run_.forward_only);
+  shape.cache_chunks = cache_chunks;
+  return shape;
 }
 
 // A forward-only layout stores nothing for a backward, the MLP's activations neither.
@@ -84,18 +86,22 @@ bool FpdtModel::mlp_kept() const {
          keep_mlp_activations(run_.offload.kind == OffloadKind::none, run_.recompute);
 }
 
-void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry) {
-  if (arena_ && plan_.seq_tokens == seq_tokens && batch_size_ == batch && dry_ == dry) return;
+void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry, int64_t cache_chunks) {
+  if (arena_ && plan_.seq_tokens == seq_tokens && batch_size_ == batch && dry_ == dry &&
+      cache_chunks_ == cache_chunks)
+    return;
   copies_.reset();  // waits for (and forgets) the copies of the old layout
   exchange_.reset();
   arena_.reset();
   dry_arena_ = CountedBytes();
   store_.reset();
   schedule_ = Schedule{};
-  const LayoutShape shape = layout_shape(seq_tokens, batch);
+  const LayoutShape shape = layout_shape(seq_tokens, batch, cache_chunks);
   plan_ = plan_for(seq_tokens);
   batch_size_ = batch;
   dry_ = dry;
+  cache_chunks_ = cache_chunks;
+  cached_tokens_ = 0;
 
   store_ = std::make_unique<OffloadStore>(memory_, run_.offload, shape, dry);
   const std::string what = "FPDT chunk buffers (" + std::to_string(shape.rows()) + " token rows per chunk)";
@@ -139,6 +145,11 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
              "build the model with RunSpec::forward_only = false to train it");
   model::check_batch(config_, batch);
   reserve(batch.T, batch.B, false);
+  return execute_pass(batch, pass, grad_scale, outputs, true);
+}
+
+model::LossStats FpdtModel::execute_pass(const model::Batch& batch, Pass pass, double grad_scale,
+                                         const TokenOutputs& outputs, bool head) {
   Schedule with_documents;
   const Schedule* schedule = &schedule_;
   if (batch.doc_ids != nullptr) {  // the live blocks depend on the batch
@@ -159,8 +170,10 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   for (const Schedule::Call& call : schedule->calls) {
     call_ = &call;
     states_.before_segment(segment_);
-    bind_tensors();
-    execute(schedule->programs[call.program], call.layer);
+    if (head || call.kind != CallKind::head) {
+      bind_tensors();
+      execute(schedule->programs[call.program], call.layer);
+    }
     states_.after_segment(segment_++);
   }
   FPDT_ASSERT(static_cast<size_t>(segment_) == states_.plan().pass(backward).size());
@@ -170,27 +183,39 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
   return loss_;
 }
 
+model::GlobalTensors FpdtModel::embedding_weights() const {
+  return model::global_tensors(states_.layout(), states_.unit_weights(model::ParameterLayout::kEmbeddingUnit), nullptr);
+}
+
+model::LayerTensors FpdtModel::layer_weights(int layer) const {
+  const int qkv = model::ParameterLayout::qkv_unit(layer), mlp = model::ParameterLayout::mlp_unit(layer);
+  return model::layer_tensors(states_.layout(), layer, states_.unit_weights(qkv), states_.unit_weights(mlp),
+                              states_.unit_weights_bf16(qkv), states_.unit_weights_bf16(mlp));
+}
+
+model::GlobalTensors FpdtModel::head_weights() const {
+  const int embeddings = model::ParameterLayout::kEmbeddingUnit, head = states_.layout().head_unit();
+  const bool tied = config_.tie_embeddings;
+  return model::global_tensors(states_.layout(), tied ? states_.unit_weights(embeddings) : nullptr,
+                               states_.unit_weights(head), states_.unit_weights_bf16(tied ? embeddings : head));
+}
+
 void FpdtModel::bind_tensors() {
   const Schedule::Call& call = *call_;
   const model::ParameterLayout& layout = states_.layout();
   const int embeddings = model::ParameterLayout::kEmbeddingUnit, head = layout.head_unit();
   const bool tied = config_.tie_embeddings;
   switch (call.kind) {
-    case CallKind::embed:
-      global_weights_ = model::global_tensors(layout, states_.unit_weights(embeddings), nullptr);
-      return;
+    case CallKind::embed: global_weights_ = embedding_weights(); return;
     case CallKind::layer_forward:
     case CallKind::layer_backward: {
       const int qkv = model::ParameterLayout::qkv_unit(call.layer), mlp = model::ParameterLayout::mlp_unit(call.layer);
-      weights_ = model::layer_tensors(layout, call.layer, states_.unit_weights(qkv), states_.unit_weights(mlp),
-                                      states_.unit_weights_bf16(qkv), states_.unit_weights_bf16(mlp));
+      weights_ = layer_weights(call.layer);
       gradients_ = model::layer_tensors(layout, call.layer, states_.unit_gradients(qkv), states_.unit_gradients(mlp));
       return;
     }
     case CallKind::head:
-      global_weights_ = model::global_tensors(layout, tied ? states_.unit_weights(embeddings) : nullptr,
-                                              states_.unit_weights(head),
-                                              states_.unit_weights_bf16(tied ? embeddings : head));
+      global_weights_ = head_weights();
       global_gradients_ = model::global_tensors(layout, tied ? states_.unit_gradients(embeddings) : nullptr,
                                                 states_.unit_gradients(head));
       return;

@@ -69,7 +69,7 @@ class FpdtModel {
   ChunkPlan plan_for(int64_t seq_tokens) const;
   Schedule schedule_for(int64_t seq_tokens, Pass pass, const int32_t* doc_ids = nullptr, int batch = 1) const;
   // The memory table of micro-batches of B sequences of S tokens.
-  LayoutShape layout_shape(int64_t seq_tokens, int batch) const;
+  LayoutShape layout_shape(int64_t seq_tokens, int batch, int64_t cache_chunks = 0) const;
   // Whether the store keeps the MLP's activations for the backward (keep_mlp_activations).
   bool mlp_kept() const;
   // Whether the store's activation arrays are bf16 (the precision's).
@@ -91,14 +91,51 @@ class FpdtModel {
   // Returns this rank's loss sum and count; `outputs` receives this rank's per-token results.
   model::LossStats forward_backward(const model::Batch& batch, double grad_scale, const TokenOutputs& outputs = {});
   model::LossStats forward(const model::Batch& batch, const TokenOutputs& outputs = {});
+  // ---- generation (generation.cpp): one sequence and its KV cache in the store's tiers ----------------
+  // The prompt's forward through this pipeline (any S, its chunks, its sp ranks, its offload) with a
+  // generation layout (LayoutShape::cache_chunks): every layer's k and v (after RoPE; bf16 words in a bf16
+  // store) stay in the store, in chunk slots for `max_new_tokens` more positions; no LM head runs but the
+  // one of the last position. logits (V, host memory) = that position's, on every rank of the group.
+  // Needs a forward-only run (whole weights on every rank).
+  void prefill(const std::vector<int32_t>& prompt, int64_t max_new_tokens, float* logits);
+  // The token at the next position (cached_tokens()): its k and v appended to the cache, its query against
+  // every cached chunk streamed through the double buffer, logits (V, host) of its next token on every rank.
+  // Compute-tier memory: the prefill's arena, nothing more.
+  void decode(int32_t token, float* logits);
+  // Positions the cache holds (the prompt's and those decoded since), and how many it has room for.
+  int64_t cached_tokens() const { return cached_tokens_; }
+  int64_t cache_capacity() const;
+  // --dry-run of a generation: lays out what prefill and decode use (their peaks to the byte), nothing
+  // allocated.
+  void dry_run_generation(int64_t prompt_tokens, int64_t max_new_tokens);
+
   // The bytes the last forward or forward_backward moved to and from the offload store (counted as
   // the copies were queued; schedule_traffic of its schedule). After dry_run: what a training step (a
   // forward, when laid out forward only) of the reserved shape would move without document ids.
   const OffloadTraffic& traffic() const { return traffic_; }
 
  private:
-  void reserve(int64_t seq_tokens, int batch, bool dry);
+  void reserve(int64_t seq_tokens, int batch, bool dry, int64_t cache_chunks = 0);
   model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs);
+  // The schedule's calls over the reserved layout (the LM head's skipped when `head` is false).
+  model::LossStats execute_pass(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs,
+                                bool head);
+  // The weights of the embeddings, a layer and the LM head, where the model states keep them for the call.
+  model::GlobalTensors embedding_weights() const;
+  model::LayerTensors layer_weights(int layer) const;
+  model::GlobalTensors head_weights() const;
+  // Generation (generation.cpp): lays out the forward of a prompt of S tokens and the cache of the
+  // max_new_tokens after it; returns the tokens the forward runs at (the prompt and its padding).
+  int64_t reserve_generation(int64_t prompt_tokens, int64_t max_new_tokens, bool dry);
+  // The slot of `array` (layer, chunk) in fp32 lanes in `buffer`, now (through its bf16 twin in a bf16 store;
+  // a resident fp32 slot is read in place): the first `elements` of it.
+  const float* fetch_now(Array array, int layer, int chunk, Buf buffer, int64_t elements);
+  // The query of position `position` (this rank's heads) against the cached k and v of `layer`, the
+  // position's own k and v appended first (the rows of this rank's kv heads): o (1, Hq/P, D), lse.
+  void attend_cache(int layer, int64_t position, const float* q, const float* k, const float* v, float* o,
+                    float* lse);
+  // The final norm and LM head of the last hidden state x (1, h) → logits (V, compute tier).
+  void last_logits(const float* x);
   // The tensors of the current call's units, from the model states (again at a segment boundary).
   void bind_tensors();
   // Where a step's output goes: straight into a store slot, or (an all-to-all at P = 1, which only
@@ -148,6 +185,8 @@ class FpdtModel {
   ChunkPlan plan_;
   int batch_size_ = 0;
   bool dry_ = false;
+  int64_t cache_chunks_ = 0;   // a generation layout's (LayoutShape::cache_chunks), else 0
+  int64_t cached_tokens_ = 0;  // positions in the KV cache (generation)
   std::unique_ptr<kernels::CopyQueue> copies_;
   std::unique_ptr<OffloadStore> store_;
   std::unique_ptr<kernels::DeviceBuffer> arena_;
@@ -175,6 +214,7 @@ class FpdtModel {
   kernels::CopyEvent last_event_ = 0;
   // Host staging of the chunk inputs (B·c rows; docs B·C).
   std::vector<int32_t> host_tokens_, host_targets_, host_position_ids_, host_docs_;
+  std::vector<int32_t> padded_prompt_;    // generation: the prompt padded to the tokens its forward runs at
   std::vector<int64_t> host_positions_;
   std::vector<float> host_mask_;
   std::vector<float> host_losses_;        // the head's per-token results of a chunk (B·c rows)

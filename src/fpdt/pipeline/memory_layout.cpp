@@ -196,7 +196,7 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   const int64_t n = s.rows(), qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
   // Forward only: the inputs of the running layer and the next, its k and v, nothing else.
   const int64_t stored = s.backward ? s.stored_layers : 0, inputs_kept = s.backward ? s.L + 1 : 2;
-  const int64_t kv_kept = s.backward ? s.stored_layers : 1, grad_kept = s.backward ? 1 : 0;
+  const int64_t kv_kept = s.cache_chunks > 0 ? s.L : s.backward ? s.stored_layers : 1, grad_kept = s.backward ? 1 : 0;
   const int64_t mlp = s.mlp_kept ? stored : 0;
   using E = Element;
   const StoreGroup inputs = StoreGroup::inputs, kept = StoreGroup::activations, grads = StoreGroup::gradients;
@@ -220,6 +220,8 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
   for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);
+  for (ArraySpec& array : table)
+    array.chunks = s.cache_chunks > 0 && (array.id == Array::k || array.id == Array::v) ? s.cache_chunks : s.u;
   for (const ArraySpec& array : table) {
     if (array.in_slots_of == Array::count) continue;
     const ArraySpec &first = table[static_cast<size_t>(array.in_slots_of)],
@@ -246,7 +248,7 @@ bool layout_fits_64_bits(const LayoutShape& s) {
   // transfer-block rounding room.
   int64_t rows = 0, bytes = 0;
   const int64_t widest = std::max({s.h, s.f, s.q, s.kv, s.kv_heads_width(), s.P, int64_t{1}});
-  if (s.B < 0 || s.c < 0 || s.u < 0 || !checked_mul(rows, s.B, s.c) || !checked_mul(rows, rows, s.P) ||
+  if (s.B < 0 || s.c < 0 || s.u < 0 || s.cache_chunks < 0 || !checked_mul(rows, s.B, s.c) || !checked_mul(rows, rows, s.P) ||
       !checked_mul(bytes, rows, widest) || !checked_mul(bytes, bytes, int64_t{16}))
     return false;
   int64_t total = 0;
@@ -254,7 +256,7 @@ bool layout_fits_64_bits(const LayoutShape& s) {
     if (!checked_add(total, total, buffer.bytes(s))) return false;
   for (const ArraySpec& array : store_arrays(s)) {
     int64_t slots = 0, array_bytes = 0;
-    if (!checked_mul(slots, array.layers, s.u) || !checked_mul(array_bytes, array.slot_bytes(s), slots) ||
+    if (!checked_mul(slots, array.layers, array.chunks) || !checked_mul(array_bytes, array.slot_bytes(s), slots) ||
         !checked_add(total, total, array_bytes))
       return false;
   }
@@ -271,7 +273,7 @@ size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group) {
   size_t total = 0;
   for (const ArraySpec& array : store_arrays(shape))
     if ((!group || array.group == *group) && array.in_slots_of == Array::count)
-      total += static_cast<size_t>(array.slot_bytes(shape)) * static_cast<size_t>(array.layers * shape.u);
+      total += static_cast<size_t>(array.slot_bytes(shape)) * static_cast<size_t>(array.layers * array.chunks);
   return total;
 }
 
@@ -311,8 +313,10 @@ std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout,
   std::vector<StateSpec> table = {
       {StateBuf::weights, 0, part(stage >= 3, "weights"), Tier::compute, stage >= 3 ? shards : whole,
        kWeightBytes}};
-  if (s.run.forward_only) {
+  if (s.run.forward_only) {  // the weights, and in bf16 their working copy, which the GEMMs read
     FPDT_ASSERT(stage == 0 && !master);
+    if (s.run.precision == kernels::Precision::bf16)
+      table.push_back({StateBuf::weights_bf16, 0, "weights, bf16 working copy", Tier::compute, whole, 2});
     return table;
   }
   table.push_back({StateBuf::gradients, 0, part(stage >= 2, "gradients"),

@@ -36,6 +36,9 @@ struct LayoutShape {
   int64_t L = 1;               // layers
   int64_t stored_layers = 1;   // layers whose activations the store keeps (1 under recompute = layer)
   bool backward = true;        // laid out for backward passes; false: forward passes only (evaluation)
+  int64_t cache_chunks = 0;    // generation (forward only): the KV cache — k and v keep every layer, each in
+                               // cache_chunks ≥ u chunk slots (the prompt's u and those of the tokens generated
+                               // after it); 0: not a generation layout
   int64_t h = 0, f = 0, V = 0, D = 0;
   int64_t q = 0;               // Hq·D
   int64_t kv = 0;              // Hkv·D (token-sharded k or v)
@@ -110,7 +113,8 @@ constexpr int kArrayCount = static_cast<int>(Array::count);
 // sublayer's backward leaves it, layer.h: both stored as activations).
 // A layout for forward passes only keeps what a forward needs: the input of the running layer and of
 // the next (2 layers, the slots of layer l at l mod 2), the running layer's k and v (for its later
-// chunks), nothing else; its arena has no backward buffers.
+// chunks), nothing else; its arena has no backward buffers. A generation layout (LayoutShape::cache_chunks)
+// keeps every layer's k and v instead: the KV cache that decoding reads (pipeline/generation.cpp).
 enum class StoreGroup : uint8_t { inputs, activations, gradients };
 
 struct ArraySpec {
@@ -128,6 +132,7 @@ struct ArraySpec {
   // Only dQ of the layer in backward: from its phase A's chunk i (zeroed after Δ, the last read of o and
   // o_local of chunk i) to its phase B's outer step i, o and o_local of chunk i are read by nothing.
   Array in_slots_of = Array::count;
+  int64_t chunks = 0;  // slots per layer: u, or the KV cache's cache_chunks (k and v of a generation layout)
   int64_t slot_bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
 };
 std::vector<ArraySpec> store_arrays(const LayoutShape& shape);

@@ -7,14 +7,14 @@ namespace fpdt::pipeline {
 
 OffloadStore::OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& config, const LayoutShape& shape,
                            bool dry)
-    : config_(config), chunks_(shape.u) {
+    : config_(config) {
   const std::vector<ArraySpec> arrays = store_arrays(shape);
   std::vector<bool> pair_first(arrays.size(), false);  // the first of two arrays another one's slots are in
   for (const ArraySpec& array : arrays)
     if (array.in_slots_of != Array::count) pair_first[static_cast<size_t>(array.in_slots_of)] = true;
   auto placed = [&](const ArraySpec& array, size_t offset, size_t stride) {
     return Placed{offset, static_cast<size_t>(array.slot_bytes(shape)), stride,
-                  static_cast<size_t>(array.elements * element_bytes(array.element, shape)), array.layers};
+                  static_cast<size_t>(array.elements * element_bytes(array.element, shape)), array.layers, array.chunks};
   };
   size_t total = 0;
   arrays_.resize(arrays.size());
@@ -25,7 +25,7 @@ OffloadStore::OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& c
     const size_t stride = pair_first[a] ? slot + static_cast<size_t>(arrays[a + 1].slot_bytes(shape)) : slot;
     arrays_[a] = placed(array, total, stride);
     if (pair_first[a]) arrays_[a + 1] = placed(arrays[a + 1], total + slot, stride);
-    total += stride * static_cast<size_t>(array.layers * shape.u);
+    total += stride * static_cast<size_t>(array.layers * array.chunks);
   }
   for (size_t a = 0; a < arrays.size(); ++a)
     if (arrays[a].in_slots_of != Array::count) {
@@ -39,9 +39,9 @@ OffloadStore::OffloadStore(kernels::DeviceMemory& memory, const OffloadConfig& c
 
 size_t OffloadStore::offset(Array array, int layer, int chunk) const {
   const Placed& placed = arrays_[static_cast<size_t>(array)];
-  FPDT_ASSERT(placed.layers > 0 && layer >= 0 && chunk >= 0 && chunk < chunks_);
+  FPDT_ASSERT(placed.layers > 0 && layer >= 0 && chunk >= 0 && chunk < placed.chunks);
   const int64_t layer_index = layer % placed.layers;  // arrays that keep fewer layers reuse their slots
-  return placed.offset + placed.stride * static_cast<size_t>(layer_index * chunks_ + chunk);
+  return placed.offset + placed.stride * static_cast<size_t>(layer_index * placed.chunks + chunk);
 }
 
 OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store) {

@@ -46,9 +46,9 @@ class OffloadStore {
     size_t stride;      // from one slot to the next: slot_bytes, or a pair's (ArraySpec::in_slots_of)
     size_t bytes;       // elements · element size
     int64_t layers;
+    int64_t chunks;     // slots per layer
   };
   OffloadConfig config_;
-  int64_t chunks_;
   std::vector<Placed> arrays_;  // by Array
   std::unique_ptr<kernels::OffloadStorage> storage_;
 };

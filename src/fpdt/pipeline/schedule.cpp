@@ -348,7 +348,7 @@ constexpr Array kMlpArrays[3] = {Array::gate, Array::up, Array::act};
 // What a layer's forward writes to the store.
 struct ForwardWrites {
   bool activations;  // q, o, LSE, o (token-sharded), x_mid: what the backward reads
-  bool kv_for_backward;
+  bool kv_kept;      // every chunk's k and v, whatever reads them later (the backward, a KV cache)
   bool output;       // x of the next layer
   bool mlp;          // the MLP's activations
 };
@@ -366,7 +366,7 @@ void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& write
   bool first_kv_fetched = false;  // chunk i's first kv block, fetched during chunk i − 1
   for (int i = 0; i < u; ++i) {
     const std::vector<int> kv = live_before(i);
-    bool kv_needed = writes.kv_for_backward;  // by a later q chunk of this layer, or by the backward
+    bool kv_needed = writes.kv_kept;  // or by a later q chunk of this layer
     for (int later = i + 1; later < u; ++later) kv_needed = kv_needed || mask.live(later, i);
 
     b.compute<Op::inputs>(i, {});
@@ -538,7 +538,7 @@ void layer_backward(Builder& b, const BlockMask& mask, bool mlp_kept) {
 }  // namespace
 
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks, bool mlp_kept, bool bf16_store) {
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept, bool bf16_store, bool kv_cache) {
   FPDT_ASSERT(!layer_masks.empty());
   FPDT_ASSERT(!(mlp_kept && recompute == Recompute::layer));
   Schedule schedule;
@@ -549,6 +549,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   const bool backward = pass == Pass::forward_backward;
   schedule.mlp_kept = mlp_kept && backward;
   schedule.bf16_store = bf16_store;
+  schedule.kv_cache = kv_cache;
   const int u = plan.chunks;
   const LayerRef l = LayerRef::this_layer;
   using enum Operand;
@@ -587,7 +588,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   for (int m = 0; m < masks; ++m)
     forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
       layer_forward(b, schedule.masks[m],
-                    {.activations = keep, .kv_for_backward = keep, .output = true, .mlp = schedule.mlp_kept});
+                    {.activations = keep, .kv_kept = keep || kv_cache, .output = true, .mlp = schedule.mlp_kept});
     }));
   const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
@@ -606,7 +607,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
       backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
         if (recompute == Recompute::layer)
           layer_forward(b, schedule.masks[m],
-                        {.activations = true, .kv_for_backward = true, .output = false, .mlp = false});
+                        {.activations = true, .kv_kept = true, .output = false, .mlp = false});
         layer_backward(b, schedule.masks[m], schedule.mlp_kept);
       }));
     embed_backward = add("embed backward", -1, [&](Builder& b) {
@@ -641,7 +642,7 @@ std::string Schedule::describe() const {
                      std::to_string(plan.local_chunk_tokens) + "; " + std::to_string(layers) + " layers; " +
                      (pass == Pass::forward ? "forward" : "forward + backward") + "; recompute " +
                      spelling(recompute) + (mlp_kept ? "; MLP activations kept" : "") +
-                     (bf16_store ? "; bf16 store" : "") + "\n";
+                     (bf16_store ? "; bf16 store" : "") + (kv_cache ? "; KV cache" : "") + "\n";
   for (size_t m = 0; m < masks.size(); ++m)
     text += (masks.size() > 1 ? "blocks (mask " + std::to_string(m) + "): " : "blocks: ") + masks[m].describe() +
             "\n" + masks[m].describe_blocks();

@@ -250,6 +250,7 @@ struct Schedule {
   Recompute recompute = Recompute::none;
   bool mlp_kept = false;  // the forward writes the MLP's activations to the store; the backward reads them
   bool bf16_store = false;  // the activation arrays are bf16: they go through the buffers' bf16 twins
+  bool kv_cache = false;    // the forward writes every chunk's k and v (generation's KV cache)
   std::vector<BlockMask> masks;  // the distinct masks of the layers (layers with equal masks share programs)
   std::vector<Program> programs;
   struct Call {
@@ -268,7 +269,10 @@ struct Schedule {
 // recomputed in the backward. bf16_store: the activation-sized arrays (stored_as_activation) are bf16,
 // so each write of one is a pack into the buffer's twin and a write of the twin, each fetch of one a fetch
 // into the twin and an unpack into the buffer right before the buffer's first use (its waits derived).
+// kv_cache (a forward of a generation layout, memory_layout.h): every chunk's k and v are written to the
+// store, not only those a later chunk or the backward reads — the KV cache decoding reads.
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
-                       const std::vector<BlockMask>& layer_masks, bool mlp_kept = false, bool bf16_store = false);
+                       const std::vector<BlockMask>& layer_masks, bool mlp_kept = false, bool bf16_store = false,
+                       bool kv_cache = false);
 
 }  // namespace fpdt::pipeline

@@ -221,6 +221,15 @@ void save_checkpoint(const std::string& run_dir, const CheckpointSource& source,
   world.barrier();
 }
 
+void load_weights(const std::string& checkpoint_dir, const model::ModelConfig& config, pipeline::ModelStates& states) {
+  {
+    model::ParameterBlock weights(states.layout(), "checkpoint weights (read before upload)", Tier::offload);
+    model::HfCheckpoint(checkpoint_dir).load(config, states.layout(), weights);
+    states.load_weights(weights);
+  }
+  MemoryTiers::instance().reset_peak(Tier::offload);
+}
+
 std::vector<std::string> optimizer_files(const std::string& checkpoint_dir) {
   const fs::path dir(checkpoint_dir);
   if (fs::exists(dir / kWholeMoments)) return {(dir / kWholeMoments).string()};

@@ -111,6 +111,11 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const model::Mode
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              pipeline::ModelStates& states, AdamW& optimizer);
 
+// The weights of a step or Hugging Face folder into `states` (read into host memory first: the compute tier
+// may be a GPU's), for forward passes (eval, sample); the offload tier's peak is reset after the reading's
+// host blocks, so it reports what the passes use.
+void load_weights(const std::string& checkpoint_dir, const model::ModelConfig& config, pipeline::ModelStates& states);
+
 // The optimizer files of a step folder, in partition-rank order (one for a version 1 checkpoint).
 std::vector<std::string> optimizer_files(const std::string& checkpoint_dir);
 

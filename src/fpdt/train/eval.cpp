@@ -249,13 +249,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     result.peak_rss_bytes = machine::peak_rss_bytes();
     return result;
   }
-  {  // read in host memory, then into the model's states (the compute tier may be a GPU's)
-    model::ParameterBlock weights(model.layout(), "checkpoint weights (read before upload)", Tier::offload);
-    model::HfCheckpoint(result.checkpoint).load(config, model.layout(), weights);
-    model.states().load_weights(weights);
-  }
-  // The offload peak reported is the forward's, as the dry run lays it out, not the loading's host blocks.
-  MemoryTiers::instance().reset_peak(Tier::offload);
+  load_weights(result.checkpoint, config, model.states());
   log::info("eval " + result.checkpoint + ": " + config.name + " (" + result.positions +
             (result.rope_overridden ? ", from --rope-*" : "") + "), S = " + str(S) +
             ", " + str(plan.chunks) + " chunks of " + str(plan.chunk_tokens) + " tokens, offload " +

@@ -6,7 +6,7 @@
 
 #include "fpdt/base/random.h"
 #include "fpdt/kernels/backend.h"
-#include "fpdt/model/transformer.h"
+#include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/tensor/memory.h"
 
 namespace fpdt::train {
@@ -17,12 +17,20 @@ std::string sample_trained_model(const model::ModelConfig& config, pipeline::Mod
   model::ParameterBlock weights(states.layout(), "weights for the sample", Tier::offload);
   states.gather_weights(weights);
   if (rank != 0) return "";
-  // The sampler computes on the host's kernels, whatever backend trained (its arena is host memory).
+  // The sampler computes on the host's kernels, whatever backend trained (its memory is host memory): one
+  // rank, fp32, everything resident, chunks of kSampleChunkTokens.
   const auto host = kernels::make_backend(kernels::BackendKind::cpu);
-  model::Transformer sampler(config, *host, seed);
+  const auto one_rank = comm::make_local();
+  pipeline::RunSpec run;
+  run.forward_only = true;
+  run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::none, ""};
+  run.chunk_tokens = kSampleChunkTokens;
+  pipeline::FpdtModel sampler(config, *host, *one_rank, run, seed);
   std::memcpy(sampler.params().data(), weights.data(), sizeof(float) * static_cast<size_t>(weights.numel()));
   Rng rng(seed + 7);
-  const std::vector<int32_t> tokens = generate(sampler, tokenizer.encode(prompt), sample, rng);
+  std::vector<int32_t> tokens = tokenizer.encode(prompt);
+  const Generation generation = generate(sampler, tokens, sample, rng);
+  tokens.insert(tokens.end(), generation.tokens.begin(), generation.tokens.end());
   return tokenizer.render(tokens);
 }
 

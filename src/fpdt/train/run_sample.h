@@ -1,6 +1,6 @@
 // The sample a finished run ends with: its trained weights gathered from every rank's shards, then text
-// generated on rank 0 by the whole-sequence model on the host's kernels (sampler.h), whatever backend
-// trained.
+// generated on rank 0 through a one-rank FPDT pipeline on the host's kernels (sampler.h), whatever
+// backend trained.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,8 @@
 #include "fpdt/train/sampler.h"
 
 namespace fpdt::train {
+
+inline constexpr int64_t kSampleChunkTokens = 4096;  // the sample's chunks (its prompt is short)
 
 // `prompt` continued by sample.new_tokens tokens, rendered by `tokenizer`, on rank 0 ("" on the others);
 // the sampler's seed is seed + 7. Collective over the ranks of `states` (the gather).

@@ -1,78 +1,100 @@
-// Top-k / temperature sampling over a fixed-length sliding context window (see sampler.h).
+// The next-token rule and the generation loop (see sampler.h).
 #include "fpdt/train/sampler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <optional>
+#include <nlohmann/json.hpp>
 
 #include "fpdt/base/error.h"
-#include "fpdt/base/machine.h"
+#include "fpdt/base/timer.h"
 
 namespace fpdt::train {
 
-namespace {
-
-// Each token runs the unchunked model over the whole window: its activations and T × V logits must fit
-// this machine's memory, or the context is refused before anything is allocated.
-void check_context_fits(const model::ModelConfig& config, int64_t T) {
-  const std::optional<size_t> activations = model::Transformer::activation_bytes(config, 1, T);
-  const long double bytes = activations ? static_cast<long double>(*activations) + static_cast<long double>(T) *
-                                                                                  (static_cast<long double>(config.vocab_size) + 1) * 4
-                                        : std::numeric_limits<long double>::infinity();
-  const size_t memory = machine_memory_bytes();
-  if (!activations || (memory > 0 && bytes > static_cast<long double>(memory)))
-    throw Error("sample",
-                "--context " + std::to_string(T) + " needs " +
-                    (activations ? format_bytes(static_cast<double>(bytes)) : std::string("more bytes than 64-bit sizes count")) +
-                    " for one forward of model '" + config.name + "' over the whole window (activations and " +
-                    std::to_string(T) + " x " + std::to_string(config.vocab_size) + " logits), more than this machine's " +
-                    format_bytes(static_cast<double>(memory)) + " of memory",
-                "lower --context: the window slides over the text, so a shorter one still generates any number of tokens");
-}
-
-}  // namespace
-
-std::vector<int32_t> generate(model::Transformer& model, const std::vector<int32_t>& prompt,
-                              const SampleSettings& settings, Rng& rng) {
-  FPDT_CHECK(!prompt.empty(), "sample", "the prompt is empty", "give at least one token of prompt");
-  FPDT_CHECK(settings.context_tokens > 0 && settings.temperature > 0, "sample",
-             "context length and temperature must be positive", "");
-  const int V = model.config().vocab_size;
-  const int64_t T = settings.context_tokens;
-  check_context_fits(model.config(), T);
-  std::vector<int32_t> tokens = prompt;
-  std::vector<int32_t> window(static_cast<size_t>(T));
-  std::vector<float> logits(static_cast<size_t>(T * V));
-  std::vector<std::pair<float, int32_t>> ranked(static_cast<size_t>(V));
-  for (int64_t i = 0; i < settings.new_tokens; ++i) {
-    const int64_t length = std::min<int64_t>(static_cast<int64_t>(tokens.size()), T);
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(tokens.end() - length, tokens.end(), window.begin());
-    model.forward(model::Batch{1, T, window.data(), nullptr, nullptr}, logits.data());
-    const float* last = logits.data() + (length - 1) * V;
-    for (int32_t id = 0; id < V; ++id) ranked[id] = {last[id], id};
-    const int k = settings.top_k > 0 ? std::min(settings.top_k, V) : V;
-    std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first; });
-    double total = 0.0;
-    std::vector<double> weights(static_cast<size_t>(k));
+int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng,
+                   std::vector<std::pair<float, int32_t>>& ranked) {
+  if (settings.greedy) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  FPDT_CHECK(settings.temperature > 0 && settings.top_p > 0 && settings.top_p <= 1, "sample",
+             "temperature must be positive and top-p in (0, 1]", "");
+  ranked.resize(static_cast<size_t>(V));
+  for (int32_t id = 0; id < V; ++id) ranked[static_cast<size_t>(id)] = {logits[id], id};
+  const int k = settings.top_k > 0 ? std::min(settings.top_k, V) : V;
+  // Most likely first; equal logits by id, so the order (and the draw) is the same on every rank and run.
+  std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<double> weights(static_cast<size_t>(k));
+  double total = 0.0;
+  for (int j = 0; j < k; ++j) {
+    weights[static_cast<size_t>(j)] = std::exp((static_cast<double>(ranked[static_cast<size_t>(j)].first) -
+                                                ranked[0].first) / settings.temperature);
+    total += weights[static_cast<size_t>(j)];
+  }
+  // Nucleus: the fewest most likely tokens whose probability reaches top_p.
+  int kept = k;
+  if (settings.top_p < 1) {
+    double mass = 0.0;
     for (int j = 0; j < k; ++j) {
-      weights[j] = std::exp((ranked[j].first - ranked[0].first) / settings.temperature);
-      total += weights[j];
-    }
-    double pick = rng.uniform() * total;
-    int chosen = k - 1;
-    for (int j = 0; j < k; ++j) {
-      pick -= weights[j];
-      if (pick <= 0) {
-        chosen = j;
+      mass += weights[static_cast<size_t>(j)] / total;
+      if (mass >= settings.top_p) {
+        kept = j + 1;
         break;
       }
     }
-    tokens.push_back(ranked[chosen].second);
+    total = 0.0;
+    for (int j = 0; j < kept; ++j) total += weights[static_cast<size_t>(j)];
   }
-  return tokens;
+  double pick = rng.uniform() * total;
+  for (int j = 0; j < kept; ++j) {
+    pick -= weights[static_cast<size_t>(j)];
+    if (pick <= 0) return ranked[static_cast<size_t>(j)].second;
+  }
+  return ranked[static_cast<size_t>(kept - 1)].second;
+}
+
+Generation generate(pipeline::FpdtModel& model, const std::vector<int32_t>& prompt, const SampleSettings& settings,
+                    Rng& rng) {
+  FPDT_CHECK(settings.new_tokens >= 0, "sample", "a negative number of tokens to generate", "");
+  Generation result;
+  if (settings.new_tokens == 0) return result;
+  const int V = model.config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<std::pair<float, int32_t>> ranked;
+  const Timer prefill;
+  model.prefill(prompt, settings.new_tokens - 1, logits.data());  // the last new token is never decoded
+  result.prefill_seconds = prefill.seconds();
+  const Timer decode;
+  for (int64_t i = 0; i < settings.new_tokens; ++i) {
+    if (i > 0) model.decode(result.tokens.back(), logits.data());
+    const int32_t token = next_token(logits.data(), V, settings, rng, ranked);
+    result.tokens.push_back(token);
+    if (std::find(settings.stop_ids.begin(), settings.stop_ids.end(), token) != settings.stop_ids.end()) {
+      result.stopped = true;
+      break;
+    }
+  }
+  result.decode_seconds = decode.seconds();
+  return result;
+}
+
+std::vector<int32_t> stop_ids(const std::string& folder, const model::ModelConfig& config) {
+  const std::string text = model::read_generation_config(folder);
+  if (!text.empty()) {
+    const nlohmann::json generation = nlohmann::json::parse(text);  // read_generation_config checked it
+    const auto found = generation.find("eos_token_id");
+    if (found != generation.end() && !found->is_null()) {
+      std::vector<int32_t> ids;
+      for (const auto& id : found->is_array() ? *found : nlohmann::json::array({*found})) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config.vocab_size)
+          throw Error("sample", folder + "/generation_config.json: eos_token_id " + id.dump() +
+                                    " is not a token id of the vocabulary of " + std::to_string(config.vocab_size),
+                      "fix or remove the field");
+        ids.push_back(id.get<int32_t>());
+      }
+      return ids;
+    }
+  }
+  if (!config.eos_token_id) return {};
+  return std::vector<int32_t>(config.eos_token_id->ids.begin(), config.eos_token_id->ids.end());
 }
 
 }  // namespace fpdt::train

@@ -1,25 +1,46 @@
-// Text generation from a trained model: top-k sampling with temperature over a sliding window of
-// context. The window has a fixed length, right-padded (causal attention makes padding after the
-// last real token invisible to it), so the model's activations are sized once.
+// Text generation: the next-token rule (greedy, or sampled with temperature, top-k and top-p) and the
+// loop that asks the FPDT pipeline for logits — the prompt prefilled once into its KV cache, then one
+// decode per token (pipeline/generation.cpp) — until the token count or an end-of-turn id.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "fpdt/base/random.h"
-#include "fpdt/model/transformer.h"
+#include "fpdt/model/config.h"
+#include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::train {
 
 struct SampleSettings {
-  int64_t new_tokens = 200;
-  int64_t context_tokens = 256;
-  double temperature = 0.8;
-  int top_k = 40;  // 0: sample from the whole vocabulary
+  int64_t new_tokens = 300;       // at most this many tokens after the prompt
+  bool greedy = false;            // the argmax (lowest id among equals); else sampled:
+  double temperature = 0.8;       // logits / temperature, then softmax
+  int top_k = 40;                 // among the k most likely (0: the whole vocabulary)
+  double top_p = 1.0;             // and the fewest of those whose probabilities sum to ≥ top_p (1: all)
+  std::vector<int32_t> stop_ids;  // generation ends after one of these (kept in the output)
 };
 
-// Returns prompt + new_tokens generated ids.
-std::vector<int32_t> generate(model::Transformer& model, const std::vector<int32_t>& prompt,
-                              const SampleSettings& settings, Rng& rng);
+// The next token from logits (V): the rule of `settings`. `ranked` is scratch, grown to V once.
+int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng,
+                   std::vector<std::pair<float, int32_t>>& ranked);
+
+struct Generation {
+  std::vector<int32_t> tokens;  // generated, the prompt not included
+  bool stopped = false;         // ended on a stop id
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+};
+
+// `prompt` continued through `model` (laid out forward only; every rank of its group calls this with the
+// same arguments and the same rng state, and every rank returns the same tokens).
+Generation generate(pipeline::FpdtModel& model, const std::vector<int32_t>& prompt, const SampleSettings& settings,
+                    Rng& rng);
+
+// The ids generation stops on for a model folder: generation_config.json's eos_token_id (one id or a
+// list), else config.json's; none when neither states one.
+std::vector<int32_t> stop_ids(const std::string& folder, const model::ModelConfig& config);
 
 }  // namespace fpdt::train

@@ -427,10 +427,11 @@ TrainResult Trainer::finish() {
     trace::write(path);
     log::info("trace written to " + path);
   }
-  if (s.sample_tokens > 0)
-    result_.sample = sample_trained_model(config_, *states_, *tokenizer_, s.sample_prompt,
-                                          SampleSettings{.new_tokens = s.sample_tokens, .context_tokens = s.run.seq_tokens},
-                                          s.seed, world_.rank());
+  if (s.sample_tokens > 0) {
+    SampleSettings sample;
+    sample.new_tokens = s.sample_tokens;
+    result_.sample = sample_trained_model(config_, *states_, *tokenizer_, s.sample_prompt, sample, s.seed, world_.rank());
+  }
   return result_;
 }
 
