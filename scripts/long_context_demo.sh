@@ -66,5 +66,5 @@ VERDICT
 echo "plot: $run/loss_by_position.png"
 
 say "sample of the extended model"
-"$fpdt" sample --checkpoint "$run/long" --prompt "And God said" --tokens "$SAMPLE_TOKENS" --context 512
+"$fpdt" sample --checkpoint "$run/long" --prompt "And God said" --tokens "$SAMPLE_TOKENS"
 say "done"

@@ -33,6 +33,17 @@ int command_sample(int argc, char** argv, comm::Communicator& world) {
     return 0;
   }
   const train::Generation& generation = result.generation;
+  // The text first (what a pipe reads), then how it was made.
+  if (world.rank() == 0) {
+    std::printf("%s\n", result.text.c_str());
+    if (settings.print_ids) {
+      std::string ids = "ids:";
+      for (const int32_t id : result.prompt) ids += " " + std::to_string(id);
+      for (const int32_t id : generation.tokens) ids += " " + std::to_string(id);
+      std::printf("%s\n", ids.c_str());
+    }
+    std::fflush(stdout);
+  }
   const size_t generated = generation.tokens.size();
   char line[200];
   std::snprintf(line, sizeof line, "prefill %.2f s (%.0f tokens/s), %zu tokens decoded in %.2f s (%.2f tokens/s)%s",
@@ -41,20 +52,13 @@ int command_sample(int argc, char** argv, comm::Communicator& world) {
                 generated, generation.decode_seconds,
                 generation.decode_seconds > 0 ? static_cast<double>(generated) / generation.decode_seconds : 0.0,
                 generation.stopped ? ", ended on an end-of-turn id" : "");
+  log::info("sample " + result.description);
   log::info(std::string(line) + "; " + memory);
   report["new_tokens"] = generated;
   report["stopped"] = generation.stopped;
   report["prefill_seconds"] = generation.prefill_seconds;
   report["decode_seconds"] = generation.decode_seconds;
   log::info(report.dump());
-  if (world.rank() != 0) return 0;
-  std::printf("%s\n", result.text.c_str());
-  if (settings.print_ids) {
-    std::string ids = "ids:";
-    for (const int32_t id : result.prompt) ids += " " + std::to_string(id);
-    for (const int32_t id : generation.tokens) ids += " " + std::to_string(id);
-    std::printf("%s\n", ids.c_str());
-  }
   return 0;
 }
 

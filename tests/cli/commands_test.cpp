@@ -55,7 +55,7 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("run/step_6/tokenizer_config.json")));
 
   const ProgramResult sampled =
-      run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light' --tokens 16 --context 32");
+      run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light' --tokens 16");
   EXPECT_EQ(sampled.exit_status, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
 }
@@ -181,13 +181,14 @@ TEST(Commands, TokenizeTrainAndSampleWithAHuggingFaceTokenizer) {
   EXPECT_NE(trained.output.find("sample:\nIn the"), std::string::npos) << trained.output;
   EXPECT_EQ(read_file(dir.file("run/step_2/tokenizer.json")), read_file(tokenizer + "/tokenizer.json"));
   const ProgramResult sampled = run_fpdt("sample --checkpoint " + dir.file("run") +
-                                         " --prompt 'In the beginning God' --tokens 12 --context 32 --ids");
+                                         " --prompt 'In the beginning God' --tokens 12 --ignore-end-of-turn --ids");
   ASSERT_EQ(sampled.exit_status, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("In the beginning God", 0), 0u) << sampled.output;
   const size_t ids_at = sampled.output.find("\nids:");
   ASSERT_NE(ids_at, std::string::npos) << sampled.output;
   int count = 0;
-  for (size_t i = ids_at + 5; i < sampled.output.size(); ++i) count += sampled.output[i] == ' ';
+  const size_t ids_end = sampled.output.find('\n', ids_at + 1);  // the report follows the ids' line
+  for (size_t i = ids_at + 5; i < std::min(ids_end, sampled.output.size()); ++i) count += sampled.output[i] == ' ';
   const size_t prompt_ids = data::Tokenizer::load(tokenizer).encode("In the beginning God").size();
   EXPECT_EQ(count, static_cast<int>(prompt_ids) + 12) << sampled.output;
 }

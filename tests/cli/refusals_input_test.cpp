@@ -246,18 +246,20 @@ TEST(SizeRefusals, MoreThreadsThanCoresAreRefusedAtOnce) {
   expect_ok(run_fpdt("train --dry-run --model llama-tiny --seq 64 --threads " + cores, kLimitSeconds));
 }
 
-TEST(SizeRefusals, SampleRefusesAContextBeyondMemory) {
+// A generation's KV cache beyond the machine's memory (or beyond 64-bit sizes) is refused before anything
+// is allocated, with the way out; a dry run reports it.
+TEST(SizeRefusals, SampleRefusesAKvCacheBeyondMemory) {
   TempDir dir;
   TinySetup setup(dir, fresh_seed());
   const std::string run = dir.file("run");
   const ProgramResult trained = run_fpdt(join_args(setup.train_args(run, 1)), 300);
   ASSERT_EQ(trained.exit_status, 0) << trained.output;
-  for (const std::string context : {"1000000000", "9000000000000000000"}) {
-    SCOPED_TRACE(context);
-    expect_refused(run_fpdt("sample --checkpoint " + run + " --threads 1 --context " + context, kLimitSeconds),
-                   {"[sample]", "--context " + context + " needs", "of memory", "hint: lower --context"});
-  }
-  const ProgramResult sampled = run_fpdt("sample --checkpoint " + run + " --threads 1 --tokens 4 --context 16", kLimitSeconds);
+  expect_refused(run_fpdt("sample --checkpoint " + run + " --threads 1 --tokens 1000000000000", kLimitSeconds),
+                 {"[generation]", "the KV cache of a prompt of", "more than this machine's", "hint: ask for fewer tokens"});
+  expect_refused(run_fpdt("sample --checkpoint " + run + " --threads 1 --tokens 9000000000000000000", kLimitSeconds),
+                 {"[generation]", "more bytes than 64-bit sizes count"});
+  expect_ok(run_fpdt("sample --checkpoint " + run + " --threads 1 --tokens 1000000000000 --dry-run", kLimitSeconds));
+  const ProgramResult sampled = run_fpdt("sample --checkpoint " + run + " --threads 1 --tokens 4", kLimitSeconds);
   expect_ok(sampled);
 }
 

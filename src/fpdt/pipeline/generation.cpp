@@ -9,6 +9,7 @@
 
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
+#include "fpdt/base/machine.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/pipeline/double_buffer.h"
 #include "fpdt/pipeline/fpdt_model.h"
@@ -37,7 +38,21 @@ int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tok
   const int64_t forward_tokens =
       run_.chunk_tokens > 0 ? std::max(prompt_tokens, std::min(run_.chunk_tokens, positions)) : prompt_tokens;
   const ChunkPlan plan = plan_for(forward_tokens);
-  reserve(forward_tokens, 1, dry, std::max<int64_t>(plan.chunks, (positions + plan.chunk_tokens - 1) / plan.chunk_tokens));
+  const int64_t cache_chunks = std::max<int64_t>(plan.chunks, (positions + plan.chunk_tokens - 1) / plan.chunk_tokens);
+  const LayoutShape shape = layout_shape(forward_tokens, 1, cache_chunks);
+  const std::string what = "the KV cache of a prompt of " + std::to_string(prompt_tokens) + " tokens and " +
+                           std::to_string(max_new_tokens) + " new ones";
+  if (!layout_fits_64_bits(shape))
+    throw Error(kModule, what + " needs more bytes than 64-bit sizes count", "ask for fewer tokens");
+  // A store in RAM (or resident in a host compute tier) beyond the machine's memory would only fail later,
+  // page by page: refused now (a dry run still reports it).
+  const size_t memory = machine_memory_bytes(), bytes = store_bytes(shape);
+  if (!dry && run_.offload.kind != OffloadKind::disk && memory > 0 && bytes > memory)
+    throw Error(kModule,
+                what + " needs " + format_bytes(static_cast<double>(bytes)) + " in the store (" +
+                    spelling(run_.offload) + "), more than this machine's " + format_bytes(static_cast<double>(memory)),
+                "ask for fewer tokens, or keep the cache on disk (--offload disk)");
+  reserve(forward_tokens, 1, dry, cache_chunks);
   return forward_tokens;
 }
 

@@ -7,7 +7,6 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
-#include "fpdt/base/log.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/machine/process.h"
 #include "fpdt/pipeline/fpdt_model.h"
@@ -99,10 +98,9 @@ SampleResult sample(const SampleCommand& settings, comm::Communicator& world) {
     return result;
   }
   load_weights(folder, config, model.states());
-  log::info("sample " + folder + ": " + config.name + " (" + model::describe_rope(config) + "), prompt of " +
-            std::to_string(result.prompt.size()) + " tokens, chunks of " +
-            std::to_string(model.plan_for(s.run.seq_tokens).chunk_tokens) + ", offload " +
-            pipeline::spelling(s.run.offload) + ", " + std::to_string(world.size()) + " rank(s)");
+  result.description = folder + ": " + config.name + " (" + model::describe_rope(config) + "), prompt of " +
+                       std::to_string(result.prompt.size()) + " tokens, offload " + pipeline::spelling(s.run.offload) +
+                       ", " + pipeline::spelling(s.run.precision) + ", " + std::to_string(world.size()) + " rank(s)";
   Rng rng(s.seed);
   result.generation = generate(model, result.prompt, s.sampling, rng);
   std::vector<int32_t> tokens = result.prompt;

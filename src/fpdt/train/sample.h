@@ -19,7 +19,6 @@ namespace fpdt::train {
 inline pipeline::RunSpec default_sample_run() {
   pipeline::RunSpec run;
   run.chunk_tokens = 4096;
-  run.chunks = 0;
   run.offload = pipeline::OffloadConfig{pipeline::OffloadKind::none, ""};
   return run;
 }
@@ -44,6 +43,7 @@ struct SampleResult {
   std::vector<int32_t> prompt;  // the prompt's token ids
   Generation generation;
   std::string text;             // prompt and generated tokens, rendered
+  std::string description;      // the checkpoint, its RoPE, the prompt's length and the run's layout
   size_t compute_peak_bytes = 0, offload_peak_bytes = 0, peak_rss_bytes = 0;  // this rank
 };
 
