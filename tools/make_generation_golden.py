@@ -29,7 +29,7 @@ without the KV cache (argmax of the last position over prompt + tokens so far); 
 window, the same weights without it generate other tokens for some prompt (metadata
 "tokens_changed_without_window": per prompt, how many); every margin is at least
 MARGIN_THRESHOLD × the step's logit scale, else the prompt is redrawn with the next seed (recorded); each
-file is under 100 KB. Deterministic (fixed seeds).
+file is under 100 KB. Deterministic to the byte (fixed seeds, the header's keys sorted).
 """
 
 import json
@@ -101,7 +101,7 @@ def load(path):
     return model.eval()
 
 
-def greedy_config(model):
+def greedy_config():
     """Plain greedy decoding: no sampling, one beam, no end-of-sequence id (never stops early), no processors.
     pad_token_id only quiets generate's warning (one unpadded prompt: it is never used). min_new_tokens only
     matters if an eos id crept in: its processor would then mask that id, which generate()'s check sees."""
@@ -122,7 +122,7 @@ def generate(model, prompt):
     with torch.no_grad():
         # The attention mask given: generate() would otherwise mask the prompt's tokens equal to pad_token_id.
         out = model.generate(prompt.unsqueeze(0), attention_mask=torch.ones(1, prompt.numel(), dtype=torch.long),
-                             generation_config=greedy_config(model))
+                             generation_config=greedy_config())
     tokens = out.sequences[0, prompt.numel():]
     assert tokens.numel() == MAX_NEW_TOKENS, f"{tokens.numel()} tokens"
     logits = torch.stack([step[0] for step in out.logits])  # (N, V): raw
