@@ -4,7 +4,9 @@ HF test models of tests/golden, the tokens fpdt's generation must reproduce toke
 
 Run with the reference environment (CI and `make test` never need it):
 
-    PY=$(tools/reference_env.sh) && $PY tools/make_generation_golden.py
+    PY=$(tools/reference_env.sh) && $PY tools/make_generation_golden.py [SET ...]
+
+(after tools/make_hf_golden.py, which rewrites the set folders and so deletes these files; SET: only those).
 
 For every folder of tests/golden with a config.json and weights (the sets of tools/make_hf_golden.py,
 grad_* included), and for prompts of PROMPT_LENGTHS tokens (capped so that prompt + generation fits a
