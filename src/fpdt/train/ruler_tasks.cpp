@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <unordered_set>
 
@@ -210,6 +211,7 @@ using DrawFn = std::function<Draw(int64_t units, Rng& rng)>;
 struct TaskDraw {
   DrawFn draw;
   int64_t min_units = 1;
+  int64_t max_units = std::numeric_limits<int64_t>::max() / 4;  // cwe: the word list's size
   int64_t estimate_units = 1;
 };
 
@@ -348,18 +350,20 @@ int64_t prompt_tokens(const data::Tokenizer& tokenizer, const Draw& d) {
 }
 
 Fit fit_units(const TaskDraw& task, const data::Tokenizer& tokenizer, int64_t budget, Rng& rng) {
-  const int64_t estimate_units = std::max(task.estimate_units, task.min_units);
+  const int64_t estimate_units = std::min(task.max_units, std::max(task.estimate_units, task.min_units));
   const double per_unit = static_cast<double>(prompt_tokens(tokenizer, task.draw(estimate_units, rng))) /
                           static_cast<double>(estimate_units);
   int64_t low = task.min_units;
-  int64_t high = std::max(static_cast<int64_t>(static_cast<double>(budget) / per_unit * 3.0), 2 * estimate_units);
+  int64_t high = std::min(task.max_units,
+                          std::max(static_cast<int64_t>(static_cast<double>(budget) / per_unit * 3.0), 2 * estimate_units));
   Fit fit{0, per_unit};
   // Past RULER: an upper end that fits (an estimate inflated by the template's share) is doubled until a draw
   // is over, so the search never stops short of the budget.
   while (prompt_tokens(tokenizer, task.draw(high, rng)) <= budget) {
     fit.units = high;
+    if (high == task.max_units) return fit;
     low = high + 1;
-    high *= 2;
+    high = std::min(task.max_units, 2 * high);
   }
   while (low <= high) {
     const int64_t mid = low + (high - low) / 2;
@@ -455,6 +459,7 @@ TaskDraw cwe_draw(const RulerRecipe& r, int64_t length, const RulerSources& sour
   const bool shortened = length < 4096;
   TaskDraw out;
   out.min_units = r.num_cw;
+  out.max_units = static_cast<int64_t>(sources.words.size());
   out.estimate_units = 4096;  // common_words_extraction.py estimates its tokens per word at 4096 words
   out.draw = [&r, &sources, wrap, shortened](int64_t units, Rng& rng) {
     const auto [example, example_answer] = shortened ? cwe_list(sources.words, 20, 3, 1, r.num_cw, rng)
