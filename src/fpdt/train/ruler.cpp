@@ -285,6 +285,7 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
     cells.push_back({{"task", cell.task},
                      {"length", cell.length_tokens},
                      {"samples", cell.samples},
+                     {"tokens_to_generate", ruler_recipe(cell.task).tokens_to_generate},
                      {"score", cell.score},
                      {"prepare_seconds", cell.prepare_seconds},
                      {"seconds", cell.seconds},

@@ -85,7 +85,8 @@ struct RulerSources {
 // naming the file and the wamerican package when it is missing.
 std::vector<std::string> load_word_list(const std::string& path = kWordListPath);
 // The word list and the essay: the --ruler-haystack file, or else the first `essay_tokens` tokens of
-// `held_out` decoded (documents joined by a space: end-of-document tokens are not text).
+// `held_out` decoded (documents joined by a space: end-of-document tokens are not text); the longest length
+// is enough, for a shorter essay repeats as RULER's does.
 RulerSources load_ruler_sources(const RulerSettings& settings, const data::Tokenizer& tokenizer,
                                 const data::ShardReader& held_out, int64_t essay_tokens);
 // `text` split at runs of whitespace (RULER: re.sub(r'\s+', ' ', essay).split(' ')).
@@ -96,7 +97,9 @@ struct RulerPrompt {
   std::string input;                    // the prompt up to the answer prefix
   std::string answer_prefix;            // e.g. " The special magic number for x-y mentioned in the provided text is"
   std::vector<std::string> references;  // "outputs": every one must be in the answer
-  std::vector<int32_t> tokens;          // input + answer_prefix tokenized: ≤ L − tokens_to_generate
+  // input + answer_prefix tokenized, ≤ L − tokens_to_generate, without a BOS (RULER counts lengths with
+  // tokenize(), which adds none; a generator for a model whose tokenizer adds one puts it in front).
+  std::vector<int32_t> tokens;
 };
 // `samples` prompts of `recipe` fitted to `length_tokens` by RULER's rule: the haystack's size is the largest
 // whose prompt (template, answer prefix and all) fits length_tokens − tokens_to_generate tokens of
