@@ -3,6 +3,8 @@
 // the metric, the effective-length rule, the options, and run_ruler with fake generators (100 and 0).
 // The expected texts below are RULER's (scripts/data/synthetic/constants.py, niah.py), written out again
 // here so that the generator is checked against the recipe, not against itself.
+#include "fpdt/train/ruler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +18,6 @@
 #include "fpdt/base/random.h"
 #include "fpdt/data/shard.h"
 #include "fpdt/data/tokenizer.h"
-#include "fpdt/train/ruler.h"
 #include "testing.h"
 
 namespace fpdt::train {
@@ -97,10 +98,10 @@ TEST(Ruler, RecipesAreRulers) {
   using enum HaystackKind;
   using enum NeedleKind;
   const std::vector<Niah> niah = {
-      {"niah_single_1", noise, words, numbers, 1, 1, 1},   {"niah_single_2", essay, words, numbers, 1, 1, 1},
-      {"niah_single_3", essay, words, uuids, 1, 1, 1},     {"niah_multikey_1", essay, words, numbers, 4, 1, 1},
+      {"niah_single_1", noise, words, numbers, 1, 1, 1},    {"niah_single_2", essay, words, numbers, 1, 1, 1},
+      {"niah_single_3", essay, words, uuids, 1, 1, 1},      {"niah_multikey_1", essay, words, numbers, 4, 1, 1},
       {"niah_multikey_2", needle, words, numbers, 1, 1, 1}, {"niah_multikey_3", needle, uuids, uuids, 1, 1, 1},
-      {"niah_multivalue", essay, words, numbers, 1, 4, 1}, {"niah_multiquery", essay, words, numbers, 1, 1, 4}};
+      {"niah_multivalue", essay, words, numbers, 1, 4, 1},  {"niah_multiquery", essay, words, numbers, 1, 1, 4}};
   ASSERT_EQ(ruler_recipes().size(), 11u);
   for (size_t i = 0; i < niah.size(); ++i) {
     const RulerRecipe& r = ruler_recipes()[i];
@@ -151,8 +152,10 @@ std::string needle_sentence(const std::string& type_v, const Needle& n) {
 
 bool matches(const std::string& text, NeedleKind kind) {
   switch (kind) {
-    case NeedleKind::numbers: return std::regex_match(text, std::regex("[1-9][0-9]{6}"));
-    case NeedleKind::words: return std::regex_match(text, std::regex("[a-z]{3,}-[a-z]{3,}"));
+    case NeedleKind::numbers:
+      return std::regex_match(text, std::regex("[1-9][0-9]{6}"));
+    case NeedleKind::words:
+      return std::regex_match(text, std::regex("[a-z]{3,}-[a-z]{3,}"));
     case NeedleKind::uuids:
       return std::regex_match(text, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
   }
@@ -173,10 +176,14 @@ TEST(Ruler, NiahPromptsFollowTheRecipe) {
       const std::string type_v = r.value == NeedleKind::numbers ? "numbers" : "uuids";
       const std::string said = one ? type_v.substr(0, type_v.size() - 1) : type_v;  // "number" when one is asked
       for (const RulerPrompt& p : make_ruler_prompts(r, L, 3, bytes(), sources, RulerChat::base, seed)) {
-        const std::string head = one ? "A special magic " + said + " is hidden within the following text. Make sure to "
-                                           "memorize it. I will quiz you about the " + said + " afterwards.\n"
-                                     : "Some special magic " + said + " are hidden within the following text. Make sure "
-                                           "to memorize it. I will quiz you about the " + said + " afterwards.\n";
+        const std::string head = one ? "A special magic " + said +
+                                           " is hidden within the following text. Make sure to "
+                                           "memorize it. I will quiz you about the " +
+                                           said + " afterwards.\n"
+                                     : "Some special magic " + said +
+                                           " are hidden within the following text. Make sure "
+                                           "to memorize it. I will quiz you about the " +
+                                           said + " afterwards.\n";
         ASSERT_TRUE(starts_with(p.input, head)) << p.input.substr(0, 200);
         const std::string question = one ? "\nWhat is the special magic " + said + " for "
                                          : "\nWhat are all the special magic " + said + " for ";
@@ -184,7 +191,8 @@ TEST(Ruler, NiahPromptsFollowTheRecipe) {
         ASSERT_NE(asked, std::string::npos);
         const std::string tail = " mentioned in the provided text?";
         ASSERT_TRUE(ends_with(p.input, tail));
-        const std::string query = p.input.substr(asked + question.size(), p.input.size() - asked - question.size() - tail.size());
+        const std::string query =
+            p.input.substr(asked + question.size(), p.input.size() - asked - question.size() - tail.size());
         EXPECT_EQ(p.answer_prefix, " The special magic " + said + " for " + query + " mentioned in the provided text " +
                                        (one ? "is" : "are"));
         // The queried keys: "a", or "a, b, c, and d".
@@ -277,7 +285,8 @@ TEST(Ruler, VtPromptFollowsTheRecipe) {
         std::smatch m;
         const std::regex pattern(
             "([^]*)\nQuestion: Find all variables that are assigned the value ([0-9]{5}) in the text above\\. Answer: "
-            "According to the chain\\(s\\) of variable assignment in the text above, 5 variables are assigned the value "
+            "According to the chain\\(s\\) of variable assignment in the text above, 5 variables are assigned the "
+            "value "
             "\\2, they are:  ([A-Z]{3}) ([A-Z]{3}) ([A-Z]{3}) ([A-Z]{3}) ([A-Z]{3})\n\n");
         EXPECT_TRUE(std::regex_match(parts[1], m, pattern)) << parts[1];
         return m;
@@ -287,8 +296,10 @@ TEST(Ruler, VtPromptFollowsTheRecipe) {
       ASSERT_NE(asked, std::string::npos);
       const std::string value = parts[2].substr(asked + question.size(), 5);
       EXPECT_EQ(parts[2].substr(asked), question + value + " in the text above.");
-      EXPECT_EQ(p.answer_prefix, " Answer: According to the chain(s) of variable assignment in the text above, 5 "
-                                 "variables are assigned the value " + value + ", they are: ");
+      EXPECT_EQ(p.answer_prefix,
+                " Answer: According to the chain(s) of variable assignment in the text above, 5 "
+                "variables are assigned the value " +
+                    value + ", they are: ");
       // Both contexts: noise lines and the chain's lines, in chain order.
       for (const std::string& context : {std::string(example[1]), parts[2].substr(0, asked)}) {
         const bool is_example = context == std::string(example[1]);
@@ -336,13 +347,15 @@ std::vector<std::string> numbered_words(const std::string& list) {
 TEST(Ruler, CwePromptFollowsTheRecipe) {
   const uint64_t seed = testing::fresh_seed();
   const RulerSources sources = fresh_sources(seed);
-  const std::string head = "Below is a numbered list of words. In these words, some appear more often than others. "
-                           "Memorize the ones that appear most often.\n";
+  const std::string head =
+      "Below is a numbered list of words. In these words, some appear more often than others. "
+      "Memorize the ones that appear most often.\n";
   const std::string question = "\nQuestion: What are the 10 most common words in the above list?";
   const std::string prefix = " Answer: The top 10 words that appear most often in the list are:";
   for (const int64_t L : {3072, 8192}) {
     const bool shortened = L < 4096;
-    for (const RulerPrompt& p : make_ruler_prompts(ruler_recipe("cwe"), L, 2, bytes(), sources, RulerChat::base, seed)) {
+    for (const RulerPrompt& p :
+         make_ruler_prompts(ruler_recipe("cwe"), L, 2, bytes(), sources, RulerChat::base, seed)) {
       EXPECT_EQ(p.answer_prefix, prefix);
       const std::vector<std::string> parts = split(p.input, head);
       ASSERT_EQ(parts.size(), 3u);
@@ -363,7 +376,8 @@ TEST(Ruler, CwePromptFollowsTheRecipe) {
       // The task's list: the references are its most common words.
       ASSERT_TRUE(ends_with(parts[2], question));
       std::map<std::string, int> counts;
-      for (const std::string& word : numbered_words(parts[2].substr(0, parts[2].size() - question.size()))) ++counts[word];
+      for (const std::string& word : numbered_words(parts[2].substr(0, parts[2].size() - question.size())))
+        ++counts[word];
       ASSERT_EQ(p.references.size(), 10u);
       for (const std::string& word : p.references) EXPECT_EQ(counts[word], shortened ? 6 : 30) << word;
       EXPECT_GT(counts.size(), 10u);
@@ -377,21 +391,27 @@ TEST(Ruler, CwePromptFollowsTheRecipe) {
 }
 
 // freq_words_extraction.py: coded 6-letter words, the k-th most frequent drawn ⌊x/k²⌋ times (x = n/ζ(2)) —
-// so k²·count_k lies in (x − k², x] and |k²·count_k − count_1| < k² — the first "...", the next three the answer.
+// so k²·count_k lies in (x − k², x] and |k²·count_k − count_1| < k² — the first "...", the next three the
+// answer.
 TEST(Ruler, FwePromptFollowsTheRecipe) {
   const uint64_t seed = testing::fresh_seed();
   const RulerSources sources = fresh_sources(seed);
-  const std::string head = "Read the following coded text and track the frequency of each coded word. Find the three "
-                           "most frequently appeared coded words. ";
-  const std::string question = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the "
-                               "three most frequently appeared words in the above coded text?";
+  const std::string head =
+      "Read the following coded text and track the frequency of each coded word. Find the three "
+      "most frequently appeared coded words. ";
+  const std::string question =
+      "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the "
+      "three most frequently appeared words in the above coded text?";
   for (const int64_t L : {2048, 4096}) {
-    for (const RulerPrompt& p : make_ruler_prompts(ruler_recipe("fwe"), L, 2, bytes(), sources, RulerChat::base, seed)) {
-      EXPECT_EQ(p.answer_prefix, " Answer: According to the coded text above, the three most frequently appeared words are:");
+    for (const RulerPrompt& p :
+         make_ruler_prompts(ruler_recipe("fwe"), L, 2, bytes(), sources, RulerChat::base, seed)) {
+      EXPECT_EQ(p.answer_prefix,
+                " Answer: According to the coded text above, the three most frequently appeared words are:");
       ASSERT_TRUE(starts_with(p.input, head));
       ASSERT_TRUE(ends_with(p.input, question));
       std::map<std::string, int64_t> counts;
-      for (const std::string& word : split_words(p.input.substr(head.size(), p.input.size() - head.size() - question.size())))
+      for (const std::string& word :
+           split_words(p.input.substr(head.size(), p.input.size() - head.size() - question.size())))
         ++counts[word];
       std::vector<std::pair<int64_t, std::string>> ranked;
       for (const auto& [word, count] : counts) {
@@ -419,12 +439,14 @@ TEST(Ruler, FwePromptFollowsTheRecipe) {
 TEST(Ruler, ChatTemplateWrapsTheTask) {
   const uint64_t seed = testing::fresh_seed();
   const RulerSources sources = fresh_sources(seed);
-  const std::string before = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-                             "Face<|im_end|>\n<|im_start|>user\n";
+  const std::string before =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n<|im_start|>user\n";
   const std::string after = "<|im_end|>\n<|im_start|>assistant\n";
   for (const char* task : {"niah_single_1", "vt", "fwe"}) {
     SCOPED_TRACE(task);
-    const RulerPrompt p = make_ruler_prompts(ruler_recipe(task), 4096, 1, bytes(), sources, RulerChat::smollm2, seed)[0];
+    const RulerPrompt p =
+        make_ruler_prompts(ruler_recipe(task), 4096, 1, bytes(), sources, RulerChat::smollm2, seed)[0];
     EXPECT_TRUE(starts_with(p.input, before));
     EXPECT_TRUE(ends_with(p.input, after));
     EXPECT_EQ(split(p.input, before).size(), 2u);
@@ -481,7 +503,9 @@ TEST(Ruler, StringMatchAll) {
   EXPECT_EQ(string_match_all("only 1234567 here", {"1234567", "7654321", "x1", "X2"}), 0.25);
   EXPECT_EQ(string_match_all("", {"1234567"}), 0.0);
   EXPECT_EQ(string_match_all("12345", {"1234567"}), 0.0);  // a reference must be whole
-  EXPECT_EQ(ruler_postprocess("  \n 12\x01" "34\t \n"), "12\n34");
+  EXPECT_EQ(ruler_postprocess("  \n 12\x01"
+                              "34\t \n"),
+            "12\n34");
   // Fresh references: each found exactly when it is put in.
   Rng rng(testing::fresh_seed());
   std::vector<std::string> references;
@@ -537,8 +561,8 @@ TEST(Ruler, TaskNamesAndLengths) {
   RulerSettings parsed;
   OptionSet set("eval", "");
   declare_ruler_options(set, parsed);
-  std::vector<std::string> args = {"--tasks", "vt,fwe", "--ruler-samples", "5", "--ruler-template", "smollm2-chat",
-                                   "--ruler-threshold", "50"};
+  std::vector<std::string> args = {"--tasks",          "vt,fwe",       "--ruler-samples",   "5",
+                                   "--ruler-template", "smollm2-chat", "--ruler-threshold", "50"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   ASSERT_TRUE(set.parse(static_cast<int>(argv.size()), argv.data()));
@@ -550,10 +574,10 @@ TEST(Ruler, TaskNamesAndLengths) {
 
 TEST(Ruler, TooShortALengthIsOneError) {
   const RulerSources sources = fresh_sources(1);
-  expect_error([&] { make_ruler_prompts(ruler_recipe("vt"), 600, 1, bytes(), sources, RulerChat::base, 1); },
-                        "ruler", "use longer --ruler-lengths");
+  expect_error([&] { make_ruler_prompts(ruler_recipe("vt"), 600, 1, bytes(), sources, RulerChat::base, 1); }, "ruler",
+               "use longer --ruler-lengths");
   expect_error([&] { make_ruler_prompts(ruler_recipe("niah_single_1"), 100, 1, bytes(), sources, RulerChat::base, 1); },
-                        "ruler", "use longer --ruler-lengths");
+               "ruler", "use longer --ruler-lengths");
 }
 
 TEST(Ruler, MissingWordListNamesThePackage) {
@@ -619,11 +643,12 @@ TEST(Ruler, RunScoresFakeGenerators) {
   const RulerResult first = run_ruler(s, lengths, bytes(), sources, answering(false));
   for (const RulerCell& cell : first.cells) {
     const RulerRecipe& r = ruler_recipe(cell.task);
-    const double references = r.family == RulerFamily::niah ? r.values * r.queries
+    const double references = r.family == RulerFamily::niah                ? r.values * r.queries
                               : r.family == RulerFamily::variable_tracking ? 5
-                              : r.family == RulerFamily::common_words ? 10
-                                                                      : 3;
-    EXPECT_NEAR(cell.score, 100.0 / references, 1e-9) << cell.task;  // a mean of equal fractions: exact but for rounding
+                              : r.family == RulerFamily::common_words      ? 10
+                                                                           : 3;
+    EXPECT_NEAR(cell.score, 100.0 / references, 1e-9)
+        << cell.task;  // a mean of equal fractions: exact but for rounding
   }
 
   s.threshold = 0.0;

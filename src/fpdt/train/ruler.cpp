@@ -29,7 +29,8 @@ std::string duration(double seconds) {
   const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
   char text[32];
   if (s >= 3600)
-    std::snprintf(text, sizeof text, "%lldh %02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+    std::snprintf(text, sizeof text, "%lldh %02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60));
   else if (s >= 60)
     std::snprintf(text, sizeof text, "%lldm %02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   else
@@ -67,14 +68,15 @@ void declare_ruler_options(OptionSet& set, RulerSettings& s) {
           "RULER target lengths (prompt + answer tokens; auto: 4K, 8K, ... up to --seq, or --seq when below 4K)",
           s.lengths);
   set.add("ruler-samples", "N", "RULER prompts per task and length (RULER's own runs use 500)", s.samples).at_least(1);
-  set.add("ruler-haystack", "FILE", "text file of RULER's essay haystack (default: --data's held-out text)", s.haystack);
+  set.add("ruler-haystack", "FILE", "text file of RULER's essay haystack (default: --data's held-out text)",
+          s.haystack);
   set.add("ruler-threshold", "X",
           "report the effective length also against this average (besides Llama-2-7B's 85.6 at 4K)", s.threshold)
       .at_least(0)
       .at_most(100);
   set.add("ruler-template", "base|smollm2-chat",
-          "prompt template: RULER's base (the task text alone) or SmolLM2-Instruct's chat turn", s.chat,
-          chat_spelling, [](const std::string& word) { return word == "smollm2-chat" ? RulerChat::smollm2 : RulerChat::base; })
+          "prompt template: RULER's base (the task text alone) or SmolLM2-Instruct's chat turn", s.chat, chat_spelling,
+          [](const std::string& word) { return word == "smollm2-chat" ? RulerChat::smollm2 : RulerChat::base; })
       .choices({"base", "smollm2-chat"});
   set.add("ruler-seed", "N", "seed of RULER's prompts (RULER's default 42)", s.seed);
 }
@@ -156,7 +158,8 @@ RulerSources load_ruler_sources(const RulerSettings& s, const data::Tokenizer& t
     sources.essay = split_words(read_text_file(s.haystack, kModule, "--ruler-haystack names a text file"));
     sources.essay_origin = s.haystack;
   } else {
-    const auto count = std::min<uint64_t>(held_out.token_count(), static_cast<uint64_t>(std::max<int64_t>(essay_tokens, 0)));
+    const auto count =
+        std::min<uint64_t>(held_out.token_count(), static_cast<uint64_t>(std::max<int64_t>(essay_tokens, 0)));
     std::vector<int32_t> ids(static_cast<size_t>(count));
     if (count > 0) held_out.read(0, count, ids.data());
     std::string text;
@@ -180,7 +183,8 @@ RulerSources load_ruler_sources(const RulerSettings& s, const data::Tokenizer& t
 std::string ruler_postprocess(const std::string& prediction) {
   auto strip = [](const std::string& text) {
     const size_t begin = text.find_first_not_of(" \t\n\r\f\v");
-    return begin == std::string::npos ? std::string() : text.substr(begin, text.find_last_not_of(" \t\n\r\f\v") - begin + 1);
+    return begin == std::string::npos ? std::string()
+                                      : text.substr(begin, text.find_last_not_of(" \t\n\r\f\v") - begin + 1);
   };
   std::string text = strip(prediction);
   for (char& c : text)
@@ -192,7 +196,8 @@ double string_match_all(const std::string& prediction, const std::vector<std::st
   if (references.empty()) return 0.0;
   const std::string lowered = lower_ascii(prediction);
   double found = 0.0;
-  for (const std::string& reference : references) found += lowered.find(lower_ascii(reference)) != std::string::npos ? 1.0 : 0.0;
+  for (const std::string& reference : references)
+    found += lowered.find(lower_ascii(reference)) != std::string::npos ? 1.0 : 0.0;
   return found / static_cast<double>(references.size());
 }
 
@@ -214,7 +219,8 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
   // Progress: the ETA scales the time so far by the target tokens left (linear in the length: an
   // underestimate where attention's quadratic cost dominates).
   double planned_tokens = 0.0, done_tokens = 0.0;
-  for (const int64_t L : lengths) planned_tokens += static_cast<double>(L * s.samples) * static_cast<double>(result.tasks.size());
+  for (const int64_t L : lengths)
+    planned_tokens += static_cast<double>(L * s.samples) * static_cast<double>(result.tasks.size());
   const int64_t planned_prompts = s.samples * static_cast<int64_t>(lengths.size() * result.tasks.size());
   int64_t done_prompts = 0;
   for (const int64_t L : lengths) {
@@ -250,7 +256,8 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
         done_tokens += static_cast<double>(L);
         ++done_prompts;
         char line[256];
-        std::snprintf(line, sizeof line, "ruler %lld/%lld: %s at %lld tokens, sample %zu/%lld, score %.1f so far, %.1f s, ETA %s",
+        std::snprintf(line, sizeof line,
+                      "ruler %lld/%lld: %s at %lld tokens, sample %zu/%lld, score %.1f so far, %.1f s, ETA %s",
                       static_cast<long long>(done_prompts), static_cast<long long>(planned_prompts), task.c_str(),
                       static_cast<long long>(L), n + 1, static_cast<long long>(s.samples),
                       100.0 * score_sum / static_cast<double>(n + 1), result.samples.back().seconds,
@@ -282,21 +289,23 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
   json["seconds"] = result.seconds;
   nlohmann::ordered_json cells = nlohmann::ordered_json::array();
   for (const RulerCell& cell : result.cells)
-    cells.push_back({{"task", cell.task},
-                     {"length", cell.length_tokens},
-                     {"samples", cell.samples},
-                     {"tokens_to_generate", ruler_recipe(cell.task).tokens_to_generate},
-                     {"score", cell.score},
-                     {"prepare_seconds", cell.prepare_seconds},
-                     {"seconds", cell.seconds},
-                     {"seconds_per_prompt", cell.samples > 0 ? cell.seconds / static_cast<double>(cell.samples) : 0.0}});
+    cells.push_back(
+        {{"task", cell.task},
+         {"length", cell.length_tokens},
+         {"samples", cell.samples},
+         {"tokens_to_generate", ruler_recipe(cell.task).tokens_to_generate},
+         {"score", cell.score},
+         {"prepare_seconds", cell.prepare_seconds},
+         {"seconds", cell.seconds},
+         {"seconds_per_prompt", cell.samples > 0 ? cell.seconds / static_cast<double>(cell.samples) : 0.0}});
   json["cells"] = cells;
   nlohmann::ordered_json averages = nlohmann::ordered_json::array();
   for (size_t i = 0; i < result.lengths.size(); ++i)
     averages.push_back({{"length", result.lengths[i]}, {"average", result.averages[i]}});
   json["averages"] = averages;
   json["effective_length"] = {{"threshold", kRulerThreshold}, {"length", result.effective_length}};
-  json["effective_length_at_threshold"] = {{"threshold", s.threshold}, {"length", result.effective_length_at_threshold}};
+  json["effective_length_at_threshold"] = {{"threshold", s.threshold},
+                                           {"length", result.effective_length_at_threshold}};
   nlohmann::ordered_json samples = nlohmann::ordered_json::array();
   for (const RulerSample& sample : result.samples)
     samples.push_back({{"task", sample.task},

@@ -39,9 +39,9 @@ struct RulerRecipe {
   HaystackKind haystack = HaystackKind::noise;
   NeedleKind key = NeedleKind::words, value = NeedleKind::numbers;
   int keys = 1, values = 1, queries = 1;
-  int chains = 0, hops = 0;                  // variable_tracking
+  int chains = 0, hops = 0;                   // variable_tracking
   int freq_cw = 0, freq_ucw = 0, num_cw = 0;  // common_words: repeats of the common and uncommon words
-  double alpha = 0.0;                        // freq_words: the Zipf exponent of the words' counts
+  double alpha = 0.0;                         // freq_words: the Zipf exponent of the words' counts
 };
 // The 11 tasks that need no downloaded data, in RULER's order.
 const std::vector<RulerRecipe>& ruler_recipes();
@@ -54,17 +54,17 @@ const RulerRecipe& ruler_recipe(const std::string& name);
 enum class RulerChat { base, smollm2 };
 
 struct RulerSettings {
-  bool all_tasks = false;         // --ruler: the 11 tasks
-  std::string tasks;              // --tasks a,b,c (any of them; implies RULER)
-  std::string lengths = "auto";   // target lengths L (prompt + tokens_to_generate ≤ L); auto: see ruler_lengths
+  bool all_tasks = false;        // --ruler: the 11 tasks
+  std::string tasks;             // --tasks a,b,c (any of them; implies RULER)
+  std::string lengths = "auto";  // target lengths L (prompt + tokens_to_generate ≤ L); auto: see ruler_lengths
   // Samples per (task, length). 20: the floor the issue sets for a recorded score, so a task's score (a
   // mean of per-sample fractions) has a standard error ≤ 11 points and the 11-task average ≤ 3.4 points —
   // enough to tell 85.6 from 60 — at ~1/25 of RULER's 500 prompts, which take hours at 64K+ on a CPU.
   int64_t samples = 20;
-  std::string haystack;           // the essay haystack's text file ("": the eval data's held-out text)
+  std::string haystack;                // the essay haystack's text file ("": the eval data's held-out text)
   double threshold = kRulerThreshold;  // the effective length is also reported against this one
   RulerChat chat = RulerChat::base;
-  uint64_t seed = 42;             // RULER's default random_seed; each (task, length) draws from its own stream
+  uint64_t seed = 42;  // RULER's default random_seed; each (task, length) draws from its own stream
 };
 // --ruler, --tasks, --ruler-lengths, --ruler-samples, --ruler-haystack, --ruler-threshold, --ruler-template,
 // --ruler-seed; `fpdt eval` declares them (declare_eval_options).
@@ -121,14 +121,14 @@ int64_t effective_length(const std::vector<int64_t>& lengths, const std::vector<
 
 struct RulerSample {
   std::string task;
-  int64_t length_tokens = 0;   // the target L
-  int64_t index = 0;           // of the sample in its (task, length)
+  int64_t length_tokens = 0;  // the target L
+  int64_t index = 0;          // of the sample in its (task, length)
   int64_t prompt_tokens = 0;
   std::vector<std::string> references;
-  std::string prediction;      // decoded and postprocessed
+  std::string prediction;  // decoded and postprocessed
   int64_t generated_tokens = 0;
-  double score = 0.0;          // string_match_all, 0..1
-  double seconds = 0.0;        // of the generation
+  double score = 0.0;    // string_match_all, 0..1
+  double seconds = 0.0;  // of the generation
 };
 
 struct RulerCell {
@@ -142,12 +142,12 @@ struct RulerCell {
 
 struct RulerResult {
   std::vector<std::string> tasks;
-  std::vector<int64_t> lengths;     // ascending
-  std::vector<RulerCell> cells;     // length-major, tasks in order
-  std::vector<double> averages;     // per length: the mean of its cells' scores
-  int64_t effective_length = 0;     // against kRulerThreshold
+  std::vector<int64_t> lengths;               // ascending
+  std::vector<RulerCell> cells;               // length-major, tasks in order
+  std::vector<double> averages;               // per length: the mean of its cells' scores
+  int64_t effective_length = 0;               // against kRulerThreshold
   int64_t effective_length_at_threshold = 0;  // against settings.threshold
-  std::vector<RulerSample> samples; // cell by cell
+  std::vector<RulerSample> samples;           // cell by cell
   std::string essay_origin;
   double seconds = 0.0;
 };

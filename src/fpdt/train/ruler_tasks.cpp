@@ -44,7 +44,8 @@ constexpr const char* kFwePrefix =
 // niah.py's needle, its noise haystack (also variable_tracking.py's), and its depths in percent:
 // np.round(np.linspace(0, 100, 40)).
 constexpr const char* kNeedle = "One of the special magic {type_needle_v} for {key} is: {value}.";
-constexpr const char* kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+constexpr const char* kNoise =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 constexpr int kDepthCount = 40;
 
 // SmolLM2-Instruct's chat template around one user turn (its default system turn first).
@@ -96,7 +97,8 @@ std::vector<int64_t> sample_indices(Rng& rng, int64_t n, int64_t k) {
   std::vector<int64_t> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), 0);
   for (int64_t i = 0; i < k; ++i)
-    std::swap(all[static_cast<size_t>(i)], all[static_cast<size_t>(i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i))))]);
+    std::swap(all[static_cast<size_t>(i)],
+              all[static_cast<size_t>(i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i))))]);
   all.resize(static_cast<size_t>(k));
   return all;
 }
@@ -127,9 +129,12 @@ std::string random_uuid(Rng& rng) {
 // '-': the word list has no parts of speech), or a UUID.
 std::string random_needle(Rng& rng, NeedleKind kind, const std::vector<std::string>& words) {
   switch (kind) {
-    case NeedleKind::numbers: return str(1000000 + static_cast<int64_t>(rng.below(9000000)));
-    case NeedleKind::words: return words[rng.below(words.size())] + "-" + words[rng.below(words.size())];
-    case NeedleKind::uuids: return random_uuid(rng);
+    case NeedleKind::numbers:
+      return str(1000000 + static_cast<int64_t>(rng.below(9000000)));
+    case NeedleKind::words:
+      return words[rng.below(words.size())] + "-" + words[rng.below(words.size())];
+    case NeedleKind::uuids:
+      return random_uuid(rng);
   }
   FPDT_ASSERT(false);
   return {};
@@ -137,9 +142,12 @@ std::string random_needle(Rng& rng, NeedleKind kind, const std::vector<std::stri
 
 const char* kind_name(NeedleKind kind) {
   switch (kind) {
-    case NeedleKind::numbers: return "numbers";
-    case NeedleKind::words: return "words";
-    case NeedleKind::uuids: return "uuids";
+    case NeedleKind::numbers:
+      return "numbers";
+    case NeedleKind::words:
+      return "words";
+    case NeedleKind::uuids:
+      return "uuids";
   }
   return "";
 }
@@ -190,7 +198,8 @@ std::string essay_context(const std::vector<std::string>& essay, int64_t words, 
 
 // `lines` with `needles` inserted at distinct random indices (niah.py: the largest index first), one per line.
 std::string line_context(std::vector<std::string> lines, const std::vector<std::string>& needles, Rng& rng) {
-  std::vector<int64_t> indices = sample_indices(rng, static_cast<int64_t>(lines.size()), static_cast<int64_t>(needles.size()));
+  std::vector<int64_t> indices =
+      sample_indices(rng, static_cast<int64_t>(lines.size()), static_cast<int64_t>(needles.size()));
   std::sort(indices.rbegin(), indices.rend());
   for (size_t i = 0; i < needles.size(); ++i) lines.insert(lines.begin() + indices[i], needles[i]);
   return join(lines, "\n");
@@ -246,8 +255,9 @@ TaskDraw niah_draw(const RulerRecipe& r, int64_t length, const RulerSources& sou
       values.emplace_back();
       for (int v = 0; v < r.values; ++v) {
         values.back().push_back(random_needle(rng, r.value, sources.words));
-        needles.push_back(format(kNeedle, {{"type_needle_v", kind_name(r.value)}, {"key", key_list.back()},
-                                           {"value", values.back().back()}}));
+        needles.push_back(
+            format(kNeedle,
+                   {{"type_needle_v", kind_name(r.value)}, {"key", key_list.back()}, {"value", values.back().back()}}));
       }
     }
     shuffle(rng, needles);
@@ -258,7 +268,8 @@ TaskDraw niah_draw(const RulerRecipe& r, int64_t length, const RulerSources& sou
       std::vector<std::string> lines(static_cast<size_t>(units), kNoise);
       if (r.haystack == HaystackKind::needle)
         for (std::string& line : lines)
-          line = format(kNeedle, {{"type_needle_v", kind_name(r.value)}, {"key", random_needle(rng, r.key, sources.words)},
+          line = format(kNeedle, {{"type_needle_v", kind_name(r.value)},
+                                  {"key", random_needle(rng, r.key, sources.words)},
                                   {"value", random_needle(rng, r.value, sources.words)}});
       context = line_context(std::move(lines), needles, rng);
     }
@@ -322,8 +333,8 @@ std::string vt_context(const VtLayout& layout, const VtChains& chains) {
   for (size_t c = 0; c < chains.names.size(); ++c) {
     const std::vector<std::string>& names = chains.names[c];
     for (size_t j = 0; j < names.size(); ++j) {
-      const std::string line = j == 0 ? "VAR " + names[0] + " = " + chains.values[c]
-                                      : "VAR " + names[j] + " = VAR " + names[j - 1] + " ";
+      const std::string line =
+          j == 0 ? "VAR " + names[0] + " = " + chains.values[c] : "VAR " + names[j] + " = VAR " + names[j - 1] + " ";
       lines.insert(lines.begin() + layout.positions[c][j] + static_cast<int64_t>(j), line);
     }
   }
@@ -332,7 +343,8 @@ std::string vt_context(const VtLayout& layout, const VtChains& chains) {
 
 // The task's text with its answer prefix for `chains` (the question asks for chain 0's value).
 std::string vt_text(const VtLayout& layout, const VtChains& chains, int hops, std::string* prefix) {
-  const Fields fields = {{"context", vt_context(layout, chains)}, {"query", chains.values[0]}, {"num_v", str(hops + 1)}};
+  const Fields fields = {
+      {"context", vt_context(layout, chains)}, {"query", chains.values[0]}, {"num_v", str(hops + 1)}};
   if (prefix != nullptr) *prefix = format(kVtPrefix, fields);
   return format(kVtTemplate, fields);
 }
@@ -354,8 +366,8 @@ Fit fit_units(const TaskDraw& task, const data::Tokenizer& tokenizer, int64_t bu
   const double per_unit = static_cast<double>(prompt_tokens(tokenizer, task.draw(estimate_units, rng))) /
                           static_cast<double>(estimate_units);
   int64_t low = task.min_units;
-  int64_t high = std::min(task.max_units,
-                          std::max(static_cast<int64_t>(static_cast<double>(budget) / per_unit * 3.0), 2 * estimate_units));
+  int64_t high = std::min(
+      task.max_units, std::max(static_cast<int64_t>(static_cast<double>(budget) / per_unit * 3.0), 2 * estimate_units));
   Fit fit{0, per_unit};
   // Past RULER: an upper end that fits (an estimate inflated by the template's share) is doubled until a draw
   // is over, so the search never stops short of the budget.
@@ -387,8 +399,9 @@ Draw fitted_draw(const TaskDraw& task, const Fit& fit, const data::Tokenizer& to
     const int64_t excess = static_cast<int64_t>(tokens.size()) - budget;
     if (excess <= 0) return d;
     if (units == task.min_units)
-      throw Error(kModule, what + ": a prompt with the smallest haystack is " + str(excess) + " tokens over the " +
-                               str(budget) + " the length leaves after tokens_to_generate",
+      throw Error(kModule,
+                  what + ": a prompt with the smallest haystack is " + str(excess) + " tokens over the " + str(budget) +
+                      " the length leaves after tokens_to_generate",
                   "use longer --ruler-lengths");
     const auto step = static_cast<int64_t>(std::ceil(static_cast<double>(excess) / fit.tokens_per_unit));
     units = std::max(task.min_units, units - std::max<int64_t>(1, step));
@@ -425,8 +438,8 @@ TaskDraw vt_draw(const RulerRecipe& r, int64_t length, const data::Tokenizer& to
                                      join(example.names[0], " ") + "\n";
     const VtChains chains = vt_chains(r.chains, r.hops, 5, g);
     Draw d;
-    d.input = wrap.before + example_text + "\n" + vt_text(vt_layout(units, r.chains, r.hops, g), chains, r.hops, &d.answer_prefix) +
-              wrap.after;
+    d.input = wrap.before + example_text + "\n" +
+              vt_text(vt_layout(units, r.chains, r.hops, g), chains, r.hops, &d.answer_prefix) + wrap.after;
     d.references = chains.names[0];
     return d;
   };
@@ -436,20 +449,24 @@ TaskDraw vt_draw(const RulerRecipe& r, int64_t length, const data::Tokenizer& to
 // common_words_extraction.py's get_example: `count` distinct words, the first num_cw of them `common_repeats`
 // times, the others `uncommon_repeats` times, shuffled and numbered "1. w 2. w …".
 std::pair<std::string, std::vector<std::string>> cwe_list(const std::vector<std::string>& words, int64_t count,
-                                                          int common_repeats, int uncommon_repeats, int num_cw, Rng& rng) {
+                                                          int common_repeats, int uncommon_repeats, int num_cw,
+                                                          Rng& rng) {
   if (count > static_cast<int64_t>(words.size()))
-    throw Error(kModule, "cwe needs " + str(count) + " distinct words at this length, but the word list has " +
-                             str(static_cast<int64_t>(words.size())),
+    throw Error(kModule,
+                "cwe needs " + str(count) + " distinct words at this length, but the word list has " +
+                    str(static_cast<int64_t>(words.size())),
                 "use shorter --ruler-lengths for cwe");
   std::vector<std::string> chosen;
   for (const int64_t i : sample_indices(rng, static_cast<int64_t>(words.size()), count))
     chosen.push_back(words[static_cast<size_t>(i)]);
   std::vector<std::string> list;
   for (size_t i = 0; i < chosen.size(); ++i)
-    list.insert(list.end(), static_cast<size_t>(static_cast<int64_t>(i) < num_cw ? common_repeats : uncommon_repeats), chosen[i]);
+    list.insert(list.end(), static_cast<size_t>(static_cast<int64_t>(i) < num_cw ? common_repeats : uncommon_repeats),
+                chosen[i]);
   shuffle(rng, list);
   std::string context;
-  for (size_t i = 0; i < list.size(); ++i) context.append(i > 0 ? " " : "").append(str(static_cast<int64_t>(i) + 1) + ". " + list[i]);
+  for (size_t i = 0; i < list.size(); ++i)
+    context.append(i > 0 ? " " : "").append(str(static_cast<int64_t>(i) + 1) + ". " + list[i]);
   chosen.resize(static_cast<size_t>(std::min<int64_t>(num_cw, count)));
   return {context, chosen};
 }
@@ -494,8 +511,9 @@ TaskDraw fwe_draw(const RulerRecipe& r, int64_t length, const Wrap& wrap) {
   // drawn ⌊n·k^−α/ζ(α)⌋ times for n = `units`; the first is "..." (noise), the next three the answer.
   const int64_t vocab_size = (length - r.tokens_to_generate) / 50;
   if (vocab_size < 4)
-    throw Error(kModule, std::string(r.name) + " at " + str(length) + " tokens has a vocabulary of " + str(vocab_size) +
-                             " coded words (L/50), fewer than the 4 its answer needs",
+    throw Error(kModule,
+                std::string(r.name) + " at " + str(length) + " tokens has a vocabulary of " + str(vocab_size) +
+                    " coded words (L/50), fewer than the 4 its answer needs",
                 "use --ruler-lengths of at least " + str(4 * 50 + r.tokens_to_generate));
   const double zeta = riemann_zeta(r.alpha);
   TaskDraw out;
@@ -511,7 +529,8 @@ TaskDraw fwe_draw(const RulerRecipe& r, int64_t length, const Wrap& wrap) {
     vocab[0] = "...";
     std::vector<std::string> text;
     for (int64_t k = 0; k < vocab_size; ++k) {
-      const auto count = static_cast<int64_t>(static_cast<double>(units) * std::pow(static_cast<double>(k + 1), -r.alpha) / zeta);
+      const auto count =
+          static_cast<int64_t>(static_cast<double>(units) * std::pow(static_cast<double>(k + 1), -r.alpha) / zeta);
       text.insert(text.end(), static_cast<size_t>(count), vocab[static_cast<size_t>(k)]);
     }
     shuffle(rng, text);
@@ -579,8 +598,9 @@ const RulerRecipe& ruler_recipe(const std::string& name) {
   std::string names;
   for (const RulerRecipe& recipe : ruler_recipes()) names += std::string(names.empty() ? "" : ", ") + recipe.name;
   if (name == "qa_1" || name == "qa_2")
-    throw Error(kModule, name + " is RULER's question answering over " + (name == "qa_1" ? "SQuAD" : "HotpotQA") +
-                             ", which needs its downloaded data; fpdt generates only the synthetic tasks",
+    throw Error(kModule,
+                name + " is RULER's question answering over " + (name == "qa_1" ? "SQuAD" : "HotpotQA") +
+                    ", which needs its downloaded data; fpdt generates only the synthetic tasks",
                 "choose among " + names);
   throw Error(kModule, "unknown RULER task '" + name + "'", "choose among " + names);
 }
@@ -591,10 +611,13 @@ std::vector<RulerPrompt> make_ruler_prompts(const RulerRecipe& recipe, int64_t l
   const std::string what = std::string(recipe.name) + " at " + str(length_tokens) + " tokens";
   const int64_t budget = length_tokens - recipe.tokens_to_generate;
   if (budget <= 0)
-    throw Error(kModule, what + ": the length leaves no room after its " + str(recipe.tokens_to_generate) +
-                             " tokens to generate", "use longer --ruler-lengths");
-  const bool needs_words = recipe.family == RulerFamily::common_words ||
-                           (recipe.family == RulerFamily::niah && (recipe.key == NeedleKind::words || recipe.value == NeedleKind::words));
+    throw Error(
+        kModule,
+        what + ": the length leaves no room after its " + str(recipe.tokens_to_generate) + " tokens to generate",
+        "use longer --ruler-lengths");
+  const bool needs_words =
+      recipe.family == RulerFamily::common_words ||
+      (recipe.family == RulerFamily::niah && (recipe.key == NeedleKind::words || recipe.value == NeedleKind::words));
   FPDT_CHECK(!needs_words || !sources.words.empty(), kModule, what + " needs the word list, and it is empty",
              "install wamerican (" + std::string(kWordListPath) + ")");
   FPDT_CHECK(recipe.family != RulerFamily::niah || recipe.haystack != HaystackKind::essay || !sources.essay.empty(),
@@ -603,15 +626,24 @@ std::vector<RulerPrompt> make_ruler_prompts(const RulerRecipe& recipe, int64_t l
   const Wrap wrap = chat_wrap(chat);
   TaskDraw task;
   switch (recipe.family) {
-    case RulerFamily::niah: task = niah_draw(recipe, length_tokens, sources, wrap); break;
-    case RulerFamily::variable_tracking: task = vt_draw(recipe, length_tokens, tokenizer, wrap, rng); break;
-    case RulerFamily::common_words: task = cwe_draw(recipe, length_tokens, sources, wrap); break;
-    case RulerFamily::freq_words: task = fwe_draw(recipe, length_tokens, wrap); break;
+    case RulerFamily::niah:
+      task = niah_draw(recipe, length_tokens, sources, wrap);
+      break;
+    case RulerFamily::variable_tracking:
+      task = vt_draw(recipe, length_tokens, tokenizer, wrap, rng);
+      break;
+    case RulerFamily::common_words:
+      task = cwe_draw(recipe, length_tokens, sources, wrap);
+      break;
+    case RulerFamily::freq_words:
+      task = fwe_draw(recipe, length_tokens, wrap);
+      break;
   }
   const Fit fit = fit_units(task, tokenizer, budget, rng);
   if (fit.units == 0)
-    throw Error(kModule, what + ": the prompt with its smallest haystack is over the " + str(budget) +
-                             " tokens the length leaves after tokens_to_generate",
+    throw Error(kModule,
+                what + ": the prompt with its smallest haystack is over the " + str(budget) +
+                    " tokens the length leaves after tokens_to_generate",
                 "use longer --ruler-lengths");
   std::vector<RulerPrompt> prompts;
   for (int64_t n = 0; n < samples; ++n) {
