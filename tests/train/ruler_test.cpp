@@ -3,6 +3,7 @@
 // the metric, the effective-length rule, the options, and run_ruler with fake generators (100 and 0).
 // The expected texts below are RULER's (scripts/data/synthetic/constants.py, niah.py), written out again
 // here so that the generator is checked against the recipe, not against itself.
+#include "fpdt/train/eval.h"
 #include "fpdt/train/ruler.h"
 
 #include <gtest/gtest.h>
@@ -557,10 +558,11 @@ TEST(Ruler, TaskNamesAndLengths) {
   s.lengths = "4K,x";
   expect_error([&] { ruler_lengths(s, 8192); }, "ruler", "'x' is not a number of tokens");
 
-  // Declared options reach the settings.
-  RulerSettings parsed;
+  // `fpdt eval`'s options reach its RULER settings.
+  EvalSettings eval;
+  const RulerSettings& parsed = eval.ruler;
   OptionSet set("eval", "");
-  declare_ruler_options(set, parsed);
+  declare_eval_options(set, eval);
   std::vector<std::string> args = {"--tasks",          "vt,fwe",       "--ruler-samples",   "5",
                                    "--ruler-template", "smollm2-chat", "--ruler-threshold", "50"};
   std::vector<char*> argv;
