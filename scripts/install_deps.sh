@@ -3,8 +3,9 @@
 # already there (so `make test` stays quick on a warm machine). Used by `make test` and `make run`.
 set -euo pipefail
 
+# wamerican: /usr/share/dict/words, the word list of `fpdt eval --ruler`'s keys and words.
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
-          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev)
+          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican)
 # Extra packages a target asks for, e.g. the demo corpus for `make run`.
 packages+=("$@")
 

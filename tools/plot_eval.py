@@ -1,12 +1,14 @@
 """Draws and summarises what `fpdt eval` wrote: the loss by context position of one or more models,
-and the passkey-retrieval heat map.
+the passkey-retrieval heat map, and RULER's scores (task x length).
 
 usage: /usr/bin/python3 tools/plot_eval.py loss OUT.png LABEL=loss_by_position.json ... [--mark=POS=TEXT ...]
        /usr/bin/python3 tools/plot_eval.py passkey OUT.png passkey.json
        /usr/bin/python3 tools/plot_eval.py report OUT.png LABEL=EVAL_DIR ... [--mark=POS=TEXT ...]
+       /usr/bin/python3 tools/plot_eval.py ruler OUT.png ruler.json
        /usr/bin/python3 tools/plot_eval.py range FIRST LAST LABEL=loss_by_position.json ...
 `report` draws one figure of several evaluations (each EVAL_DIR an `fpdt eval --out` folder): their loss
-by position on top, their passkey grids below. `loss`, `passkey` and `report` need Debian's
+by position on top, their passkey grids below. `ruler` draws RULER's scores as a heat map (a row per task and
+the average, a column per length) titled with the effective length. `loss`, `passkey`, `report` and `ruler` need Debian's
 python3-matplotlib; `range` prints, per model, the mean loss over the context positions FIRST..LAST
 (token-weighted over the buckets inside that range) and needs nothing.
 """
@@ -144,6 +146,46 @@ def command_report(out_path, args):
     figure.savefig(out_path, dpi=100)
 
 
+def ruler_grid(result):
+    """(tasks + ["average"], lengths, scores[row][column]) of a ruler.json."""
+    tasks, lengths = result["tasks"], result["lengths"]
+    scores = {(c["task"], c["length"]): c["score"] for c in result["cells"]}
+    rows = [[scores[(task, length)] for length in lengths] for task in tasks]
+    rows.append([a["average"] for a in result["averages"]])
+    return tasks + ["average"], lengths, rows
+
+
+def effective_text(entry, lengths):
+    length = entry["length"]
+    return f"{length:,}" if length > 0 else f"below {lengths[0]:,}"
+
+
+def command_ruler(out_path, path):
+    result = json.load(open(path))
+    rows, lengths, scores = ruler_grid(result)
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(1.1 * len(lengths) + 3.5, 0.38 * len(rows) + 2))
+    image = axis.imshow(scores, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+    for i, row in enumerate(scores):
+        for j, score in enumerate(row):
+            axis.text(j, i, f"{score:.1f}", ha="center", va="center", fontsize=8,
+                      fontweight="bold" if rows[i] == "average" else "normal")
+    axis.axhline(len(rows) - 1.5, color="black", linewidth=1)
+    axis.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths])
+    axis.set_yticks(range(len(rows)), rows)
+    axis.set_xlabel("target length (prompt + answer tokens)")
+    effective = result["effective_length"]
+    title = (f"RULER: {result['samples_per_cell']} prompts per cell, string_match_all x 100\n"
+             f"effective length (average >= {effective['threshold']}): {effective_text(effective, lengths)}")
+    other = result["effective_length_at_threshold"]
+    if other["threshold"] != effective["threshold"]:
+        title += f"; at {other['threshold']}: {effective_text(other, lengths)}"
+    axis.set_title(title, fontsize=9)
+    figure.colorbar(image, label="score")
+    figure.tight_layout()
+    figure.savefig(out_path, dpi=120)
+
+
 def main(argv):
     if len(argv) >= 3 and argv[0] == "loss":
         command_loss(argv[1], argv[2:])
@@ -151,6 +193,8 @@ def main(argv):
         command_passkey(argv[1], argv[2])
     elif len(argv) >= 3 and argv[0] == "report":
         command_report(argv[1], argv[2:])
+    elif len(argv) == 3 and argv[0] == "ruler":
+        command_ruler(argv[1], argv[2])
     elif len(argv) >= 4 and argv[0] == "range":
         command_range(argv[1], argv[2], argv[3:])
     else:

@@ -106,7 +106,7 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   set.add("checkpoint", "DIR", "run folder (its latest step), step folder or Hugging Face model folder", s.checkpoint);
   set.add("data", "DIR", "folder with val.bin (and train.bin) made by the checkpoint's tokenizer", s.data_dir);
   set.add("split", "val|train", "the shard the sequences come from", s.split).choices({"val", "train"});
-  set.add("out", "DIR", "where loss_by_position.json and passkey.json go (default: <checkpoint>/eval)", s.out_dir);
+  set.add("out", "DIR", "where loss_by_position.json, passkey.json and ruler.json go (default: <checkpoint>/eval)", s.out_dir);
   run::rope(set, s.rope_theta, s.rope_scaling);
   run::seq(set, s.run.seq_tokens);
   run::batch(set, s.run.batch_size);
@@ -121,6 +121,7 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
   set.add("passkey-trials", "N", "prompts (numbers) per depth and length (0: no passkey grid)", s.passkey_trials)
       .at_least(0);
   set.add("seed", "N", "seed of the passkey numbers", s.seed);
+  declare_ruler_options(set, s.ruler);
   run::threads(set, s.run.threads);
   run::backend(set, s.run.backend);
   run::compute_mem(set, s.run.compute_mem_bytes);

@@ -6,7 +6,8 @@
 //  - Passkey retrieval: a number hidden at depth d of L tokens of filler text, then the question; the
 //    answer is right when greedy decoding would produce it, i.e. when each of its tokens is the argmax
 //    after the prompt and the answer tokens before it (one forward pass, teacher-forced), over d × L.
-// Results are JSON (loss_by_position.json, passkey.json in --out); tools/plot_eval.py draws them.
+//  - RULER (ruler.h): its synthetic tasks answered by generation, scored by its metric (ruler.json).
+// Results are JSON (loss_by_position.json, passkey.json, ruler.json in --out); tools/plot_eval.py draws them.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "fpdt/comm/communicator.h"
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/pipeline/run_spec.h"
+#include "fpdt/train/ruler.h"
 
 namespace fpdt::train {
 
@@ -45,6 +47,7 @@ struct EvalSettings {
   int64_t passkey_depths = 5;            // depths 0, 1/(n−1), …, 1 of the number in the filler
   int64_t passkey_trials = 2;            // prompts (numbers) per (depth, length)
   uint64_t seed = 1234;                  // of the passkey numbers
+  RulerSettings ruler;                   // RULER's tasks (ruler.h): run when ruler_task_names(ruler) is not empty
   bool dry_run = false;                  // lay out the forward at S and report the tiers' peaks only
 };
 
