@@ -95,7 +95,8 @@ int command_eval(int argc, char** argv, comm::Communicator& world) {
   const std::string out = settings.out_dir.empty() ? path_in(settings.checkpoint, "eval") : settings.out_dir;
   log::info("compute peak " + format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
             format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; written to " + out +
-            "/loss_by_position.json" + (result.passkey.empty() ? "" : " and passkey.json"));
+            "/loss_by_position.json" + (result.passkey.empty() ? "" : ", passkey.json") +
+            (result.ruler ? ", ruler.json (tools/plot_eval.py ruler draws it)" : ""));
   log::info(nlohmann::json{{"eval", result.checkpoint},
                            {"seq", result.seq_tokens},
                            {"sequences", result.sequences},

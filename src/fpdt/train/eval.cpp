@@ -22,6 +22,7 @@
 #include "fpdt/pipeline/run_options.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
+#include "fpdt/train/sampler.h"
 #include "fpdt/train/settings.h"
 #include "fpdt/train/trainer.h"
 
@@ -203,6 +204,10 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   s.run.offload = pipeline::with_run_folder(s.run.offload, s.out_dir);
   pipeline::run_chunk_plan(kModule, s.run);
   const std::vector<int64_t> lengths = passkey_lengths(s);
+  const std::vector<std::string> ruler_tasks = ruler_task_names(s.ruler);
+  const std::vector<int64_t> ruler_lengths_asked =
+      ruler_tasks.empty() ? std::vector<int64_t>{} : ruler_lengths(s.ruler, s.run.seq_tokens);
+  if (!ruler_tasks.empty()) load_word_list();  // a missing word list is refused before any work
 
   // The checkpoint, its tokenizer, the data it is evaluated on.
   EvalResult result;
@@ -245,6 +250,12 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
   if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
     model.dry_run(S, static_cast<int>(s.run.batch_size));
+    // RULER's longest prompts, generated through the KV cache (its peaks, beside the forward's).
+    int64_t most_new_tokens = 0;
+    for (const std::string& task : ruler_tasks)
+      most_new_tokens = std::max(most_new_tokens, ruler_recipe(task).tokens_to_generate);
+    if (!ruler_tasks.empty())  // a prompt and its answer fill the length at most
+      model.dry_run_generation(std::max<int64_t>(1, ruler_lengths_asked.back() - most_new_tokens), most_new_tokens);
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
     result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
     result.peak_rss_bytes = machine::peak_rss_bytes();
@@ -384,6 +395,20 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     result.passkey_seconds = timer.seconds();
   }
 
+  // RULER: each prompt prefilled into the KV cache and answered greedily, stopping at the model's end of turn.
+  if (!ruler_tasks.empty()) {
+    const RulerSources sources = load_ruler_sources(s.ruler, tokenizer, shard, ruler_lengths_asked.back());
+    SampleSettings greedy;
+    greedy.greedy = true;
+    greedy.stop_ids = stop_ids(result.checkpoint, config);
+    Rng unused(s.seed);  // greedy draws nothing
+    const GenerateFn generate = [&](const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
+      greedy.new_tokens = max_new_tokens;
+      return train::generate(model, prompt, greedy, unused).tokens;
+    };
+    result.ruler = run_ruler(s.ruler, ruler_lengths_asked, tokenizer, sources, generate);
+  }
+
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = machine::peak_rss_bytes();
@@ -391,6 +416,9 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
     if (!result.passkey.empty())
       write_text_file_atomic(path_in(s.out_dir, "passkey.json"), passkey_json(result, s).dump(2) + "\n", kModule);
+    if (result.ruler)
+      write_text_file_atomic(path_in(s.out_dir, "ruler.json"), ruler_json(*result.ruler, s.ruler).dump(2) + "\n",
+                             kModule);
   }
   return result;
 }

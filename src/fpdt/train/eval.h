@@ -115,6 +115,7 @@ struct EvalResult {
   double mean_loss = 0.0;  // over every token of every sequence
   double loss_seconds = 0.0;
   std::vector<PasskeyCell> passkey;  // length-major; empty without a passkey grid
+  std::optional<RulerResult> ruler;  // when RULER was asked for
   double passkey_seconds = 0.0;
   size_t compute_peak_bytes = 0;     // this rank, over the evaluation
   size_t offload_peak_bytes = 0;

@@ -245,9 +245,10 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
         sample.length_tokens = L;
         sample.index = static_cast<int64_t>(n);
         sample.prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+        sample.prompt_ids = prompt.tokens;
+        sample.generated_ids = generated;
         sample.references = prompt.references;
         sample.seconds = answer.seconds();
-        sample.generated_tokens = static_cast<int64_t>(generated.size());
         sample.prediction = ruler_postprocess(tokenizer.decode(generated));
         sample.score = string_match_all(sample.prediction, sample.references);
         score_sum += sample.score;
@@ -314,7 +315,8 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
                        {"prompt_tokens", sample.prompt_tokens},
                        {"references", sample.references},
                        {"prediction", sample.prediction},
-                       {"generated_tokens", sample.generated_tokens},
+                       {"generated_ids", sample.generated_ids},
+                       {"prompt_ids", sample.prompt_ids},
                        {"score", sample.score},
                        {"seconds", sample.seconds}});
   json["samples"] = samples;

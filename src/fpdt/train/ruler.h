@@ -124,9 +124,10 @@ struct RulerSample {
   int64_t length_tokens = 0;  // the target L
   int64_t index = 0;          // of the sample in its (task, length)
   int64_t prompt_tokens = 0;
+  std::vector<int32_t> prompt_ids;     // what the model read (for a peer to answer the same prompt)
   std::vector<std::string> references;
   std::string prediction;  // decoded and postprocessed
-  int64_t generated_tokens = 0;
+  std::vector<int32_t> generated_ids;  // what it answered
   double score = 0.0;    // string_match_all, 0..1
   double seconds = 0.0;  // of the generation
 };
