@@ -58,6 +58,22 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
       run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light' --tokens 16");
   EXPECT_EQ(sampled.exit_status, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the light", 0), 0u) << sampled.output;  // the prompt, then 16 bytes
+
+  // The memory of a generation with its KV cache offloaded: the dry run's peaks are the real run's, to the byte.
+  auto peaks = [](const ProgramResult& result) {
+    const size_t report = result.output.rfind("\n{\"prompt_tokens\"");
+    EXPECT_NE(report, std::string::npos) << result.output;
+    const nlohmann::json json = nlohmann::json::parse(result.output.substr(report + 1));
+    return std::pair{json["compute_peak_bytes"].get<size_t>(), json["offload_peak_bytes"].get<size_t>()};
+  };
+  const std::string offloaded = "sample --checkpoint " + dir.file("run") +
+                                " --prompt 'the light and the dark' --tokens 40 --ignore-end-of-turn --chunk-tokens 8"
+                                " --offload ram";
+  const ProgramResult real = run_fpdt(offloaded), dry = run_fpdt(offloaded + " --dry-run");
+  ASSERT_EQ(real.exit_status, 0) << real.output;
+  ASSERT_EQ(dry.exit_status, 0) << dry.output;
+  EXPECT_GT(peaks(real).second, 0u);
+  EXPECT_EQ(peaks(dry), peaks(real));
 }
 
 // The process runs OpenBLAS kernels that use the CPU's widest vectors: fpdt restarts itself with
