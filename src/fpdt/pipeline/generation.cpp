@@ -20,10 +20,12 @@ namespace {
 constexpr const char* kModule = "generation";
 }  // namespace
 
-// The prompt's forward runs at max(S, min(C, S + max_new_tokens)) tokens: a prompt shorter than the run's
-// chunk C is padded into one chunk as long as the generation can use, so the cache's chunks are not cut to
-// the prompt's length (its padding's k and v are overwritten by the decoded tokens before they are read);
-// a longer one runs as it is. The cache has slots for S + max_new_tokens positions.
+// The prompt's forward runs over whole chunks: a prompt shorter than the run's chunk C is padded into one
+// chunk as long as the generation can use (so the cache's chunks are not cut to the prompt's length), a
+// longer one to its u chunks' u·C tokens, which the forward computes anyway. The padding's k and v are
+// overwritten by the decoded tokens before they are read. The cache has u + ⌈new/C⌉ chunks, room for S +
+// max_new_tokens positions. So prompts of the same chunk count share one layout: the arena and the store
+// are laid out once for them (RULER's prompts of a length), not once per prompt.
 int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tokens, bool dry) {
   int64_t positions = 0;
   if (prompt_tokens <= 0 || max_new_tokens < 0 || !checked_add(positions, prompt_tokens, max_new_tokens))
@@ -35,10 +37,14 @@ int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tok
                     " new tokens exceed the " + std::to_string(config_.max_positions) + " learned positions of model '" +
                     config_.name + "'",
                 "shorten the prompt or ask for fewer tokens");
-  const int64_t forward_tokens =
+  int64_t forward_tokens =
       run_.chunk_tokens > 0 ? std::max(prompt_tokens, std::min(run_.chunk_tokens, positions)) : prompt_tokens;
-  const ChunkPlan plan = plan_for(forward_tokens);
-  const int64_t cache_chunks = std::max<int64_t>(plan.chunks, (positions + plan.chunk_tokens - 1) / plan.chunk_tokens);
+  ChunkPlan plan = plan_for(forward_tokens);
+  if (!config_.learned_positions() || plan.padded_tokens <= config_.max_positions) {
+    forward_tokens = plan.padded_tokens;
+    plan = plan_for(forward_tokens);
+  }
+  const int64_t cache_chunks = plan.chunks + (max_new_tokens + plan.chunk_tokens - 1) / plan.chunk_tokens;
   const LayoutShape shape = layout_shape(forward_tokens, 1, cache_chunks);
   const std::string what = "the KV cache of a prompt of " + std::to_string(prompt_tokens) + " tokens and " +
                            std::to_string(max_new_tokens) + " new ones";
