@@ -240,8 +240,11 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   auto backend = kernels::make_backend(s.run.backend);
   if (s.run.offload.kind == pipeline::OffloadKind::disk)
     create_folder(s.run.offload.directory, kModule, "offload folder");
-  pipeline::FpdtModel model(config, *backend, world, s.run);
+  // The weights are the checkpoint's; a dry run's states are counted only, neither allocated nor made.
+  pipeline::ModelStates states(config, *backend, world, s.run, s.seed, s.dry_run);
+  pipeline::FpdtModel model(config, *backend, world, s.run, states);
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
+  check_layout_fits(kModule, model, s.run);
   if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
     model.dry_run(S, static_cast<int>(s.run.batch_size));
     result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;

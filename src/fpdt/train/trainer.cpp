@@ -238,13 +238,7 @@ void Trainer::build_model() {
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, run, *states_);
-  // A sequence whose step the pipeline's own memory table cannot count in 64-bit bytes is refused
-  // before the step is laid out.
-  if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size))))
-    throw Error(kModule,
-                "--seq " + str(s.run.seq_tokens) + " is too long for '" + config_.name +
-                    "': one step's buffers would take more bytes than 64-bit sizes count",
-                "lower --seq (a dry run measures any length that can be laid out)");
+  check_layout_fits(kModule, *model_, s.run);
   optimizer_ = std::make_unique<AdamW>(s.optimizer);
   if (!s.trace_path.empty()) trace::enable(world_.rank());
 }
