@@ -122,6 +122,16 @@ TEST_F(EvalCommand, ComputePeakDoesNotGrowWithTheSequence) {
   EXPECT_EQ(dry_huge["offload_peak_bytes"].get<int64_t>(), long_run["offload_peak_bytes"].get<int64_t>() * 4);
 }
 
+// A --batch beyond the sequences of the split: each forward takes the sequences there are (host buffers of
+// --batch rows of --seq tokens were 24 GB here, an "[internal] std::bad_alloc").
+TEST_F(EvalCommand, ABatchBeyondTheSequencesTakesThoseThereAre) {
+  const ProgramResult result =
+      run_fpdt(eval_args("--seq 64 --batch 2000000000 --passkey-trials 0 --out " + dir_.file("eval")), 120);
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  EXPECT_EQ(result.output.find("[internal]"), std::string::npos) << result.output;
+  EXPECT_GE(read_json(dir_.file("eval/loss_by_position.json"))["sequences"].get<int64_t>(), 2);
+}
+
 TEST_F(EvalCommand, BadInputGetsOneClearError) {
   // S beyond a model's learned positions (the GPT-2 golden model has 64).
   const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/golden/gpt2";

@@ -269,7 +269,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   for (const PositionBucket& bucket : position_buckets(S)) result.buckets.push_back(LossBucket{bucket});
   {
     const Timer timer;
-    const int64_t B = s.run.batch_size;
+    const int64_t B = std::min(s.run.batch_size, result.sequences);  // a forward takes the sequences there are
     std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
     std::vector<float> losses(inputs.size());
     std::vector<double> sums(2 * result.buckets.size(), 0.0);  // loss sums, then token counts
