@@ -2,7 +2,8 @@
 // folders without `latest`, into another model's run (a given --model, a model far too large to lay
 // out), to fewer --steps than the run has done or exactly as many; an --init-from model paired with
 // shards of another tokenizer; a warmup longer than the run; NaN weights in an --init-from folder;
-// --eval-batches 0 without val.bin; an --overwrite that cannot start; the help's word for 0 and the
+// --eval-batches 0 without val.bin; an --overwrite that cannot start; a decay that ends before the warmup;
+// the ETA and peaks of a huge run stopped after a step; the help's word for 0 and the
 // checkpoints kept; a rank with fewer cores than --threads. Each refusal is one clear "[module] ...;
 // hint: ..." line and exit status 1, never "[internal]", and a refused --resume or --overwrite leaves every
 // file of the run folder as it was.
@@ -155,6 +156,34 @@ TEST_F(RefusedRuns, WarmupLongerThanTheRunIsRefused) {
   args.back() = "2";
   const ProgramResult accepted = run_fpdt(join_args(args));
   EXPECT_EQ(accepted.exit_status, 0) << accepted.output;
+}
+
+TEST_F(RefusedRuns, DecayEndingBeforeTheWarmupIsRefused) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("decay"), 4);
+  args.insert(args.end(), {"--warmup", "3", "--decay-steps", "2"});
+  expect_refused(run_fpdt(join_args(args)), {"[train]", "--decay-steps 2 is not beyond --warmup 3", "never decay",
+                                             "hint: give --decay-steps above --warmup"});
+  args.back() = "3";
+  expect_refused(run_fpdt(join_args(args)), {"[train]", "--decay-steps 3 is not beyond --warmup 3"});
+  EXPECT_FALSE(fs::exists(dir_.file("decay")));
+  args.back() = "4";
+  const ProgramResult accepted = run_fpdt(join_args(args));
+  EXPECT_EQ(accepted.exit_status, 0) << accepted.output;
+}
+
+// A run of --steps no one waits for, stopped after one (--stop-after): its ETA is a bound, not a wrapped
+// int ("-35791394m-8s"), and its report holds the step's peaks (they were 0).
+TEST_F(RefusedRuns, StopAfterReportsThePeaksAndAHugeRunItsEta) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("long"), 2);
+  args[std::find(args.begin(), args.end(), "--steps") - args.begin() + 1] = "4611686018427387904";
+  args.insert(args.end(), {"--stop-after", "1"});
+  const ProgramResult result = run_fpdt(join_args(args), 120);
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  EXPECT_NE(result.output.find("step     1/4611686018427387904"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("| ETA over 30,000 years"), std::string::npos) << result.output;
+  const nlohmann::json report = nlohmann::json::parse(result.output.substr(result.output.rfind("\n{") + 1));
+  EXPECT_GT(report["compute_peak_bytes"].get<int64_t>(), 0) << result.output;
+  EXPECT_GT(report["peak_rss_bytes"].get<int64_t>(), 0) << result.output;
 }
 
 TEST_F(RefusedRuns, NoValidationNeedsNoValBin) {

@@ -190,6 +190,12 @@ void check_settings(const TrainSettings& s) {
                     str(s.steps) + " at " + last_lr + ")",
                 "use a --warmup below --steps (a few percent of them), or --warmup 0");
   }
+  if (s.optimizer.decay_steps > 0 && s.optimizer.decay_steps <= s.optimizer.warmup_steps)
+    throw Error(kModule,
+                "--decay-steps " + str(s.optimizer.decay_steps) + " is not beyond --warmup " +
+                    str(s.optimizer.warmup_steps) + ": the cosine decay would end before it began, so the learning "
+                    "rate would never decay",
+                "give --decay-steps above --warmup (or 0: decay until --steps)");
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");

@@ -429,6 +429,7 @@ TrainResult Trainer::run() {
     if ((s.save_every > 0 && step_ % s.save_every == 0) || last) save();
     if (s.stop_after_steps > 0 && step_ - first_step_ + 1 >= s.stop_after_steps && !last) {
       log::info("stopping after " + str(s.stop_after_steps) + " steps (--stop-after)");
+      record_peaks();
       return result_;
     }
   }
@@ -438,9 +439,7 @@ TrainResult Trainer::run() {
 TrainResult Trainer::finish() {
   const TrainSettings& s = settings_;
   check_update();
-  result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
-  result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-  result_.peak_rss_bytes = machine::peak_rss_bytes();
+  record_peaks();
   if (!s.trace_path.empty()) {
     const std::string path = world_.size() > 1 ? s.trace_path + ".rank" + str(world_.rank()) : s.trace_path;
     trace::write(path);
@@ -451,6 +450,12 @@ TrainResult Trainer::finish() {
                                           SampleSettings{.new_tokens = s.sample_tokens, .context_tokens = s.run.seq_tokens},
                                           s.seed, world_.rank());
   return result_;
+}
+
+void Trainer::record_peaks() {
+  result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result_.peak_rss_bytes = machine::peak_rss_bytes();
 }
 
 TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
