@@ -67,10 +67,11 @@ TEST(DryRunLimits, ProductsBeyondTheirTypesAreRefusedNamingTheOptions) {
                            {"[cli]", "--batch must be", "2147483647", "got '1099511627776'"});
   // A step whose buffers take more bytes than 64 bits count.
   expect_one_clear_error(run_in_one_gib("train --seq 1T --chunk-tokens 1M --batch 2147483647 --dry-run"),
-                         {"[train]", "--seq 1099511627776 x --batch 2147483647 is too long", "64-bit", "hint: lower --seq"});
+                         {"[train]", "--seq 1099511627776 is too long for 'llama-demo' at --batch 2147483647", "64-bit",
+                          "hint: lower --seq"});
   expect_one_clear_error(
       run_in_one_gib("eval --checkpoint " + kGoldenLlama + " --seq 1T --chunk-tokens 1M --batch 2147483647 --dry-run"),
-      {"[eval]", "--seq 1099511627776 x --batch 2147483647 is too long", "64-bit"});
+      {"[eval]", "--seq 1099511627776 is too long", "at --batch 2147483647", "64-bit"});
   // A world of sp x dp ranks beyond an int.
   expect_one_clear_error(run_in_one_gib("train --sp 65536 --dp 65536 --dry-run"),
                          {"[train]", "--sp 65536 x --dp 65536 ranks", "hint:"});

@@ -66,8 +66,8 @@ void check_runnable(const std::string& module, const pipeline::RunSpec& run) {
 void check_layout_fits(const std::string& module, const pipeline::FpdtModel& model, const pipeline::RunSpec& run) {
   if (!pipeline::layout_fits_64_bits(model.layout_shape(run.seq_tokens, static_cast<int>(run.batch_size))))
     throw Error(module,
-                "--seq " + str(run.seq_tokens) + " x --batch " + str(run.batch_size) + " is too long for '" +
-                    model.config().name + "': one step's buffers would take more bytes than 64-bit sizes count",
+                "--seq " + str(run.seq_tokens) + " is too long for '" + model.config().name + "' at --batch " +
+                    str(run.batch_size) + ": one step's buffers would take more bytes than 64-bit sizes count",
                 "lower --seq or --batch (a dry run measures any length that can be laid out)");
 }
 
