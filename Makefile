@@ -49,7 +49,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE cuda
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE 'cuda|optin'
 
 # Both jobs set up quietly (scripts/setup.sh: one apt run for the build's packages and the job's, the
 # build; their output in the run folder's setup.log).
@@ -73,7 +73,7 @@ SANITIZER_LOGS_EMPTY = if [ -n "$$(ls -A sanitizer-logs)" ]; then cat sanitizer-
 check-asan: build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS)
 	rm -rf build-asan/sanitizer-logs && mkdir -p build-asan/sanitizer-logs
-	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE cuda; \
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE 'cuda|optin'; \
 	  status=$$?; $(SANITIZER_LOGS_EMPTY); exit $$status
 
 check-tsan: build-tsan/CMakeCache.txt

@@ -67,17 +67,23 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
               format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; peak RSS " +
               format_bytes(static_cast<double>(result.peak_rss_bytes)));
     const pipeline::OffloadTraffic& traffic = result.offload_per_step;
-    const double tokens = static_cast<double>(s.run.seq_tokens * s.run.batch_size * s.grad_accum);
-    log::info("dry run: offload traffic per step " + format_bytes(static_cast<double>(traffic.read_bytes)) +
-              " read + " + format_bytes(static_cast<double>(traffic.written_bytes)) + " written per rank (" +
-              format_bytes(static_cast<double>(traffic.read_bytes + traffic.written_bytes) / tokens) + " per token)" +
-              (s.run.doc_mask ? "; document masks, which depend on the data, skip more" : ""));
+    const double tokens =
+        static_cast<double>(s.run.seq_tokens) * static_cast<double>(s.run.batch_size) * static_cast<double>(s.grad_accum);
+    if (traffic.overflow)
+      log::info("dry run: offload traffic per step beyond 16 EiB per rank (more bytes than 64 bits count)");
+    else
+      log::info("dry run: offload traffic per step " + format_bytes(static_cast<double>(traffic.read_bytes)) +
+                " read + " + format_bytes(static_cast<double>(traffic.written_bytes)) + " written per rank (" +
+                format_bytes((static_cast<double>(traffic.read_bytes) + static_cast<double>(traffic.written_bytes)) /
+                             tokens) +
+                " per token)" + (s.run.doc_mask ? "; document masks, which depend on the data, skip more" : ""));
+    const nlohmann::json no_count;  // null: beyond 64 bits
     log::info(nlohmann::json{{"dry_run", true},
                              {"seq", s.run.seq_tokens},
                              {"compute_peak_bytes", result.compute_peak_bytes},
                              {"offload_peak_bytes", result.offload_peak_bytes},
-                             {"offload_read_bytes", traffic.read_bytes},
-                             {"offload_written_bytes", traffic.written_bytes},
+                             {"offload_read_bytes", traffic.overflow ? no_count : nlohmann::json(traffic.read_bytes)},
+                             {"offload_written_bytes", traffic.overflow ? no_count : nlohmann::json(traffic.written_bytes)},
                              {"state_compute_bytes", result.state_compute_bytes},
                              {"state_offload_bytes", result.state_offload_bytes},
                              {"peak_rss_bytes", result.peak_rss_bytes},

@@ -2,13 +2,16 @@
 // loss_by_position.json (every position of every sequence counted once) and passkey.json (the grid asked
 // for) and prints both; the compute peak does not grow with S; and bad input — S beyond a model's learned
 // positions, missing or too little data, data of another vocabulary, a prompt longer than --seq, more ranks
-// than the job has — gets one clear error line each.
+// than the job has — gets one clear error line each. In bf16, eval's loss is training's validation loss on
+// the same tokens, and its dry run lays out what the run allocates.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "fpdt/model/config.h"
 #include "fpdt_program.h"
+#include "tolerances.h"
 
 namespace fpdt::testing {
 namespace {
@@ -119,6 +122,16 @@ TEST_F(EvalCommand, ComputePeakDoesNotGrowWithTheSequence) {
   EXPECT_EQ(dry_huge["offload_peak_bytes"].get<int64_t>(), long_run["offload_peak_bytes"].get<int64_t>() * 4);
 }
 
+// A --batch beyond the sequences of the split: each forward takes the sequences there are (host buffers of
+// --batch rows of --seq tokens were 24 GB here, an "[internal] std::bad_alloc").
+TEST_F(EvalCommand, ABatchBeyondTheSequencesTakesThoseThereAre) {
+  const ProgramResult result =
+      run_fpdt(eval_args("--seq 64 --batch 2000000000 --passkey-trials 0 --out " + dir_.file("eval")), 120);
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  EXPECT_EQ(result.output.find("[internal]"), std::string::npos) << result.output;
+  EXPECT_GE(read_json(dir_.file("eval/loss_by_position.json"))["sequences"].get<int64_t>(), 2);
+}
+
 TEST_F(EvalCommand, BadInputGetsOneClearError) {
   // S beyond a model's learned positions (the GPT-2 golden model has 64).
   const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/golden/gpt2";
@@ -150,6 +163,40 @@ TEST_F(EvalCommand, BadInputGetsOneClearError) {
   expect_one_clear_error(run_fpdt(eval_args("--seq 128 --split test")), {"[cli]", "--split"});
   expect_one_clear_error(run_fpdt("eval --checkpoint " + dir_.file("nothing") + " --seq 128"),
                          {"[checkpoint]", "neither a run folder"});
+}
+
+// bf16 (the forward-only states keep the weights' bf16 working copy): `fpdt eval` of a bf16 run's last
+// checkpoint on the first 4 sequences of val.bin gives the loss `fpdt train` validated that checkpoint's
+// weights with on the same 4 windows (--eval-batches 2 of --batch 2). Both sides are bf16 pipelines that
+// may chunk differently: bf16_bound of the forward's roundings, both sides rounding, averaged over the
+// tokens. The dry run lays out the forward the run allocates: the same compute peak.
+TEST(EvalBf16, LossIsTrainingsValidationLossAndTheDryRunLaysItOut) {
+  TempDir dir;
+  const TinySetup setup(dir, fresh_seed());
+  const std::string run = dir.file("run");
+  std::vector<std::string> args = setup.train_args(run, 2);
+  args.insert(args.end(), {"--precision", "bf16", "--chunks", "2"});
+  const ProgramResult trained = run_fpdt(join_args(args));
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  const std::vector<nlohmann::json> metrics = metrics_lines(run + "/metrics.jsonl");
+  ASSERT_FALSE(metrics.empty());
+  const double validated = metrics.back()["val_loss"].get<double>();
+
+  const std::string common = "eval --checkpoint " + run + " --data " + setup.data_dir +
+                             " --threads 1 --precision bf16 --seq 32 --batch 2 --chunk-tokens 8 --offload ram";
+  const ProgramResult evaluated = run_fpdt(common + " --sequences 4 --passkey-trials 0 --out " + dir.file("eval"));
+  ASSERT_EQ(evaluated.exit_status, 0) << evaluated.output;
+  const nlohmann::json loss = read_json(dir.file("eval/loss_by_position.json"));
+  const double tokens = 4 * 32;
+  const double bound = bf16_bound(bf16_roundings(model::load_hf_config(setup.config_path), false), true, tokens);
+  EXPECT_LE(std::abs(loss["mean_loss"].get<double>() - validated), bound * validated)
+      << "eval " << loss["mean_loss"] << ", train's validation " << validated;
+
+  const ProgramResult dry = run_fpdt(common + " --dry-run");
+  ASSERT_EQ(dry.exit_status, 0) << dry.output;
+  const nlohmann::json laid_out = nlohmann::json::parse(dry.output.substr(dry.output.rfind("{\"dry_run\"")));
+  EXPECT_EQ(laid_out["compute_peak_bytes"], loss["compute_peak_bytes"]);
+  EXPECT_EQ(laid_out["offload_peak_bytes"], loss["offload_peak_bytes"]);
 }
 
 }  // namespace

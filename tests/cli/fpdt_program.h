@@ -46,6 +46,13 @@ inline ProgramResult run_fpdt(const std::string& args, int limit_seconds = 0) {
   return run_command(limit + fpdt_binary() + " " + args);
 }
 
+// `command` run with `folder` a read-only tmpfs, in a mount namespace of its own (nothing outside sees
+// it). Needs root (unshare -m, mount): CI runs the suite as root; elsewhere the caller skips.
+inline ProgramResult run_on_read_only_folder(const std::string& folder, const std::string& command) {
+  return run_command("unshare -m sh -c 'mount -t tmpfs -o ro fpdt-ro " + folder + " || { echo MOUNT-FAILED; exit 99; }; " +
+                     command + "'");
+}
+
 // Starts `program <args...>` in the background with its output to `log_path`; returns its pid.
 inline pid_t start_program(const std::string& program, const std::vector<std::string>& args,
                            const std::string& log_path) {

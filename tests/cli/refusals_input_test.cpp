@@ -113,13 +113,6 @@ TEST(TokenizeRefusals, AFileInTheWayOfTheOutputFolder) {
   EXPECT_EQ(file_bytes(dir.file("taken")), "a file, not a folder");
 }
 
-// `command` run with `folder` a read-only tmpfs, in a mount namespace of its own (nothing outside sees
-// it). Needs root (unshare -m, mount): CI runs the suite as root; elsewhere the caller skips.
-ProgramResult run_on_read_only_folder(const std::string& folder, const std::string& command) {
-  return run_command("unshare -m sh -c 'mount -t tmpfs -o ro fpdt-ro " + folder + " || { echo MOUNT-FAILED; exit 99; }; " +
-                     command + "'");
-}
-
 // ---- eval and tokenize writing onto a read-only file system ---------------------------------------
 
 class ReadOnlyOutput : public ::testing::Test {

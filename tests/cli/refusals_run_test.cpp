@@ -2,12 +2,15 @@
 // folders without `latest`, into another model's run (a given --model, a model far too large to lay
 // out), to fewer --steps than the run has done or exactly as many; an --init-from model paired with
 // shards of another tokenizer; a warmup longer than the run; NaN weights in an --init-from folder;
-// --eval-batches 0 without val.bin; the help's word for 0 and the checkpoints kept; a rank with fewer
-// cores than --threads. Each refusal is one clear "[module] ...; hint: ..." line and exit status 1,
-// never "[internal]", and a refused --resume leaves every file of the run folder as it was.
+// --eval-batches 0 without val.bin; an --overwrite that cannot start; a decay that ends before the warmup;
+// the ETA and peaks of a huge run stopped after a step; the help's word for 0 and the
+// checkpoints kept; a rank with fewer cores than --threads. Each refusal is one clear "[module] ...;
+// hint: ..." line and exit status 1, never "[internal]", and a refused --resume or --overwrite leaves every
+// file of the run folder as it was.
 #include <gtest/gtest.h>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -65,11 +68,33 @@ class RefusedRuns : public ::testing::Test {
     args.push_back("--resume");
     return run_fpdt(join_args(args) + more, 120);
   }
-  // The refused resume leaves the run folder as it was, file by file.
-  void expect_refused_resume(const ProgramResult& result, std::initializer_list<std::string> parts,
+  // The refused command leaves the run folder as it was, file by file.
+  void expect_refused_keeping_run(const ProgramResult& result, std::initializer_list<std::string> parts,
                              const std::map<std::string, std::string>& before) const {
     expect_refused(result, parts);
     EXPECT_EQ(folder_contents(run_), before) << "the refused resume changed " << run_;
+  }
+  // `fpdt train ... --overwrite <more>` of a fresh run of the same kind into the run folder.
+  ProgramResult overwrite(const std::string& more) const {
+    std::vector<std::string> args = setup_->train_args(run_, 2);
+    args.push_back("--overwrite");
+    return run_fpdt(join_args(args) + more, 120);
+  }
+  // A copy of the run's step_2 as a Hugging Face folder whose middle tensor starts with a NaN and an Inf;
+  // returns that tensor's name.
+  std::string make_nan_model(const std::string& folder) const {
+    fs::copy(run_ + "/step_2", folder);
+    const std::string path = folder + "/model.safetensors";
+    SafetensorsReader reader(path);
+    const std::string damaged_tensor = reader.names()[reader.names().size() / 2];
+    const SafetensorsEntry& entry = reader.entry(damaged_tensor);
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    file.read(reinterpret_cast<char*>(&header_bytes), 8);
+    const float values[2] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()};
+    file.seekp(static_cast<std::streamoff>(8 + header_bytes + entry.begin_bytes));
+    file.write(reinterpret_cast<const char*>(values), sizeof values);
+    return damaged_tensor;
   }
   TempDir dir_;
   std::unique_ptr<TinySetup> setup_;
@@ -79,18 +104,18 @@ class RefusedRuns : public ::testing::Test {
 TEST_F(RefusedRuns, ResumeOfStepFoldersWithoutLatestIsRefused) {
   fs::remove(run_ + "/latest");
   const auto before = folder_contents(run_);
-  expect_refused_resume(resume(4), {"[train]", "cannot resume the run in " + run_, "step_1, step_2",
+  expect_refused_keeping_run(resume(4), {"[train]", "cannot resume the run in " + run_, "step_1, step_2",
                                     "no 'latest'", "hint:", "echo step_2 > " + run_ + "/latest", "--overwrite"},
                         before);
   // Also when the model comes from the run (no --model given).
-  expect_refused_resume(run_fpdt("train --resume --steps 4 --data " + setup_->data_dir + " --out " + run_, 120),
+  expect_refused_keeping_run(run_fpdt("train --resume --steps 4 --data " + setup_->data_dir + " --out " + run_, 120),
                         {"[train]", "no 'latest'"}, before);
 }
 
 TEST_F(RefusedRuns, ResumeWithAnotherGivenModelIsRefusedNamingTheField) {
   const auto before = folder_contents(run_);
   // llama-demo is the default model: given explicitly, it still counts.
-  expect_refused_resume(resume(4, " --model llama-demo"),
+  expect_refused_keeping_run(resume(4, " --model llama-demo"),
                         {"[checkpoint]", "step_2 holds a model of another configuration", "hidden_size = 32",
                          "this run's model 256", "hint: leave out --model"},
                         before);
@@ -99,14 +124,14 @@ TEST_F(RefusedRuns, ResumeWithAnotherGivenModelIsRefusedNamingTheField) {
 TEST_F(RefusedRuns, ResumeWithAHugeModelIsRefusedBeforeAnythingIsLaidOut) {
   const auto before = folder_contents(run_);
   const ProgramResult result = resume(4, " --model llama3-8b");
-  expect_refused_resume(result, {"[checkpoint]", "another configuration", "vocab_size = 257", "128256"}, before);
+  expect_refused_keeping_run(result, {"[checkpoint]", "another configuration", "vocab_size = 257", "128256"}, before);
   EXPECT_EQ(result.output.find("GiB"), std::string::npos) << result.output;  // no allocation was tried
   EXPECT_EQ(result.output.find("| model "), std::string::npos) << result.output;  // nor the table printed
 }
 
 TEST_F(RefusedRuns, ResumeToFewerStepsThanDoneIsRefusedAndToAsManyHasNothingToDo) {
   const auto before = folder_contents(run_);
-  expect_refused_resume(resume(1), {"[train]", "cannot resume the run in " + run_ + " to --steps 1",
+  expect_refused_keeping_run(resume(1), {"[train]", "cannot resume the run in " + run_ + " to --steps 1",
                                     "step_2, is at step 2 already", "hint: give --steps above 2"},
                         before);
   const ProgramResult complete = resume(2);
@@ -131,6 +156,34 @@ TEST_F(RefusedRuns, WarmupLongerThanTheRunIsRefused) {
   args.back() = "2";
   const ProgramResult accepted = run_fpdt(join_args(args));
   EXPECT_EQ(accepted.exit_status, 0) << accepted.output;
+}
+
+TEST_F(RefusedRuns, DecayEndingBeforeTheWarmupIsRefused) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("decay"), 4);
+  args.insert(args.end(), {"--warmup", "3", "--decay-steps", "2"});
+  expect_refused(run_fpdt(join_args(args)), {"[train]", "--decay-steps 2 is not beyond --warmup 3", "never decay",
+                                             "hint: give --decay-steps above --warmup"});
+  args.back() = "3";
+  expect_refused(run_fpdt(join_args(args)), {"[train]", "--decay-steps 3 is not beyond --warmup 3"});
+  EXPECT_FALSE(fs::exists(dir_.file("decay")));
+  args.back() = "4";
+  const ProgramResult accepted = run_fpdt(join_args(args));
+  EXPECT_EQ(accepted.exit_status, 0) << accepted.output;
+}
+
+// A run of --steps no one waits for, stopped after one (--stop-after): its ETA is a bound, not a wrapped
+// int ("-35791394m-8s"), and its report holds the step's peaks (they were 0).
+TEST_F(RefusedRuns, StopAfterReportsThePeaksAndAHugeRunItsEta) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("long"), 2);
+  args[std::find(args.begin(), args.end(), "--steps") - args.begin() + 1] = "4611686018427387904";
+  args.insert(args.end(), {"--stop-after", "1"});
+  const ProgramResult result = run_fpdt(join_args(args), 120);
+  ASSERT_EQ(result.exit_status, 0) << result.output;
+  EXPECT_NE(result.output.find("step     1/4611686018427387904"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("| ETA over 30,000 years"), std::string::npos) << result.output;
+  const nlohmann::json report = nlohmann::json::parse(result.output.substr(result.output.rfind("\n{") + 1));
+  EXPECT_GT(report["compute_peak_bytes"].get<int64_t>(), 0) << result.output;
+  EXPECT_GT(report["peak_rss_bytes"].get<int64_t>(), 0) << result.output;
 }
 
 TEST_F(RefusedRuns, NoValidationNeedsNoValBin) {
@@ -193,20 +246,8 @@ TEST_F(RefusedRuns, InitFromShardsOfAnotherTokenizerIsRefusedNamingBoth) {
 
 TEST_F(RefusedRuns, NanWeightsOfAnInitFromFolderAreRefusedAtLoadNamingTheTensor) {
   const std::string folder = dir_.file("nan_model");
-  fs::copy(run_ + "/step_2", folder);
   const std::string path = folder + "/model.safetensors";
-  std::string damaged_tensor;
-  {
-    SafetensorsReader reader(path);
-    damaged_tensor = reader.names()[reader.names().size() / 2];
-    const SafetensorsEntry& entry = reader.entry(damaged_tensor);
-    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_bytes = 0;
-    file.read(reinterpret_cast<char*>(&header_bytes), 8);
-    const float values[2] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()};
-    file.seekp(static_cast<std::streamoff>(8 + header_bytes + entry.begin_bytes));
-    file.write(reinterpret_cast<const char*>(values), sizeof values);
-  }
+  const std::string damaged_tensor = make_nan_model(folder);
   const ProgramResult result = run_fpdt("train --init-from " + folder + " --data " + setup_->data_dir + " --out " +
                                         dir_.file("nan_run") + " --steps 1 --batch 1 --seq 32 --threads 2 --peak-gflops 100");
   expect_refused(result, {"[model]", path + ": tensor '" + damaged_tensor + "' holds 1 NaN and 1 Inf", "hint:"});
@@ -214,6 +255,48 @@ TEST_F(RefusedRuns, NanWeightsOfAnInitFromFolderAreRefusedAtLoadNamingTheTensor)
   EXPECT_EQ(result.output.find("not finite"), std::string::npos) << result.output;
   // `sample` reads the folder the same way.
   expect_refused(run_fpdt("sample --checkpoint " + folder + " --tokens 2"), {"[model]", damaged_tensor, "NaN"});
+}
+
+// --overwrite deletes the previous run only once the new one can start: a compute budget too small for
+// the model states, an --init-from folder with NaN weights and a --trace path that is a folder are each
+// refused with the run folder as it was (an offload folder on a read-only file system: below).
+TEST_F(RefusedRuns, OverwriteThatIsRefusedLeavesThePreviousRun) {
+  const auto before = folder_contents(run_);
+  expect_refused_keeping_run(overwrite(" --compute-mem 1KiB"),
+                             {"[memory]", "compute tier", "model states", "1.00 KiB limit", "hint:"}, before);
+  const std::string damaged_tensor = make_nan_model(dir_.file("nan_model"));
+  expect_refused_keeping_run(run_fpdt("train --init-from " + dir_.file("nan_model") + " --data " + setup_->data_dir +
+                                          " --out " + run_ + " --overwrite --steps 1 --batch 1 --seq 32 --threads 2 "
+                                          "--peak-gflops 100",
+                                      120),
+                             {"[model]", "tensor '" + damaged_tensor + "' holds 1 NaN and 1 Inf"}, before);
+  fs::create_directory(dir_.file("traces"));
+  expect_refused_keeping_run(overwrite(" --trace " + dir_.file("traces")),
+                             {"[train]", "--trace " + dir_.file("traces") + " is a folder",
+                              "hint: give a file name, e.g. --trace " + dir_.file("traces") + "/trace.json"},
+                             before);
+  expect_refused_keeping_run(overwrite(" --trace " + dir_.file("nowhere/trace.json")),
+                             {"[train]", "its folder " + dir_.file("nowhere") + " does not exist"}, before);
+  // The same overwrite with nothing to refuse replaces the run.
+  const ProgramResult replaced = overwrite(" --trace " + dir_.file("traces/trace.json"));
+  EXPECT_EQ(replaced.exit_status, 0) << replaced.output;
+  EXPECT_NE(replaced.output.find("--overwrite: deleted the previous run"), std::string::npos) << replaced.output;
+  EXPECT_TRUE(fs::is_regular_file(dir_.file("traces/trace.json")));
+}
+
+TEST_F(RefusedRuns, OverwriteWithAnOffloadFolderOnAReadOnlyFileSystemLeavesThePreviousRun) {
+  // Not root: no mount namespace can be made. CI runs as root, where this test must run, not skip.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a read-only tmpfs in a mount namespace";
+  const auto before = folder_contents(run_);
+  fs::create_directory(dir_.file("ro"));
+  std::vector<std::string> args = setup_->train_args(run_, 2);
+  args.insert(args.end(), {"--overwrite", "--offload", "disk:" + dir_.file("ro")});
+  const ProgramResult result =
+      run_on_read_only_folder(dir_.file("ro"), "timeout -s KILL 120 " + fpdt_binary() + " " + join_args(args));
+  ASSERT_EQ(result.output.find("MOUNT-FAILED"), std::string::npos) << result.output;
+  expect_refused_keeping_run(result, {"[offload]", "cannot create an offload file in " + dir_.file("ro"),
+                                      "Read-only file system"},
+                             before);
 }
 
 // What 0 means and how many checkpoints are kept, in every command's help.

@@ -3,7 +3,7 @@
 // and a simulator that runs every program with a FIFO copy queue and checks what each step finds in
 // its buffers: the right chunk's q, k, v (and kept MLP activations), every live block merged exactly
 // once and no dead one, every read after its fetch completed and no buffer overwritten while a write
-// still reads it.
+// still reads it; and the copies counted in closed form (a dry run's) equal to those of the schedule.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -526,6 +526,47 @@ TEST(Schedule, SimulatedStepsSeeTheRightData) {
               if (::testing::Test::HasFailure()) return;
             }
   EXPECT_EQ(checked, 576);
+}
+
+// count_copies without a schedule (what a dry run of any number of chunks counts) is what the built
+// schedule queues, array by array: every pass, recompute, kept MLP, window and padding, with layers of
+// two windows.
+TEST(Schedule, CopiesCountedInClosedFormAreTheSchedules) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  int checked = 0;
+  for (int u = 1; u <= 9; ++u)
+    for (const int P : {1, 2})
+      for (const Recompute recompute : {Recompute::none, Recompute::layer})
+        for (const bool mlp_kept : {false, true})
+          for (const Pass pass : {Pass::forward, Pass::forward_backward})
+            for (int trial = 0; trial < 4 && !(mlp_kept && recompute == Recompute::layer); ++trial) {
+              // Up to a chunk and a half of padding (chunks of padding only, too).
+              const ChunkPlan plan = make_chunk_plan(
+                  u * P * 4 - static_cast<int64_t>(rng.below(std::min(6 * P, 4 * u * P))), P, 0, 0, u);
+              const int64_t window = trial == 0 ? 0 : 1 + static_cast<int64_t>(rng.below(3 * plan.chunk_tokens));
+              const std::vector<int64_t> windows = {0, window, 0};
+              std::vector<BlockMask> masks;
+              for (const int64_t w : windows) masks.push_back(make_block_mask(plan, w, nullptr, 1));
+              SCOPED_TRACE("u " + std::to_string(u) + " P " + std::to_string(P) + " S " +
+                           std::to_string(plan.seq_tokens) + " window " + std::to_string(window) + " recompute " +
+                           spelling(recompute) + (mlp_kept ? " MLP kept" : "") +
+                           (pass == Pass::forward ? " forward" : " forward + backward"));
+              for (const bool kv_cache : {false, true}) {  // a generation's forward writes every k and v
+                if (kv_cache && pass != Pass::forward) continue;
+                SCOPED_TRACE(kv_cache ? "KV cache" : "");
+                const ScheduleCopies built =
+                    count_copies(make_schedule(plan, pass, recompute, masks, mlp_kept, false, kv_cache));
+                const ScheduleCopies counted = count_copies(plan, pass, recompute, windows, mlp_kept, kv_cache);
+                for (int a = 0; a < kArrayCount; ++a) {
+                  EXPECT_EQ(counted.fetches[a], built.fetches[a]) << "fetches of " << array_name(static_cast<Array>(a));
+                  EXPECT_EQ(counted.writes[a], built.writes[a]) << "writes of " << array_name(static_cast<Array>(a));
+                }
+                ++checked;
+                if (::testing::Test::HasFailure()) return;
+              }
+            }
+  EXPECT_EQ(checked, 9 * 2 * 3 * 3 * 4);  // (u, P, recompute and MLP, forward / + KV cache / + backward, trial)
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Model FLOPs (train::model_flops), the numerator of every MFU figure: causal attention counted once, and
 // only the pairs a sliding window or document masks leave visible — checked against brute-force counts of
-// the visible (query, key) pairs on fresh random windows and documents.
+// the visible (query, key) pairs on fresh random windows and documents; and the progress line's ETA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "fpdt/model/config.h"
@@ -83,6 +84,22 @@ TEST(ModelFlops, DocumentMasksCountEachDocumentAlone) {
   // One document per row is the unmasked row.
   std::fill(doc_ids.begin(), doc_ids.end(), 0);
   EXPECT_DOUBLE_EQ(model_flops(config, B, S, doc_ids.data()), model_flops(config, B, S));
+}
+
+// The progress line's ETA: minutes and seconds, hours and minutes beyond 100 hours, a bound beyond
+// ~31,700 years — never a wrapped int (2.5e17 s printed "-35791394m-8s").
+TEST(ProgressLine, EtaIsReadableAtAnyLength) {
+  EXPECT_EQ(format_eta(125.4), "2m05s");
+  EXPECT_EQ(format_eta(99 * 3600.0), "5940m00s");
+  EXPECT_EQ(format_eta(100 * 3600.0 + 61), "100h01m");
+  EXPECT_EQ(format_eta(kLongestEtaSeconds), "277777777h46m");
+  EXPECT_EQ(format_eta(2.5e17), "over 30,000 years");
+  EXPECT_EQ(format_eta(std::numeric_limits<double>::infinity()), "over 30,000 years");
+  EXPECT_EQ(format_eta(std::numeric_limits<double>::quiet_NaN()), "?");
+  StepMetrics metrics;
+  metrics.step = 1;
+  const std::string line = progress_line(metrics, int64_t{1} << 62, 2.5e17);
+  EXPECT_NE(line.find("| ETA over 30,000 years"), std::string::npos) << line;
 }
 
 }  // namespace

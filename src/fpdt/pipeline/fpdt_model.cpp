@@ -134,7 +134,12 @@ void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry, int64_t cache_c
   host_losses_.resize(rows);
   host_predictions_.resize(rows);
   host_docs_.resize(rows * static_cast<size_t>(shape.P));
-  traffic_ = dry ? schedule_traffic(schedule_for(seq_tokens, run_.forward_only ? Pass::forward : Pass::forward_backward), *store_) : OffloadTraffic{};
+  std::vector<int64_t> windows;  // counted in closed form: a schedule of u chunks holds O(u²) steps
+  for (int layer = 0; layer < config_.layers && dry; ++layer) windows.push_back(config_.window(layer));
+  traffic_ = dry ? schedule_traffic(count_copies(plan_, run_.forward_only ? Pass::forward : Pass::forward_backward,
+                                                 run_.recompute, windows, mlp_kept(), cache_chunks_ > 0),
+                                    *store_)
+                 : OffloadTraffic{};
 }
 
 // ---- the executor -----------------------------------------------------------------------------------

@@ -313,10 +313,12 @@ std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout,
   std::vector<StateSpec> table = {
       {StateBuf::weights, 0, part(stage >= 3, "weights"), Tier::compute, stage >= 3 ? shards : whole,
        kWeightBytes}};
-  if (s.run.forward_only) {  // the weights, and in bf16 their working copy, which the GEMMs read
+  const bool bf16 = s.run.precision == kernels::Precision::bf16;
+  const StateSpec working_copy{StateBuf::weights_bf16, 0, part(stage >= 3, "weights, bf16 working copy"),
+                               Tier::compute, stage >= 3 ? shards : whole, 2};
+  if (s.run.forward_only) {  // the weights alone, and a bf16 run's working copy, which its GEMMs read
     FPDT_ASSERT(stage == 0 && !master);
-    if (s.run.precision == kernels::Precision::bf16)
-      table.push_back({StateBuf::weights_bf16, 0, "weights, bf16 working copy", Tier::compute, whole, 2});
+    if (bf16) table.push_back(working_copy);
     return table;
   }
   table.push_back({StateBuf::gradients, 0, part(stage >= 2, "gradients"),
@@ -330,9 +332,8 @@ std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout,
   for (size_t k = 0; k < plan.slots.size(); ++k)
     table.push_back({StateBuf::slot, static_cast<int>(k), "ZeRO slot " + std::to_string(k), Tier::compute,
                      plan.slots[k].bytes, 1});
-  if (s.run.precision != kernels::Precision::bf16) return table;
-  table.push_back({StateBuf::weights_bf16, 0, part(stage >= 3, "weights, bf16 working copy"), Tier::compute,
-                   stage >= 3 ? shards : whole, 2});
+  if (!bf16) return table;
+  table.push_back(working_copy);
   if (stage < 3) return table;
   for (size_t k = 0; k < plan.slots.size(); ++k)  // a unit's words: half its fp32 bytes
     table.push_back({StateBuf::slot_bf16, static_cast<int>(k), "ZeRO slot " + std::to_string(k) + " (bf16 words)",

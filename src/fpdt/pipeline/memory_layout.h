@@ -214,7 +214,8 @@ struct StateSpec {
   int64_t bytes() const;  // transfer_bytes(elements · element_bytes)
 };
 // Every model-state buffer of one rank, in allocation order: weights, gradients, [master], m, v, slots,
-// then a bf16 run's working copy [, its slots' bf16 words and the vector staging (stage 3)].
+// then a bf16 run's working copy [, its slots' bf16 words and the vector staging (stage 3)]; forward only,
+// the weights [and a bf16 run's working copy].
 std::vector<StateSpec> model_state_buffers(const model::ParameterLayout& layout, const StateShape& shape);
 // The ZeRO plan of the layout's model (its slots are the table's).
 ZeroPlan zero_plan(const model::ParameterLayout& layout, const StateShape& shape);

@@ -45,13 +45,19 @@ size_t OffloadStore::offset(Array array, int layer, int chunk) const {
 }
 
 OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store) {
+  return schedule_traffic(count_copies(schedule), store);
+}
+
+OffloadTraffic schedule_traffic(const ScheduleCopies& copies, const OffloadStore& store) {
   OffloadTraffic traffic;
   if (store.resident()) return traffic;
-  for (const Schedule::Call& call : schedule.calls)
-    for (const Step& step : schedule.programs[static_cast<size_t>(call.program)].steps) {
-      if (step.op == Op::fetch) traffic.read_bytes += store.slot_bytes(step.array);
-      if (step.op == Op::write) traffic.written_bytes += store.slot_bytes(step.array);
-    }
+  for (int a = 0; a < kArrayCount; ++a) {
+    const uint64_t slot = store.slot_bytes(static_cast<Array>(a));
+    OffloadTraffic array;
+    array.overflow = !checked_mul(array.read_bytes, static_cast<uint64_t>(copies.fetches[static_cast<size_t>(a)]), slot) ||
+                     !checked_mul(array.written_bytes, static_cast<uint64_t>(copies.writes[static_cast<size_t>(a)]), slot);
+    traffic += array;
+  }
   return traffic;
 }
 

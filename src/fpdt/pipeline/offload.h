@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/kernels/device_memory.h"
 #include "fpdt/pipeline/memory_layout.h"
 #include "fpdt/pipeline/run_spec.h"
@@ -57,9 +58,10 @@ class OffloadStore {
 struct OffloadTraffic {
   uint64_t read_bytes = 0;
   uint64_t written_bytes = 0;
+  bool overflow = false;  // the bytes passed 2^64 (a dry run of an extreme length): the counts above are not them
   OffloadTraffic& operator+=(const OffloadTraffic& other) {
-    read_bytes += other.read_bytes;
-    written_bytes += other.written_bytes;
+    overflow = overflow || other.overflow || !checked_add(read_bytes, read_bytes, other.read_bytes) ||
+               !checked_add(written_bytes, written_bytes, other.written_bytes);
     return *this;
   }
   bool operator==(const OffloadTraffic&) const = default;
@@ -69,5 +71,7 @@ struct OffloadTraffic {
 // slot each (none with a resident store: its fetches read in place). A block the mask removed fetches
 // nothing, so this is the traffic a sliding window or document mask leaves.
 OffloadTraffic schedule_traffic(const Schedule& schedule, const OffloadStore& store);
+// The same from the copies counted (count_copies: a dry run's, without the schedule).
+OffloadTraffic schedule_traffic(const ScheduleCopies& copies, const OffloadStore& store);
 
 }  // namespace fpdt::pipeline

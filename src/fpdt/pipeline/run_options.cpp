@@ -1,6 +1,8 @@
 // The shared run options (see run_options.h).
 #include "fpdt/pipeline/run_options.h"
 
+#include <limits>
+
 #include "fpdt/base/machine.h"
 
 namespace fpdt::pipeline::options {
@@ -31,7 +33,10 @@ Option& dp(OptionSet& set, int& field) {
 }
 
 Option& batch(OptionSet& set, int64_t& field) {
-  return set.add("batch", "B", "sequences per micro-batch and replica", field).at_least(1);
+  // The pipeline counts a micro-batch's sequences in an int.
+  return set.add("batch", "B", "sequences per micro-batch and replica", field)
+      .at_least(1)
+      .at_most(std::numeric_limits<int>::max());
 }
 
 Option& chunk_tokens(OptionSet& set, int64_t& field, const std::string& zero, const std::string& zero_word) {

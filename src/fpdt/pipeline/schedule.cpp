@@ -55,6 +55,15 @@ DocumentSpans document_spans(const ChunkPlan& plan, const int32_t* doc_ids, int 
   return spans;
 }
 
+// Whether some real query of global chunk i sees some real key of chunk j, by position and window (a
+// chunk of padding only, when more chunks were asked for than the tokens fill, has no real token: only
+// its diagonal stays live, so that its padding rows see themselves).
+bool causal_block_live(const ChunkPlan& plan, int64_t window_tokens, int i, int j) {
+  const int64_t C = plan.chunk_tokens;
+  auto real = [&](int chunk) { return std::clamp<int64_t>(plan.seq_tokens - chunk * C, 0, C); };
+  return kernels::block_has_visible_pair(i * C, real(i), j * C, real(j), window_tokens);
+}
+
 }  // namespace
 
 BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const int32_t* doc_ids, int B) {
@@ -64,14 +73,8 @@ BlockMask make_block_mask(const ChunkPlan& plan, int64_t window_tokens, const in
   mask.window_tokens_ = window_tokens;
   mask.documents_ = doc_ids != nullptr;
   const int u = plan.chunks;
-  const int64_t C = plan.chunk_tokens;
-  // The real tokens of global chunk i (none in a chunk of padding only, when more chunks were asked
-  // for than the tokens fill: its diagonal stays, so that its padding rows see themselves).
-  auto real = [&](int i) { return std::clamp<int64_t>(plan.seq_tokens - i * C, 0, C); };
   for (int i = 0; i < u; ++i)
-    for (int j = 0; j < i; ++j)
-      mask.live_[static_cast<size_t>(i) * u + j] =
-          kernels::block_has_visible_pair(i * C, real(i), j * C, real(j), window_tokens);
+    for (int j = 0; j < i; ++j) mask.live_[static_cast<size_t>(i) * u + j] = causal_block_live(plan, window_tokens, i, j);
   if (doc_ids == nullptr) return mask;
 
   std::vector<uint8_t> live(mask.live_.size(), 0);
@@ -352,6 +355,15 @@ struct ForwardWrites {
   bool output;       // x of the next layer
   bool mlp;          // the MLP's activations
 };
+// A layer forward's: what the backward reads unless it re-runs the layer (recompute none), the MLP's
+// activations when they are kept (mlp_kept: for a backward), every k and v for a KV cache (kv_cache).
+ForwardWrites layer_forward_writes(bool backward, Recompute recompute, bool mlp_kept, bool kv_cache) {
+  const bool keep = backward && recompute == Recompute::none;
+  return {.activations = keep, .kv_kept = keep || kv_cache, .output = true, .mlp = mlp_kept};
+}
+// A backward that re-runs its layer's forward first (recompute layer): what its loops read, no output.
+constexpr ForwardWrites kRecomputedForwardWrites{.activations = true, .kv_kept = true, .output = false,
+                                                 .mlp = false};
 
 void layer_forward(Builder& b, const BlockMask& mask, const ForwardWrites& writes) {
   using enum Operand;
@@ -583,12 +595,10 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   });
   // Under recompute = layer the forward keeps layer inputs (and k, v while its own chunks need them);
   // the backward re-runs the layer and keeps the rest.
-  const bool keep = backward && recompute == Recompute::none;
   std::vector<int> forward;
   for (int m = 0; m < masks; ++m)
     forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
-      layer_forward(b, schedule.masks[m],
-                    {.activations = keep, .kv_kept = keep || kv_cache, .output = true, .mlp = schedule.mlp_kept});
+      layer_forward(b, schedule.masks[m], layer_forward_writes(backward, recompute, schedule.mlp_kept, kv_cache));
     }));
   const int head = add("head", -1, [&](Builder& b) {
     for (int i = 0; i < u; ++i) {
@@ -605,9 +615,7 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
   if (backward) {
     for (int m = 0; m < masks; ++m)
       backward_layer.push_back(add("layer backward" + suffix(m), m, [&](Builder& b) {
-        if (recompute == Recompute::layer)
-          layer_forward(b, schedule.masks[m],
-                        {.activations = true, .kv_kept = true, .output = false, .mlp = false});
+        if (recompute == Recompute::layer) layer_forward(b, schedule.masks[m], kRecomputedForwardWrites);
         layer_backward(b, schedule.masks[m], schedule.mlp_kept);
       }));
     embed_backward = add("embed backward", -1, [&](Builder& b) {
@@ -633,6 +641,104 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
     schedule.calls.push_back({program, call.layer, call.kind});
   }
   return schedule;
+}
+
+ScheduleCopies count_copies(const Schedule& schedule) {
+  ScheduleCopies counts;
+  for (const Schedule::Call& call : schedule.calls)
+    for (const Step& step : schedule.programs[static_cast<size_t>(call.program)].steps) {
+      if (step.op == Op::fetch) ++counts.fetches[static_cast<size_t>(step.array)];
+      if (step.op == Op::write) ++counts.writes[static_cast<size_t>(step.array)];
+    }
+  return counts;
+}
+
+namespace {
+
+// The blocks of a causal mask (make_block_mask without documents) that decide a layer's copies.
+struct LiveBlocks {
+  int64_t off_diagonal = 0;  // live blocks (i, j), j < i: each a kv fetch forward, a q set fetch backward
+  int64_t seen_later = 0;    // kv chunks j that a later q chunk sees: written out by a forward that keeps none
+};
+
+// For q chunk i with real tokens, the live kv chunks j < i are a run ending at i − 1 (every chunk before
+// it is whole, and a key further back is further from every query); for kv chunk j, a later q chunk
+// sees it iff chunk j + 1 does. So a binary search per q chunk counts them.
+LiveBlocks live_blocks(const ChunkPlan& plan, int64_t window_tokens) {
+  LiveBlocks live;
+  for (int i = 1; i < plan.chunks; ++i) {
+    if (!causal_block_live(plan, window_tokens, i, i - 1)) continue;
+    live.seen_later += 1;
+    int first = 0, last = i - 1;  // the first live j is in [first, last]
+    while (first < last) {
+      const int middle = first + (last - first) / 2;
+      if (causal_block_live(plan, window_tokens, i, middle))
+        last = middle;
+      else
+        first = middle + 1;
+    }
+    live.off_diagonal += i - first;
+  }
+  return live;
+}
+
+}  // namespace
+
+ScheduleCopies count_copies(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                            const std::vector<int64_t>& layer_windows, bool mlp_kept, bool kv_cache) {
+  const bool backward = pass == Pass::forward_backward;
+  const bool kept = mlp_kept && backward;
+  const int64_t u = plan.chunks;
+  ScheduleCopies counts;
+  auto fetch = [&](std::initializer_list<Array> arrays, int64_t n) {
+    for (Array array : arrays) counts.fetches[static_cast<size_t>(array)] += n;
+  };
+  auto write = [&](std::initializer_list<Array> arrays, int64_t n) {
+    for (Array array : arrays) counts.writes[static_cast<size_t>(array)] += n;
+  };
+  using enum Array;
+  auto layer_forward_copies = [&](const LiveBlocks& live, const ForwardWrites& writes) {
+    fetch({x}, u);
+    write({k, v}, writes.kv_kept ? u : live.seen_later);
+    fetch({k, v}, live.off_diagonal);
+    if (writes.activations) write({q, o, lse, o_local, x_mid}, u);
+    if (!writes.output) return;
+    if (writes.mlp) write({gate, up, act}, u);
+    write({x}, u);  // the next layer's input
+  };
+  auto layer_backward_copies = [&](const LiveBlocks& live) {
+    if (recompute == Recompute::layer) layer_forward_copies(live, kRecomputedForwardWrites);
+    fetch({d_res, x_mid, o_local, o}, u);  // phase A
+    if (kept) fetch({gate, up, act}, u);
+    write({d_res, d_o, delta, d_q}, u);
+    fetch({k, v, q, d_o, lse, delta, d_q}, u);  // phase B: per kv chunk, its first q set (the diagonal)
+    fetch({q, d_o, lse, delta, d_q}, live.off_diagonal);  // the other q sets
+    write({d_q}, live.off_diagonal);
+    fetch({x, d_res}, u);  // the QKV projection's backward
+    write({d_res}, u);
+  };
+  std::map<int64_t, LiveBlocks> by_window;  // layers with equal windows have equal masks
+  auto live_of = [&](int layer) -> const LiveBlocks& {
+    const int64_t window = layer_windows[static_cast<size_t>(layer)];
+    auto found = by_window.find(window);
+    if (found == by_window.end()) found = by_window.emplace(window, live_blocks(plan, window)).first;
+    return found->second;
+  };
+  for (const CallRef& call : call_order(static_cast<int>(layer_windows.size()), backward)) {
+    switch (call.kind) {
+      case CallKind::embed: write({x}, u); break;
+      case CallKind::layer_forward:
+        layer_forward_copies(live_of(call.layer), layer_forward_writes(backward, recompute, kept, kv_cache));
+        break;
+      case CallKind::head:
+        fetch({x}, u);
+        if (backward) write({d_res}, u);
+        break;
+      case CallKind::layer_backward: layer_backward_copies(live_of(call.layer)); break;
+      case CallKind::embed_backward: fetch({d_res}, u); break;
+    }
+  }
+  return counts;
 }
 
 std::string Schedule::describe() const {

@@ -275,4 +275,20 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
                        const std::vector<BlockMask>& layer_masks, bool mlp_kept = false, bool bf16_store = false,
                        bool kv_cache = false);
 
+// The copies a schedule queues over all its calls: fetches and writes of each store array (a bf16
+// store's pack and unpack move nothing more).
+struct ScheduleCopies {
+  std::array<int64_t, kArrayCount> fetches{}, writes{};  // by Array
+  bool operator==(const ScheduleCopies&) const = default;
+};
+ScheduleCopies count_copies(const Schedule& schedule);
+// The same count for make_schedule(plan, pass, recompute, masks, mlp_kept, *, kv_cache) over the masks of
+// make_block_mask(plan, window, no documents) of each layer's window (0: none), without building it: a
+// layer's programs copy per chunk, per off-diagonal live block, and per kv chunk a later q chunk sees
+// (layer_forward's and layer_backward's loops, summed in closed form; tests/pipeline/schedule_test.cpp
+// holds the two equal). O(L + u log u) per window where the schedule is O(u²): a dry run's traffic at
+// any number of chunks.
+ScheduleCopies count_copies(const ChunkPlan& plan, Pass pass, Recompute recompute,
+                            const std::vector<int64_t>& layer_windows, bool mlp_kept, bool kv_cache = false);
+
 }  // namespace fpdt::pipeline

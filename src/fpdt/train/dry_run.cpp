@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/machine/process.h"
 #include "fpdt/tensor/memory.h"
 
@@ -50,7 +51,12 @@ TrainResult dry_run_result(pipeline::FpdtModel& model, const pipeline::ModelStat
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = machine::peak_rss_bytes();
   result.chunk_plan = model.plan();
-  for (int64_t micro = 0; micro < s.grad_accum; ++micro) result.offload_per_step += model.traffic();
+  // A step: --grad-accum micro-batches, each moving what the one laid out moves.
+  const pipeline::OffloadTraffic& micro = model.traffic();
+  const uint64_t micro_batches = static_cast<uint64_t>(s.grad_accum);
+  pipeline::OffloadTraffic& step = result.offload_per_step;
+  step.overflow = micro.overflow || !checked_mul(step.read_bytes, micro.read_bytes, micro_batches) ||
+                  !checked_mul(step.written_bytes, micro.written_bytes, micro_batches);
   return result;
 }
 

@@ -246,8 +246,11 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   auto backend = kernels::make_backend(s.run.backend);
   if (s.run.offload.kind == pipeline::OffloadKind::disk)
     create_folder(s.run.offload.directory, kModule, "offload folder");
-  pipeline::FpdtModel model(config, *backend, world, s.run);
+  // The weights are the checkpoint's; a dry run's states are counted only, neither allocated nor made.
+  pipeline::ModelStates states(config, *backend, world, s.run, s.seed, s.dry_run);
+  pipeline::FpdtModel model(config, *backend, world, s.run, states);
   const pipeline::ChunkPlan plan = model.plan_for(S);  // refuses S beyond learned positions
+  check_layout_fits(kModule, model, s.run);
   if (s.dry_run) {  // the layout of a forward at S: the tiers' peaks, no weights, no data, no arithmetic
     model.dry_run(S, static_cast<int>(s.run.batch_size));
     // RULER's longest prompts, generated through the KV cache (its peaks, beside the forward's).
@@ -272,7 +275,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   for (const PositionBucket& bucket : position_buckets(S)) result.buckets.push_back(LossBucket{bucket});
   {
     const Timer timer;
-    const int64_t B = s.run.batch_size;
+    const int64_t B = std::min(s.run.batch_size, result.sequences);  // a forward takes the sequences there are
     std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
     std::vector<float> losses(inputs.size());
     std::vector<double> sums(2 * result.buckets.size(), 0.0);  // loss sums, then token counts

@@ -3,6 +3,7 @@
 #include "fpdt/train/metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,18 @@ void MetricsLog::write(const StepMetrics& m) {
   std::fflush(file_);
 }
 
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0.0)) return "?";
+  if (seconds > kLongestEtaSeconds) return "over 30,000 years";
+  const long long whole = std::llround(seconds);
+  char text[48];
+  if (whole < 100 * 3600)
+    std::snprintf(text, sizeof text, "%lldm%02llds", whole / 60, whole % 60);
+  else
+    std::snprintf(text, sizeof text, "%lldh%02lldm", whole / 3600, whole / 60 % 60);
+  return text;
+}
+
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_seconds) {
   constexpr int kBarWidth = 20;
   const int filled = total_steps > 0 ? static_cast<int>(kBarWidth * m.step / total_steps) : 0;
@@ -126,7 +139,6 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_
   if (filled < kBarWidth) bar += '>' + std::string(static_cast<size_t>(kBarWidth - filled - 1), ' ');
   char val[32] = "";
   if (m.val_loss >= 0.0) std::snprintf(val, sizeof val, " val %.3f", m.val_loss);
-  const int eta = static_cast<int>(eta_seconds + 0.5);
   std::string memory = "mem " + format_bytes(static_cast<double>(m.compute_peak_bytes));
   if (m.offload_peak_bytes > 0) memory += " + " + format_bytes(static_cast<double>(m.offload_peak_bytes)) + " offload";
   char sgemm[48] = "";
@@ -139,10 +151,10 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps, double eta_
   char text[384];
   std::snprintf(text, sizeof text,
                 "step %5lld/%lld [%s] loss %.3f%s | lr %.1e | gnorm %.2f | %.1fk tok/s | %.1f GFLOP/s | MFU %.0f%%%s%s | "
-                "%s | ETA %dm%02ds",
+                "%s | ETA %s",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), bar.c_str(), m.loss, val, m.lr,
                 m.grad_norm, m.tokens_per_second / 1000.0, m.gflops, 100.0 * m.mfu, sgemm, load, memory.c_str(),
-                eta / 60, eta % 60);
+                format_eta(eta_seconds).c_str());
   return m.skipped ? std::string(text) + " | SKIPPED: not finite, not applied" : std::string(text);
 }
 

@@ -66,5 +66,9 @@ class MetricsLog {
 // "step  120/600 [=====>      ] loss 1.934 val 1.981 | lr 2.9e-03 | gnorm 0.81 | 5.1k tok/s | 61.2 GFLOP/s |
 //  MFU 31% (sgemm 40%) | load 1.2 | mem 181.25 MiB | ETA 3m12s", and "| SKIPPED: ..." after a skipped step
 std::string progress_line(const StepMetrics& metrics, int64_t total_steps, double eta_seconds);
+// A time left: "12m05s" below 100 hours, then "340h12m"; beyond kLongestEtaSeconds (a run of --steps no one
+// waits for) a bound, not a figure; "?" when not known.
+inline constexpr double kLongestEtaSeconds = 1e12;  // ~31,700 years
+std::string format_eta(double seconds);
 
 }  // namespace fpdt::train

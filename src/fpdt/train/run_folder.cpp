@@ -189,7 +189,7 @@ void check_shared_run_folder(const std::string& dir, comm::Communicator& world) 
   throw Error(kModule, failure, hint);
 }
 
-RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir) {
+RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir), start_(start) {
   std::error_code error;
   fs::create_directories(dir, error);
   if (error)
@@ -209,14 +209,17 @@ RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir) {
     if (start == RunStart::fresh && holds_run(dir))
       throw Error(kModule, dir + " already holds a run (a latest checkpoint, step folders or metrics.jsonl)",
                   "add --resume to continue it, or --overwrite to delete it and start afresh");
-    if (start == RunStart::overwrite) {
-      const std::vector<std::string> removed = remove_entries(dir, is_run_entry);
-      if (!removed.empty()) log::info("--overwrite: deleted the previous run in " + dir + ": " + listed(removed));
-    }
   } catch (...) {
     ::close(lock_fd_);
     throw;
   }
+}
+
+void RunFolder::start_run() {
+  if (start_ != RunStart::overwrite) return;
+  start_ = RunStart::fresh;  // deleted once
+  const std::vector<std::string> removed = remove_entries(dir_, is_run_entry);
+  if (!removed.empty()) log::info("--overwrite: deleted the previous run in " + dir_ + ": " + listed(removed));
 }
 
 RunFolder::~RunFolder() {

@@ -2,7 +2,8 @@
 // second live `fpdt train` into the same folder is refused; the lock dies with its process), refuses
 // a fresh run into a folder that holds a run unless asked to resume or to overwrite, and removes what
 // writers that died left behind (`*.tmp.*` files of atomic writes, `step_<N>.partial` folders).
-// Overwrite deletes only the run's own entries (step folders, `latest`, metrics.jsonl) and says which.
+// Overwrite deletes only the run's own entries (step folders, `latest`, metrics.jsonl) and says which,
+// and only when told that the new run starts (start_run): every check that can refuse comes first.
 #pragma once
 
 #include <string>
@@ -31,14 +32,18 @@ class RunFolder {
  public:
   // Throws fpdt::Error naming the folder when it cannot be created or locked, or holds a run that a
   // fresh start would silently replace.
+  // fresh start would silently replace. Nothing of a previous run is deleted yet.
   RunFolder(const std::string& dir, RunStart start);
   ~RunFolder();
   RunFolder(const RunFolder&) = delete;
   RunFolder& operator=(const RunFolder&) = delete;
   const std::string& dir() const { return dir_; }
+  // The new run starts: with RunStart::overwrite, the previous run's entries are deleted now (once).
+  void start_run();
 
  private:
   std::string dir_;
+  RunStart start_;
   int lock_fd_ = -1;
 };
 

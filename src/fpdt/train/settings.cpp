@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/base/machine.h"
 #include "fpdt/pipeline/model_states.h"
@@ -41,7 +42,10 @@ struct BoundOptions {
 }  // namespace
 
 void check_runnable(const std::string& module, const pipeline::RunSpec& run) {
-  const int ranks = run.sp * run.dp;
+  int ranks = 0;
+  if (!checked_mul(ranks, run.sp, run.dp))
+    throw Error(module, "--sp " + str(run.sp) + " x --dp " + str(run.dp) + " ranks are more than a job can count",
+                "lower --sp or --dp (the world is sp x dp ranks)");
   const std::string backend = pipeline::spelling(run.backend);
   if (run.backend == pipeline::BackendKind::cuda || run.backend == pipeline::BackendKind::cpu_guarded) {
     if (ranks > 1)
@@ -57,6 +61,14 @@ void check_runnable(const std::string& module, const pipeline::RunSpec& run) {
     throw Error(module, "--mode fpdt-reference is the paper's implementation, which fpdt plan predicts but fpdt " +
                             module + " does not run",
                 "use --mode fpdt (ours) or --mode ulysses");
+}
+
+void check_layout_fits(const std::string& module, const pipeline::FpdtModel& model, const pipeline::RunSpec& run) {
+  if (!pipeline::layout_fits_64_bits(model.layout_shape(run.seq_tokens, static_cast<int>(run.batch_size))))
+    throw Error(module,
+                "--seq " + str(run.seq_tokens) + " is too long for '" + model.config().name + "' at --batch " +
+                    str(run.batch_size) + ": one step's buffers would take more bytes than 64-bit sizes count",
+                "lower --seq or --batch (a dry run measures any length that can be laid out)");
 }
 
 FaultInjection parse_fault_injection(const std::string& text) {
@@ -178,6 +190,12 @@ void check_settings(const TrainSettings& s) {
                     str(s.steps) + " at " + last_lr + ")",
                 "use a --warmup below --steps (a few percent of them), or --warmup 0");
   }
+  if (s.optimizer.decay_steps > 0 && s.optimizer.decay_steps <= s.optimizer.warmup_steps)
+    throw Error(kModule,
+                "--decay-steps " + str(s.optimizer.decay_steps) + " is not beyond --warmup " +
+                    str(s.optimizer.warmup_steps) + ": the cosine decay would end before it began, so the learning "
+                    "rate would never decay",
+                "give --decay-steps above --warmup (or 0: decay until --steps)");
   if (s.resume && s.overwrite)
     throw Error(kModule, "--resume and --overwrite contradict each other",
                 "--resume continues the run in --out; --overwrite deletes it and starts afresh");

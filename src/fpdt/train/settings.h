@@ -91,6 +91,11 @@ void check_settings(const TrainSettings& settings);
 // host).
 void check_runnable(const std::string& module, const pipeline::RunSpec& run);
 
+// Throws fpdt::Error of `module` when a step of `model` over `run`'s micro-batches (--batch sequences of
+// --seq tokens) has buffers of more bytes than 64-bit sizes count (pipeline::layout_fits_64_bits): refused
+// before the step is laid out, naming --seq and the model.
+void check_layout_fits(const std::string& module, const pipeline::FpdtModel& model, const pipeline::RunSpec& run);
+
 // The settings as {"option": value} in declaration order, and as "option  value" rows for a person.
 nlohmann::ordered_json settings_json(const TrainSettings& settings);
 std::vector<std::pair<std::string, std::string>> settings_rows(const TrainSettings& settings);

@@ -1,8 +1,11 @@
 // The training loop: set-up, step, evaluate, finish (see trainer.h).
 #include "fpdt/train/trainer.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -91,6 +94,22 @@ void check_init_tokenizer(const std::string& folder, const model::ModelConfig& c
   data::check_made_by(kModule, shard, checkpoint_tokenizer(folder, config.vocab_size), folder);
 }
 
+// --trace FILE is written at the end of the run: a folder in its place, or a folder that is missing or
+// not writable, is refused before the run starts.
+void check_trace_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path))
+    throw Error(kModule, "--trace " + path + " is a folder; the trace is one file",
+                "give a file name, e.g. --trace " + path_in(path, "trace.json"));
+  const std::string folder = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
+  if (!fs::is_directory(folder))
+    throw Error(kModule, "--trace " + path + ": its folder " + folder + " does not exist",
+                "create it, or give a path in an existing folder");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    throw Error(kModule, "--trace " + path + ": cannot write into its folder " + folder + ": " + std::strerror(errno),
+                "give a path in a folder you can write");
+}
+
 // The run as the pipeline and the model states take it: a disk offload without a directory goes in the
 // run's folder (--out).
 pipeline::RunSpec placed_run(const TrainSettings& s) {
@@ -134,6 +153,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     }
   }
   if (!s.dry_run) {
+    if (!s.trace_path.empty()) check_trace_path(s.trace_path);
     open_data();
     // The folder is taken only once the run can start: a refused run leaves it as it was.
     if (world_.rank() == 0)
@@ -156,6 +176,11 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     states_->load_weights(whole);
     log::info("weights from " + s.init_from);
   }
+  // The step's memory and offload file, laid out before --overwrite deletes the previous run, so that
+  // every refusal (a budget, the weights, the offload folder) comes first, on every rank.
+  model_->reserve(s.run.seq_tokens, static_cast<int>(s.run.batch_size));
+  world_.barrier();
+  if (run_folder_) run_folder_->start_run();
   if (s.resume) resume();
   if (world_.rank() == 0) metrics_log_ = MetricsLog(path_in(s.out_dir, "metrics.jsonl"), step_);
   flops_per_step_ = model_flops(config_, s.run.batch_size * s.grad_accum * s.run.dp, s.run.seq_tokens);  // whole rows
@@ -213,13 +238,7 @@ void Trainer::build_model() {
   result_.state_compute_bytes = MemoryTiers::instance().usage(Tier::compute).active_bytes - compute_before;
   result_.state_offload_bytes = MemoryTiers::instance().usage(Tier::offload).active_bytes - offload_before;
   model_ = std::make_unique<pipeline::FpdtModel>(config_, *backend_, *sp_group_, run, *states_);
-  // A sequence whose step the pipeline's own memory table cannot count in 64-bit bytes is refused
-  // before the step is laid out.
-  if (!pipeline::layout_fits_64_bits(model_->layout_shape(s.run.seq_tokens, static_cast<int>(s.run.batch_size))))
-    throw Error(kModule,
-                "--seq " + str(s.run.seq_tokens) + " is too long for '" + config_.name +
-                    "': one step's buffers would take more bytes than 64-bit sizes count",
-                "lower --seq (a dry run measures any length that can be laid out)");
+  check_layout_fits(kModule, *model_, s.run);
   optimizer_ = std::make_unique<AdamW>(s.optimizer);
   if (!s.trace_path.empty()) trace::enable(world_.rank());
 }
@@ -410,6 +429,7 @@ TrainResult Trainer::run() {
     if ((s.save_every > 0 && step_ % s.save_every == 0) || last) save();
     if (s.stop_after_steps > 0 && step_ - first_step_ + 1 >= s.stop_after_steps && !last) {
       log::info("stopping after " + str(s.stop_after_steps) + " steps (--stop-after)");
+      record_peaks();
       return result_;
     }
   }
@@ -419,9 +439,7 @@ TrainResult Trainer::run() {
 TrainResult Trainer::finish() {
   const TrainSettings& s = settings_;
   check_update();
-  result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
-  result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
-  result_.peak_rss_bytes = machine::peak_rss_bytes();
+  record_peaks();
   if (!s.trace_path.empty()) {
     const std::string path = world_.size() > 1 ? s.trace_path + ".rank" + str(world_.rank()) : s.trace_path;
     trace::write(path);
@@ -433,6 +451,12 @@ TrainResult Trainer::finish() {
     result_.sample = sample_trained_model(config_, *states_, *tokenizer_, s.sample_prompt, sample, s.seed, world_.rank());
   }
   return result_;
+}
+
+void Trainer::record_peaks() {
+  result_.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
+  result_.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
+  result_.peak_rss_bytes = machine::peak_rss_bytes();
 }
 
 TrainResult train(const TrainSettings& settings, comm::Communicator& world) {

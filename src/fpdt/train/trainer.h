@@ -86,6 +86,8 @@ class Trainer {
   void save();
   // Peaks, the trace file and the sample of a finished run.
   TrainResult finish();
+  // The tiers' peaks (of the last step) and the process's into the result: at the end, or at --stop-after.
+  void record_peaks();
 
   bool done() const { return step_ >= settings_.steps; }
 
