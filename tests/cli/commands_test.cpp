@@ -74,6 +74,29 @@ TEST(Commands, TrainInspectAndSampleATinyModel) {
   ASSERT_EQ(dry.exit_status, 0) << dry.output;
   EXPECT_GT(peaks(real).second, 0u);
   EXPECT_EQ(peaks(dry), peaks(real));
+
+  // The prompt from a file or standard input: the same greedy continuation as from --prompt.
+  {
+    std::ofstream file(dir.file("prompt.txt"));
+    file << "the light";
+  }
+  const std::string greedy = " --tokens 12 --greedy --ignore-end-of-turn --ids";
+  const ProgramResult inline_prompt = run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt 'the light'" + greedy);
+  const ProgramResult from_file = run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt-file " +
+                                           dir.file("prompt.txt") + greedy);
+  const ProgramResult from_stdin = run_command(fpdt_binary() + " sample --checkpoint " + dir.file("run") +
+                                               " --prompt-file -" + greedy + " < " + dir.file("prompt.txt"));
+  auto ids = [](const ProgramResult& result) {
+    const size_t at = result.output.find("\nids:");
+    EXPECT_NE(at, std::string::npos) << result.output;
+    return result.output.substr(at, result.output.find('\n', at + 1) - at);
+  };
+  EXPECT_EQ(ids(from_file), ids(inline_prompt));
+  EXPECT_EQ(ids(from_stdin), ids(inline_prompt));
+  const ProgramResult missing = run_fpdt("sample --checkpoint " + dir.file("run") + " --prompt-file " + dir.file("missing.txt"));
+  EXPECT_EQ(missing.exit_status, 1) << missing.output;
+  for (const char* part : {"[sample]", "missing.txt", "hint: give a readable text file to --prompt-file"})
+    EXPECT_NE(missing.output.find(part), std::string::npos) << part << " in\n" << missing.output;
 }
 
 // The process runs OpenBLAS kernels that use the CPU's widest vectors: fpdt restarts itself with
