@@ -119,6 +119,15 @@ class OptionSet {
   std::vector<std::string> positional_;
 };
 
+// The values of `settings` set in code, checked as parsing them would be: `declare` binds a copy's fields to
+// a fresh OptionSet of `command`, whose check() throws fpdt::Error naming the option.
+template <class Settings>
+void check_as_options(const std::string& command, Settings settings, void (*declare)(OptionSet&, Settings&)) {
+  OptionSet bound(command, "");
+  declare(bound, settings);
+  bound.check();
+}
+
 // Reads a number written in `unit` (see Unit); nullopt when `text` is not one. Finite or nullopt.
 std::optional<long double> parse_number(const std::string& text, Unit unit);
 

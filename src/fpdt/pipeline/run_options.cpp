@@ -142,6 +142,17 @@ Option& threads(OptionSet& set, int& field) {
       .zero_means("all cores");
 }
 
+void forward_run(OptionSet& set, RunSpec& run, const std::string& chunks_zero) {
+  threads(set, run.threads);
+  backend(set, run.backend);
+  compute_mem(set, run.compute_mem_bytes);
+  sp(set, run.sp);
+  chunk_tokens(set, run.chunk_tokens, chunks_zero);
+  chunks(set, run.chunks);
+  offload(set, run.offload);
+  precision(set, run.precision);
+}
+
 void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling) {
   set.add("rope-theta", "THETA", "replace the model's RoPE base (context extension)", theta).above(0).unset_means("the model's");
   set.add("rope-scaling", "JSON",

@@ -38,6 +38,9 @@ Option& compute_mem(OptionSet& set, std::optional<int64_t>& field);
 Option& threads(OptionSet& set, int& field);           // --threads N (0: all cores)
 Option& zero(OptionSet& set, int& field);              // --zero 0..3
 Option& offload_optimizer(OptionSet& set, bool& field);  // --offload-optimizer none|ram
+// What a run of forward passes is laid out by (`fpdt eval`, `fpdt sample`): --threads, --backend, --compute-mem,
+// --sp, --chunk-tokens (0: `chunks_zero`), --chunks, --offload, --precision.
+void forward_run(OptionSet& set, RunSpec& run, const std::string& chunks_zero);
 // --rope-theta THETA and --rope-scaling JSON: the RoPE of the loaded model replaced (context extension).
 void rope(OptionSet& set, std::optional<double>& theta, std::string& scaling);
 

@@ -123,15 +123,8 @@ void declare_eval_options(OptionSet& set, EvalSettings& s) {
       .at_least(0);
   set.add("seed", "N", "seed of the passkey numbers", s.seed);
   declare_ruler_options(set, s.ruler);
-  run::threads(set, s.run.threads);
-  run::backend(set, s.run.backend);
-  run::compute_mem(set, s.run.compute_mem_bytes);
-  run::sp(set, s.run.sp);
+  run::forward_run(set, s.run, "cut the sequence into --chunks");
   run::mode(set, s.run.mode);
-  run::chunk_tokens(set, s.run.chunk_tokens, "cut the sequence into --chunks");
-  run::chunks(set, s.run.chunks);
-  run::offload(set, s.run.offload);
-  run::precision(set, s.run.precision);
   set.add("dry-run", "", "lay out the forward at --seq (no data, no weights, no arithmetic), print the tier peaks and exit",
           s.dry_run);
 }
@@ -190,12 +183,7 @@ PasskeyPrompt make_passkey_prompt(const data::Tokenizer& tokenizer, int64_t leng
 EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   EvalSettings s = settings;
   if (s.out_dir.empty()) s.out_dir = path_in(s.checkpoint, "eval");
-  {
-    EvalSettings copy = s;
-    OptionSet bound(kModule, "");
-    declare_eval_options(bound, copy);
-    bound.check();
-  }
+  check_as_options(kModule, s, declare_eval_options);
   check_runnable(kModule, s.run);
   if (s.run.sp != world.size())
     throw Error(kModule, "--sp " + str(s.run.sp) + " ranks, but the job has " + str(world.size()),

@@ -44,14 +44,7 @@ void declare_sample_options(OptionSet& set, SampleCommand& s) {
           s.ignore_end_of_turn);
   set.add("seed", "N", "sampling seed", s.seed);
   run::rope(set, s.rope_theta, s.rope_scaling);
-  run::threads(set, s.run.threads);
-  run::backend(set, s.run.backend);
-  run::compute_mem(set, s.run.compute_mem_bytes);
-  run::sp(set, s.run.sp);
-  run::chunk_tokens(set, s.run.chunk_tokens, "cut the prompt into --chunks");
-  run::chunks(set, s.run.chunks);
-  run::offload(set, s.run.offload);
-  run::precision(set, s.run.precision);
+  run::forward_run(set, s.run, "cut the prompt into --chunks");
   set.add("ids", "", "also print the token ids (prompt and generated) on a last line", s.print_ids);
   set.add("dry-run", "", "lay out the generation of the prompt and --tokens (no weights, no arithmetic), print the "
                          "tier peaks and exit", s.dry_run);
@@ -59,12 +52,7 @@ void declare_sample_options(OptionSet& set, SampleCommand& s) {
 
 SampleResult sample(const SampleCommand& settings, comm::Communicator& world) {
   SampleCommand s = settings;
-  {
-    SampleCommand copy = s;
-    OptionSet bound(kModule, "");
-    declare_sample_options(bound, copy);
-    bound.check();
-  }
+  check_as_options(kModule, s, declare_sample_options);
   if (s.run.sp != world.size())
     throw Error(kModule, "--sp " + std::to_string(s.run.sp) + " ranks, but the job has " + std::to_string(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt sample --sp P ...)");
