@@ -54,7 +54,8 @@ void print_passkey(const train::EvalResult& result) {
     std::snprintf(line, sizeof line, " %8s", tokens_text(length).c_str());
     header += line;
   }
-  log::info("passkey retrieval (greedy answers right / prompts):");
+  log::info("passkey retrieval (greedy answers right / prompts; " + std::to_string(result.passkey.front().trials) +
+            " prompt(s) per cell, teacher-forced):");
   log::info(header);
   for (const auto& [depth, row] : grid) {
     std::snprintf(line, sizeof line, "  %-15.2f", depth);
