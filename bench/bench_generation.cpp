@@ -9,7 +9,7 @@
 // and the work per token scale with them, their ratio does not).
 // The LAST line printed is one JSON object.
 //   build/bench/bench_generation --model smollm2.json --layers 4 --seq 16384 --chunk-tokens 4096
-//       --offload ram --precision bf16 --tokens 16 --threads 2
+//       --offload ram --precision bf16 --tokens 16 --threads 2 [--no-forward]
 #include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
@@ -42,6 +42,7 @@ struct Options {
   int64_t seq = 16384, chunk_tokens = 4096, tokens = 16;
   std::string offload = "ram", precision = "fp32";
   int threads = 2;
+  bool forward = true;  // --no-forward: the prefill and decode only (a long S's forward costs as much again)
 };
 
 Options parse(int argc, char** argv) {
@@ -60,6 +61,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--offload") o.offload = value();
     else if (arg == "--precision") o.precision = value();
     else if (arg == "--threads") o.threads = std::atoi(value().c_str());
+    else if (arg == "--no-forward") o.forward = false;
     else throw Error("bench", "unknown option " + arg, "see the top of bench/bench_generation.cpp");
   }
   return o;
@@ -138,9 +140,12 @@ int main(int argc, char** argv) {
                 o.offload.c_str(), o.precision.c_str(), static_cast<long long>(o.tokens), o.threads);
 
     // The forward over the same S in the same chunks (the model laid out for it, then for the generation).
-    const Timer forward_timer;
-    model.forward(model::Batch{1, o.seq, prompt.data(), nullptr, nullptr});
-    const double forward_seconds = forward_timer.seconds();
+    double forward_seconds = 0.0;
+    if (o.forward) {
+      const Timer forward_timer;
+      model.forward(model::Batch{1, o.seq, prompt.data(), nullptr, nullptr});
+      forward_seconds = forward_timer.seconds();
+    }
 
     std::vector<float> logits(static_cast<size_t>(config.vocab_size));
     const Timer prefill_timer;
@@ -166,7 +171,7 @@ int main(int argc, char** argv) {
     const double per_token = decode_seconds / static_cast<double>(o.tokens);
     std::printf("forward %.2f s (%.0f tokens/s), prefill %.2f s (%.0f tokens/s, %.2f of the forward's rate)\n",
                 forward_seconds, o.seq / forward_seconds, prefill_seconds, o.seq / prefill_seconds,
-                forward_seconds / prefill_seconds);
+                forward_seconds / prefill_seconds);  // without the forward: 0 tokens/s and a ratio of 0
     std::printf("decode %.1f ms/token (%.2f tokens/s); bound %.1f ms (%.0f MB of cache at %.1f GB/s%s, %.0f MB of "
                 "weights at %.1f GB/s RAM): %.2f of the bound\n",
                 per_token * 1e3, 1.0 / per_token, bound_seconds * 1e3, kv_bytes / 1e6,
