@@ -1,15 +1,18 @@
 // Generation through the FPDT pipeline against transformers (tests/golden/*/generation.safetensors, made
 // by tools/make_generation_golden.py): on the small HF test models, greedy decoding with the KV cache gives
 // generate(do_sample=False)'s tokens one for one (fp32), on the reference and the cpu backend, resident,
-// chunked and offloaded to RAM and disk, on one rank and on two sequence-parallel ranks.
+// chunked and offloaded to RAM and disk, on one rank and on two sequence-parallel ranks — and on the
+// cpu-guarded backend, whose compute tier the host cannot read (as a GPU's): no host code reads the cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "fpdt/comm/threads/thread_communicator.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/train/checkpoint.h"
 #include "fpdt/train/sampler.h"
 #include "model/generation_golden.h"
 #include "testing.h"
@@ -51,7 +54,7 @@ TEST_P(GenerationGolden, GreedyWithTheKvCacheGivesTransformersTokens) {
   std::vector<std::vector<std::vector<int32_t>>> answers(static_cast<size_t>(c.layout.ranks));
   comm::run_ranks(c.layout.ranks, [&](comm::Communicator& comm) {
     FpdtModel model(golden.config, *backend, comm, run);
-    golden.load(model.layout(), model.params());
+    train::load_weights(golden.dir, golden.config, model.states());  // through host memory: any backend
     Rng unused(1);
     for (const testing::GenerationPrompt& prompt : golden.prompts)
       answers[static_cast<size_t>(comm.rank())].push_back(train::generate(model, prompt.prompt, greedy, unused).tokens);
@@ -69,15 +72,17 @@ INSTANTIATE_TEST_SUITE_P(
       for (const std::string& set : testing::generation_sets())
         for (const Layout& layout : {Layout{"cpu", 4096, "none", 1}, Layout{"cpu", 16, "ram", 1},
                                      Layout{"cpu", 16, "disk:/tmp", 2}, Layout{"cpu", 8, "none", 2},
-                                     Layout{"reference", 16, "ram", 1}})
+                                     Layout{"reference", 16, "ram", 1}, Layout{"cpu-guarded", 16, "disk:/tmp", 1}})
           cases.push_back({set, layout});
       return cases;
     }()),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Layout& l = info.param.layout;
       std::string offload = l.offload;
+      std::string backend = l.backend;
       offload = offload.substr(0, offload.find(':'));
-      return info.param.set + "_" + l.backend + "_C" + std::to_string(l.chunk_tokens) + "_" + offload + "_P" +
+      std::replace(backend.begin(), backend.end(), '-', '_');
+      return info.param.set + "_" + backend + "_C" + std::to_string(l.chunk_tokens) + "_" + offload + "_P" +
              std::to_string(l.ranks);
     });
 
