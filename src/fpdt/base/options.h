@@ -128,6 +128,15 @@ void check_as_options(const std::string& command, Settings settings, void (*decl
   bound.check();
 }
 
+// {"option": value, ...} of `settings` as `declare` binds them (OptionSet::values).
+template <class Settings>
+nlohmann::ordered_json options_json(const std::string& command, Settings settings,
+                                    void (*declare)(OptionSet&, Settings&)) {
+  OptionSet bound(command, "");
+  declare(bound, settings);
+  return bound.values();
+}
+
 // Reads a number written in `unit` (see Unit); nullopt when `text` is not one. Finite or nullopt.
 std::optional<long double> parse_number(const std::string& text, Unit unit);
 

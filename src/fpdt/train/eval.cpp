@@ -22,6 +22,7 @@
 #include "fpdt/pipeline/run_options.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
+#include "fpdt/train/rank_agreement.h"
 #include "fpdt/train/sampler.h"
 #include "fpdt/train/settings.h"
 #include "fpdt/train/trainer.h"
@@ -184,6 +185,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   EvalSettings s = settings;
   if (s.out_dir.empty()) s.out_dir = path_in(s.checkpoint, "eval");
   check_as_options(kModule, s, declare_eval_options);
+  check_ranks_agree(world, kModule, options_json(kModule, settings, declare_eval_options));
   check_runnable(kModule, s.run);
   if (s.run.sp != world.size())
     throw Error(kModule, "--sp " + str(s.run.sp) + " ranks, but the job has " + str(world.size()),

@@ -13,6 +13,7 @@
 #include "fpdt/pipeline/run_options.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
+#include "fpdt/train/rank_agreement.h"
 #include "fpdt/train/settings.h"
 
 namespace fpdt::train {
@@ -53,6 +54,7 @@ void declare_sample_options(OptionSet& set, SampleCommand& s) {
 SampleResult sample(const SampleCommand& settings, comm::Communicator& world) {
   SampleCommand s = settings;
   check_as_options(kModule, s, declare_sample_options);
+  check_ranks_agree(world, kModule, options_json(kModule, settings, declare_sample_options));
   if (s.run.sp != world.size())
     throw Error(kModule, "--sp " + std::to_string(s.run.sp) + " ranks, but the job has " + std::to_string(world.size()),
                 "launch --sp ranks (mpirun -np P fpdt sample --sp P ...)");

@@ -23,6 +23,7 @@
 #include "fpdt/model/transformer.h"
 #include "fpdt/tensor/memory.h"
 #include "fpdt/train/checkpoint.h"
+#include "fpdt/train/rank_agreement.h"
 #include "fpdt/train/dry_run.h"
 #include "fpdt/train/run_sample.h"
 #include "fpdt/train/run_table.h"
@@ -127,6 +128,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     : settings_((check_settings(settings), settings)),
       dry_world_(dry_world(settings, world)),
       world_(dry_world_ ? *dry_world_ : world) {
+  check_ranks_agree(world, kModule, settings_json(settings_));  // before any other collective
   if (settings_.optimizer.decay_steps == 0) settings_.optimizer.decay_steps = settings_.steps;
   const TrainSettings& s = settings_;
   if (s.run.sp * s.run.dp != world_.size())
