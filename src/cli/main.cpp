@@ -111,10 +111,11 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                            {"peak_rss_bytes", result.peak_rss_bytes},
                            {"last_step", result.last_step},
                            {"last_loss", result.last_loss},
-                           {"skipped_steps", result.skipped_steps}}
+                           {"skipped_steps", result.skipped_steps},
+                           {"preempted", result.preempted_by != 0}}
                 .dump());
   if (!result.sample.empty()) log::info("sample:\n" + result.sample);
-  return 0;
+  return result.preempted_by != 0 ? train::kPreemptedExitStatus : 0;
 }
 
 int command_tokenize(int argc, char** argv) {

@@ -5,6 +5,7 @@
 
 #include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
+#include "fpdt/base/preemption.h"
 #include "fpdt/base/machine.h"
 #include "fpdt/pipeline/model_states.h"
 #include "fpdt/pipeline/run_options.h"
@@ -165,11 +166,16 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
           s.stop_after_steps)
       .at_least(0)
       .zero_means("off");
+  set.add("preempt-signals", "SIGNALS|none",
+          "signals that preempt the run: it finishes its step, saves it and exits with status 75 (--resume continues); "
+          "a second one ends it at once. Under mpirun use USR1 (mpirun forwards it; TERM and INT it turns into kills)",
+          s.preempt_signals);
 }
 
 void check_settings(const TrainSettings& s) {
   const BoundOptions bound(s);
   bound.set.check();
+  preemption::parse_signals(s.preempt_signals);
   check_runnable(kModule, s.run);
   if (s.optimizer.min_lr > s.optimizer.lr)
     throw Error(kModule, "--min-lr " + bound.set.option("min-lr").text() + " is above --lr " + bound.set.option("lr").text(),

@@ -73,6 +73,9 @@ struct TrainSettings {
   int64_t stop_after_steps = 0;       // exit after this many steps of this process (after any checkpoint
                                       // due then, without the end-of-run work), as a preempted job
                                       // would; 0: off
+  // Signals taken as a preemption (base/preemption.h): the run finishes its step, saves it and exits with
+  // kPreemptedExitStatus; "none": their default actions.
+  std::string preempt_signals = "TERM,INT,USR1";
   OptimizerConfig optimizer;          // decay_steps 0: decay until `steps`
   FaultInjection fault;               // test hook (see FaultInjection)
 };

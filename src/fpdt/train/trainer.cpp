@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/preemption.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
@@ -423,12 +424,24 @@ TrainResult Trainer::run() {
     log::info(line);
   }
   run_timer_.reset();
+  const preemption::Catcher preemption(preemption::parse_signals(s.preempt_signals));
   while (!done()) {
     StepMetrics metrics = step();
     const bool last = done();
     if ((s.eval_every > 0 && step_ % s.eval_every == 0) || last) metrics.val_loss = evaluate();
     record(metrics);
-    if ((s.save_every > 0 && step_ % s.save_every == 0) || last) save();
+    const bool save_due = (s.save_every > 0 && step_ % s.save_every == 0) || last;
+    if (save_due) save();
+    if (!last && preempted()) {  // the step is done: saved, the run ends; --resume continues it bitwise
+      if (!save_due) save();
+      result_.preempted_by = std::max(preemption::Catcher::requested(), 1);
+      log::info("preempted (" + (preemption::Catcher::requested() > 0
+                                     ? preemption::signal_name(preemption::Catcher::requested())
+                                     : std::string("another rank")) +
+                ") after step " + str(step_) + ": its checkpoint is saved; --resume continues the run");
+      record_peaks();
+      return result_;
+    }
     if (s.stop_after_steps > 0 && step_ - first_step_ + 1 >= s.stop_after_steps && !last) {
       log::info("stopping after " + str(s.stop_after_steps) + " steps (--stop-after)");
       record_peaks();
@@ -436,6 +449,12 @@ TrainResult Trainer::run() {
     }
   }
   return finish();
+}
+
+bool Trainer::preempted() {
+  float asked = preemption::Catcher::requested() != 0 ? 1.0f : 0.0f;
+  if (world_.size() > 1) world_.all_reduce_sum(&asked, 1);
+  return asked > 0.0f;
 }
 
 TrainResult Trainer::finish() {

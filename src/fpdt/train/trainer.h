@@ -40,6 +40,10 @@ struct MemoryComponent {
   size_t bytes;
 };
 
+// The exit status of a run that a preemption signal stopped after saving (EX_TEMPFAIL: try again, e.g. a
+// requeued job with --resume).
+inline constexpr int kPreemptedExitStatus = 75;
+
 struct TrainResult {
   size_t compute_peak_bytes = 0;   // this rank, over the run (a dry run: its layout)
   size_t offload_peak_bytes = 0;
@@ -59,6 +63,7 @@ struct TrainResult {
   double last_val_loss = -1.0;
   int64_t skipped_steps = 0;  // steps of this process whose update was skipped (non-finite)
   bool already_complete = false;  // --resume of a run whose latest checkpoint is step --steps: nothing ran
+  int preempted_by = 0;       // the signal that preempted the run after last_step, saved (0: not preempted)
   std::string sample;         // generated text, when sample_tokens > 0
   std::vector<MemoryComponent> memory;  // a dry run's layout
   pipeline::ChunkPlan chunk_plan;         // a dry run's: this rank's chunks of the sequence
@@ -90,6 +95,8 @@ class Trainer {
   void record_peaks();
 
   bool done() const { return step_ >= settings_.steps; }
+  // Whether any rank was asked to stop (a preemption signal; collective: every rank answers alike).
+  bool preempted();
 
  private:
   // Set-up, in order: the data loaders; the model, optimizer and their ranks; the latest checkpoint.
