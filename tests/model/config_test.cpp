@@ -3,6 +3,8 @@
 // error for every refused field of every type, every unknown field and every impossible shape.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -301,6 +303,18 @@ TEST(ModelConfig, GenerationTokenIdOutsideTheVocabularyIsOneClearError) {
   EXPECT_THROW(config.validate(), Error);
   config.eos_token_id = TokenIds{{256}, false};
   EXPECT_NO_THROW(config.validate());
+  // A norm epsilon of +inf (a GGUF header can say so) would make every norm 0: refused, as 0 and NaN are.
+  for (const double eps : {std::numeric_limits<double>::infinity(), 0.0, std::numeric_limits<double>::quiet_NaN()}) {
+    ModelConfig bad_eps = preset("llama-tiny");
+    bad_eps.norm_eps = eps;
+    try {
+      bad_eps.validate();
+      ADD_FAILURE() << "norm epsilon " << eps << " accepted";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("norm epsilon must be a positive number"), std::string::npos)
+          << error.what();
+    }
+  }
 }
 
 TEST(ModelConfig, ConfigDifferenceNamesTheFirstFieldAndCountsOnlyStatedTokenIds) {

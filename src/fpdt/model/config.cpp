@@ -131,7 +131,9 @@ void ModelConfig::validate() const {
   if (uses_rope() && !(rope_theta > 0 && std::isfinite(rope_theta)))
     throw Error(kModule, "model '" + json::excerpt_text(name) + "': RoPE θ must be a positive number, got " + format_number(rope_theta));
   if (learned_positions()) positive(max_positions, "position table size");
-  if (!(norm_eps > 0)) throw Error(kModule, "model '" + json::excerpt_text(name) + "': norm epsilon must be positive");
+  if (!(norm_eps > 0 && std::isfinite(norm_eps)))  // +inf would make every norm 0: a model that learns nothing
+    throw Error(kModule, "model '" + json::excerpt_text(name) + "': norm epsilon must be a positive number, got " +
+                             format_number(norm_eps));
   if (sliding_window < 0 || (sliding_window > 0 && sliding_layers.size() != static_cast<size_t>(layers)))
     throw Error(kModule, "model '" + json::excerpt_text(name) + "': sliding window " + std::to_string(sliding_window) + " needs one flag per layer (" +
                              std::to_string(sliding_layers.size()) + " for " + std::to_string(layers) + " layers)");
