@@ -14,6 +14,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/comm/communicator.h"
 #include "fpdt/data/shard.h"
+#include "fpdt/data/gguf_tokenizer.h"
 #include "fpdt/data/tokenize_files.h"
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
@@ -129,7 +130,9 @@ int command_tokenize(int argc, char** argv) {
   options.add("val-fraction", "F", "fraction of tokens, taken from the end, for validation", val_fraction)
       .at_least(0)
       .below(1);
-  options.add("tokenizer", "bytes|PATH", "bytes, or a Hugging Face tokenizer.json (or a folder with one)", tokenizer_path);
+  options.add("tokenizer", "bytes|PATH",
+              "bytes, a Hugging Face tokenizer.json (or a folder with one), or a GGUF file (its tokenizer metadata)",
+              tokenizer_path);
   options.add("eos-token", "TOKEN", "token between documents (default: the tokenizer's eos_token)", end_of_document);
   options.add("overwrite", "", "replace the shards (and other tokenizer files) that --out already holds", overwrite);
   if (!options.parse(argc, argv)) return 0;
@@ -138,8 +141,13 @@ int command_tokenize(int argc, char** argv) {
   if (tokenizer_path == "bytes" && !end_of_document.empty())
     throw Error("cli", "--eos-token applies to a tokenizer.json; the byte tokenizer ends documents with <|eod|>",
                 "drop --eos-token, or pass --tokenizer PATH");
-  const data::Tokenizer tokenizer =
-      tokenizer_path == "bytes" ? data::Tokenizer::bytes() : data::Tokenizer::load(tokenizer_path, end_of_document);
+  const bool gguf = model::is_gguf_path(tokenizer_path);
+  if (gguf && !end_of_document.empty())
+    throw Error("cli", "--eos-token applies to a tokenizer.json; a GGUF file's tokenizer ends documents with its eos token",
+                "drop --eos-token");
+  const data::Tokenizer tokenizer = tokenizer_path == "bytes" ? data::Tokenizer::bytes()
+                                    : gguf                   ? data::gguf_tokenizer(model::GgufFile(tokenizer_path))
+                                                             : data::Tokenizer::load(tokenizer_path, end_of_document);
   create_folder(out, "tokenize", "output folder");
   const data::TokenizeSummary summary =
       data::tokenize_files(options.positional(), out, val_fraction, tokenizer, overwrite);

@@ -69,6 +69,13 @@ TEST(GgufPrograms, TrainInitFromAGgufFileStartsWhereItsConvertedFolderStarts) {
   EXPECT_NE(from_file.output.find("weights from " + gguf_golden("llama.gguf")), std::string::npos) << from_file.output;
   // The same weights, data and seed: the same trained step, bit for bit.
   EXPECT_EQ(checkpoint_weights(dir.file("a/step_1")), checkpoint_weights(dir.file("b/step_1")));
+  // The GGUF file itself is a tokenizer for `fpdt tokenize` (what a refusal's hint tells to run): the same
+  // shards as its converted folder's tokenizer makes.
+  const ProgramResult from_gguf = run_fpdt("tokenize --tokenizer " + gguf_golden("llama.gguf") + " --out " +
+                                           dir.file("gguf_data") + " --val-fraction 0.3 " + gguf_golden("multilingual.txt"));
+  ASSERT_EQ(from_gguf.exit_status, 0) << from_gguf.output;
+  for (const char* shard : {"/train.bin", "/val.bin", "/tokenizer.json"})
+    EXPECT_EQ(file_bytes(dir.file("gguf_data") + shard), file_bytes(dir.file("data") + shard)) << shard;
 }
 
 TEST(GgufPrograms, AFileFpdtDoesNotReadIsOneClearLine) {
