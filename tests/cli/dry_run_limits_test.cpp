@@ -72,6 +72,9 @@ TEST(DryRunLimits, ProductsBeyondTheirTypesAreRefusedNamingTheOptions) {
   expect_one_clear_error(
       run_in_one_gib("eval --checkpoint " + kGoldenLlama + " --seq 1T --chunk-tokens 1M --batch 2147483647 --dry-run"),
       {"[eval]", "--seq 1099511627776 is too long", "at --batch 2147483647", "64-bit"});
+  // The longest --seq int64 holds: its chunk count was (S + C − 1) / C, wrapped to "fill 0 chunks".
+  expect_one_clear_error(run_in_one_gib("train --model llama-tiny --seq 9223372036854775807 --dry-run"),
+                         {"[train]", "--seq 9223372036854775807 is too long for 'llama-tiny'", "64-bit"});
   // A world of sp x dp ranks beyond an int.
   expect_one_clear_error(run_in_one_gib("train --sp 65536 --dp 65536 --dry-run"),
                          {"[train]", "--sp 65536 x --dp 65536 ranks", "hint:"});

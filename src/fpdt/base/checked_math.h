@@ -16,4 +16,10 @@ template <typename T>
   return !__builtin_add_overflow(a, b, &out);
 }
 
+// ⌈a / b⌉ for a ≥ 0, b > 0, without the overflow of (a + b − 1) / b near the type's maximum.
+template <typename T>
+constexpr T ceil_div(T a, T b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
 }  // namespace fpdt

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 
 namespace fpdt::pipeline {
@@ -41,10 +42,10 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
                   "--chunk-tokens " + std::to_string(chunk_tokens) + " does not split over --sp " +
                       std::to_string(ranks) + " ranks",
                   "use a multiple of " + std::to_string(ranks));
-    const int64_t rounded_sequence = (seq_tokens + ranks - 1) / ranks * ranks;
+    const int64_t rounded_sequence = std::min(ceil_div<int64_t>(seq_tokens, ranks), std::numeric_limits<int64_t>::max() / ranks) * ranks;
     plan.local_chunk_tokens = std::min(chunk_tokens, rounded_sequence) / ranks;
     const int64_t C = plan.local_chunk_tokens * ranks;
-    const int64_t chunk_count = (seq_tokens + C - 1) / C;
+    const int64_t chunk_count = ceil_div(seq_tokens, C);
     if (chunk_count > std::numeric_limits<int>::max())
       throw Error(kModule,
                   "--seq " + std::to_string(seq_tokens) + " is too long for chunks of " + std::to_string(C) +
@@ -54,7 +55,7 @@ ChunkPlan make_chunk_plan(int64_t seq_tokens, int ranks, int rank, int64_t chunk
   } else {
     plan.chunks = chunks;
     const int64_t per_rank_and_chunk = int64_t{ranks} * chunks;
-    plan.local_chunk_tokens = (seq_tokens + per_rank_and_chunk - 1) / per_rank_and_chunk;
+    plan.local_chunk_tokens = ceil_div(seq_tokens, per_rank_and_chunk);
   }
   plan.chunk_tokens = plan.local_chunk_tokens * ranks;
   plan.padded_tokens = plan.chunk_tokens * plan.chunks;

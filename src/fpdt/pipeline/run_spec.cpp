@@ -1,6 +1,7 @@
 // The run spec's spellings and its chunk rule (see run_spec.h).
 #include "fpdt/pipeline/run_spec.h"
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/base/spellings.h"
 
@@ -97,11 +98,11 @@ ChunkPlan run_chunk_plan(const std::string& module, const RunSpec& run) {
   } catch (const Error& error) {  // the chunk plan's refusal is the command's
     throw Error(module, error.message(), error.hint());
   }
-  const int64_t C = pipeline.chunk_tokens, covering = (seq_tokens + sp - 1) / sp * sp;
+  const int64_t C = pipeline.chunk_tokens, covering = ceil_div<int64_t>(seq_tokens, sp) * sp;
   if (C > plan.chunk_tokens)
     throw Error(module, "--chunk-tokens " + str(C) + " is longer than the sequence of " + str(seq_tokens) + " tokens",
                 "use --chunk-tokens " + str(covering) + " or less (one chunk of the whole sequence)");
-  const int64_t holding = (seq_tokens + plan.chunk_tokens - 1) / plan.chunk_tokens;  // chunks with real tokens
+  const int64_t holding = ceil_div(seq_tokens, plan.chunk_tokens);  // chunks with real tokens
   if (holding < plan.chunks)
     throw Error(module,
                 "--chunks " + str(plan.chunks) + " leaves chunks without tokens: " + str(seq_tokens) + " tokens over " +
