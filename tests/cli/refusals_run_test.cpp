@@ -129,6 +129,15 @@ TEST_F(RefusedRuns, ResumeWithAHugeModelIsRefusedBeforeAnythingIsLaidOut) {
   EXPECT_EQ(result.output.find("| model "), std::string::npos) << result.output;  // nor the table printed
 }
 
+// A run's precision is its own, as its sequence and batch are: a resume in the other one is refused.
+TEST_F(RefusedRuns, ResumeInAnotherPrecisionIsRefused) {
+  const auto before = folder_contents(run_);
+  expect_refused_keeping_run(resume(4, " --precision bf16"),
+                             {"[train]", "cannot resume " + run_ + "/step_2 in --precision bf16: it was trained in \"fp32\"",
+                              "hint: resume with --precision fp32, or start a new --out directory"},
+                             before);
+}
+
 TEST_F(RefusedRuns, ResumeToFewerStepsThanDoneIsRefusedAndToAsManyHasNothingToDo) {
   const auto before = folder_contents(run_);
   expect_refused_keeping_run(resume(1), {"[train]", "cannot resume the run in " + run_ + " to --steps 1",

@@ -260,6 +260,14 @@ void Trainer::resume() {
                     " were made by tokenizer " + data::fingerprint_string(tokenizer_->fingerprint()),
                 "resume with the --data the run was trained on, or start a new --out directory");
   const TrainerState state = load_checkpoint(latest, config_, *states_, *optimizer_);
+  // The arithmetic a run was trained in stays its own, as its sequence and batch do (its data loader's state).
+  const std::string precision = pipeline::spelling(settings_.run.precision);
+  if (state.settings.is_object() && state.settings.contains("precision") && state.settings["precision"] != precision)
+    throw Error(kModule,
+                "cannot resume " + latest + " in --precision " + precision + ": it was trained in " +
+                    state.settings["precision"].dump(),
+                "resume with --precision " + state.settings["precision"].get<std::string>() +
+                    ", or start a new --out directory from it with --init-from " + latest);
   generation_config_ = model::read_generation_config(latest);
   step_ = state.step;
   train_loader_->restore(state.data);
