@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -207,6 +208,41 @@ TEST(Gguf, AnUnsupportedTensorTypeNamesTheTensorAndTheTypesFpdtReads) {
   ParameterBlock params(layout, "params");
   testing::expect_contains(testing::error_message([&] { load_gguf_weights(file, config, layout, params); }),
                            {"[gguf]", "q3k.gguf", "blk.0.ffn_down.weight", "Q3_K", "hint:", "Q4_K, Q5_K, Q6_K"});
+}
+
+// Two tensors whose data overlap (llama.cpp refuses them; read, they converted to a model of non-finite
+// values): one error naming both, whatever the tensors' types.
+TEST(Gguf, TensorsWhoseDataOverlapAreRefusedNamingBoth) {
+  testing::TempDir dir;
+  const std::string path = edited_copy(dir, "overlap.gguf", [](std::string& bytes) {
+    uint64_t offset = 0;  // the offset field follows the type field
+    std::memcpy(&offset, bytes.data() + type_field_offset(bytes, "token_embd.weight") + 4, 8);
+    std::memcpy(bytes.data() + type_field_offset(bytes, "blk.0.ffn_down.weight") + 4, &offset, 8);
+  });
+  testing::expect_contains(testing::error_message([&] { GgufFile{path}; }),
+                           {"[gguf]", "overlap.gguf", "blk.0.ffn_down.weight", "token_embd.weight", "overlap",
+                            "the file is corrupt"});
+}
+
+// Non-finite weights — an F32 tensor's NaN and Inf — are refused as the file is read (convert and
+// train --init-from refused them only after writing a folder or running a step).
+TEST(Gguf, NonFiniteWeightsAreRefusedAsTheFileIsRead) {
+  testing::TempDir dir;
+  const std::string golden = testing::gguf_golden("llama.gguf");
+  const GgufFile original(golden);
+  const GgufTensorInfo* norm = original.tensor("blk.0.attn_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  ASSERT_EQ(*ggml_type_name(norm->type), "F32");
+  const std::string path = edited_copy(dir, "nan.gguf", [&](std::string& bytes) {
+    const float values[2] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()};
+    std::memcpy(bytes.data() + norm->offset, values, sizeof values);
+  });
+  const GgufFile file(path);
+  const ModelConfig config = gguf_model_config(file);
+  const ParameterLayout layout(config);
+  ParameterBlock params(layout, "params");
+  testing::expect_contains(testing::error_message([&] { load_gguf_weights(file, config, layout, params); }),
+                           {"nan.gguf", "tensor 'blk.0.attn_norm.weight' holds 1 NaN and 1 Inf", "hint:"});
 }
 
 TEST(Gguf, AnotherArchitectureOrAMissingKeyIsOneErrorNamingTheKey) {

@@ -292,6 +292,20 @@ GgufFile::GgufFile(std::string path) : path_(std::move(path)) {
         throw Error(kModule, path_ + ": tensor '" + json::excerpt_text(info.name) + "' lies beyond the end of the file",
                     "the file is truncated: download it again");
     }
+    // No two tensors share bytes (llama.cpp refuses such a file too): in offset order, each ends before the next.
+    std::vector<const GgufTensorInfo*> by_offset;
+    for (const GgufTensorInfo& info : tensors_) by_offset.push_back(&info);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_offset.size(); ++i)
+      if (by_offset[i - 1]->bytes > 0 && by_offset[i]->offset < by_offset[i - 1]->offset + by_offset[i - 1]->bytes)
+        throw Error(kModule,
+                    path_ + ": the data of tensors '" + json::excerpt_text(by_offset[i - 1]->name) + "' and '" +
+                        json::excerpt_text(by_offset[i]->name) + "' overlap (bytes " +
+                        std::to_string(by_offset[i - 1]->offset) + ".." +
+                        std::to_string(by_offset[i - 1]->offset + by_offset[i - 1]->bytes) + " and from " +
+                        std::to_string(by_offset[i]->offset) + ")",
+                    "the file is corrupt");
   } catch (...) {
     ::close(fd_);
     throw;

@@ -252,6 +252,7 @@ void load_gguf_weights(const GgufFile& file, const ModelConfig& config, const Pa
     const int64_t columns = info.numel() / info.shape[0];
     float* rows = params.get(entry.internal_name) + entry.row_begin * columns;
     file.read(tensor, rows);
+    check_finite(rows, shape_numel(tensor.shape), file.path(), tensor.name);
     if (!permuted || entry.hf_shape.size() != 2) continue;
     if (entry.hf_name.ends_with("self_attn.q_proj.weight"))
       unpermute_rotary_rows(rows, config.heads, config.head_dim, columns);

@@ -54,8 +54,14 @@ void read_entry(const SafetensorsReader& reader, const std::string& name, const 
     for (int64_t o = 0; o < entry.rows; ++o) rows[o * columns + i] = staging[i * entry.rows + o];
 }
 
-// Refuses weights that no training or inference can use: NaN or Inf among the `count` values read
-// into `values` from tensor `name` of `path`.
+std::string names_excerpt(const std::vector<std::string>& names) {
+  std::string text = "'" + names[0] + "'";
+  if (names.size() > 1) text += " (and " + std::to_string(names.size() - 1) + " more)";
+  return text;
+}
+
+}  // namespace
+
 void check_finite(const float* values, int64_t count, const std::string& path, const std::string& name) {
   int64_t nans = 0, infinities = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -68,14 +74,6 @@ void check_finite(const float* values, int64_t count, const std::string& path, c
                   " Inf among its " + std::to_string(count) + " values",
               "these weights are damaged: download or export them again");
 }
-
-std::string names_excerpt(const std::vector<std::string>& names) {
-  std::string text = "'" + names[0] + "'";
-  if (names.size() > 1) text += " (and " + std::to_string(names.size() - 1) + " more)";
-  return text;
-}
-
-}  // namespace
 
 std::vector<HfTensor> hf_tensor_map(const ModelConfig& config) {
   std::vector<HfTensor> map;

@@ -66,4 +66,8 @@ void load_hf_safetensors(const ModelConfig& config, const ParameterLayout& layou
 void save_hf_safetensors(const ModelConfig& config, const ParameterLayout& layout, const ParameterBlock& params,
                          const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
+// Refuses weights no training or inference can use — NaN or Inf among the `count` values read from tensor
+// `name` of file `path` — with one error counting them (Hugging Face folders and GGUF files alike).
+void check_finite(const float* values, int64_t count, const std::string& path, const std::string& name);
+
 }  // namespace fpdt::model
