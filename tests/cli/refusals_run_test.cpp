@@ -154,6 +154,20 @@ TEST_F(RefusedRuns, ResumeToFewerStepsThanDoneIsRefusedAndToAsManyHasNothingToDo
   EXPECT_EQ(folder_contents(run_), before) << "a resume with nothing to train changed " << run_;
 }
 
+// A run refused after its folder was made (here: its model states beyond --compute-mem) leaves no empty
+// folder behind; a folder that was there before stays.
+TEST_F(RefusedRuns, ARefusedRunLeavesNoFolderItMade) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("made"), 2);
+  args.insert(args.end(), {"--compute-mem", "1KiB"});
+  expect_refused(run_fpdt(join_args(args)), {"[memory]", "compute tier", "1.00 KiB limit"});
+  EXPECT_FALSE(fs::exists(dir_.file("made")));
+  fs::create_directories(dir_.file("there"));
+  args = setup_->train_args(dir_.file("there"), 2);
+  args.insert(args.end(), {"--compute-mem", "1KiB"});
+  expect_refused(run_fpdt(join_args(args)), {"[memory]", "compute tier"});
+  EXPECT_TRUE(fs::exists(dir_.file("there")));
+}
+
 TEST_F(RefusedRuns, WarmupLongerThanTheRunIsRefused) {
   std::vector<std::string> args = setup_->train_args(dir_.file("warm"), 2);
   args.insert(args.end(), {"--warmup", "1000"});

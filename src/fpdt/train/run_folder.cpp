@@ -191,6 +191,7 @@ void check_shared_run_folder(const std::string& dir, comm::Communicator& world) 
 
 RunFolder::RunFolder(const std::string& dir, RunStart start) : dir_(dir), start_(start) {
   std::error_code error;
+  created_ = !fs::exists(dir, error);
   fs::create_directories(dir, error);
   if (error)
     throw Error(kModule, "cannot create the run directory " + dir + ": " + error.message(),
@@ -224,6 +225,10 @@ void RunFolder::start_run() {
 
 RunFolder::~RunFolder() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  // A folder this run made and left empty (it was refused before writing anything) goes with it. Never
+  // throws: remove() of a folder that holds something fails, and the folder stays.
+  std::error_code error;
+  if (created_ && fs::is_empty(dir_, error) && !error) fs::remove(dir_, error);
 }
 
 }  // namespace fpdt::train

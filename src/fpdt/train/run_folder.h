@@ -44,6 +44,7 @@ class RunFolder {
  private:
   std::string dir_;
   RunStart start_;
+  bool created_ = false;  // the folder did not exist before this run
   int lock_fd_ = -1;
 };
 
