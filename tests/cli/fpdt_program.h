@@ -189,6 +189,13 @@ inline std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::s
   return steps;
 }
 
+// The furthest step a run folder's metrics.jsonl logged (0 when none).
+inline int64_t last_logged_step(const std::string& run) {
+  int64_t last = 0;
+  for (const auto& [step, fields] : logged_steps(run + "/metrics.jsonl")) last = std::max(last, step);
+  return last;
+}
+
 inline std::string join_args(const std::vector<std::string>& args) {
   std::string joined;
   for (const std::string& arg : args) joined += "'" + arg + "' ";

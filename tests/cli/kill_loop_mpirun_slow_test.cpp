@@ -13,13 +13,6 @@
 namespace fpdt::testing {
 namespace {
 
-// The furthest step logged in metrics.jsonl (0 when none).
-int64_t last_logged_step(const std::string& run) {
-  int64_t last = 0;
-  for (const auto& [step, fields] : logged_steps(run + "/metrics.jsonl")) last = std::max(last, step);
-  return last;
-}
-
 // Whether a save was cut short: a step folder still being written or a temp file of `latest` (none
 // when an early kill came before the run folder was made).
 bool save_in_progress(const std::string& run) {

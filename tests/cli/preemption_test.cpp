@@ -18,13 +18,6 @@
 namespace fpdt::testing {
 namespace {
 
-// The furthest step logged in metrics.jsonl (0 when none).
-int64_t last_logged_step(const std::string& run) {
-  int64_t last = 0;
-  for (const auto& [step, fields] : logged_steps(run + "/metrics.jsonl")) last = std::max(last, step);
-  return last;
-}
-
 std::string latest_of(const std::string& run) {
   std::ifstream file(run + "/latest");
   std::string name;
