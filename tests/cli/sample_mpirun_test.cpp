@@ -33,6 +33,17 @@ TEST(SampleMpirun, TwoRanksAnswerAsOneProcess) {
   // summation order (half the rows per GEMM, the attention's heads on two ranks) of each other.
   EXPECT_EQ(ids_line(two), ids_line(single));
   EXPECT_NE(two.output.find("2 rank(s)"), std::string::npos) << two.output;
+  // The prompt from standard input, which mpirun gives to rank 0 alone: rank 0's, on both ranks.
+  write_text_file(dir.file("prompt.txt"), "In the beginning God created the heaven and the earth");
+  std::vector<std::string> from_stdin = sample_args(2);
+  from_stdin[3] = "--prompt-file";
+  from_stdin[4] = "-";
+  std::string command;
+  for (const std::string& word : mpirun_prefix(2)) command += "'" + word + "' ";
+  const ProgramResult piped =
+      run_command(command + "'" + fpdt_binary() + "' " + join_args(from_stdin) + " < " + dir.file("prompt.txt"));
+  ASSERT_EQ(piped.exit_status, 0) << piped.output;
+  EXPECT_EQ(ids_line(piped), ids_line(single));
 }
 
 }  // namespace

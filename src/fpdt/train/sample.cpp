@@ -63,7 +63,12 @@ SampleResult sample(const SampleCommand& settings, comm::Communicator& world) {
   model::override_rope(config, s.rope_theta, s.rope_scaling);
   const data::Tokenizer tokenizer = checkpoint_tokenizer(folder, config.vocab_size);
   SampleResult result;
-  result.prompt = tokenizer.encode(read_prompt(s));
+  // Rank 0's prompt (under mpirun only it has standard input; a file may be on its node alone), everyone's.
+  if (world.rank() == 0) result.prompt = tokenizer.encode(read_prompt(s));
+  uint64_t prompt_tokens = result.prompt.size();
+  world.broadcast(&prompt_tokens, sizeof prompt_tokens, 0);
+  result.prompt.resize(static_cast<size_t>(prompt_tokens));
+  world.broadcast(result.prompt.data(), sizeof(int32_t) * result.prompt.size(), 0);
   if (result.prompt.empty())
     throw Error(kModule, "the prompt is empty", "give at least one token of prompt (--prompt or --prompt-file)");
   if (!s.ignore_end_of_turn) s.sampling.stop_ids = stop_ids(folder, config);
