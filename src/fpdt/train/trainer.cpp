@@ -432,7 +432,6 @@ TrainResult Trainer::run() {
     log::info(line);
   }
   run_timer_.reset();
-  const preemption::Catcher preemption(preemption::parse_signals(s.preempt_signals));
   while (!done()) {
     StepMetrics metrics = step();
     const bool last = done();
@@ -489,6 +488,9 @@ void Trainer::record_peaks() {
 }
 
 TrainResult train(const TrainSettings& settings, comm::Communicator& world) {
+  // Caught from set-up to the end: a signal before the first step is taken at its end; one after the last
+  // step finds the run complete and saved (it ends as it would have).
+  const preemption::Catcher preemption(preemption::parse_signals(settings.preempt_signals));
   return Trainer(settings, world).run();
 }
 
