@@ -75,6 +75,10 @@ TEST(DryRunLimits, ProductsBeyondTheirTypesAreRefusedNamingTheOptions) {
   // The longest --seq int64 holds: its chunk count was (S + C − 1) / C, wrapped to "fill 0 chunks".
   expect_one_clear_error(run_in_one_gib("train --model llama-tiny --seq 9223372036854775807 --dry-run"),
                          {"[train]", "--seq 9223372036854775807 is too long for 'llama-tiny'", "64-bit"});
+  // A passkey grid whose prompts of a length cannot be held (they ran for minutes with no bound).
+  expect_one_clear_error(run_in_one_gib("eval --checkpoint " + kGoldenLlama + " --seq 1024 --passkey-trials 1000000000"),
+                         {"[eval]", "--passkey-trials 1000000000 x --passkey-depths 5 prompts of 1024 tokens",
+                          "hint: lower --passkey-trials"});
   // A world of sp x dp ranks beyond an int.
   expect_one_clear_error(run_in_one_gib("train --sp 65536 --dp 65536 --dry-run"),
                          {"[train]", "--sp 65536 x --dp 65536 ranks", "hint:"});

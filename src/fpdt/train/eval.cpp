@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <optional>
 
+#include "fpdt/base/checked_math.h"
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/log.h"
+#include "fpdt/base/machine.h"
 #include "fpdt/base/random.h"
 #include "fpdt/base/timer.h"
 #include "fpdt/data/data_loader.h"
@@ -194,6 +196,20 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   s.run.offload = pipeline::with_run_folder(s.run.offload, s.out_dir);
   pipeline::run_chunk_plan(kModule, s.run);
   const std::vector<int64_t> lengths = passkey_lengths(s);
+  // A length's passkey prompts are made and held at once (trials × depths of L tokens): within half the
+  // machine's memory, or refused now rather than found out after minutes (a dry run makes none).
+  for (const int64_t L : s.dry_run ? std::vector<int64_t>{} : lengths) {
+    int64_t prompts = 0, bytes = 0;
+    const size_t memory = machine_memory_bytes();
+    if (!checked_mul(prompts, s.passkey_trials, s.passkey_depths) || !checked_mul(bytes, prompts, L) ||
+        !checked_mul(bytes, bytes, int64_t{2 * sizeof(int32_t)}) ||
+        (memory > 0 && static_cast<uint64_t>(bytes) > memory / 2))
+      throw Error(kModule,
+                  "--passkey-trials " + str(s.passkey_trials) + " x --passkey-depths " + str(s.passkey_depths) +
+                      " prompts of " + str(L) + " tokens do not fit in half of this machine's " +
+                      format_bytes(static_cast<double>(memory)),
+                  "lower --passkey-trials (each cell's accuracy is right/trials: 20 trials give it to ±0.1)");
+  }
   const std::vector<std::string> ruler_tasks = ruler_task_names(s.ruler);
   const std::vector<int64_t> ruler_lengths_asked =
       ruler_tasks.empty() ? std::vector<int64_t>{} : ruler_lengths(s.ruler, s.run.seq_tokens);
