@@ -271,7 +271,7 @@ TEST(Generation, DryRunIsTheRealRunAndTheComputeTierDoesNotGrowWithThePrompt) {
 TEST(Generation, NextTokenRule) {
   const uint64_t seed = testing::fresh_seed();
   Rng rng(seed);
-  std::vector<std::pair<float, int32_t>> scratch;
+  train::SamplerScratch scratch;
   const std::vector<float> logits = {0.0f, 2.0f, 2.0f, 1.0f, -1.0f};
   train::SampleSettings greedy;
   greedy.greedy = true;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/hash.h"
 #include "fpdt/base/file_io.h"
 #include "fpdt/base/json.h"
 #include "fpdt/data/text/byte_level.h"
@@ -33,15 +34,6 @@ constexpr std::string_view kGpt2Pattern =
 constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
 bool first_invalid_utf8_in(std::string_view text) { return text::first_invalid_utf8(text) != text.size(); }
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
 
 // The byte tokenizer's tokenizer.json: ids 0..255 for the bytes (through the byte-level alphabet, no
 // merges), and <|eod|> = 256, special.

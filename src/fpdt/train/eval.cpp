@@ -198,7 +198,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   const std::vector<int64_t> lengths = passkey_lengths(s);
   // A length's passkey prompts are made and held at once (trials × depths of L tokens): within half the
   // machine's memory, or refused now rather than found out after minutes (a dry run makes none).
-  for (const int64_t L : s.dry_run ? std::vector<int64_t>{} : lengths) {
+  for (const int64_t L : lengths) {
+    if (s.dry_run) break;
     int64_t prompts = 0, bytes = 0;
     const size_t memory = machine_memory_bytes();
     if (!checked_mul(prompts, s.passkey_trials, s.passkey_depths) || !checked_mul(bytes, prompts, L) ||

@@ -7,16 +7,11 @@
 #include <vector>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/hash.h"
 
 namespace fpdt::train {
 
 namespace {
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
 
 // "0-2, 5": ranks in order, runs joined.
 std::string rank_list(const std::vector<int>& ranks) {

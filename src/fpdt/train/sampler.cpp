@@ -10,11 +10,11 @@
 
 namespace fpdt::train {
 
-int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng,
-                   std::vector<std::pair<float, int32_t>>& ranked) {
+int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng, SamplerScratch& scratch) {
   if (settings.greedy) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   FPDT_CHECK(settings.temperature > 0 && settings.top_p > 0 && settings.top_p <= 1, "sample",
              "temperature must be positive and top-p in (0, 1]", "");
+  std::vector<std::pair<float, int32_t>>& ranked = scratch.ranked;
   ranked.resize(static_cast<size_t>(V));
   for (int32_t id = 0; id < V; ++id) ranked[static_cast<size_t>(id)] = {logits[id], id};
   const int k = settings.top_k > 0 ? std::min(settings.top_k, V) : V;
@@ -22,7 +22,8 @@ int32_t next_token(const float* logits, int V, const SampleSettings& settings, R
   std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
-  std::vector<double> weights(static_cast<size_t>(k));
+  std::vector<double>& weights = scratch.weights;
+  weights.resize(static_cast<size_t>(k));
   double total = 0.0;
   for (int j = 0; j < k; ++j) {
     weights[static_cast<size_t>(j)] = std::exp((static_cast<double>(ranked[static_cast<size_t>(j)].first) -
@@ -58,14 +59,14 @@ Generation generate(pipeline::FpdtModel& model, const std::vector<int32_t>& prom
   if (settings.new_tokens == 0) return result;
   const int V = model.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<std::pair<float, int32_t>> ranked;
+  SamplerScratch scratch;
   const Timer prefill;
   model.prefill(prompt, settings.new_tokens - 1, logits.data());  // the last new token is never decoded
   result.prefill_seconds = prefill.seconds();
   const Timer decode;
   for (int64_t i = 0; i < settings.new_tokens; ++i) {
     if (i > 0) model.decode(result.tokens.back(), logits.data());
-    const int32_t token = next_token(logits.data(), V, settings, rng, ranked);
+    const int32_t token = next_token(logits.data(), V, settings, rng, scratch);
     result.tokens.push_back(token);
     if (std::find(settings.stop_ids.begin(), settings.stop_ids.end(), token) != settings.stop_ids.end()) {
       result.stopped = true;

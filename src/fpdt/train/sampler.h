@@ -23,9 +23,14 @@ struct SampleSettings {
   std::vector<int32_t> stop_ids;  // generation ends after one of these (kept in the output)
 };
 
-// The next token from logits (V): the rule of `settings`. `ranked` is scratch, grown to V once.
-int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng,
-                   std::vector<std::pair<float, int32_t>>& ranked);
+// What next_token works in, grown to V once and reused token after token.
+struct SamplerScratch {
+  std::vector<std::pair<float, int32_t>> ranked;  // (logit, id), the most likely first
+  std::vector<double> weights;                    // their unnormalised probabilities
+};
+
+// The next token from logits (V): the rule of `settings`.
+int32_t next_token(const float* logits, int V, const SampleSettings& settings, Rng& rng, SamplerScratch& scratch);
 
 struct Generation {
   std::vector<int32_t> tokens;  // generated, the prompt not included
