@@ -150,11 +150,11 @@ model::LossStats FpdtModel::run(const model::Batch& batch, Pass pass, double gra
              "build the model with RunSpec::forward_only = false to train it");
   model::check_batch(config_, batch);
   reserve(batch.T, batch.B, false);
-  return execute_pass(batch, pass, grad_scale, outputs, true);
+  return execute_pass(batch, pass, grad_scale, outputs);
 }
 
 model::LossStats FpdtModel::execute_pass(const model::Batch& batch, Pass pass, double grad_scale,
-                                         const TokenOutputs& outputs, bool head) {
+                                         const TokenOutputs& outputs) {
   Schedule with_documents;
   const Schedule* schedule = &schedule_;
   if (batch.doc_ids != nullptr) {  // the live blocks depend on the batch
@@ -175,10 +175,8 @@ model::LossStats FpdtModel::execute_pass(const model::Batch& batch, Pass pass, d
   for (const Schedule::Call& call : schedule->calls) {
     call_ = &call;
     states_.before_segment(segment_);
-    if (head || call.kind != CallKind::head) {
-      bind_tensors();
-      execute(schedule->programs[call.program], call.layer);
-    }
+    bind_tensors();
+    execute(schedule->programs[call.program], call.layer);
     states_.after_segment(segment_++);
   }
   FPDT_ASSERT(static_cast<size_t>(segment_) == states_.plan().pass(backward).size());

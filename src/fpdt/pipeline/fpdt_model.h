@@ -117,9 +117,8 @@ class FpdtModel {
  private:
   void reserve(int64_t seq_tokens, int batch, bool dry, int64_t cache_chunks = 0);
   model::LossStats run(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs);
-  // The schedule's calls over the reserved layout (the LM head's skipped when `head` is false).
-  model::LossStats execute_pass(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs,
-                                bool head);
+  // The schedule's calls over the reserved layout.
+  model::LossStats execute_pass(const model::Batch& batch, Pass pass, double grad_scale, const TokenOutputs& outputs);
   // The weights of the embeddings, a layer and the LM head, where the model states keep them for the call.
   model::GlobalTensors embedding_weights() const;
   model::LayerTensors layer_weights(int layer) const;

@@ -102,7 +102,7 @@ void FpdtModel::prefill(const std::vector<int32_t>& prompt, int64_t max_new_toke
   padded_prompt_.assign(prompt.begin(), prompt.end());
   padded_prompt_.resize(static_cast<size_t>(forward_tokens), 0);
   execute_pass(model::Batch{1, forward_tokens, padded_prompt_.data(), nullptr, nullptr}, Pass::forward, 0.0,
-               TokenOutputs{}, false);
+               TokenOutputs{});  // its schedule runs no LM head (kv_cache)
   cached_tokens_ = S;
   // The last position's final hidden state is on the rank whose local chunk holds it (chunk_plan.h).
   const int64_t last = S - 1, c = plan_.local_chunk_tokens;

@@ -600,8 +600,10 @@ Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
     forward.push_back(add("layer forward" + suffix(m), m, [&](Builder& b) {
       layer_forward(b, schedule.masks[m], layer_forward_writes(backward, recompute, schedule.mlp_kept, kv_cache));
     }));
+  // A KV cache's forward (generation's prefill) runs no LM head over its chunks: the logits wanted are the
+  // last position's alone, which generation.cpp computes from its final hidden state.
   const int head = add("head", -1, [&](Builder& b) {
-    for (int i = 0; i < u; ++i) {
+    for (int i = 0; i < u && !kv_cache; ++i) {
       b.compute<Op::inputs>(i, {}, Variant::with_targets);
       b.fetch(Array::x, l, i, Buf::x);
       if (backward) b.compute<Op::zero>(i, {{buffer, Buf::d_res}});
@@ -731,7 +733,7 @@ ScheduleCopies count_copies(const ChunkPlan& plan, Pass pass, Recompute recomput
         layer_forward_copies(live_of(call.layer), layer_forward_writes(backward, recompute, kept, kv_cache));
         break;
       case CallKind::head:
-        fetch({x}, u);
+        if (!kv_cache) fetch({x}, u);
         if (backward) write({d_res}, u);
         break;
       case CallKind::layer_backward: layer_backward_copies(live_of(call.layer)); break;

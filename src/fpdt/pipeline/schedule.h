@@ -270,7 +270,8 @@ struct Schedule {
 // so each write of one is a pack into the buffer's twin and a write of the twin, each fetch of one a fetch
 // into the twin and an unpack into the buffer right before the buffer's first use (its waits derived).
 // kv_cache (a forward of a generation layout, memory_layout.h): every chunk's k and v are written to the
-// store, not only those a later chunk or the backward reads — the KV cache decoding reads.
+// store, not only those a later chunk or the backward reads — the KV cache decoding reads — and the head
+// program is empty (generation wants the last position's logits alone).
 Schedule make_schedule(const ChunkPlan& plan, Pass pass, Recompute recompute,
                        const std::vector<BlockMask>& layer_masks, bool mlp_kept = false, bool bf16_store = false,
                        bool kv_cache = false);
