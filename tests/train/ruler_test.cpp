@@ -353,7 +353,9 @@ TEST(Ruler, CwePromptFollowsTheRecipe) {
       "Memorize the ones that appear most often.\n";
   const std::string question = "\nQuestion: What are the 10 most common words in the above list?";
   const std::string prefix = " Answer: The top 10 words that appear most often in the list are:";
-  for (const int64_t L : {3072, 8192}) {
+  // 16K, not 8K, for the full recipe: with the byte tokenizer its 300 entries of the common words fill ~6K
+  // tokens, and 8K left room for only a few uncommon words — a draw of long ones could be cut to none.
+  for (const int64_t L : {3072, 16384}) {
     const bool shortened = L < 4096;
     for (const RulerPrompt& p :
          make_ruler_prompts(ruler_recipe("cwe"), L, 2, bytes(), sources, RulerChat::base, seed)) {
