@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # wamerican: /usr/share/dict/words, the word list of `fpdt eval --ruler`'s keys and words.
+# libyaml-cpp-dev: the recipes of `fpdt extend`.
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
-          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican)
+          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican libyaml-cpp-dev)
 # Extra packages a target asks for, e.g. the demo corpus for `make run`.
 packages+=("$@")
 

@@ -1,4 +1,4 @@
-// The `fpdt` program: train | eval | sample | tokenize | inspect | convert | plan. Each subcommand declares its options
+// The `fpdt` program: train | eval | extend | sample | tokenize | inspect | convert | plan. Each subcommand declares its options
 // once, bound to the fields they set (base/options.h; train's in train/settings.h, the ones commands
 // share in pipeline/run_options.h). Errors are fpdt::Error: printed once, by the failing rank, exit status 1.
 #include <cstdio>
@@ -31,6 +31,7 @@
 #include "fpdt/pipeline/run_options.h"
 #include "convert_command.h"
 #include "eval_command.h"
+#include "extend_command.h"
 #include "sample_command.h"
 #include "plan_command.h"
 
@@ -256,6 +257,7 @@ int usage(FILE* out) {
                "  train      train a model on token shards, with checkpoints and metrics\n"
                "  eval       loss by context position and passkey retrieval of a checkpoint on long sequences\n"
                "  sample     generate text from a checkpoint\n"
+               "  extend     extend a model's context by a recipe's stages, gated and reported\n"
                "  tokenize   turn text or FASTA files into token shards\n"
                "  inspect    show what a checkpoint, safetensors or GGUF file or shard holds\n"
                "  convert    turn a GGUF file into a Hugging Face model folder\n"
@@ -283,6 +285,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "train") return command_train(argc - 2, argv + 2, *world);
     if (command == "eval") return command_eval(argc - 2, argv + 2, *world);
+    if (command == "extend") return command_extend(argc - 2, argv + 2, *world);
     if (command == "sample") return command_sample(argc - 2, argv + 2, *world);
     if (command == "tokenize") return command_tokenize(argc - 2, argv + 2);
     if (command == "inspect") return command_inspect(argc - 2, argv + 2);

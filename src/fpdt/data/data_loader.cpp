@@ -19,6 +19,7 @@ const char* sampling_name(uint32_t sampling) {
   switch (static_cast<Sampling>(sampling)) {
     case Sampling::random: return "random";
     case Sampling::sequential: return "sequential";
+    case Sampling::mixture: return "mixture";
   }
   return "unknown";
 }
@@ -69,43 +70,47 @@ void fill_documents(int32_t* doc_ids, int32_t* positions, int64_t row_tokens, st
   }
 }
 
-DataLoader::DataLoader(ShardReader shard, DataLoaderConfig config)
-    : shard_(std::move(shard)), config_(config), rng_(config.seed) {
-  if (config_.padded_seq_tokens == 0) config_.padded_seq_tokens = config_.seq_tokens;
-  FPDT_CHECK(config_.batch_size >= 1, kModule, "batch size " + std::to_string(config_.batch_size) + " must be at least 1",
+void check_row_config(DataLoaderConfig& config, const ShardReader& shard) {
+  if (config.padded_seq_tokens == 0) config.padded_seq_tokens = config.seq_tokens;
+  FPDT_CHECK(config.batch_size >= 1, kModule, "batch size " + std::to_string(config.batch_size) + " must be at least 1",
              "pass --batch 1 or more");
-  FPDT_CHECK(config_.seq_tokens >= 1, kModule, "sequence length " + std::to_string(config_.seq_tokens) + " must be at least 1",
+  FPDT_CHECK(config.seq_tokens >= 1, kModule, "sequence length " + std::to_string(config.seq_tokens) + " must be at least 1",
              "pass --seq 1 or more");
-  FPDT_CHECK(config_.padded_seq_tokens >= config_.seq_tokens, kModule,
-             "padded row length " + std::to_string(config_.padded_seq_tokens) + " is shorter than the sequence length " +
-                 std::to_string(config_.seq_tokens),
+  FPDT_CHECK(config.padded_seq_tokens >= config.seq_tokens, kModule,
+             "padded row length " + std::to_string(config.padded_seq_tokens) + " is shorter than the sequence length " +
+                 std::to_string(config.seq_tokens),
              "padding can only lengthen a row");
-  FPDT_CHECK(config_.sampling == Sampling::random || config_.sampling == Sampling::sequential, kModule,
-             "unknown sampling mode " + std::to_string(static_cast<uint32_t>(config_.sampling)), "");
-  FPDT_CHECK(config_.pad_token >= 0 && static_cast<uint32_t>(config_.pad_token) < shard_.vocab_size(), kModule,
-             "pad token " + std::to_string(config_.pad_token) + " is outside the vocabulary [0, " +
-                 std::to_string(shard_.vocab_size()) + ") of token shard '" + shard_.path() + "'",
+  FPDT_CHECK(config.pad_token >= 0 && static_cast<uint32_t>(config.pad_token) < shard.vocab_size(), kModule,
+             "pad token " + std::to_string(config.pad_token) + " is outside the vocabulary [0, " +
+                 std::to_string(shard.vocab_size()) + ") of token shard '" + shard.path() + "'",
              "use a pad token id the model can embed, e.g. 0");
-  FPDT_CHECK(config_.documents || !config_.restart_positions, kModule,
+  FPDT_CHECK(config.documents || !config.restart_positions, kModule,
              "positions can restart only at the documents' starts, and documents are off",
              "--doc-positions restart needs --doc-mask");
-  if (config_.documents) {
-    const uint32_t recorded = shard_.tokenizer().end_of_document_id;
-    FPDT_CHECK(config_.end_of_document >= 0 || recorded != kNoEndOfDocument, kModule,
-               "token shard '" + shard_.path() + "' records no end-of-document token, so its documents cannot be told apart",
+  if (config.documents) {
+    const uint32_t recorded = shard.tokenizer().end_of_document_id;
+    FPDT_CHECK(config.end_of_document >= 0 || recorded != kNoEndOfDocument, kModule,
+               "token shard '" + shard.path() + "' records no end-of-document token, so its documents cannot be told apart",
                "re-create it with `fpdt tokenize` (which puts the tokenizer's end-of-document token between "
                "documents), or train without --doc-mask");
-    if (config_.end_of_document < 0) config_.end_of_document = static_cast<int32_t>(recorded);
-    FPDT_CHECK(recorded == kNoEndOfDocument || recorded == static_cast<uint32_t>(config_.end_of_document), kModule,
-               "token shard '" + shard_.path() + "' ends its documents with token " + std::to_string(recorded) +
-                   ", not with " + std::to_string(config_.end_of_document),
+    if (config.end_of_document < 0) config.end_of_document = static_cast<int32_t>(recorded);
+    FPDT_CHECK(recorded == kNoEndOfDocument || recorded == static_cast<uint32_t>(config.end_of_document), kModule,
+               "token shard '" + shard.path() + "' ends its documents with token " + std::to_string(recorded) +
+                   ", not with " + std::to_string(config.end_of_document),
                "use the tokenizer the shard was made with");
-    FPDT_CHECK(static_cast<uint32_t>(config_.end_of_document) < shard_.vocab_size(), kModule,
-               "end-of-document token " + std::to_string(config_.end_of_document) +
-                   " is outside the vocabulary [0, " + std::to_string(shard_.vocab_size()) + ") of token shard '" +
-                   shard_.path() + "'",
+    FPDT_CHECK(static_cast<uint32_t>(config.end_of_document) < shard.vocab_size(), kModule,
+               "end-of-document token " + std::to_string(config.end_of_document) +
+                   " is outside the vocabulary [0, " + std::to_string(shard.vocab_size()) + ") of token shard '" +
+                   shard.path() + "'",
                "use the tokenizer the shard was made with");
   }
+}
+
+DataLoader::DataLoader(ShardReader shard, DataLoaderConfig config)
+    : shard_(std::move(shard)), config_(config), rng_(config.seed) {
+  FPDT_CHECK(config_.sampling == Sampling::random || config_.sampling == Sampling::sequential, kModule,
+             "unknown sampling mode " + std::to_string(static_cast<uint32_t>(config_.sampling)), "");
+  check_row_config(config_, shard_);
   const uint64_t window_tokens = static_cast<uint64_t>(config_.seq_tokens) + 1;
   FPDT_CHECK(shard_.token_count() >= window_tokens, kModule,
              "token shard '" + shard_.path() + "' has " + std::to_string(shard_.token_count()) +
@@ -190,17 +195,18 @@ DataLoaderState DataLoader::state() const {
   return state;
 }
 
-void DataLoader::restore(const DataLoaderState& state) {
-  const bool same = state.shard_tokens == shard_.token_count() && state.batch_size == config_.batch_size &&
-                    state.seq_tokens == config_.seq_tokens &&
-                    state.sampling == static_cast<uint32_t>(config_.sampling);
+void check_same_cursor(const DataLoaderState& saved, const DataLoaderState& current, const std::string& data) {
+  const bool same = saved.shard_tokens == current.shard_tokens && saved.batch_size == current.batch_size &&
+                    saved.seq_tokens == current.seq_tokens && saved.sampling == current.sampling;
   FPDT_CHECK(same, kModule,
              "cannot resume the data cursor: it was saved for " +
-                 describe(state.shard_tokens, state.batch_size, state.seq_tokens, state.sampling) +
-                 ", but this loader reads '" + shard_.path() + "' with " +
-                 describe(shard_.token_count(), config_.batch_size, config_.seq_tokens,
-                          static_cast<uint32_t>(config_.sampling)),
+                 describe(saved.shard_tokens, saved.batch_size, saved.seq_tokens, saved.sampling) + ", but this loader reads " +
+                 data + " with " + describe(current.shard_tokens, current.batch_size, current.seq_tokens, current.sampling),
              "resume with the same data, --batch and --seq, or start a fresh run");
+}
+
+void DataLoader::restore(const DataLoaderState& state) {
+  check_same_cursor(state, this->state(), "'" + shard_.path() + "'");
   FPDT_CHECK(config_.sampling == Sampling::random || state.next_window < windows_per_epoch(), kModule,
              "cannot resume the data cursor: window " + std::to_string(state.next_window) + " is past the " +
                  std::to_string(windows_per_epoch()) + " windows of '" + shard_.path() + "'",

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -46,6 +47,7 @@ void fill_documents(int32_t* doc_ids, int32_t* positions, int64_t row_tokens, st
 enum class Sampling : uint32_t {
   random = 0,      // each row starts at a uniform offset in [0, N − S − 1]
   sequential = 1,  // rows at offsets 0, S, 2S, …: every token 1..N−1 is a target exactly once per epoch
+  mixture = 2,     // rows of documents from several shards by weight (mixture.h's MixtureLoader)
 };
 
 struct DataLoaderConfig {
@@ -68,6 +70,7 @@ struct Batch {
   std::vector<int32_t> doc_ids;     // (B, seq_tokens) with documents on, else empty
   std::vector<int32_t> positions;   // (B, seq_tokens) with restart_positions, else empty (0..seq_tokens−1)
   std::vector<int64_t> row_offsets; // (B) shard index of each row's first token; −1 for an all-padding row
+                                    // and for a mixture's rows (documents of several places)
   int64_t target_tokens = 0;        // targets that count (≠ kIgnoreIndex), for normalising the loss
 };
 
@@ -87,20 +90,41 @@ struct DataLoaderState {
 static_assert(std::is_trivial_v<DataLoaderState> && std::is_standard_layout_v<DataLoaderState>,
               "DataLoaderState is saved in checkpoints byte for byte");
 
-class DataLoader {
+// Checks a loader's row settings against a shard it reads (B, S, padding, pad token, documents and the
+// end-of-document token: the shard's when config.end_of_document is −1, resolved here); fpdt::Error naming
+// the shard. Sampling and the shard's length are each loader's own.
+void check_row_config(DataLoaderConfig& config, const ShardReader& shard);
+
+// Throws fpdt::Error unless a saved cursor is for the data (`data`, named in the error: its token count),
+// B, S and sampling of the loader whose cursor is `current`.
+void check_same_cursor(const DataLoaderState& saved, const DataLoaderState& current, const std::string& data);
+
+// What a trainer draws its batches from: one shard (DataLoader) or a mixture of them (mixture.h). Its
+// cursor is a DataLoaderState, which checkpoints save.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills `batch` (reusing its storage) with the next rows and advances the cursor.
+  virtual void next(Batch& batch) = 0;
+  virtual DataLoaderState state() const = 0;
+  // Continues from a cursor taken by state(); throws fpdt::Error when it was saved for other data or shapes.
+  virtual void restore(const DataLoaderState& state) = 0;
+};
+
+class DataLoader : public BatchSource {
  public:
   // Throws fpdt::Error for a bad config, a shard with fewer than S + 1 tokens, or documents asked of a
   // shard that records no EOS while end_of_document is −1, or records another EOS than end_of_document.
   DataLoader(ShardReader shard, DataLoaderConfig config);
 
   // Fills `batch` (reusing its storage) with the next B rows and advances the cursor.
-  void next(Batch& batch);
+  void next(Batch& batch) override;
   Batch next();
 
-  DataLoaderState state() const;
+  DataLoaderState state() const override;
   // Continues from a cursor taken by state(); throws fpdt::Error when it was saved for a shard of
   // another length or another B, S or sampling.
-  void restore(const DataLoaderState& state);
+  void restore(const DataLoaderState& state) override;
 
   // Sequential sampling: windows ⌈(N − 1) / S⌉ and batches ⌈windows / B⌉ in one pass over the shard.
   // The last window may be short (padded), and rows past the last window in the last batch are all

@@ -381,28 +381,32 @@ int64_t load_moments(const fs::path& dir, int ranks, pipeline::ModelStates& stat
 
 }  // namespace
 
+int64_t load_optimizer_state(const std::string& checkpoint_dir, pipeline::ModelStates& states, AdamW& optimizer) {
+  const fs::path dir(checkpoint_dir);
+  const TrainerState state = read_trainer_state(checkpoint_dir);
+  const int shard_ranks = state.optimizer_ranks;
+  const int64_t updates = load_moments(dir, shard_ranks, states);
+  if (updates > state.step)
+    throw Error(kModule, (dir / (shard_ranks == 0 ? std::string(kWholeMoments) : shard_file(0, shard_ranks))).string() +
+                             " counts " + std::to_string(updates) + " AdamW updates, more than the " +
+                             std::to_string(state.step) + " steps of " + (dir / "trainer_state.json").string(),
+                "the files come from different checkpoints; resume from another one");
+  optimizer.set_step(updates);
+  return updates;
+}
+
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              pipeline::ModelStates& states, AdamW& optimizer) {
   const fs::path dir(checkpoint_dir);
   if (!fs::is_directory(dir)) throw Error(kModule, "no checkpoint folder " + checkpoint_dir);
   check_checkpoint_model(checkpoint_dir, config);
-
-  const std::string state_path = (dir / "trainer_state.json").string();
   const TrainerState state = read_trainer_state(checkpoint_dir);
-  const int shard_ranks = state.optimizer_ranks;
-
   {
     model::ParameterBlock whole(states.layout(), "checkpoint weights (read before sharding)", Tier::offload);
     load_hf_safetensors(config, states.layout(), whole, (dir / "model.safetensors").string());
     states.load_weights(whole);
   }
-  const int64_t updates = load_moments(dir, shard_ranks, states);
-  if (updates > state.step)
-    throw Error(kModule, (dir / (shard_ranks == 0 ? std::string(kWholeMoments) : shard_file(0, shard_ranks))).string() +
-                             " counts " + std::to_string(updates) + " AdamW updates, more than the " +
-                             std::to_string(state.step) + " steps of " + state_path,
-                "the files come from different checkpoints; resume from another one");
-  optimizer.set_step(updates);
+  load_optimizer_state(checkpoint_dir, states, optimizer);
   check_finite_state(states, checkpoint_dir,
                      "resume from an earlier checkpoint (write its folder name into " +
                          (dir.parent_path() / "latest").string() + ")");

@@ -111,6 +111,12 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const model::Mode
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const model::ModelConfig& config,
                              pipeline::ModelStates& states, AdamW& optimizer);
 
+// This rank's share of the AdamW moments of a step folder (from the shards of whatever partition saved them)
+// into `states`, and its update count into `optimizer`; returns that count. For a run that starts from
+// another run's checkpoint with its optimizer state (--init-optimizer: a stage of a staged run), whose
+// weights the caller loads. Collective like load_checkpoint; fpdt::Error naming a missing or foreign file.
+int64_t load_optimizer_state(const std::string& checkpoint_dir, pipeline::ModelStates& states, AdamW& optimizer);
+
 // The weights of a step or Hugging Face folder into `states` (read into host memory first: the compute tier
 // may be a GPU's), for forward passes (eval, sample); the offload tier's peak is reset after the reading's
 // host blocks, so it reports what the passes use.

@@ -7,6 +7,8 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/preemption.h"
 #include "fpdt/base/machine.h"
+#include "fpdt/data/mixture.h"
+#include "fpdt/model/gguf.h"
 #include "fpdt/pipeline/model_states.h"
 #include "fpdt/pipeline/run_options.h"
 
@@ -99,8 +101,17 @@ void declare_train_options(OptionSet& set, TrainSettings& s) {
   set.add("init-from", "DIR|FILE.gguf",
           "start from a Hugging Face model folder (config.json + safetensors weights) or a GGUF file (dequantized)",
           s.init_from);
+  set.add("init-optimizer", "",
+          "with --init-from a step folder of a run: start from its AdamW moments and update count too (a stage "
+          "that continues another's optimizer)",
+          s.init_optimizer);
   run::rope(set, s.rope_theta, s.rope_scaling);
   set.add("data", "DIR", "folder with train.bin and val.bin", s.data_dir);
+  set.add("mixture", "DIR:W[:MIN[:MAX]],...",
+          "draw training rows from these shard folders by weight W, each only from its documents of MIN..MAX tokens "
+          "(0: no bound), packed (validation stays on --data's val.bin)",
+          s.mixture)
+      .unset_means("none");
   set.add("out", "DIR", "run folder: checkpoints (the newest two are kept), metrics.jsonl", s.out_dir);
   run::backend(set, s.run.backend);
   set.add("steps", "N", "optimizer steps", s.steps).at_least(1);
@@ -184,6 +195,10 @@ void check_settings(const TrainSettings& s) {
     throw Error(kModule, "--init-from and --resume cannot be combined",
                 "--init-from starts a new run from a Hugging Face folder; to continue it, give --resume and its --out "
                 "(the model comes from its checkpoint)");
+  if (s.init_optimizer && (s.init_from.empty() || model::is_gguf_path(s.init_from)))
+    throw Error(kModule, "--init-optimizer takes the optimizer state of the step folder --init-from names, but --init-from is " +
+                             (s.init_from.empty() ? std::string("not given") : s.init_from + ", a GGUF file"),
+                "give --init-from runs/X/step_N (a checkpoint of fpdt train), or drop --init-optimizer");
   if (!s.init_from.empty() && !s.run.model.empty())
     throw Error(kModule, "--init-from " + s.init_from + " brings its own model (config.json or GGUF metadata); --model " + s.run.model + " would be a second one",
                 "drop --model (use --rope-theta / --rope-scaling to change the RoPE of the loaded model)");
@@ -208,6 +223,7 @@ void check_settings(const TrainSettings& s) {
   if (s.run.doc_positions == pipeline::DocPositions::restart && !s.run.doc_mask)
     throw Error(kModule, "--doc-positions restart restarts positions at each document, but documents are off",
                 "add --doc-mask (attention inside each document), or drop --doc-positions");
+  if (!s.mixture.empty()) data::parse_mixture(s.mixture);
   pipeline::check_zero(s.run);
   pipeline::run_chunk_plan(kModule, s.run);
   if (!s.dry_run) check_batch_memory(s);  // a dry run lays out the step without data

@@ -49,9 +49,12 @@ inline pipeline::RunSpec default_train_run() {
 struct TrainSettings {
   pipeline::RunSpec run = default_train_run();  // what the run is (the options every command shares)
   std::string init_from;              // Hugging Face folder or GGUF file: its model and weights ("": random init)
+  bool init_optimizer = false;        // and, init_from a step folder of a run, its AdamW moments and update count
   std::optional<double> rope_theta;   // replaces the model's RoPE base (context extension)
   std::string rope_scaling;           // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string data_dir = "data/kjv";  // holds train.bin and val.bin (from `fpdt tokenize`)
+  std::string mixture;                // "": train on data_dir's train.bin; else the sources the rows are drawn
+                                      // from (data/mixture.h's spelling), validation still on data_dir's val.bin
   std::string out_dir = "runs/demo";  // checkpoints, metrics.jsonl
   int64_t steps = 300;
   int64_t grad_accum = 1;             // micro-batches per optimizer step

@@ -16,6 +16,7 @@
 #include "fpdt/base/log.h"
 #include "fpdt/base/trace.h"
 #include "fpdt/data/gguf_tokenizer.h"
+#include "fpdt/data/mixture.h"
 #include "fpdt/data/shard_tokenizer.h"
 #include "fpdt/data/tokenizer.h"
 #include "fpdt/kernels/backend.h"
@@ -178,6 +179,9 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
     }
     states_->load_weights(whole);
     log::info("weights from " + s.init_from);
+    if (s.init_optimizer)
+      log::info("optimizer state from " + s.init_from + ": " +
+                str(load_optimizer_state(s.init_from, *states_, *optimizer_)) + " AdamW updates");
   }
   // The step's memory and offload file, laid out before --overwrite deletes the previous run, so that
   // every refusal (a budget, the weights, the offload folder) comes first, on every rank.
@@ -213,7 +217,14 @@ void Trainer::open_data() {
   train_config.documents = s.run.doc_mask;
   train_config.restart_positions = s.run.doc_positions == pipeline::DocPositions::restart;
   train_config.end_of_document = tokenizer_->end_of_document_id();  // the shards' (checked above)
-  train_loader_ = std::make_unique<data::DataLoader>(std::move(train_shard), train_config);
+  if (s.mixture.empty()) {
+    train_loader_ = std::make_unique<data::DataLoader>(std::move(train_shard), train_config);
+  } else {  // the rows come from the mixture's sources, made by the tokenizer of --data
+    std::vector<data::MixtureSource> sources = data::parse_mixture(s.mixture);
+    std::vector<data::ShardReader> shards = data::open_mixture_shards(sources);
+    for (const data::ShardReader& shard : shards) data::check_made_by(kModule, shard, *tokenizer_, s.data_dir);
+    train_loader_ = std::make_unique<data::MixtureLoader>(std::move(shards), std::move(sources), train_config);
+  }
   if (!val_shard) return;
   data::DataLoaderConfig val_config = train_config;
   val_config.batch_size = s.run.batch_size * s.run.dp;

@@ -119,7 +119,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   // Data (not for a dry run). Every rank reads the same global batches: dp · B · grad_accum rows a step
   // (micro-batch m of replica d: rows [(m·dp + d)·B, +B)), dp · B a validation batch.
-  std::unique_ptr<data::DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<data::BatchSource> train_loader_;  // --data's train.bin, or the --mixture
+  std::unique_ptr<data::DataLoader> val_loader_;
   std::unique_ptr<data::Tokenizer> tokenizer_;  // the shards' (checked against them), saved with every checkpoint
   std::string generation_config_;  // generation_config.json of --init-from (or the resumed checkpoint), carried
                                    // into every checkpoint ("": none)
