@@ -25,8 +25,9 @@ step() {
 }
 
 step "packages (apt)" bash scripts/install_deps.sh "$@"
-installed=$(sed -n 's/^install_deps: installing //p' "$log")
-echo "        ${installed:+installed: $installed}${installed:-nothing was missing}"
+# One line however many packages came (their names are in the log): the first install_deps run's list.
+installed=$(sed -n 's/^install_deps: installing //p' "$log" | head -n 1 | wc -w)
+if [ "$installed" -gt 0 ]; then echo "        installed $installed packages (their names: $log)"; else echo "        nothing was missing"; fi
 step "configure ($build)" make --no-print-directory BUILD="$build" configure
 step "build fpdt ($(nproc) jobs)" cmake --build "$build" -j "$(nproc)" --target fpdt
 echo "        their output: $log"

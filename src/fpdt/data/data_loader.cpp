@@ -130,18 +130,34 @@ uint64_t DataLoader::batches_per_epoch() const {
   return (windows_per_epoch() + batch_size - 1) / batch_size;
 }
 
+void start_batch(Batch& batch, const DataLoaderConfig& config) {
+  const int64_t row_tokens = config.padded_seq_tokens;
+  batch.batch_size = config.batch_size;
+  batch.seq_tokens = row_tokens;
+  batch.inputs.resize(static_cast<size_t>(config.batch_size * row_tokens));
+  batch.targets.resize(batch.inputs.size());
+  batch.doc_ids.resize(config.documents ? batch.inputs.size() : 0);
+  batch.positions.resize(config.restart_positions ? batch.inputs.size() : 0);
+  batch.row_offsets.resize(static_cast<size_t>(config.batch_size));
+  batch.target_tokens = 0;
+}
+
+void fill_row(Batch& batch, int64_t row, std::span<const int32_t> window, int64_t offset, const DataLoaderConfig& config) {
+  const int64_t row_tokens = batch.seq_tokens;
+  fill_inputs(batch.inputs.data() + row * row_tokens, row_tokens, window, config.pad_token);
+  fill_targets(batch.targets.data() + row * row_tokens, row_tokens, window);
+  if (config.documents)
+    fill_documents(batch.doc_ids.data() + row * row_tokens,
+                   config.restart_positions ? batch.positions.data() + row * row_tokens : nullptr, row_tokens, window,
+                   config.end_of_document);
+  batch.row_offsets[static_cast<size_t>(row)] = offset;
+  batch.target_tokens += real_positions(row_tokens, window);
+}
+
 void DataLoader::next(Batch& batch) {
-  const int64_t row_tokens = config_.padded_seq_tokens;
   const uint64_t seq_tokens = static_cast<uint64_t>(config_.seq_tokens);
   const uint64_t shard_tokens = shard_.token_count();
-  batch.batch_size = config_.batch_size;
-  batch.seq_tokens = row_tokens;
-  batch.inputs.resize(static_cast<size_t>(config_.batch_size * row_tokens));
-  batch.targets.resize(batch.inputs.size());
-  batch.doc_ids.resize(config_.documents ? batch.inputs.size() : 0);
-  batch.positions.resize(config_.restart_positions ? batch.inputs.size() : 0);
-  batch.row_offsets.resize(static_cast<size_t>(config_.batch_size));
-  batch.target_tokens = 0;
+  start_batch(batch, config_);
   const uint64_t windows = config_.sampling == Sampling::sequential ? windows_per_epoch() : 0;
 
   for (int64_t row = 0; row < config_.batch_size; ++row) {
@@ -157,16 +173,7 @@ void DataLoader::next(Batch& batch) {
       ++next_window_;
     }
     if (!window.empty()) shard_.read(static_cast<uint64_t>(offset), window.size(), window_.data());
-    int32_t* inputs = batch.inputs.data() + row * row_tokens;
-    int32_t* targets = batch.targets.data() + row * row_tokens;
-    fill_inputs(inputs, row_tokens, window, config_.pad_token);
-    fill_targets(targets, row_tokens, window);
-    if (config_.documents)
-      fill_documents(batch.doc_ids.data() + row * row_tokens,
-                     config_.restart_positions ? batch.positions.data() + row * row_tokens : nullptr, row_tokens,
-                     window, config_.end_of_document);
-    batch.row_offsets[static_cast<size_t>(row)] = offset;
-    batch.target_tokens += real_positions(row_tokens, window);
+    fill_row(batch, row, window, offset, config_);
   }
   if (config_.sampling == Sampling::sequential && next_window_ >= windows) {
     next_window_ = 0;

@@ -95,6 +95,12 @@ static_assert(std::is_trivial_v<DataLoaderState> && std::is_standard_layout_v<Da
 // the shard. Sampling and the shard's length are each loader's own.
 void check_row_config(DataLoaderConfig& config, const ShardReader& shard);
 
+// A batch of config's B rows, its buffers sized (reusing their storage), no row filled yet.
+void start_batch(Batch& batch, const DataLoaderConfig& config);
+// Row `row` of `batch` from a window of consecutive tokens (fill_inputs, fill_targets and, with documents
+// on, fill_documents), starting at shard index `offset` (−1: none); its real positions are counted.
+void fill_row(Batch& batch, int64_t row, std::span<const int32_t> window, int64_t offset, const DataLoaderConfig& config);
+
 // Throws fpdt::Error unless a saved cursor is for the data (`data`, named in the error: its token count),
 // B, S and sampling of the loader whose cursor is `current`.
 void check_same_cursor(const DataLoaderState& saved, const DataLoaderState& current, const std::string& data);

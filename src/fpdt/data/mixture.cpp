@@ -194,15 +194,7 @@ void MixtureLoader::fill_window(size_t source_index) {
 }
 
 void MixtureLoader::next(Batch& batch) {
-  const int64_t row_tokens = config_.padded_seq_tokens;
-  batch.batch_size = config_.batch_size;
-  batch.seq_tokens = row_tokens;
-  batch.inputs.resize(static_cast<size_t>(config_.batch_size * row_tokens));
-  batch.targets.resize(batch.inputs.size());
-  batch.doc_ids.resize(config_.documents ? batch.inputs.size() : 0);
-  batch.positions.resize(config_.restart_positions ? batch.inputs.size() : 0);
-  batch.row_offsets.resize(static_cast<size_t>(config_.batch_size));
-  batch.target_tokens = 0;
+  start_batch(batch, config_);
   for (int64_t row = 0; row < config_.batch_size; ++row) {
     const double pick = rng_.uniform();
     const size_t source = static_cast<size_t>(
@@ -210,15 +202,7 @@ void MixtureLoader::next(Batch& batch) {
     fill_window(source);
     ++draws_.rows[source];
     draws_.tokens[source] += static_cast<int64_t>(window_.size());
-    int32_t* inputs = batch.inputs.data() + row * row_tokens;
-    fill_inputs(inputs, row_tokens, window_, config_.pad_token);
-    fill_targets(batch.targets.data() + row * row_tokens, row_tokens, window_);
-    if (config_.documents)
-      fill_documents(batch.doc_ids.data() + row * row_tokens,
-                     config_.restart_positions ? batch.positions.data() + row * row_tokens : nullptr, row_tokens, window_,
-                     config_.end_of_document);
-    batch.row_offsets[static_cast<size_t>(row)] = -1;  // a row of several documents has no one offset
-    batch.target_tokens += config_.seq_tokens;
+    fill_row(batch, row, window_, -1, config_);  // a row of several documents has no one offset
   }
   ++batches_served_;
 }

@@ -241,7 +241,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
                 "--sequences " + str(s.sequences) + " asks for more than the " + str(whole) + " sequences of " + str(S) +
                     " tokens in " + shard.path(),
                 "use --sequences " + str(whole) + " or fewer (0: all of them)");
-  result.sequences = s.sequences > 0 ? s.sequences : whole;
+  result.sequences = !s.loss_by_position ? 0 : s.sequences > 0 ? s.sequences : whole;
   }
   result.seq_tokens = S;
   // The results folder is made (and its writability checked) before the work, not after it.
@@ -280,7 +280,7 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   // Loss by context position: sequence k is tokens [k·S, k·S + S] of the split.
   result.buckets.clear();
   for (const PositionBucket& bucket : position_buckets(S)) result.buckets.push_back(LossBucket{bucket});
-  {
+  if (s.loss_by_position) {
     const Timer timer;
     const int64_t B = std::min(s.run.batch_size, result.sequences);  // a forward takes the sequences there are
     std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
@@ -423,7 +423,8 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = machine::peak_rss_bytes();
   if (world.rank() == 0) {
-    write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
+    if (s.loss_by_position)
+      write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
     if (!result.passkey.empty())
       write_text_file_atomic(path_in(s.out_dir, "passkey.json"), passkey_json(result, s).dump(2) + "\n", kModule);
     if (result.ruler)

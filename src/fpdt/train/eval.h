@@ -43,6 +43,7 @@ struct EvalSettings {
   std::string rope_scaling;              // replaces its RoPE scaling: a rope_parameters JSON object ("": keep)
   std::string out_dir;                   // "": <checkpoint>/eval
   int64_t sequences = 0;                 // sequences of S tokens for the loss (0: every whole one in the split)
+  bool loss_by_position = true;          // false: no loss forwards (a caller that asks only for passkey or RULER)
   std::string passkey_lengths = "auto";  // token counts L of the prompts, "auto" (1K, 2K, … up to S) or "none"
   int64_t passkey_depths = 5;            // depths 0, 1/(n−1), …, 1 of the number in the filler
   int64_t passkey_trials = 2;            // prompts (numbers) per (depth, length)

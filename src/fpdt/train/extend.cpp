@@ -243,8 +243,8 @@ void ExtendRun::take_folder() {
   if (has_run && settings_.overwrite) {
     for (const auto& entry : fs::directory_iterator(recipe_.out_dir)) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with("stage") || name == "base" || name == "base_short_loss.json" || name == "report.json" ||
-          name == "summary.txt" || name == kResolvedFile) {
+      if (name.starts_with("stage") || name == "base" || name == "base_eval" || name == "base_short_loss.json" ||
+          name == "report.json" || name == "summary.txt" || name == kResolvedFile) {
         log::info("--overwrite: removing " + entry.path().string());
         fs::remove_all(entry.path());
       }
@@ -321,13 +321,15 @@ bool ExtendRun::gate_stage(size_t i) {
     log::info("the gates of stage " + stage.name + " were edited: running them again");
   }
   Json gates = Json::array();
-  const auto verdict = [&](const std::string& name, double figure, const std::string& rule, bool passed, GatePolicy policy,
-                           Json details) {
+  // A gate's verdict: logged, and kept with its figure, its rule (for people) and its threshold (for plots).
+  const auto verdict = [&](const std::string& name, double figure, const std::string& rule, const std::string& threshold,
+                           bool passed, GatePolicy policy, Json details) {
     log::info("gate " + name + " after stage " + stage.name + ": " + (std::isfinite(figure) ? fixed(figure) : "n/a") + " (" + rule + "): " +
               (passed ? "passed" : policy == GatePolicy::stop ? "FAILED, the run stops" : "failed (warn)"));
     gates.push_back({{"gate", name},
                      {"figure", std::isfinite(figure) ? Json(figure) : Json()},
                      {"rule", rule},
+                     {"threshold", threshold},
                      {"passed", passed},
                      {"policy", gate_policy_spelling(policy)},
                      {"details", std::move(details)}});
@@ -344,14 +346,30 @@ bool ExtendRun::gate_stage(size_t i) {
     const double excess = far - near;
     // A stage no longer than the base context has no positions beyond it: nothing to compare, so it passes.
     const bool beyond = seq > recipe_.base_seq;
+    const auto figures = [&](const EvalResult& evaluated) {
+      const double out = loss_between(evaluated, recipe_.base_seq, seq);
+      return Json{{"far", beyond ? Json(out) : Json()},
+                  {"near", loss_between(evaluated, recipe_.base_seq / 2, recipe_.base_seq - 1)},
+                  {"buckets", buckets_json(evaluated)}};
+    };
+    Json details = figures(result);
+    details["sequences"] = result.sequences;
+    if (g.compare_base) {  // the same sequences through the base model, as it is and with the stage's RoPE
+      EvalSettings base = gate_eval(recipe_, stage, base_folder(), seq, stage_file(i, "gate_position_loss/base"));
+      base.sequences = g.sequences;
+      details["base"] = figures(evaluate(base, world_));
+      base.rope_theta = stage.train.rope_theta;
+      base.rope_scaling = stage.train.rope_scaling;
+      base.out_dir = stage_file(i, "gate_position_loss/base_with_rope");
+      if (base.rope_theta || !base.rope_scaling.empty()) details["base_with_rope"] = figures(evaluate(base, world_));
+    }
     stop |= verdict("position_loss", excess,
                     beyond ? "loss at positions >= " + std::to_string(recipe_.base_seq) + " minus loss at " +
                                  std::to_string(recipe_.base_seq / 2) + ".." + std::to_string(recipe_.base_seq - 1) +
                                  " <= " + fixed(g.max_excess, 3)
                            : "not applicable: S " + std::to_string(seq) + " is within the base context",
-                    !beyond || (std::isfinite(excess) && excess <= g.max_excess), g.policy,
-                    {{"far", beyond ? Json(far) : Json()}, {"near", near}, {"sequences", result.sequences},
-                     {"buckets", buckets_json(result)}});
+                    "<= " + fixed(g.max_excess, 3), !beyond || (std::isfinite(excess) && excess <= g.max_excess), g.policy,
+                    std::move(details));
   }
   if (const ShortLossGate& g = stage.gates.short_loss; g.on) {
     const double base = base_short_loss(stage);
@@ -361,13 +379,12 @@ bool ExtendRun::gate_stage(size_t i) {
     stop |= verdict("short_loss", loss - base,
                     "loss at S " + std::to_string(recipe_.base_seq) + " minus the base model's <= " +
                         fixed(g.max_regression, 3),
-                    std::isfinite(loss) && loss - base <= g.max_regression, g.policy,
+                    "<= " + fixed(g.max_regression, 3), std::isfinite(loss) && loss - base <= g.max_regression, g.policy,
                     {{"loss", loss}, {"base_loss", base}, {"sequences", g.sequences}});
   }
   if (const RulerGate& g = stage.gates.ruler; g.on) {
     EvalSettings e = gate_eval(recipe_, stage, checkpoint, seq, stage_file(i, "gate_ruler"));
-    e.sequences = 1;
-    e.run.seq_tokens = seq;
+    e.loss_by_position = false;
     e.ruler.tasks = g.tasks;
     e.ruler.samples = g.samples;
     e.ruler.lengths = g.lengths.empty() ? std::to_string(seq) : g.lengths;
@@ -380,7 +397,7 @@ bool ExtendRun::gate_stage(size_t i) {
     for (size_t l = 0; l < result.ruler->lengths.size(); ++l)
       lengths.push_back({{"length", result.ruler->lengths[l]}, {"average", result.ruler->averages[l]}});
     stop |= verdict("ruler", score, g.tasks + " x " + std::to_string(g.samples) + " samples: average >= " + fixed(g.min_score, 1),
-                    score >= g.min_score, g.policy, {{"lengths", lengths}});
+                    ">= " + fixed(g.min_score, 1), score >= g.min_score, g.policy, {{"lengths", lengths}});
   }
   if (rank0())
     write_text_file_atomic(gates_path, Json{{"stage", stage.name}, {"rules", rules}, {"gates", gates}}.dump(2) + "\n",
@@ -439,8 +456,10 @@ void ExtendRun::write_report() {
     stages.push_back(entry);
     summary += line + "\n";
   }
-  write_text_file_atomic(path_in(recipe_.out_dir, "report.json"),
-                         Json{{"recipe", resolved_}, {"stages", stages}}.dump(2) + "\n", kModule);
+  Json report = {{"recipe", resolved_}, {"stages", stages}};
+  if (const std::string base = path_in(recipe_.out_dir, "base_short_loss.json"); fs::exists(base))
+    report["base_short_loss"] = read_json(base);
+  write_text_file_atomic(path_in(recipe_.out_dir, "report.json"), report.dump(2) + "\n", kModule);
   write_text_file_atomic(path_in(recipe_.out_dir, "summary.txt"), summary, kModule);
 }
 

@@ -79,6 +79,11 @@ class Reader {
       fail(node, field, "'" + text(node, field) + "' is not a whole number of at least " + std::to_string(at_least));
     return static_cast<int64_t>(value);
   }
+  bool flag(const YAML::Node& node, const std::string& field) const {
+    const std::string value = text(node, field);
+    if (value != "true" && value != "false") fail(node, field, "'" + value + "' is not true or false");
+    return value == "true";
+  }
   GatePolicy policy(const YAML::Node& node, const std::string& field) const {
     const std::string value = text(node, field);
     if (value == "stop") return GatePolicy::stop;
@@ -99,11 +104,12 @@ void read_gates(const Reader& reader, const YAML::Node& node, const std::string&
   reader.check_keys(node, field, {"position_loss", "short_loss", "ruler"});
   if (const YAML::Node gate = node["position_loss"]) {
     const std::string at = field + ".position_loss";
-    reader.check_keys(gate, at, {"sequences", "max_excess", "policy"});
+    reader.check_keys(gate, at, {"sequences", "max_excess", "compare_base", "policy"});
     PositionLossGate& g = gates.position_loss;
     g.on = true;
     if (gate["sequences"]) g.sequences = reader.whole(gate["sequences"], at + ".sequences", Unit::plain, 1);
     if (gate["max_excess"]) g.max_excess = reader.number(gate["max_excess"], at + ".max_excess");
+    if (gate["compare_base"]) g.compare_base = reader.flag(gate["compare_base"], at + ".compare_base");
     if (gate["policy"]) g.policy = reader.policy(gate["policy"], at + ".policy");
   }
   if (const YAML::Node gate = node["short_loss"]) {
@@ -147,6 +153,7 @@ nlohmann::ordered_json gates_json(const StageGates& gates) {
   if (gates.position_loss.on)
     json["position_loss"] = {{"sequences", gates.position_loss.sequences},
                              {"max_excess", gates.position_loss.max_excess},
+                             {"compare_base", gates.position_loss.compare_base},
                              {"policy", gate_policy_spelling(gates.position_loss.policy)}};
   if (gates.short_loss.on)
     json["short_loss"] = {{"sequences", gates.short_loss.sequences},
@@ -209,14 +216,11 @@ void apply_train_options(const Reader& reader, const std::vector<std::pair<YAML:
         if (!kOwnedOptions.count(option.name())) names.push_back(option.name());
       reader.fail(value, field, "unknown field", "a stage's fields: " + join(names));
     }
-    const std::string text = reader.text(value, field);
-    const bool flag = set.option(key).json().is_boolean();
     std::string argument = "--" + key;
-    if (flag) {
-      if (text != "true" && text != "false") reader.fail(value, field, "'" + text + "' is not true or false");
-      if (text == "false") continue;  // flags are off unless given
+    if (set.option(key).json().is_boolean()) {
+      if (!reader.flag(value, field)) continue;  // flags are off unless given
     } else {
-      argument += "=" + text;
+      argument += "=" + reader.text(value, field);
     }
     char* argv[] = {argument.data()};
     try {
@@ -300,13 +304,11 @@ Recipe load_recipe(const std::string& path) {
     reader.fail(root["data"], "data", recipe.data_dir + " holds no val.bin (the held-out tokens of validation and gates)",
                 "make it with fpdt tokenize --val-fraction F --out " + recipe.data_dir);
 
-  LayoutBudget budget;
   if (const YAML::Node node = root["budget"]) {
     reader.check_keys(node, "budget", {"compute", "ram", "disk"});
     if (node["compute"]) recipe.budget.compute_bytes = reader.whole(node["compute"], "budget.compute", Unit::bytes);
     if (node["ram"]) recipe.budget.ram_bytes = reader.whole(node["ram"], "budget.ram", Unit::bytes);
     if (node["disk"]) recipe.budget.disk_bytes = reader.whole(node["disk"], "budget.disk", Unit::bytes);
-    budget = {recipe.budget.compute_bytes, recipe.budget.ram_bytes, recipe.budget.disk_bytes};
   }
   StageGates default_gates;
   if (const YAML::Node node = root["gates"]) read_gates(reader, node, "gates", default_gates);
@@ -395,7 +397,7 @@ Recipe load_recipe(const std::string& path) {
       model::ModelConfig config = base;
       try {
         model::override_rope(config, train.rope_theta, train.rope_scaling);
-        train.run = choose_layout(kModule, config, train.run, budget).run();
+        train.run = choose_layout(kModule, config, train.run, recipe.budget).run();
       } catch (const Error& error) {
         reader.fail(layout, at + ".layout", error.message(), error.hint());
       }

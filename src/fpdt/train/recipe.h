@@ -13,7 +13,7 @@
 //   budget: {compute: 8GiB, ram: 16GiB, disk: 0}   # what `layout: auto` may use per rank (0: unlimited)
 //   train: {precision: bf16, lr: 2e-5}             # fpdt train options of every stage
 //   gates:                                         # after every stage (a stage's own gates override)
-//     position_loss: {sequences: 1, max_excess: 0.25, policy: warn}
+//     position_loss: {sequences: 1, max_excess: 0.25, policy: warn, compare_base: false}
 //     short_loss: {sequences: 2, max_regression: 0.1, policy: stop}
 //     ruler: {tasks: niah_single_1, samples: 4, min_score: 50, policy: warn}
 //   stages:
@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/train/auto_layout.h"
 #include "fpdt/train/settings.h"
 
 namespace fpdt::train {
@@ -43,11 +44,13 @@ enum class GatePolicy { stop, warn };
 
 // The loss by position of held-out sequences at the stage's S: the mean loss at positions at or beyond
 // the base context (far) against the loss at positions [base/2, base) of the same sequences (near);
-// the figure is far − near (nats), passing when at most max_excess.
+// the figure is far − near (nats), passing when at most max_excess. compare_base also evaluates the base
+// model on the same sequences, as it is and with the stage's RoPE (no training): what the training bought.
 struct PositionLossGate {
   bool on = false;
   int64_t sequences = 1;
   double max_excess = 0.25;
+  bool compare_base = false;
   GatePolicy policy = GatePolicy::warn;
 };
 // The loss of held-out sequences of the base context against the base model's on the same sequences:
@@ -75,13 +78,6 @@ struct StageGates {
   RulerGate ruler;
 };
 
-// What `layout: auto` may use, per rank (0: unlimited).
-struct RecipeBudget {
-  int64_t compute_bytes = 0;
-  int64_t ram_bytes = 0;
-  int64_t disk_bytes = 0;
-};
-
 struct RecipeStage {
   std::string name;
   int line = 0;                 // of the stage in the recipe, for messages
@@ -97,7 +93,7 @@ struct Recipe {
   std::string data_dir;
   std::string out_dir;
   int64_t base_seq = 0;
-  RecipeBudget budget;
+  LayoutBudget budget;     // what `layout: auto` may use, per rank
   std::vector<RecipeStage> stages;
 };
 
