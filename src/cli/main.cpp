@@ -64,6 +64,35 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
       components.push_back(
           {{"name", component.name}, {"kind", component.kind}, {"tier", tier_name(component.tier)}, {"bytes", component.bytes}});
     }
+    nlohmann::json sp_ranks = nlohmann::json::array();
+    if (result.sp_ranks.size() > 1) {
+      const train::TrainResult::SpRank& first = result.sp_ranks.front();
+      int q_heads = 0;
+      for (const train::TrainResult::SpRank& rank : result.sp_ranks) q_heads += rank.layout.q_heads;
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "per sequence-parallel rank: %d attention heads over %zu ranks, attention imbalance %.3f "
+                    "(the most heads of a rank over the mean):",
+                    q_heads, result.sp_ranks.size(),
+                    static_cast<double>(first.layout.q_heads) * static_cast<double>(result.sp_ranks.size()) / q_heads);
+      log::info(line);
+      for (const train::TrainResult::SpRank& rank : result.sp_ranks) {
+        std::snprintf(line, sizeof line, "  rank %-3d %3d q heads, %3d kv slots: chunk arena %10s, store %10s; peaks %s compute, %s offload",
+                      rank.layout.rank, rank.layout.q_heads, rank.layout.kv_slots,
+                      format_bytes(static_cast<double>(rank.layout.arena_bytes)).c_str(),
+                      format_bytes(static_cast<double>(rank.layout.store_bytes)).c_str(),
+                      format_bytes(static_cast<double>(rank.compute_peak_bytes)).c_str(),
+                      format_bytes(static_cast<double>(rank.offload_peak_bytes)).c_str());
+        log::info(line);
+        sp_ranks.push_back({{"rank", rank.layout.rank},
+                            {"q_heads", rank.layout.q_heads},
+                            {"kv_slots", rank.layout.kv_slots},
+                            {"arena_bytes", rank.layout.arena_bytes},
+                            {"store_bytes", rank.layout.store_bytes},
+                            {"compute_peak_bytes", rank.compute_peak_bytes},
+                            {"offload_peak_bytes", rank.offload_peak_bytes}});
+      }
+    }
     log::info("dry run: S = " + std::to_string(s.run.seq_tokens) + ": compute peak " +
               format_bytes(static_cast<double>(result.compute_peak_bytes)) + ", offload peak " +
               format_bytes(static_cast<double>(result.offload_peak_bytes)) + " per rank; peak RSS " +
@@ -89,7 +118,8 @@ int command_train(int argc, char** argv, comm::Communicator& world) {
                              {"state_compute_bytes", result.state_compute_bytes},
                              {"state_offload_bytes", result.state_offload_bytes},
                              {"peak_rss_bytes", result.peak_rss_bytes},
-                             {"components", components}}
+                             {"components", components},
+                             {"sp_ranks", sp_ranks}}
                   .dump());
     return 0;
   }

@@ -170,6 +170,8 @@ TEST(OptionErrors, ValuesThatMakeNoSense) {
       {"--chunks 1000 --seq 64", {"[train] --chunks 1000 leaves chunks without tokens", "use --chunks 64 or fewer"}},
       {"--chunk-tokens 8192 --seq 64", {"[train] --chunk-tokens 8192 is longer than the sequence of 64 tokens"}},
       {"--chunk-tokens 6 --sp 4", {"[train] --chunk-tokens 6 does not split over --sp 4 ranks"}},
+      {"--sp 9 --dry-run",
+       {"[ulysses] --sp 9 is more sequence-parallel ranks than the model's 8 attention heads", "at most 8"}},
       {"--batch 1e9", {"[train] the token buffers of one step", "more than this machine's", "lower --batch"}},
       {"--dry-run --seq 1e18", {"[train] --seq 1000000000000000000 is too long for 'llama-demo'"}},
       {"--mode fpdt-reference", {"[train] --mode fpdt-reference is the paper's implementation"}},

@@ -79,7 +79,7 @@ TEST(Parallel, BytesSentPerStepAreTheClosedForm) {
       // token (q, k, v out; the output back); backward sends as much again (dO out; dq, dk, dv back)
       // and --recompute layer re-runs the forward. Local tokens: the padded sequence over P.
       const pipeline::ChunkPlan plan = pipeline::make_chunk_plan(seq, sp, 0, 0, 2);
-      const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, sp);
+      const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, sp, 0);
       const double per_token = sharding.forward_elements_per_token(config.head_dim);
       const double passes = recompute == "layer" ? 3.0 : 2.0;
       const double expected = passes * 2 /*B*/ * config.layers * plan.local_tokens() * per_token * sizeof(float);

@@ -3,6 +3,7 @@
 // order), and offload on/off and recompute none/layer give bitwise the same results.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -469,11 +470,97 @@ TEST(Pipeline, Bf16StoreIsHalfTheActivationsAndTheDryRunIsTheRealRun) {
   }
 }
 
-TEST(Ulysses, UnsupportedHeadCountsAreRefusedBeforeCompute) {
-  EXPECT_THROW(make_head_sharding(6, 6, 4), Error);   // 6 heads over 4 ranks
-  EXPECT_THROW(make_head_sharding(12, 6, 4), Error);  // 6 kv heads: neither split nor replicated over 4
-  EXPECT_TRUE(make_head_sharding(8, 2, 4).kv_replicated);
-  EXPECT_FALSE(make_head_sharding(8, 4, 4).kv_replicated);
+// Issue 46: one sharding rule for every (Hq, Hkv, P ≤ Hq). Checked against its definition (ulysses.h) on
+// fresh random layouts: the ranks' q heads tile [0, Hq) in rank order, ⌊Hq/P⌋ or ⌈Hq/P⌉ each; each local q
+// head finds the kv head it reads (j / g) in its slot (i / G_r); every kv head some rank's q heads read is
+// sent; and the even split (Hkv % P == 0) and replication (P % Hkv == 0) come out as they always were.
+TEST(Ulysses, EveryRankHoldsTheKvHeadsItsQueryHeadsRead) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  for (int draw = 0; draw < 200; ++draw) {
+    const HeadDraw layout = draw_heads(rng, static_cast<HeadCase>(draw % static_cast<int>(HeadCase::count)), 0);
+    const int H = layout.heads, Hkv = layout.kv_heads, P = layout.ranks, g = H / Hkv;
+    int next = 0, slots = 0;
+    for (int r = 0; r < P; ++r) {
+      const HeadSharding sharding = make_head_sharding(H, Hkv, P, r);
+      ASSERT_EQ(sharding.q_head_begin(r), next);
+      ASSERT_TRUE(sharding.local_q_heads == H / P || sharding.local_q_heads == (H + P - 1) / P);
+      ASSERT_EQ(sharding.local_q_heads % sharding.local_kv_heads, 0);
+      const int per_slot = sharding.local_q_heads / sharding.local_kv_heads;
+      for (int i = 0; i < sharding.local_q_heads; ++i)
+        ASSERT_EQ(sharding.kv_head_of_slot(r, i / per_slot), (next + i) / g) << H << "/" << Hkv << " over " << P;
+      if (Hkv % P == 0) {
+        EXPECT_EQ(sharding.local_kv_heads, Hkv / P);
+      }
+      if (P % Hkv == 0 && H % P == 0) {
+        EXPECT_EQ(sharding.local_kv_heads, 1);
+      }
+      next += sharding.local_q_heads;
+      slots += sharding.local_kv_heads;
+    }
+    EXPECT_EQ(next, H);
+    EXPECT_EQ(make_head_sharding(H, Hkv, P, 0).kv_send_heads(), slots);
+    EXPECT_EQ(make_head_sharding(H, Hkv, P, 0).imbalance() == 1.0, H % P == 0);
+  }
+}
+
+TEST(Ulysses, MoreRanksThanHeadsAreRefusedBeforeCompute) {
+  testing::expect_contains(testing::error_message([] { make_head_sharding(6, 2, 7, 0); }),
+                           {"[ulysses]", "--sp 7", "6 attention heads", "at most 6"});
+  testing::expect_contains(testing::error_message([] { make_head_sharding(6, 4, 2, 0); }),
+                           {"[ulysses]", "4 key/value heads", "6 attention heads"});
+}
+
+// Issue 46: the sp = P pipeline equals the sp = 1 pipeline for random head layouts, uneven ones included
+// (each HeadCase is drawn; printed with the seed). Both sides compute the same maths in another order (the
+// chunk plan's LSE merges, per-rank partial weight gradients, the kv gradients summed over the ranks that
+// hold a head): fp32 rounding only, fp32_bound of the model's sums (which counts both sides' errors). The
+// P-rank side is offloaded in turn to none, RAM and disk, which the invariance tests above hold bitwise
+// equal to resident. Every other draw runs in bf16 (a bf16 store: d_q in the slots of o and o_local, which
+// the largest rank of an uneven split widens), both sides bf16: bf16_bound of the model's roundings.
+TEST(Pipeline, AnyHeadLayoutOnPRanksEqualsOneRank) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const char* offloads[] = {"none", "ram", "disk:/tmp"};
+  std::array<std::array<double, 2>, 2> worst{};  // [bf16][loss, gradients]: the largest error / bound
+  const int draws = 30;
+  for (int draw = 0; draw < draws; ++draw) {
+    const HeadDraw layout = draw_heads(rng, static_cast<HeadCase>(draw % static_cast<int>(HeadCase::count)), 0);
+    const model::ModelConfig config = tiny(model::Family::llama, layout.heads, layout.kv_heads);
+    const int B = 1 + static_cast<int>(rng.below(2));
+    const int64_t S = 2 * layout.ranks + static_cast<int64_t>(rng.below(40));
+    const Data data(rng, B, S, config.vocab_size);
+    RunSpec one;
+    one.chunks = 1 + static_cast<int>(rng.below(3));
+    one.offload.kind = OffloadKind::none;
+    const bool bf16 = draw % 2 == 1;
+    if (bf16) one.precision = kernels::Precision::bf16;
+    RunSpec sharded = one;
+    sharded.offload = parse_offload(offloads[draw % 3]);
+    const Result want = run_pipeline(config, one, 1, data, seed);
+    const Result got = run_pipeline(config, sharded, layout.ranks, data, seed);
+    const double loss_bound =
+        bf16 ? testing::bf16_bound(testing::bf16_roundings(config, false), true, want.count)
+             : testing::fp32_bound(testing::transformer_loss_reordering(config, B * S, S, want.count));
+    const double grad_bound = bf16 ? testing::bf16_bound(testing::bf16_roundings(config, true), true)
+                                   : testing::fp32_bound(testing::transformer_reordering(config, B * S, S, true));
+    const double want_mean = want.loss_sum / want.count;
+    const double loss_error = std::abs(got.loss_sum / got.count - want_mean) / want_mean;
+    const double grad_error = testing::relative_error(got.grads, want.grads);
+    std::printf("[ draw %2d  ] Hq %2d Hkv %2d P %d (imbalance %.3f) B %d S %3lld u %d %-9s %s: loss %.2e (bound %.2e), "
+                "gradients %.2e (bound %.2e)\n",
+                draw, layout.heads, layout.kv_heads, layout.ranks,
+                make_head_sharding(layout.heads, layout.kv_heads, layout.ranks, 0).imbalance(), B,
+                static_cast<long long>(S), one.chunks, offloads[draw % 3], bf16 ? "bf16" : "fp32", loss_error, loss_bound,
+                grad_error, grad_bound);
+    EXPECT_DOUBLE_EQ(got.count, want.count);
+    EXPECT_LE(loss_error, loss_bound) << "draw " << draw;
+    EXPECT_LE(grad_error, grad_bound) << "draw " << draw;
+    worst[bf16] = {std::max(worst[bf16][0], loss_error / loss_bound), std::max(worst[bf16][1], grad_error / grad_bound)};
+  }
+  std::printf("[ error    ] %d draws: worst error / bound, fp32: loss %.3f, gradients %.3f; bf16: loss %.3f, gradients "
+              "%.3f\n",
+              draws, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
 }
 
 }  // namespace

@@ -159,6 +159,30 @@ TEST(Generation, DecodedLogitsEqualTheUnchunkedModelInEveryLayout) {
   }
 }
 
+// Issue 46: decoding over P ranks of an uneven head split — each rank attends its q heads against its kv
+// slots, the outputs gathered by all_gather_v — gives the unchunked model's logits within fp32 reordering,
+// for fresh head layouts of every HeadCase (printed with the seed).
+TEST(Generation, UnevenHeadSplitsDecodeTheUnchunkedModelsLogits) {
+  const uint64_t seed = testing::fresh_seed();
+  Rng rng(seed);
+  const int64_t steps = 6;
+  for (int draw = 0; draw < static_cast<int>(HeadCase::count); ++draw) {
+    const HeadDraw layout = draw_heads(rng, static_cast<HeadCase>(draw), 0);
+    const model::ModelConfig config = tiny(model::Family::llama, layout.heads, layout.kv_heads);
+    const std::vector<int32_t> prompt = random_prompt(rng, 5 + static_cast<int64_t>(rng.below(20)), config.vocab_size);
+    SCOPED_TRACE("Hq " + std::to_string(layout.heads) + ", Hkv " + std::to_string(layout.kv_heads) + ", P " +
+                 std::to_string(layout.ranks));
+    RunSpec run;
+    run.chunk_tokens = layout.ranks * (1 + static_cast<int64_t>(rng.below(4)));
+    run.chunks = 0;
+    run.offload = parse_offload(draw % 2 == 0 ? "none" : "ram");
+    const Decoded decoded = generate_greedy(config, run, layout.ranks, BackendKind::cpu, prompt, steps, seed);
+    const int64_t keys = static_cast<int64_t>(prompt.size()) + steps;
+    expect_matches_unchunked(decoded, unchunked_logits(config, BackendKind::cpu, Precision::fp32, prompt, decoded, seed),
+                             config.vocab_size, testing::fp32_bound(testing::transformer_reordering(config, 1, keys, false)));
+  }
+}
+
 // A sliding window: the decoded token reads only the chunks its window reaches.
 TEST(Generation, SlidingWindowReadsOnlyTheChunksItsWindowReaches) {
   const uint64_t seed = testing::fresh_seed();

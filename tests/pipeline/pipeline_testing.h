@@ -9,6 +9,7 @@
 #include "fpdt/kernels/backend.h"
 #include "fpdt/model/config.h"
 #include "fpdt/model/transformer.h"
+#include "fpdt/base/random.h"
 #include "fpdt/pipeline/fpdt_model.h"
 
 namespace fpdt::pipeline {
@@ -59,6 +60,38 @@ inline Result run_pipeline(const model::ModelConfig& config, const RunSpec& pipe
     result.traffic = model.traffic();
   });
   return result;
+}
+
+// A head layout for the uneven-sharding tests (issue 46): Hq heads, Hkv kv heads (a divisor of Hq), P ranks.
+struct HeadDraw {
+  int heads = 0, kv_heads = 0, ranks = 0;
+};
+
+// What a draw must show: any layout, Hq prime, Hkv = 1 (multi-query), Hkv = Hq (no GQA), or P dividing
+// neither Hq nor Hkv (the case no even or replicated split covers; impossible at P = 1, then any layout).
+enum class HeadCase { any, prime_heads, one_kv_head, kv_per_head, sp_divides_neither, count };
+
+// A random layout of `head_case` with Hq ≤ 12 and P = `ranks`, or a random 2 ≤ P ≤ min(Hq, 6) when ranks is 0.
+inline HeadDraw draw_heads(Rng& rng, HeadCase head_case, int ranks) {
+  for (;;) {
+    HeadDraw draw;
+    draw.heads = 1 + static_cast<int>(rng.below(12));
+    std::vector<int> divisors;
+    for (int d = 1; d <= draw.heads; ++d)
+      if (draw.heads % d == 0) divisors.push_back(d);
+    draw.kv_heads = divisors[rng.below(divisors.size())];
+    draw.ranks = ranks > 0 ? ranks : 2 + static_cast<int>(rng.below(5));
+    if (draw.ranks > draw.heads) continue;
+    bool prime = draw.heads > 1;
+    for (int d = 2; d * d <= draw.heads; ++d) prime = prime && draw.heads % d != 0;
+    const bool wanted = head_case == HeadCase::prime_heads          ? prime
+                        : head_case == HeadCase::one_kv_head        ? draw.kv_heads == 1
+                        : head_case == HeadCase::kv_per_head        ? draw.kv_heads == draw.heads
+                        : head_case == HeadCase::sp_divides_neither ? draw.ranks == 1 || (draw.heads % draw.ranks != 0 &&
+                                                                                          draw.kv_heads % draw.ranks != 0)
+                                                                    : true;
+    if (wanted) return draw;
+  }
 }
 
 }  // namespace fpdt::pipeline

@@ -16,15 +16,15 @@
 #include "fpdt/model/hf_checkpoint.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "fpdt/train/sampler.h"
+#include "smollm2_model.h"
 #include "testing.h"
 
 namespace fpdt::pipeline {
 namespace {
 
 TEST(SmolLM2, GreedyAnswerToA4kRulerPromptIsTransformers) {
-  const char* folder = std::getenv("FPDT_SMOLLM2");
-  ASSERT_NE(folder, nullptr) << "set FPDT_SMOLLM2=<folder> (build/fpdt convert SmolLM2-135M-Instruct.Q4_1.gguf --out "
-                                 "<folder>)";
+  const char* folder = testing::smollm2_folder();
+  ASSERT_NE(folder, nullptr) << testing::kSmolLM2Hint;
   const nlohmann::json golden = nlohmann::json::parse(
       read_text_file(std::string(FPDT_SOURCE_DIR) + "/tests/golden/smollm2/ruler_niah_single_1_4096.json", "test", ""));
   const std::vector<int32_t> prompt = golden["prompt_ids"].get<std::vector<int32_t>>();

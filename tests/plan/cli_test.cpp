@@ -116,7 +116,7 @@ TEST(PlanCli, BadInputIsOneClearError) {
   const Case cases[] = {
       {"plan --model gpt-99b", "unknown model preset 'gpt-99b'"},
       {"plan --hardware tpu-v5", "unknown hardware preset 'tpu-v5'"},
-      {"plan --model gpt-30b --positions rope --sp 16", "not divisible by --sp 16"},
+      {"plan --model gpt-30b --positions rope --sp 64", "--sp 64 is more sequence-parallel ranks than the 56 attention heads"},
       {"plan --model llama3-8b --sp 4 --seq 1M --chunk-tokens 2M", "--chunk-tokens 2097152 is longer than the sequence"},
       {"plan --model llama3-8b --sp 4 --seq 1M --chunk-tokens 6146", "--chunk-tokens 6146 does not split over --sp 4"},
       {"plan --seq 64 --chunks 1000", "--chunks 1000 leaves chunks without tokens"},

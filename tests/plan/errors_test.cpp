@@ -54,32 +54,36 @@ TEST(PlanErrors, UnknownPresetsAndNames) {
   EXPECT_EQ(parse_offload("disk").directory, "");
 }
 
-TEST(PlanErrors, HeadsNotDivisibleBySequenceParallelism) {
+// Issue 46: any --sp up to the head count is planned (uneven splits cost their imbalance); more ranks than
+// heads is refused, naming --sp and the head count.
+TEST(PlanErrors, MoreRanksThanHeadsAreRefusedAndEveryOtherSplitPlanned) {
   PlanConfig config = valid_config();
   config.model = model::preset("gpt-30b");  // 56 heads
   config.positions = Positions::rope;
-  config.run.sp = 16;
+  config.run.sp = 16;                       // 4 or 3 heads a rank
   config.run.seq_tokens = 1 << 20;
-  expect_contains(plan_error(config), {"[plan]", "56 attention heads", "not divisible by --sp 16", "hint:", "--heads"});
-  config.model = with_heads(config.model, 64);
-  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
-  // kv heads must split over the ranks or divide them (replication).
-  config = valid_config();  // 8 kv heads
-  config.run.sp = 16;           // 32 query heads / 16 fine; 16 % 8 == 0: replicated kv heads
-  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
-  config.model = with_heads(model::preset("llama-demo"), 8);  // 8 query heads, 4 kv heads
-  config.run.sp = 8;
-  config.run.seq_tokens = 8 * 1024;
-  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
+  const PlanResult uneven = make_plan(config, hardware_preset("A100-80GB"));
+  EXPECT_DOUBLE_EQ(uneven.shape.imbalance, 4.0 / 3.5);
+  config.model = with_heads(config.model, 64);  // 4 heads a rank: balanced, and less attention time
+  const PlanResult even = make_plan(config, hardware_preset("A100-80GB"));
+  EXPECT_DOUBLE_EQ(even.shape.imbalance, 1.0);
+  EXPECT_LT(even.flops.attention / even.flops.model, uneven.flops.attention / uneven.flops.model);
+  config.model = model::preset("gpt-30b");
+  config.run.sp = 64;
+  config.run.seq_tokens = 1 << 20;
+  expect_contains(plan_error(config), {"[plan]", "--sp 64", "56 attention heads", "hint:", "at most 56", "--heads"});
+  // kv heads neither split over nor dividing the ranks: planned too (kv slots, pipeline/ulysses.h).
   model::ModelConfig odd = model::preset("llama-demo");
   odd.hidden = 192;
   odd.heads = 12;
   odd.kv_heads = 6;
   odd.head_dim = 16;
   odd.rotary_dim = 16;
+  config = valid_config();
   config.model = odd;
-  config.run.sp = 4;  // 12 % 4 == 0 but 6 kv heads neither split over 4 ranks nor divide 4
-  expect_contains(plan_error(config), {"[plan]", "6 key/value heads", "--sp 4"});
+  config.run.sp = 4;
+  config.run.seq_tokens = 8 * 1024;
+  EXPECT_NO_THROW(make_plan(config, hardware_preset("A100-80GB")));
   expect_contains(error_message([] { with_heads(model::preset("gpt-30b"), 100); }),
                   {"[plan]", "not divisible by 100 heads"});
 }

@@ -384,7 +384,7 @@ TEST(Eval, ForwardOnlyLayoutKeepsWhatAForwardNeeds) {
   const model::ModelConfig config = model::preset("llama-demo");
   const int64_t S = 16384, h = config.hidden, kv = config.kv_dim();
   const pipeline::ChunkPlan plan = pipeline::make_chunk_plan(S, 1, 0, 4096, 0);
-  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, 1);
+  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, 1, 0);
   const pipeline::LayoutShape training = pipeline::layout_shape(config, sharding, plan, 1, config.layers, 4);
   const pipeline::LayoutShape forward = pipeline::layout_shape(config, sharding, plan, 1, config.layers, 4, false, false);
   const pipeline::Schedule schedule =

@@ -21,6 +21,15 @@ RunSpec own_states_spec(RunSpec run) {
   run.offload_optimizer = false;
   return run;
 }
+
+// Bytes of one token's attention output on each rank p (H_p·D floats): what decoding gathers.
+std::vector<size_t> head_output_bytes(const HeadSharding& sharding, int head_dim) {
+  std::vector<size_t> bytes;
+  for (int p = 0; p < sharding.ranks; ++p)
+    bytes.push_back(sizeof(float) * static_cast<size_t>(sharding.q_head_count(p)) * head_dim);
+  return bytes;
+}
+
 }  // namespace
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
@@ -34,7 +43,8 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       own_states_(std::make_unique<ModelStates>(config, backend, *own_world_, own_states_spec(run_), seed)),
       states_(*own_states_),
       math_(config_, backend_, run_.precision),
-      sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {}
+      sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size(), sp.rank())),
+      head_output_bytes_(head_output_bytes(sharding_, config.head_dim)) {}
 
 FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend, comm::Communicator& sp,
                      const RunSpec& run, ModelStates& states)
@@ -45,7 +55,8 @@ FpdtModel::FpdtModel(const model::ModelConfig& config, kernels::Backend& backend
       run_(resolved_layout(run)),
       states_(states),
       math_(config_, backend_, run_.precision),
-      sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size())) {
+      sharding_(make_head_sharding(config.heads, config.kv_heads, sp.size(), sp.rank())),
+      head_output_bytes_(head_output_bytes(sharding_, config.head_dim)) {
   FPDT_CHECK(states.run().recompute == run_.recompute, "pipeline",
              "the model states were planned for another --recompute than the pipeline's", "");
 }

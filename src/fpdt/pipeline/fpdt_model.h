@@ -130,7 +130,7 @@ class FpdtModel {
   // a resident fp32 slot is read in place): the first `elements` of it.
   const float* fetch_now(Array array, int layer, int chunk, Buf buffer, int64_t elements);
   // The query of position `position` (this rank's heads) against the cached k and v of `layer`, the
-  // position's own k and v appended first (the rows of this rank's kv heads): o (1, Hq/P, D), lse.
+  // position's own k and v appended first (the rows of this rank's kv heads): o (1, H_r, D), lse.
   void attend_cache(int layer, int64_t position, const float* q, const float* k, const float* v, float* o,
                     float* lse);
   // The final norm and LM head of the last hidden state x (1, h) → logits (V, compute tier).
@@ -179,6 +179,7 @@ class FpdtModel {
   ModelStates& states_;
   model::LayerMath math_;
   HeadSharding sharding_;
+  std::vector<size_t> head_output_bytes_;  // (P) bytes of one token's attention output on rank p: H_p·D·4
 
   // The layout of the reserved shape.
   ChunkPlan plan_;

@@ -146,7 +146,9 @@ void FpdtModel::decode(int32_t token, float* logits) {
                                   own<float>(Buf::gate), own<float>(Buf::up), own<float>(Buf::act)};
   const int64_t D = config_.head_dim, local_q = sharding_.local_q_heads;
   const int rank = sp_.rank();
-  const int first_kv = sharding_.kv_head_for(rank, 0);  // this rank's kv heads are contiguous from it
+  // This rank's kv slots of the token's k and v, (K_r, D) each: slot s holds kv head kv_head_of_slot(rank, s).
+  float* const k_slots = own<float>(Buf::k_head);
+  float* const v_slots = own<float>(Buf::v_head);
   // This rank's heads' output, gathered from every rank into the token's whole attention output.
   float* const o = sharding_.ranks > 1 ? own<float>(Buf::o_head) : own<float>(Buf::o_local);
   for (int layer = 0; layer < config_.layers; ++layer) {
@@ -155,10 +157,14 @@ void FpdtModel::decode(int32_t token, float* logits) {
     float* const k = own<float>(Buf::k_local);
     float* const v = own<float>(Buf::v_local);
     math_.attention_input_forward(w, x, own<int64_t>(Buf::positions), 1, norm, q, k, v);
-    attend_cache(layer, p, q + rank * local_q * D, k + first_kv * D, v + first_kv * D, o, own<float>(Buf::lse));
+    for (int slot = 0; slot < sharding_.local_kv_heads; ++slot) {
+      const int64_t head = sharding_.kv_head_of_slot(rank, slot);
+      memory_.copy(k_slots + slot * D, k + head * D, sizeof(float) * static_cast<size_t>(D));
+      memory_.copy(v_slots + slot * D, v + head * D, sizeof(float) * static_cast<size_t>(D));
+    }
+    attend_cache(layer, p, q + sharding_.q_head_begin(rank) * D, k_slots, v_slots, o, own<float>(Buf::lse));
     math_.round_kept(o, local_q * D);
-    if (sharding_.ranks > 1)
-      sp_.all_gather(o, own<float>(Buf::o_local), sizeof(float) * static_cast<size_t>(local_q * D));
+    if (sharding_.ranks > 1) sp_.all_gather_v(o, own<float>(Buf::o_local), head_output_bytes_.data());
     math_.attention_output_forward(w, own<float>(Buf::o_local), x, x_mid, 1);
     math_.mlp_forward(w, x_mid, x_out, 1, mlp);
     std::swap(x, x_out);

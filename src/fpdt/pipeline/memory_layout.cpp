@@ -52,11 +52,35 @@ LayoutShape layout_shape(const model::ModelConfig& config, const HeadSharding& s
   shape.local_q_heads = sharding.local_q_heads;
   shape.local_kv_heads = sharding.local_kv_heads;
   shape.P = sharding.ranks;
-  shape.kv_replicated = sharding.kv_replicated;
+  shape.kv_send_heads = sharding.kv_send_heads();
   shape.activation_bytes = activation_bytes;
   shape.mlp_kept = mlp_kept;
   shape.backward = backward;
   return shape;
+}
+
+LayoutShape layout_of_rank(LayoutShape shape, const model::ModelConfig& config, int rank) {
+  const HeadSharding sharding = make_head_sharding(config.heads, config.kv_heads, static_cast<int>(shape.P), rank);
+  shape.local_q_heads = sharding.local_q_heads;
+  shape.local_kv_heads = sharding.local_kv_heads;
+  return shape;
+}
+
+std::vector<RankLayout> rank_layouts(const LayoutShape& shape, const model::ModelConfig& config) {
+  std::vector<RankLayout> ranks;
+  for (int rank = 0; rank < shape.P; ++rank) {
+    const LayoutShape mine = layout_of_rank(shape, config, rank);
+    ranks.push_back({rank, static_cast<int>(mine.local_q_heads), static_cast<int>(mine.local_kv_heads),
+                     kernels::transfer_bytes(chunk_arena_bytes(mine)), store_bytes(mine)});
+  }
+  return ranks;
+}
+
+int largest_rank(const std::vector<RankLayout>& ranks) {
+  int largest = 0;
+  for (const RankLayout& rank : ranks)
+    if (rank.arena_bytes + rank.store_bytes > ranks[largest].arena_bytes + ranks[largest].store_bytes) largest = rank.rank;
+  return largest;
 }
 
 int64_t stored_activation_bytes(kernels::Precision precision) {
@@ -74,7 +98,7 @@ int64_t head_rows(const LayoutShape& s) {
 
 std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
   const int64_t n = s.rows(), C_rows = s.P * n;  // token rows; head-sharded rows B·C
-  const int64_t qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
+  const int64_t qh = n * s.q_heads_width(), kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
   const int64_t head = head_rows(s);
   const int64_t back = s.backward ? 1 : 0;  // the backward's buffers: none in a forward-only layout
   const int64_t packed = s.activation_bytes < 4 ? 1 : 0;  // staging twins: a bf16 store only
@@ -97,11 +121,11 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::q_local, "q_local", "(B·c, Hq·D)", E::fp32, n * s.q},
       {Buf::k_local, "k_local", "(B·c, Hkv·D)", E::fp32, n * s.kv},
       {Buf::v_local, "v_local", "(B·c, Hkv·D)", E::fp32, n * s.kv},
-      {Buf::q_head, "q_head", "(B, C, Hq/P, D)", E::fp32, qh},
-      {Buf::k_head, "k_head", "(B, C, Hkv/P, D)", E::fp32, kvh},
-      {Buf::v_head, "v_head", "(B, C, Hkv/P, D)", E::fp32, kvh},
-      {Buf::o_head, "o_head", "(B, C, Hq/P, D)", E::fp32, qh},
-      {Buf::lse, "lse", "(B, Hq/P, C)", E::fp32, lse},
+      {Buf::q_head, "q_head", "(B, C, H_r, D)", E::fp32, qh},
+      {Buf::k_head, "k_head", "(B, C, K_r, D)", E::fp32, kvh},
+      {Buf::v_head, "v_head", "(B, C, K_r, D)", E::fp32, kvh},
+      {Buf::o_head, "o_head", "(B, C, H_r, D)", E::fp32, qh},
+      {Buf::lse, "lse", "(B, H_r, C)", E::fp32, lse},
       {Buf::o_local, "o_local", "(B·c, Hq·D)", E::fp32, n * s.q},
       {Buf::mlp_norm, "mlp_norm", "(B·c, h)", E::fp32, n * s.h},
       {Buf::mlp_mean, "mlp_mean", "(B·c)", E::fp32, n},
@@ -109,19 +133,18 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::gate, "gate", "(B·c, f)", E::fp32, n * s.f},
       {Buf::up, "up", "(B·c, f)", E::fp32, n * s.f},
       {Buf::act, "act", "(B·c, f)", E::fp32, n * s.f},
-      {Buf::pack, "pack", "(c, max(Hq, kv send heads), D)", E::fp32,
-       s.c * std::max(s.q, s.kv_heads_width())},
-      {Buf::exchange_rows, "exchange_rows", "(P·c) replicated kv rows", E::int32, s.kv_replicated ? s.P * s.c : 0},
+      {Buf::pack, "pack", "(c, max(Hq, ΣK), D)", E::fp32, s.c * std::max(s.q, s.kv_send_heads * s.D)},
+      {Buf::exchange_rows, "exchange_rows", "(ΣK·c) kv slot rows", E::int32, s.P > 1 ? s.kv_send_heads * s.c : 0},
       {Buf::logits, "logits", "(n, V) n = head rows", E::fp32, head * s.V},
       {Buf::losses, "losses", "(n)", E::fp32, head},
       {Buf::logits_lse, "logits_lse", "(n)", E::fp32, head},
       {Buf::d_res, "d_res", "(B·c, h)", E::fp32, back * (n * s.h)},
       {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::fp32, back * (n * s.q)},
-      {Buf::d_o_head, "d_o_head", "(B, C, Hq/P, D)", E::fp32, back * qh},
-      {Buf::delta, "delta", "(B, Hq/P, C)", E::fp32, back * lse},
-      {Buf::d_k, "d_k", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
-      {Buf::d_v, "d_v", "(B, C, Hkv/P, D)", E::fp32, back * kvh},
-      {Buf::dq_first, "dq_first", "(B, C, Hq/P, D)", E::fp32, back * qh},
+      {Buf::d_o_head, "d_o_head", "(B, C, H_r, D)", E::fp32, back * qh},
+      {Buf::delta, "delta", "(B, H_r, C)", E::fp32, back * lse},
+      {Buf::d_k, "d_k", "(B, C, K_r, D)", E::fp32, back * kvh},
+      {Buf::d_v, "d_v", "(B, C, K_r, D)", E::fp32, back * kvh},
+      {Buf::dq_first, "dq_first", "(B, C, H_r, D)", E::fp32, back * qh},
       {Buf::dq_local, "dq_local", "(B·c, Hq·D)", E::fp32, back * (n * s.q)},
       {Buf::dk_local, "dk_local", "(B·c, Hkv·D)", E::fp32, back * (n * s.kv)},
       {Buf::dv_local, "dv_local", "(B·c, Hkv·D)", E::fp32, back * (n * s.kv)},
@@ -133,23 +156,23 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::x_bf16, "x_bf16", "(B·c, h)", E::activation, packed * n * s.h},
       {Buf::x_out_bf16, "x_out_bf16", "(B·c, h)", E::activation, packed * n * s.h},
       {Buf::x_mid_bf16, "x_mid_bf16", "(B·c, h)", E::activation, packed * back * n * s.h},
-      {Buf::q_head_bf16, "q_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
-      {Buf::k_head_bf16, "k_head_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::v_head_bf16, "v_head_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::k_stage0_bf16, "k_stage0_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::k_stage1_bf16, "k_stage1_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::v_stage0_bf16, "v_stage0_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::v_stage1_bf16, "v_stage1_bf16", "(B, C, Hkv/P, D)", E::activation, packed * kvh},
-      {Buf::o_head_bf16, "o_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::q_head_bf16, "q_head_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
+      {Buf::k_head_bf16, "k_head_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::v_head_bf16, "v_head_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::k_stage0_bf16, "k_stage0_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::k_stage1_bf16, "k_stage1_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::v_stage0_bf16, "v_stage0_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::v_stage1_bf16, "v_stage1_bf16", "(B, C, K_r, D)", E::activation, packed * kvh},
+      {Buf::o_head_bf16, "o_head_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
       {Buf::o_local_bf16, "o_local_bf16", "(B·c, Hq·D)", E::activation, packed * back * (n * s.q)},
       {Buf::gate_bf16, "gate_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
       {Buf::up_bf16, "up_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
       {Buf::act_bf16, "act_bf16", "(B·c, f)", E::activation, packed * mlp * (n * s.f)},
-      {Buf::q_stage0_bf16, "q_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
-      {Buf::q_stage1_bf16, "q_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
-      {Buf::d_o_head_bf16, "d_o_head_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
-      {Buf::do_stage0_bf16, "do_stage0_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
-      {Buf::do_stage1_bf16, "do_stage1_bf16", "(B, C, Hq/P, D)", E::activation, packed * back * qh},
+      {Buf::q_stage0_bf16, "q_stage0_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
+      {Buf::q_stage1_bf16, "q_stage1_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
+      {Buf::d_o_head_bf16, "d_o_head_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
+      {Buf::do_stage0_bf16, "do_stage0_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
+      {Buf::do_stage1_bf16, "do_stage1_bf16", "(B, C, H_r, D)", E::activation, packed * back * qh},
       {Buf::d_res_bf16, "d_res_bf16", "(B·c, h)", E::activation, packed * back * (n * s.h)},
   };
   // The double buffer's two stages, shaped as what they stage (double_buffer.h); then the table in Buf order.
@@ -193,7 +216,7 @@ Buf packed_twin(Buf buffer) {
 }
 
 std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
-  const int64_t n = s.rows(), qh = n * s.q, kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
+  const int64_t n = s.rows(), qh = n * s.q_heads_width(), kvh = n * s.kv_heads_width(), lse = n * s.local_q_heads * s.P;
   // Forward only: the inputs of the running layer and the next, its k and v, nothing else.
   const int64_t stored = s.backward ? s.stored_layers : 0, inputs_kept = s.backward ? s.L + 1 : 2;
   const int64_t kv_kept = s.cache_chunks > 0 ? s.L : s.backward ? s.stored_layers : 1, grad_kept = s.backward ? 1 : 0;
@@ -203,20 +226,22 @@ std::vector<ArraySpec> store_arrays(const LayoutShape& s) {
   std::vector<ArraySpec> table = {
       {Array::x, "x", "(B·c, h)", inputs, E::activation, inputs_kept, n * s.h},
       {Array::x_mid, "x_mid", "(B·c, h)", kept, E::activation, stored, n * s.h},
-      {Array::q, "q", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
-      {Array::k, "k", "(B, C, Hkv/P, D)", kept, E::activation, kv_kept, kvh},
-      {Array::v, "v", "(B, C, Hkv/P, D)", kept, E::activation, kv_kept, kvh},
-      {Array::o, "o", "(B, C, Hq/P, D)", kept, E::activation, stored, qh},
-      {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * s.q},
-      {Array::lse, "lse", "(B, Hq/P, C)", kept, E::fp32, stored, lse},
+      {Array::q, "q", "(B, C, H_r, D)", kept, E::activation, stored, qh},
+      {Array::k, "k", "(B, C, K_r, D)", kept, E::activation, kv_kept, kvh},
+      {Array::v, "v", "(B, C, K_r, D)", kept, E::activation, kv_kept, kvh},
+      {Array::o, "o", "(B, C, H_r, D)", kept, E::activation, stored, qh},
+      // Its slot is at least o's: d_q (fp32, as many elements as o) lives in the pair's slots, and the largest
+      // rank of an uneven split has more head-sharded elements (P·H_r·D per token) than Hq·D.
+      {Array::o_local, "o_local", "(B·c, Hq·D)", kept, E::activation, stored, n * std::max(s.q, s.q_heads_width())},
+      {Array::lse, "lse", "(B, H_r, C)", kept, E::fp32, stored, lse},
       {Array::gate, "gate", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::up, "up", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::act, "act", "(B·c, f)", kept, E::activation, mlp, n * s.f},
       {Array::d_res, "d_res", "(B·c, h)", grads, E::activation, grad_kept, n * s.h},
-      {Array::d_o, "d_o", "(B, C, Hq/P, D)", grads, E::activation, grad_kept, qh},
-      {Array::delta, "delta", "(B, Hq/P, C)", grads, E::fp32, grad_kept, lse},
+      {Array::d_o, "d_o", "(B, C, H_r, D)", grads, E::activation, grad_kept, qh},
+      {Array::delta, "delta", "(B, H_r, C)", grads, E::fp32, grad_kept, lse},
       // In the slots of o and o_local of its layer (ArraySpec::in_slots_of): as many layers as they keep.
-      {Array::d_q, "d_q", "(B, C, Hq/P, D)", grads, E::fp32, stored, qh, Array::o},
+      {Array::d_q, "d_q", "(B, C, H_r, D)", grads, E::fp32, stored, qh, Array::o},
   };
   FPDT_ASSERT(static_cast<int>(table.size()) == kArrayCount);
   for (int i = 0; i < kArrayCount; ++i) FPDT_ASSERT(static_cast<int>(table[i].id) == i);

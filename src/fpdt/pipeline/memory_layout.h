@@ -6,8 +6,9 @@
 // tests read them.
 //
 // Vocabulary (DESIGN.md §5): a chunk holds B sequences × c local tokens — rows = B·c token rows in
-// (b, t) order; a head-sharded tensor (B, C, H/P, D) with C = P·c holds as many elements as the
-// token-sharded (B, c, H, D). Every buffer and every store slot is rounded up to the transfer block
+// (b, t) order; a head-sharded tensor (B, C, H_r, D) with C = P·c holds rank r's H_r q heads (or K_r kv
+// slots, ulysses.h) of the whole chunk — as many elements as the token-sharded (B, c, Hq, D) when P divides
+// Hq, and the layout is per rank when it does not. Every buffer and every store slot is rounded up to the transfer block
 // (kernels::transfer_bytes), so the disk tier can move them with O_DIRECT.
 #pragma once
 
@@ -42,18 +43,18 @@ struct LayoutShape {
   int64_t h = 0, f = 0, V = 0, D = 0;
   int64_t q = 0;               // Hq·D
   int64_t kv = 0;              // Hkv·D (token-sharded k or v)
-  int64_t local_q_heads = 0;   // Hq/P
-  int64_t local_kv_heads = 0;  // Hkv/P, or 1 when replicated
+  int64_t local_q_heads = 0;   // H_r: this rank's q heads, ⌊Hq/P⌋ or ⌈Hq/P⌉ (ulysses.h)
+  int64_t local_kv_heads = 0;  // K_r: this rank's kv slots (Hkv/P on an even split, 1 when replicated)
   int64_t P = 1;
-  bool kv_replicated = false;    // P > Hkv: each rank gets one kv head, gradients summed back
+  int64_t kv_send_heads = 0;     // Σ_p K_p: the kv slots of all ranks, what one token's k (or v) is sent as
   bool mlp_kept = false;         // the store keeps the MLP's activations for the backward (keep_mlp_activations)
   int64_t activation_bytes = 4;  // a: one stored activation (or dO) element, 4 (fp32) or 2 (bf16): the
                                  // store's and its staging buffers'; the compute tier computes in fp32 lanes in both
 
   bool operator==(const LayoutShape&) const = default;
   int64_t rows() const { return B * c; }                            // token rows of a chunk
-  int64_t q_heads_width() const { return P * local_q_heads * D; }   // = q
-  int64_t kv_heads_width() const { return P * local_kv_heads * D; } // max(Hkv, P)·D per local token
+  int64_t q_heads_width() const { return P * local_q_heads * D; }   // P·H_r·D per local token (= q when P | Hq)
+  int64_t kv_heads_width() const { return P * local_kv_heads * D; } // P·K_r·D per local token
 };
 
 // What one element of a buffer is: a stored activation (activation_bytes: bf16 in a bf16 run, where the
@@ -92,7 +93,7 @@ constexpr int kBufCount = static_cast<int>(Buf::count);
 struct BufferSpec {
   Buf id;
   const char* name;   // "k_stage0"
-  const char* shape;  // "(B, C, Hkv/P, D)"
+  const char* shape;  // "(B, C, K_r, D)"
   Element element;
   int64_t elements;
   int64_t bytes(const LayoutShape& shape) const;  // transfer_bytes(elements · element bytes)
@@ -170,6 +171,23 @@ bool layout_fits_64_bits(const LayoutShape& shape);
 // none), or one group of its arrays (an array in the slots of others adds nothing).
 size_t chunk_arena_bytes(const LayoutShape& shape);
 size_t store_bytes(const LayoutShape& shape, std::optional<StoreGroup> group = std::nullopt);
+
+// One sequence-parallel rank's share of a layout: its heads (ulysses.h) and the bytes of its chunk arena
+// (as allocated: rounded to the transfer block) and its store. Ranks of an uneven head split differ here only.
+struct RankLayout {
+  int rank = 0;
+  int q_heads = 0;         // H_r
+  int kv_slots = 0;        // K_r
+  size_t arena_bytes = 0;  // compute tier
+  size_t store_bytes = 0;  // offload tier (compute under --offload none)
+};
+// `shape` (any one rank's) laid out for rank `rank`'s heads of `config`.
+LayoutShape layout_of_rank(LayoutShape shape, const model::ModelConfig& config, int rank);
+// Every rank's share of `shape`'s run, in rank order.
+std::vector<RankLayout> rank_layouts(const LayoutShape& shape, const model::ModelConfig& config);
+// The rank holding the most bytes (arena + store; the lowest of equals): the one whose memory bounds the run,
+// and which `fpdt plan` reports.
+int largest_rank(const std::vector<RankLayout>& ranks);
 
 // ---- model states (pipeline/model_states.h) ---------------------------------------------------------
 // ZeRO over W ranks: stage ≥ 1 shards AdamW's moments (and master weights), ≥ 2 the gradients, 3 the

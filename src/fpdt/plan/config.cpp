@@ -9,6 +9,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/base/spellings.h"
 #include "fpdt/pipeline/fpdt_model.h"
+#include "fpdt/pipeline/ulysses.h"
 
 namespace fpdt::plan {
 
@@ -95,16 +96,12 @@ PlanShape derive_shape(const PlanConfig& config) {
                 "add --zero 2 (or 3), or drop --offload-optimizer");
 
   const int64_t S = config.run.seq_tokens, P = config.run.sp;
-  if (m.heads % P != 0)
+  if (P > m.heads)
     throw Error(kModule,
-                join({"'", m.name, "' has ", str(m.heads), " attention heads, not divisible by --sp ", str(P)}),
-                "Ulysses gives each rank Hq / P heads; choose --sp dividing the head count (or --heads to plan "
-                "another head count)");
-  if (m.kv_heads % P != 0 && P % m.kv_heads != 0)
-    throw Error(kModule,
-                join({"'", m.name, "' has ", str(m.kv_heads), " key/value heads: neither divisible by --sp ", str(P),
-                      " nor dividing it"}),
-                "kv heads are split over ranks, or replicated when P is a multiple of them");
+                join({"--sp ", str(P), " is more sequence-parallel ranks than the ", str(m.heads), " attention heads of '",
+                      m.name, "'"}),
+                "Ulysses gives each rank at least one head; choose --sp of at most " + str(m.heads) +
+                    " (or --heads to plan another head count)");
   if (m.learned_positions() && config.positions == Positions::model && S > m.max_positions)
     throw Error(kModule,
                 join({"sequence length ", str(S), " exceeds the ", str(m.max_positions), " learned positions of '",
@@ -137,7 +134,14 @@ PlanShape derive_shape(const PlanConfig& config) {
   shape.D = m.head_dim;
   shape.q = int64_t{m.heads} * m.head_dim;
   shape.kv = int64_t{m.kv_heads} * m.head_dim;
-  shape.kv_heads = std::max<int64_t>(m.kv_heads, P) * m.head_dim;
+  for (int rank = 0; rank < P; ++rank) {
+    const pipeline::HeadSharding sharding =
+        pipeline::make_head_sharding(m.heads, m.kv_heads, static_cast<int>(P), rank);
+    shape.q_heads = std::max<int64_t>(shape.q_heads, P * sharding.local_q_heads * m.head_dim);
+    shape.kv_heads = std::max<int64_t>(shape.kv_heads, P * sharding.local_kv_heads * m.head_dim);
+    shape.imbalance = sharding.imbalance();
+    shape.all_to_all_elements = std::max(shape.all_to_all_elements, sharding.forward_elements_per_token(m.head_dim));
+  }
   shape.gated_mlp = m.family == model::Family::llama;
   shape.mlp_up = shape.gated_mlp ? 2 * shape.f : shape.f;
   shape.rotary_dim = config.positions == Positions::learned ? 0

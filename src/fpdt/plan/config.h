@@ -79,8 +79,11 @@ struct PlanShape {
   int64_t L = 0, h = 0, f = 0, V = 0, Hq = 0, Hkv = 0, D = 0;
   int64_t q = 0;        // Hq · D
   int64_t kv = 0;       // Hkv · D, token-sharded k (or v) width
-  int64_t kv_heads = 0; // k (or v) width after the all-to-all, per local token: max(Hkv, P) · D
-                        // (kv heads replicated when P > Hkv, one per rank)
+  // Ulysses' head split (pipeline/ulysses.h), the largest rank's: its widths after the all-to-all, per local token.
+  int64_t q_heads = 0;  // P · ⌈Hq/P⌉ · D (= q when P divides Hq)
+  int64_t kv_heads = 0; // P · max_r K_r · D: max(Hkv, P) · D on an even split or with kv heads replicated
+  double imbalance = 1; // attention's: ⌈Hq/P⌉ / (Hq/P), the largest rank's heads over the mean
+  double all_to_all_elements = 0;  // the most a rank sends per local token and layer, forward
   int64_t mlp_up = 0;   // width of the MLP's first projection: f (GELU) or 2f (SwiGLU gate | up)
   bool gated_mlp = false;
   int64_t rotary_dim = 0;   // 0 = no rotary positions
@@ -105,8 +108,7 @@ model::ModelConfig with_heads(const model::ModelConfig& config, int heads);
 int64_t smallest_chunk_at_least(int64_t S, int64_t P, double at_least);
 
 // Validates everything that makes a plan impossible and returns its shape. Throws fpdt::Error
-// ("[plan] ...; hint: ...") for: non-positive sizes, heads not divisible by P (kv heads may instead
-// divide P), chunks the run spec refuses (pipeline::run_chunk_plan, as `fpdt train` does), a ZeRO
+// ("[plan] ...; hint: ...") for: non-positive sizes, more ranks P than heads, chunks the run spec refuses (pipeline::run_chunk_plan, as `fpdt train` does), a ZeRO
 // stage outside 0..3, S past a learned position table, and combinations the mode does not have.
 // chunk_tokens or chunks must already be resolved (non-zero) for the fpdt modes.
 PlanShape derive_shape(const PlanConfig& config);

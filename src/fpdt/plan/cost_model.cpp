@@ -36,12 +36,13 @@ StepFlops step_flops(const PlanConfig& config, const PlanShape& s) {
   const double T = d(s.T);
   const double dense_forward = 2 * d(s.matmul_params_per_layer) * d(s.L) * T;
   const double head_forward = 2 * d(s.V) * d(s.h) * T;
-  // causal attention of B sequences, per rank: (QKᵀ and PV, 2 FLOPs per MAC) · S²/2 · q · B / P
+  // causal attention of B sequences, per rank: (QKᵀ and PV, 2 FLOPs per MAC) · S²/2 · q · B / P — the mean;
+  // the largest rank of an uneven head split computes imbalance times that, and the others wait for it
   const double attention_forward = 2 * d(s.S) * d(s.S) * d(s.q) * d(s.B) / d(s.P) * d(s.L);
   flops.model = 3 * (dense_forward + head_forward + attention_forward);
   const double forwards = recomputes(config) ? 2 : 1;
   flops.dense = (forwards + 2) * dense_forward;
-  flops.attention = (forwards + kFlashBackwardFactor) * attention_forward;
+  flops.attention = (forwards + kFlashBackwardFactor) * attention_forward * s.imbalance;
   flops.head = (config.run.mode == Mode::fpdt_reference ? 4 : 3) * head_forward;
   flops.hardware = flops.dense + flops.attention + flops.head;
   return flops;
@@ -52,7 +53,7 @@ StepTraffic step_traffic(const PlanConfig& config, const PlanShape& s) {
   const double T = d(s.T), L = d(s.L), a = s.a;
   const double passes = recomputes(config) ? 3 : 2;  // forward, (recompute forward,) backward
   if (s.P > 1)
-    traffic.all_to_all_bytes = L * passes * d(2 * s.q + 2 * s.kv_heads) * a * T * d(s.P - 1) / d(s.P);
+    traffic.all_to_all_bytes = L * passes * s.all_to_all_elements * a * T;
   if (s.W > 1) {
     const double N = d(s.params), share = d(s.W - 1) / d(s.W);
     const double per_param = config.run.zero == 3 ? 3 * a   // gather forward, gather backward, reduce-scatter

@@ -13,7 +13,7 @@ namespace fpdt::plan {
 struct StepFlops {
   double model = 0;         // 6·(L·matmul + V·h)·T + 6·S²·q·L·B/P: the MFU convention (train::model_flops)
   double dense = 0;         // hardware FLOPs of the projections and MLPs, recomputation included
-  double attention = 0;     // of attention: forward 2·S²·q·B/P per layer, backward 2.5× (flash), recompute
+  double attention = 0;     // of attention, the largest rank's: forward 2·S²·q·B/P·imbalance per layer, backward 2.5× (flash), recompute
   double head = 0;          // of the LM head (the reference recomputes its logits in backward)
   double hardware = 0;      // dense + attention + head
 };
@@ -25,7 +25,8 @@ struct StepTraffic {
   double attention_loop_to_bytes = 0;    // the part moved inside the attention loops (per block)
   double attention_loop_from_bytes = 0;
   double checkpoint_bytes = 0;     // activation checkpoints, each way (synchronous in DeepSpeed)
-  double all_to_all_bytes = 0;     // sent by one rank: (2q + 2kv_heads)·a·T·(P−1)/P per layer and pass
+  double all_to_all_bytes = 0;     // sent by the busiest rank: all_to_all_elements·a·T per layer and pass
+                                   // ((2q + 2kv_heads)·(P−1)/P on an even split)
   double zero_bytes = 0;           // ZeRO / data-parallel collectives, sent by one rank
 };
 StepTraffic step_traffic(const PlanConfig& config, const PlanShape& shape);

@@ -187,16 +187,32 @@ double reference_offload_forward_bytes(const PlanShape& s) {
 
 // ---- fpdt, ours: the pipeline's memory table ----------------------------------------------------------
 
-pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
+namespace {
+
+// Rank 0's layout; the others differ from it in their heads only (pipeline::layout_of_rank).
+pipeline::LayoutShape fpdt_rank0_layout(const PlanConfig& config, const PlanShape& s) {
   const int P = static_cast<int>(s.P);
-  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P);
+  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.model.heads, config.model.kv_heads, P, 0);
   return pipeline::layout_shape(config.model, sharding, s.chunk_plan, s.B,
                                 config.run.recompute == Recompute::layer ? 1 : s.L, static_cast<int64_t>(s.a),
                                 pipeline::keep_mlp_activations(config.run.offload.kind == OffloadKind::none, config.run.recompute));
 }
 
+}  // namespace
+
+int fpdt_largest_rank(const PlanConfig& config, const PlanShape& s) {
+  return pipeline::largest_rank(pipeline::rank_layouts(fpdt_rank0_layout(config, s), config.model));
+}
+
+pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& s) {
+  return pipeline::layout_of_rank(fpdt_rank0_layout(config, s), config.model, fpdt_largest_rank(config, s));
+}
+
 bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& s) {
-  return pipeline::layout_fits_64_bits(fpdt_layout(config, s));
+  const pipeline::LayoutShape rank0 = fpdt_rank0_layout(config, s);
+  for (int rank = 0; rank < s.P; ++rank)
+    if (!pipeline::layout_fits_64_bits(pipeline::layout_of_rank(rank0, config.model, rank))) return false;
+  return true;
 }
 
 // ---- assembly -------------------------------------------------------------------------------------------

@@ -90,9 +90,14 @@ double reference_offload_forward_bytes(const PlanShape& shape);
 // element size, so the plan, the dry run and the pipeline cannot drift apart. The pipeline allocates
 // once per sequence length — one compute-tier arena of chunk buffers and one offload store — so these
 // components are live all step. A chunk holds the B sequences of a micro-batch together: the plan's
-// c = B·C/P token rows and T = B·u·C/P (the run spec's chunks, PlanShape::chunk_plan).
+// c = B·C/P token rows and T = B·u·C/P (the run spec's chunks, PlanShape::chunk_plan). The layout is the
+// largest rank's (pipeline::largest_rank): ranks differ when P does not divide the heads, and the plan's
+// memory is that rank's.
 pipeline::LayoutShape fpdt_layout(const PlanConfig& config, const PlanShape& shape);
-// Whether that table can be laid out at all: every size in 64 bits (pipeline::layout_fits_64_bits). memory_components refuses the fpdt mode where it cannot.
+// That rank.
+int fpdt_largest_rank(const PlanConfig& config, const PlanShape& shape);
+// Whether that table can be laid out at all on every rank: every size in 64 bits (pipeline::layout_fits_64_bits).
+// memory_components refuses the fpdt mode where it cannot.
 bool fpdt_layout_countable(const PlanConfig& config, const PlanShape& shape);
 
 // Every component `config.mode` keeps, with its tier and phase.

@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "fpdt/base/error.h"
+#include "fpdt/pipeline/ulysses.h"
+#include "fpdt/plan/memory_model.h"
 
 namespace fpdt::plan {
 
@@ -58,6 +60,21 @@ std::string bytes_or_dash(double bytes) { return bytes > 0 ? format_bytes(bytes)
 
 int64_t rounded(double value) { return static_cast<int64_t>(std::llround(value)); }
 
+// Ulysses' head split (pipeline/ulysses.h): each rank's q heads and kv slots, the attention imbalance,
+// and which rank the per-rank figures are (the largest).
+std::string heads_text(const PlanResult& plan) {
+  const PlanShape& s = plan.shape;
+  const model::ModelConfig& m = plan.config.model;
+  if (s.P == 1) return "";
+  const pipeline::HeadSharding sharding = pipeline::make_head_sharding(m.heads, m.kv_heads, static_cast<int>(s.P), 0);
+  const std::string largest =
+      plan.config.run.mode == Mode::fpdt ? "rank " + std::to_string(fpdt_largest_rank(plan.config, s)) : "rank 0";
+  return printf_string("  heads     Hq %d over SP %lld: %s\n            attention imbalance %.3f (%s); time and memory "
+                       "below are %s's, the largest\n",
+                       m.heads, static_cast<long long>(s.P), pipeline::describe_head_split(sharding).c_str(), s.imbalance,
+                       s.imbalance == 1.0 ? "exact balance: SP divides Hq" : "SP does not divide Hq", largest.c_str());
+}
+
 }  // namespace
 
 std::string format_plan_text(const PlanResult& plan) {
@@ -76,6 +93,7 @@ std::string format_plan_text(const PlanResult& plan) {
   text.append(printf_string("  layout    S %s tokens x batch %lld; SP %lld x DP %lld -> T %s tokens per rank\n",
                             grouped(s.S).c_str(), static_cast<long long>(s.B), static_cast<long long>(s.P),
                             static_cast<long long>(c.run.dp), grouped(s.T).c_str()));
+  text.append(heads_text(plan));
   std::string mode = pipeline::spelling(c.run.mode);
   if (c.run.mode != Mode::ulysses)
     mode.append(printf_string(": C %s tokens (c %s per rank, u %lld chunks, padding %s)", grouped(s.C).c_str(),
@@ -195,6 +213,7 @@ nlohmann::ordered_json plan_to_json(const PlanResult& plan) {
   json["config"] = {{"seq_tokens", s.S},
                     {"micro_batch", s.B},
                     {"sp", s.P},
+                    {"attention_imbalance", s.imbalance},
                     {"dp", c.run.dp},
                     {"local_tokens", s.T},
                     {"chunk_tokens", s.C},

@@ -51,6 +51,16 @@ TrainResult dry_run_result(pipeline::FpdtModel& model, const pipeline::ModelStat
   result.offload_peak_bytes = MemoryTiers::instance().usage(Tier::offload).peak_bytes;
   result.peak_rss_bytes = machine::peak_rss_bytes();
   result.chunk_plan = model.plan();
+  // Every sequence-parallel rank's peaks: this rank's, with its arena and store replaced by that rank's.
+  const std::vector<pipeline::RankLayout> ranks = pipeline::rank_layouts(shape, model.config());
+  const pipeline::RankLayout& mine = ranks.at(static_cast<size_t>(model.plan().rank));
+  for (const pipeline::RankLayout& rank : ranks) {
+    TrainResult::SpRank entry{rank, result.compute_peak_bytes - mine.arena_bytes + rank.arena_bytes,
+                              result.offload_peak_bytes};
+    size_t& store_peak = store_tier == Tier::compute ? entry.compute_peak_bytes : entry.offload_peak_bytes;
+    store_peak = store_peak - mine.store_bytes + rank.store_bytes;
+    result.sp_ranks.push_back(entry);
+  }
   // A step: --grad-accum micro-batches, each moving what the one laid out moves.
   const pipeline::OffloadTraffic& micro = model.traffic();
   const uint64_t micro_batches = static_cast<uint64_t>(s.grad_accum);

@@ -7,6 +7,7 @@
 
 #include "fpdt/base/log.h"
 #include "fpdt/pipeline/chunk_plan.h"
+#include "fpdt/pipeline/ulysses.h"
 #include "fpdt/train/trainer.h"
 
 namespace fpdt::train {
@@ -39,6 +40,14 @@ void print_run_table(const model::ModelConfig& config, const TrainSettings& s, c
   const int64_t padding = plan.padded_tokens - plan.seq_tokens;
   row("chunks", str(plan.chunks) + " x " + str(plan.chunk_tokens) + " tokens (" + str(plan.local_chunk_tokens) +
                     " per rank), padding " + str(padding) + (padding > 0 ? " (targets ignored)" : ""));
+  if (s.run.sp > 1) {
+    const pipeline::HeadSharding sharding = pipeline::make_head_sharding(config.heads, config.kv_heads, s.run.sp, 0);
+    char imbalance[96];
+    std::snprintf(imbalance, sizeof imbalance, "%d or %d q heads a rank, attention imbalance %.3f",
+                  config.heads / s.run.sp, sharding.max_q_heads(), sharding.imbalance());
+    row("sp heads", sharding.imbalance() == 1.0 ? str(sharding.local_q_heads) + " q heads a rank, exact balance"
+                                                               : imbalance);
+  }
   for (const auto& [key, value] : hardware.table_rows(world)) row(key, value);
   log::info(option_rule);
   std::vector<std::string> cells;

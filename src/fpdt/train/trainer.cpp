@@ -140,7 +140,7 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
                 "launch sp x dp ranks (mpirun -np N) or change --sp/--dp");
   checkpoint_ = s.resume ? resume_checkpoint(s.out_dir) : "";
   config_ = run_model(s, checkpoint_);
-  pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.run.sp);  // refuse before any work
+  pipeline::make_head_sharding(config_.heads, config_.kv_heads, s.run.sp, 0);  // refuse before any work
   if (!checkpoint_.empty() && !s.dry_run) {
     const int64_t saved_step = read_trainer_state(checkpoint_).step;
     if (saved_step > s.steps)

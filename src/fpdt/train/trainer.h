@@ -67,6 +67,13 @@ struct TrainResult {
   std::string sample;         // generated text, when sample_tokens > 0
   std::vector<MemoryComponent> memory;  // a dry run's layout
   pipeline::ChunkPlan chunk_plan;         // a dry run's: this rank's chunks of the sequence
+  // A dry run's: every sequence-parallel rank's heads, arena and store (they differ when P does not divide
+  // the heads, pipeline/ulysses.h) and its tiers' peaks — this rank's above, shifted by the layout's difference.
+  struct SpRank {
+    pipeline::RankLayout layout;
+    size_t compute_peak_bytes = 0, offload_peak_bytes = 0;
+  };
+  std::vector<SpRank> sp_ranks;
 };
 
 class Trainer {
