@@ -234,6 +234,14 @@ void check_loss_by_position(const Checkpoint& checkpoint, const std::string& dat
             testing::transformer_loss_reordering(checkpoint.config, count * S, S, result.buckets[k].tokens));
         EXPECT_NEAR(result.buckets[k].mean(), unchunked[k], bound * unchunked[k]) << "bucket " << k;
       }
+      // Each sequence's own buckets: its tokens' losses alone (the gates' spread over sequences), 1e-6 as above.
+      ASSERT_EQ(result.sequence_buckets.size(), static_cast<size_t>(count));
+      for (int64_t n = 0; n < count; ++n) {
+        const std::vector<float> own(training.begin() + n * S, training.begin() + (n + 1) * S);
+        const std::vector<double> own_want = bucket_means(own, S, 1);
+        for (size_t k = 0; k < own_want.size(); ++k)
+          EXPECT_NEAR(result.sequence_buckets[n][k].mean(), own_want[k], 1e-6) << "sequence " << n << ", bucket " << k;
+      }
     }
 }
 

@@ -285,7 +285,9 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     const int64_t B = std::min(s.run.batch_size, result.sequences);  // a forward takes the sequences there are
     std::vector<int32_t> inputs(static_cast<size_t>(B * S)), targets(inputs.size()), window(static_cast<size_t>(S + 1));
     std::vector<float> losses(inputs.size());
-    std::vector<double> sums(2 * result.buckets.size(), 0.0);  // loss sums, then token counts
+    // (sequences, 2, buckets): each sequence's loss sums, then its token counts
+    const size_t nb = result.buckets.size();
+    std::vector<double> sums(static_cast<size_t>(result.sequences) * 2 * nb, 0.0);
     for (int64_t first = 0; first < result.sequences; first += B) {
       const int rows = static_cast<int>(std::min(B, result.sequences - first));
       for (int row = 0; row < rows; ++row) {
@@ -295,12 +297,14 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       }
       model.forward(model::Batch{rows, S, inputs.data(), targets.data(), nullptr},
                     pipeline::TokenOutputs{losses.data(), nullptr});
-      for (int row = 0; row < rows; ++row)
+      for (int row = 0; row < rows; ++row) {
+        double* sequence_sums = sums.data() + static_cast<size_t>(first + row) * 2 * nb;
         for_each_local_position(plan, [&](int64_t position) {
-          const size_t bucket = bucket_of(position + 1, result.buckets.size());
-          sums[bucket] += losses[static_cast<size_t>(row * S + position)];
-          sums[result.buckets.size() + bucket] += 1.0;
+          const size_t bucket = bucket_of(position + 1, nb);
+          sequence_sums[bucket] += losses[static_cast<size_t>(row * S + position)];
+          sequence_sums[nb + bucket] += 1.0;
         });
+      }
       char line[160];
       std::snprintf(line, sizeof line, "loss by position: %lld/%lld sequences, %.1f s",
                     static_cast<long long>(first + rows), static_cast<long long>(result.sequences), timer.seconds());
@@ -308,12 +312,17 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
     }
     world.all_reduce_sum(sums.data(), sums.size());
     double loss_sum = 0.0, tokens = 0.0;
-    for (size_t k = 0; k < result.buckets.size(); ++k) {
-      result.buckets[k].loss_sum = sums[k];
-      result.buckets[k].tokens = sums[result.buckets.size() + k];
-      loss_sum += sums[k];
-      tokens += sums[result.buckets.size() + k];
-    }
+    result.sequence_buckets.assign(static_cast<size_t>(result.sequences), result.buckets);
+    for (size_t n = 0; n < result.sequence_buckets.size(); ++n)
+      for (size_t k = 0; k < nb; ++k) {
+        LossBucket& own = result.sequence_buckets[n][k];
+        own.loss_sum = sums[n * 2 * nb + k];
+        own.tokens = sums[n * 2 * nb + nb + k];
+        result.buckets[k].loss_sum += own.loss_sum;
+        result.buckets[k].tokens += own.tokens;
+        loss_sum += own.loss_sum;
+        tokens += own.tokens;
+      }
     result.mean_loss = tokens > 0 ? loss_sum / tokens : 0.0;
     result.loss_seconds = timer.seconds();
   }
@@ -478,6 +487,13 @@ nlohmann::ordered_json loss_json(const EvalResult& result, const EvalSettings& s
                        {"loss_sum", bucket.loss_sum},
                        {"mean_loss", bucket.mean()}});
   json["buckets"] = buckets;
+  nlohmann::ordered_json sequences = nlohmann::ordered_json::array();  // each sequence's bucket means
+  for (const std::vector<LossBucket>& own : result.sequence_buckets) {
+    nlohmann::ordered_json means = nlohmann::ordered_json::array();
+    for (const LossBucket& bucket : own) means.push_back(bucket.mean());
+    sequences.push_back(means);
+  }
+  json["sequence_bucket_losses"] = sequences;
   return json;
 }
 

@@ -113,6 +113,7 @@ struct EvalResult {
   int64_t seq_tokens = 0;
   int64_t sequences = 0;
   std::vector<LossBucket> buckets;
+  std::vector<std::vector<LossBucket>> sequence_buckets;  // (sequences) each sequence's own; buckets is their sum
   double mean_loss = 0.0;  // over every token of every sequence
   double loss_seconds = 0.0;
   std::vector<PasskeyCell> passkey;  // length-major; empty without a passkey grid

@@ -142,9 +142,9 @@ EvalSettings gate_eval(const Recipe& recipe, const RecipeStage& stage, const std
 }
 
 // Mean loss of the buckets whose positions lie in [first, last].
-double loss_between(const EvalResult& result, int64_t first, int64_t last) {
+double loss_between(const std::vector<LossBucket>& buckets, int64_t first, int64_t last) {
   double tokens = 0, sum = 0;
-  for (const LossBucket& bucket : result.buckets) {
+  for (const LossBucket& bucket : buckets) {
     if (bucket.positions.first < first || bucket.positions.last > last) continue;
     tokens += bucket.tokens;
     sum += bucket.loss_sum;
@@ -341,15 +341,23 @@ bool ExtendRun::gate_stage(size_t i) {
     EvalSettings e = gate_eval(recipe_, stage, checkpoint, seq, stage_file(i, "gate_position_loss"));
     e.sequences = g.sequences;
     const EvalResult result = evaluate(e, world_);
-    const double far = loss_between(result, recipe_.base_seq, seq);
-    const double near = loss_between(result, recipe_.base_seq / 2, recipe_.base_seq - 1);
+    const double far = loss_between(result.buckets, recipe_.base_seq, seq);
+    const double near = loss_between(result.buckets, recipe_.base_seq / 2, recipe_.base_seq - 1);
     const double excess = far - near;
     // A stage no longer than the base context has no positions beyond it: nothing to compare, so it passes.
     const bool beyond = seq > recipe_.base_seq;
+    // far and near over all the sequences, and each sequence's own (their spread; the same sequences in every
+    // evaluation of this gate, so two models' figures pair up sequence by sequence).
     const auto figures = [&](const EvalResult& evaluated) {
-      const double out = loss_between(evaluated, recipe_.base_seq, seq);
-      return Json{{"far", beyond ? Json(out) : Json()},
-                  {"near", loss_between(evaluated, recipe_.base_seq / 2, recipe_.base_seq - 1)},
+      Json far_each = Json::array(), near_each = Json::array();
+      for (const std::vector<LossBucket>& own : evaluated.sequence_buckets) {
+        far_each.push_back(beyond ? Json(loss_between(own, recipe_.base_seq, seq)) : Json());
+        near_each.push_back(loss_between(own, recipe_.base_seq / 2, recipe_.base_seq - 1));
+      }
+      return Json{{"far", beyond ? Json(loss_between(evaluated.buckets, recipe_.base_seq, seq)) : Json()},
+                  {"near", loss_between(evaluated.buckets, recipe_.base_seq / 2, recipe_.base_seq - 1)},
+                  {"far_by_sequence", far_each},
+                  {"near_by_sequence", near_each},
                   {"buckets", buckets_json(evaluated)}};
     };
     Json details = figures(result);
