@@ -18,12 +18,11 @@ def gate(stage, name):
 
 
 def draw_position(axis, stages, base_seq):
-    colours = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
     for index, stage in enumerate(stages):
         position = gate(stage, "position_loss")
         if position is None:
             continue
-        colour = colours[index % len(colours)]
+        colour = f"C{index}"  # the stage's colour in the training panel
         details = position["details"]
         series = [(f"stage {stage['name']} (trained)", details, "-")]
         if "base_with_rope" in details:
