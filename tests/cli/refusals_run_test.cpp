@@ -4,7 +4,7 @@
 // shards of another tokenizer; a warmup longer than the run; NaN weights in an --init-from folder;
 // --eval-batches 0 without val.bin; an --overwrite that cannot start; a decay that ends before the warmup;
 // the ETA and peaks of a huge run stopped after a step; the help's word for 0 and the
-// checkpoints kept; a rank with fewer cores than --threads. Each refusal is one clear "[module] ...;
+// checkpoints kept; a rank with fewer cores than --threads; tasks of Slurm's srun without a PMI. Each refusal is one clear "[module] ...;
 // hint: ..." line and exit status 1, never "[internal]", and a refused --resume or --overwrite leaves every
 // file of the run folder as it was.
 #include <gtest/gtest.h>
@@ -166,6 +166,18 @@ TEST_F(RefusedRuns, ARefusedRunLeavesNoFolderItMade) {
   args.insert(args.end(), {"--compute-mem", "1KiB"});
   expect_refused(run_fpdt(join_args(args)), {"[memory]", "compute tier"});
   EXPECT_TRUE(fs::exists(dir_.file("there")));
+}
+
+TEST_F(RefusedRuns, SrunTasksWithoutAProcessManagementInterfaceAreRefused) {
+  // `srun -n 2 --mpi=none fpdt train`: each task sees its step's size and no PMI to find the others; alone,
+  // each would train the whole run into the same folder. One task is a plain run.
+  const std::string clean_env = "env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u MV2_COMM_WORLD_SIZE -u PMIX_RANK ";
+  const std::vector<std::string> args = setup_->train_args(dir_.file("srun"), 2);
+  expect_refused(run_command(clean_env + "SLURM_STEP_NUM_TASKS=2 " + fpdt_binary() + " " + join_args(args)),
+                 {"[comm]", "srun started 2 tasks without a process-management interface", "hint: srun --mpi=pmix"});
+  EXPECT_FALSE(fs::exists(dir_.file("srun")));
+  const ProgramResult one = run_command(clean_env + "SLURM_STEP_NUM_TASKS=1 " + fpdt_binary() + " " + join_args(args));
+  EXPECT_EQ(one.exit_status, 0) << one.output;
 }
 
 TEST_F(RefusedRuns, WarmupLongerThanTheRunIsRefused) {
