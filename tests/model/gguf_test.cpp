@@ -268,6 +268,22 @@ TEST(Gguf, AnotherArchitectureOrAMissingKeyIsOneErrorNamingTheKey) {
                            {"[gguf]", "keys.gguf", "llama.block_count"});
 }
 
+// An architecture of binary bytes (issue 45 case 6): the message quotes it escaped, the bytes after its
+// NUL included (it was cut at the NUL), and holds no control byte itself.
+TEST(Gguf, AnArchitectureOfBinaryBytesIsQuotedEscapedPastItsNul) {
+  testing::TempDir dir;
+  const std::string path = edited_copy(dir, "binary.gguf", [](std::string& bytes) {
+    const std::string architecture("\x05\0\0\0\0\0\0\0llama", 13);
+    const size_t at = bytes.find(architecture);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at + 8, 5, std::string("ll\0\xFF\x1B", 5));  // same length: the file stays well formed
+  });
+  const std::string message = testing::error_message([&] { gguf_model_config(GgufFile(path)); });
+  testing::expect_contains(message, {"[gguf]", "binary.gguf", "general.architecture is 'll\\x00\\xFF\\x1B'",
+                                     "llama, mistral, qwen2 and gpt2"});
+  for (const char byte : message) EXPECT_GE(static_cast<unsigned char>(byte), 0x20) << message;
+}
+
 TEST(GgufTypes, EveryBlockLayoutIsGgufPys) {
   // (elements, bytes) of gguf-py's GGML_QUANT_SIZES for the types fpdt reads, and names for the rest.
   const std::pair<GgmlType, GgmlBlock> layouts[] = {

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/gguf_types.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -38,7 +39,9 @@ ModelType architecture_type(const GgufFile& file, const std::string& arch) {
   if (arch == "mistral") return ModelType::mistral;
   if (arch == "qwen2") return ModelType::qwen2;
   if (arch == "gpt2") return ModelType::gpt2;
-  throw Error(kModule, file.path() + ": general.architecture is '" + arch + "', which fpdt does not implement",
+  throw Error(kModule,
+              file.path() + ": general.architecture is '" + json::excerpt_text(arch) +
+                  "', which fpdt does not implement",
               "fpdt reads the llama, mistral, qwen2 and gpt2 architectures");
 }
 
@@ -50,7 +53,9 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
   if (type == "none") return;
   const std::optional<double> factor = file.optional_real(keys.key("rope.scaling.factor"));
   if (!factor || *factor <= 0)
-    throw Error(kModule, file.path() + ": RoPE scaling '" + type + "' without a positive " + keys.key("rope.scaling.factor"),
+    throw Error(kModule,
+                file.path() + ": RoPE scaling '" + json::excerpt_text(type) + "' without a positive " +
+                    keys.key("rope.scaling.factor"),
                 "the file is corrupt");
   config.rope_scaling.factor = *factor;
   if (type == "linear") {
@@ -58,7 +63,8 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
     return;
   }
   if (type != "yarn")
-    throw Error(kModule, file.path() + ": " + type_key + " is '" + type + "', which fpdt does not implement",
+    throw Error(kModule,
+                file.path() + ": " + type_key + " is '" + json::excerpt_text(type) + "', which fpdt does not implement",
                 "fpdt reads RoPE scaling none, linear and yarn");
   config.rope_scaling.type = RopeType::yarn;
   config.rope_scaling.original_max_positions =
@@ -242,8 +248,9 @@ void load_gguf_weights(const GgufFile& file, const ModelConfig& config, const Pa
   }
   for (const GgufTensorInfo& tensor : file.tensors())
     if (expected.count(tensor.name) == 0)
-      throw Error(kModule, file.path() + ": unexpected tensor '" + tensor.name + "' for a " + model_type_name(config.type) +
-                               " model of " + std::to_string(config.layers) + " layers",
+      throw Error(kModule,
+                  file.path() + ": unexpected tensor '" + json::excerpt_text(tensor.name) + "' for a " +
+                      model_type_name(config.type) + " model of " + std::to_string(config.layers) + " layers",
                   "fpdt reads the tensors of the llama, mistral, qwen2 and gpt2 architectures only");
   const bool permuted = permuted_by_converter(file);
   for (const HfTensor& entry : map) {
