@@ -107,7 +107,10 @@ Tokenizer gguf_tokenizer(const model::GgufFile& file) {
   for (const model::GgufValue& merge : *merges) {
     const size_t space = merge.text.find(' ');
     if (space == std::string::npos || merge.text.find(' ', space + 1) != std::string::npos)
-      throw Error(kModule, file.path() + ": merge '" + merge.text + "' of tokenizer.ggml.merges is not two tokens", "the file is corrupt");
+      throw Error(kModule,
+                  file.path() + ": merge '" + fpdt::json::excerpt_text(merge.text) +
+                      "' of tokenizer.ggml.merges is not two tokens",
+                  "the file is corrupt");
     merge_list.push_back(Json::array({merge.text.substr(0, space), merge.text.substr(space + 1)}));
   }
 

@@ -2,6 +2,7 @@
 // Hugging Face names (see gguf.h). The names and the q/k permutation are llama.cpp's
 // convert_hf_to_gguf.py read backwards; the keys are its gguf-py constants.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <span>
 
@@ -52,10 +53,10 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
   const std::string type = file.find(type_key) ? file.text(type_key) : "none";
   if (type == "none") return;
   const std::optional<double> factor = file.optional_real(keys.key("rope.scaling.factor"));
-  if (!factor || *factor <= 0)
+  if (!factor || !(*factor > 0 && std::isfinite(*factor)))  // NaN passed a test of <= 0
     throw Error(kModule,
                 file.path() + ": RoPE scaling '" + json::excerpt_text(type) + "' without a positive " +
-                    keys.key("rope.scaling.factor"),
+                    keys.key("rope.scaling.factor") + (factor ? " (it is " + format_number(*factor) + ")" : ""),
                 "the file is corrupt");
   config.rope_scaling.factor = *factor;
   if (type == "linear") {
@@ -67,10 +68,18 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
                 file.path() + ": " + type_key + " is '" + json::excerpt_text(type) + "', which fpdt does not implement",
                 "fpdt reads RoPE scaling none, linear and yarn");
   config.rope_scaling.type = RopeType::yarn;
-  config.rope_scaling.original_max_positions =
-      file.optional_integer(keys.key("rope.scaling.original_context_length")).value_or(config.max_positions);
-  if (const auto fast = file.optional_real(keys.key("rope.scaling.yarn_beta_fast"))) config.rope_scaling.beta_fast = *fast;
-  if (const auto slow = file.optional_real(keys.key("rope.scaling.yarn_beta_slow"))) config.rope_scaling.beta_slow = *slow;
+  config.rope_scaling.original_max_positions = file.find(keys.key("rope.scaling.original_context_length"))
+                                                  ? keys.positive("rope.scaling.original_context_length")
+                                                  : config.max_positions;
+  for (const auto& [name, beta] : {std::pair{"rope.scaling.yarn_beta_fast", &config.rope_scaling.beta_fast},
+                                   std::pair{"rope.scaling.yarn_beta_slow", &config.rope_scaling.beta_slow}}) {
+    const std::optional<double> value = file.optional_real(keys.key(name));
+    if (!value) continue;
+    if (!std::isfinite(*value))
+      throw Error(kModule, file.path() + ": metadata '" + keys.key(name) + "' is " + format_number(*value),
+                  "the file is corrupt");
+    *beta = *value;
+  }
   for (const char* unmapped : {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"})
     if (file.find(keys.key(unmapped)))
       throw Error(kModule, file.path() + ": metadata '" + keys.key(unmapped) + "' has no Hugging Face equivalent fpdt implements",
@@ -219,7 +228,8 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   try {
     config.validate();
   } catch (const Error& error) {
-    throw Error(kModule, file.path() + ": its metadata describes an impossible model: " + error.message(), error.hint());
+    throw Error(kModule, file.path() + ": its metadata describes an impossible model: " + error.message(),
+                error.hint().empty() ? "the file is corrupt" : error.hint());
   }
   return config;
 }
