@@ -168,6 +168,23 @@ TEST_F(RefusedRuns, ARefusedRunLeavesNoFolderItMade) {
   EXPECT_TRUE(fs::exists(dir_.file("there")));
 }
 
+// A sample the run could not make at its end (--sample-tokens 99999999999: a KV cache of hundreds of TiB;
+// an empty prompt) is refused before the first step, naming the option — it trained, saved, then failed
+// (issue 45 case 7). An --overwrite so refused leaves the previous run as it was.
+TEST_F(RefusedRuns, ASampleTheRunCannotMakeIsRefusedBeforeTheFirstStep) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("sampled"), 2);
+  args.insert(args.end(), {"--sample-tokens", "99999999999"});
+  expect_refused(run_fpdt(join_args(args), 120), {"[generation]", "--sample-tokens 99999999999: the KV cache of a prompt of",
+                                                  "hint: lower --sample-tokens"});
+  EXPECT_FALSE(fs::exists(dir_.file("sampled")));
+  args = setup_->train_args(dir_.file("sampled"), 2);
+  args.insert(args.end(), {"--sample-tokens", "4", "--prompt", ""});
+  expect_refused(run_fpdt(join_args(args), 120), {"[train]", "the sample's --prompt is empty", "hint:"});
+  EXPECT_FALSE(fs::exists(dir_.file("sampled")));
+  const std::map<std::string, std::string> before = folder_contents(run_);
+  expect_refused_keeping_run(overwrite(" --sample-tokens 99999999999"), {"--sample-tokens 99999999999"}, before);
+}
+
 TEST_F(RefusedRuns, SrunTasksWithoutAProcessManagementInterfaceAreRefused) {
   // `srun -n 2 --mpi=none fpdt train`: each task sees its step's size and no PMI to find the others; alone,
   // each would train the whole run into the same folder. One task is a plain run.
