@@ -352,6 +352,22 @@ TEST_F(RefusedRuns, OverwriteWithAnOffloadFolderOnAReadOnlyFileSystemLeavesThePr
 }
 
 // What 0 means and how many checkpoints are kept, in every command's help.
+// --batch's default (8, the demo model's) with a model from --init-from is said, with the way to one
+// sequence (it planned 8 x 64K tokens without a word: issue 45 case 7); a --batch given is not remarked on.
+TEST(RefusalsDefaults, InitFromWithTheDefaultBatchSaysSo) {
+  const std::string llama = std::string(FPDT_SOURCE_DIR) + "/tests/golden/llama";
+  const ProgramResult defaulted = run_fpdt("train --init-from " + llama + " --seq 1K --threads 1 --dry-run", 120);
+  ASSERT_EQ(defaulted.exit_status, 0) << defaulted.output;
+  EXPECT_NE(defaulted.output.find("note: --batch 8 (the default, sized for the demo model): 8 sequences of 1024 "
+                                  "tokens a micro-batch; give --batch 1"),
+            std::string::npos)
+      << defaulted.output;
+  const ProgramResult given =
+      run_fpdt("train --init-from " + llama + " --seq 1K --threads 1 --batch 8 --dry-run", 120);
+  ASSERT_EQ(given.exit_status, 0) << given.output;
+  EXPECT_EQ(given.output.find("note: --batch"), std::string::npos) << given.output;
+}
+
 TEST(RefusalsHelp, HelpSaysWhatZeroMeansAndWhatIsKept) {
   const ProgramResult train = run_fpdt("train --help");
   EXPECT_EQ(train.exit_status, 0) << train.output;
