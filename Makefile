@@ -35,7 +35,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstru
 # Fuzzing: libFuzzer reports leaks itself; reports go to the terminal and the failing input to ./crash-*.
 FUZZ_ENV = ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 FUZZ_RUNS ?= 10000000
-FUZZ_TARGETS ?= safetensors config shard trainer_state tokenizer
+FUZZ_TARGETS ?= safetensors config shard trainer_state tokenizer gguf
 
 .PHONY: deps configure build test run demo clean check-asan check-tsan fuzz-long
 

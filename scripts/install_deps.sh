@@ -3,10 +3,12 @@
 # already there (so `make test` stays quick on a warm machine). Used by `make test` and `make run`.
 set -euo pipefail
 
-# wamerican: /usr/share/dict/words, the word list of `fpdt eval --ruler`'s keys and words.
-# libyaml-cpp-dev: the recipes of `fpdt extend`.
+# wamerican: /usr/share/dict/words, the word list of `fpdt eval --ruler`'s keys and words. libyaml-cpp-dev: the
+# recipes of `fpdt extend`. slurmctld, slurmd, slurm-client and munge: the Slurm cluster
+# tests/cli/slurm_slow_test.cpp starts (its own daemons on its own configuration, whatever the system's services do).
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
-          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican libyaml-cpp-dev)
+          libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican libyaml-cpp-dev slurmctld slurmd slurm-client
+          munge)
 # Extra packages a target asks for, e.g. the demo corpus for `make run`.
 packages+=("$@")
 

@@ -55,6 +55,27 @@ TEST(Json, ExcerptsAreBoundedAndMarkTheCut) {
   EXPECT_LE(json::excerpt(deep).size(), json::kExcerptChars + 3);
 }
 
+// Raw input quoted in a message shows every byte: what a terminal would not show as itself is escaped,
+// and a NUL no longer ends the message (issue 45: a GGUF architecture of binary bytes was cut at its NUL).
+TEST(Json, TextExcerptsEscapeWhatWouldNotShow) {
+  using namespace std::string_literals;
+  EXPECT_EQ(json::excerpt_text("l\0a\x01m"s), "l\\x00a\\x01m");
+  EXPECT_EQ(json::excerpt_text("a\nb\tc\rd\x1B\x7F"), "a\\nb\\tc\\rd\\x1B\\x7F");
+  // Well-formed UTF-8 is kept; stray continuation bytes, overlong forms, surrogates, code points past
+  // U+10FFFF and a sequence cut by the end are escaped byte by byte.
+  EXPECT_EQ(json::excerpt_text("é€𝄞"), "é€𝄞");
+  EXPECT_EQ(json::excerpt_text("\x80\xFF"), "\\x80\\xFF");
+  EXPECT_EQ(json::excerpt_text("\xC0\xAF"), "\\xC0\\xAF");
+  EXPECT_EQ(json::excerpt_text("\xE0\x80\xAF"), "\\xE0\\x80\\xAF");
+  EXPECT_EQ(json::excerpt_text("\xED\xA0\x80"), "\\xED\\xA0\\x80");
+  EXPECT_EQ(json::excerpt_text("\xF4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");
+  EXPECT_EQ(json::excerpt_text("a\xE2\x82"), "a\\xE2\\x82");
+  // The bound counts the escapes, and a cut never falls inside one.
+  EXPECT_EQ(json::excerpt_text("ab\x01" "cd", 5), "ab...");
+  EXPECT_EQ(json::excerpt_text("ab\x01" "cd", 6), "ab\\x01...");
+  EXPECT_EQ(json::excerpt_text(std::string(1000, '\0')).size(), json::kExcerptChars / 4 * 4 + 3);
+}
+
 TEST(Json, IntegersAreWholeNumbersInTheirTypesRange) {
   const auto parsed = [](const char* text) { return nlohmann::json::parse(text); };
   EXPECT_EQ(json::integer<int>(parsed("-7"), "x", "test"), -7);

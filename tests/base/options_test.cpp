@@ -88,6 +88,17 @@ TEST(Options, ValuesLandInTheirFieldsWithTheirUnits) {
   EXPECT_FALSE(parse_number("", Unit::plain));
 }
 
+// given() tells an option set to its default value apart from one left out.
+TEST(Options, GivenSaysWhichOptionsTheCommandLineNamed) {
+  Bound bound;
+  bound.parse({"--steps", "10", "--resume", "--seq=256"});
+  EXPECT_TRUE(bound.set.given("steps"));  // set to its default, given all the same
+  EXPECT_TRUE(bound.set.given("resume"));
+  EXPECT_TRUE(bound.set.given("seq"));
+  EXPECT_FALSE(bound.set.given("threads"));
+  expect_contains(error_message([&] { (void)bound.set.given("nope"); }), {"unknown option --nope"});
+}
+
 TEST(Options, EveryBadValueIsOneClearError) {
   struct Case {
     std::vector<std::string> args;

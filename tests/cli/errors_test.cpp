@@ -253,6 +253,17 @@ TEST_F(TokenizerErrors, ResumingOnShardsOfAnotherTokenizer) {
   expect_one_clear_error(run_fpdt(join_args(args)), {"[train]", "cannot resume", "trained on shards of tokenizer", "--data"});
 }
 
+// A folder's tokenizer_config.json naming an end-of-document token its tokenizer lacks: the hint says where
+// the token is stated, not "--eos-token" alone, which train does not have (issue 45 case 6).
+TEST_F(TokenizerErrors, AnEndOfDocumentTokenTheTokenizerLacksIsSaidWhereItIsStated) {
+  write_text_file(dir_.file("gpt2/tokenizer_config.json"),
+                  R"({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<nope>"})");
+  expect_one_clear_error(run_fpdt(join_args(wide_args("gpt2", dir_.file("other")))),
+                         {"[tokenizer]", "has no token '<nope>' to end documents with",
+                          "hint: name a token of the tokenizer as eos_token in tokenizer_config.json",
+                          "fpdt tokenize --eos-token"});
+}
+
 TEST_F(TokenizerErrors, UnsupportedOrMalformedTokenizerFiles) {
   const std::string fixtures = std::string(FPDT_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/";
   expect_one_clear_error(run_fpdt("tokenize --tokenizer " + fixtures + "wordpiece --out " + dir_.file("x") + " " +

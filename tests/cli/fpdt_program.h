@@ -189,6 +189,14 @@ inline std::vector<std::pair<int64_t, nlohmann::json>> logged_steps(const std::s
   return steps;
 }
 
+// The checkpoint a run folder's `latest` names ("step_N"; "" when none).
+inline std::string latest_of(const std::string& run) {
+  std::ifstream file(run + "/latest");
+  std::string name;
+  std::getline(file, name);
+  return name;
+}
+
 // The furthest step a run folder's metrics.jsonl logged (0 when none).
 inline int64_t last_logged_step(const std::string& run) {
   int64_t last = 0;

@@ -92,5 +92,31 @@ TEST(GgufPrograms, AFileFpdtDoesNotReadIsOneClearLine) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
 }
 
+// Issue 45's bad GGUF files (the gguf fuzz target's seeds, tools/make_gguf_fuzz_seeds.py): non-finite F32,
+// Q4_1 and Q8_0 weights, overlapping tensors, a norm epsilon of +inf. `convert` wrote a folder of them (exit
+// 0) and `train --init-from` ran a step before blaming it; each is now one clear error before anything is
+// written: no folder, no run.
+TEST(GgufPrograms, Issue45BadFilesAreRefusedByConvertAndTrainBeforeAnythingIsWritten) {
+  TempDir dir;
+  const std::string seeds = std::string(FPDT_SOURCE_DIR) + "/fuzz/corpus/gguf/";
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "In the beginning God created the heaven and the earth.\n";
+  write_text_file(dir.file("text.txt"), text);
+  const ProgramResult data = run_fpdt("tokenize --tokenizer " + seeds + "llama.gguf --val-fraction 0.5 --out " +
+                                      dir.file("data") + " " + dir.file("text.txt"));
+  ASSERT_EQ(data.exit_status, 0) << data.output;
+  for (const std::string seed : {"nan-inf-f32", "inf-q4_1", "nan-q8_0", "overlap", "inf-norm-eps"}) {
+    SCOPED_TRACE(seed);
+    const std::string path = seeds + "issue45-" + seed + ".gguf";
+    expect_one_clear_error(run_fpdt("convert " + path + " --out " + dir.file("out"), 60), {path, "hint:"});
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+    expect_one_clear_error(run_fpdt("train --init-from " + path + " --data " + dir.file("data") +
+                                        " --steps 1 --seq 32 --batch 1 --threads 1 --out " + dir.file("run"),
+                                    60),
+                           {path, "hint:"});
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
+  }
+}
+
 }  // namespace
 }  // namespace fpdt::testing

@@ -18,13 +18,6 @@
 namespace fpdt::testing {
 namespace {
 
-std::string latest_of(const std::string& run) {
-  std::ifstream file(run + "/latest");
-  std::string name;
-  std::getline(file, name);
-  return name;
-}
-
 // Waits for `pid` up to `seconds`; its wait status, or -1 (then it is killed) when it did not end.
 int wait_status(pid_t pid, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

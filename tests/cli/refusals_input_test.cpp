@@ -256,5 +256,19 @@ TEST(SizeRefusals, SampleRefusesAKvCacheBeyondMemory) {
   expect_ok(sampled);
 }
 
+// A prompt beyond a model's learned positions names the prompt and --tokens (it said "lower --seq", an option
+// sample does not have: issue 45 case 6, as `sample --context 4096` before --context was removed).
+TEST(SizeRefusals, SampleBeyondTheLearnedPositionsNamesThePromptAndTokens) {
+  const std::string gpt2 = std::string(FPDT_SOURCE_DIR) + "/tests/golden/gpt2";  // 64 learned positions
+  const std::string long_prompt(4096, 'a'), short_prompt(60, 'a');
+  for (const std::string& prompt : {long_prompt, short_prompt}) {
+    const ProgramResult result =
+        run_fpdt("sample --checkpoint " + gpt2 + " --threads 1 --tokens 10 --prompt " + prompt, kLimitSeconds);
+    expect_refused(result, {"[sample]", "--tokens 10 need more than the 64 learned positions", "hint: shorten the prompt"});
+    EXPECT_EQ(result.output.find("--seq"), std::string::npos) << result.output;
+  }
+  expect_ok(run_fpdt("sample --checkpoint " + gpt2 + " --threads 1 --tokens 5 --prompt " + short_prompt, kLimitSeconds));
+}
+
 }  // namespace
 }  // namespace fpdt::testing

@@ -4,7 +4,7 @@
 // shards of another tokenizer; a warmup longer than the run; NaN weights in an --init-from folder;
 // --eval-batches 0 without val.bin; an --overwrite that cannot start; a decay that ends before the warmup;
 // the ETA and peaks of a huge run stopped after a step; the help's word for 0 and the
-// checkpoints kept; a rank with fewer cores than --threads. Each refusal is one clear "[module] ...;
+// checkpoints kept; a rank with fewer cores than --threads; tasks of Slurm's srun without a PMI. Each refusal is one clear "[module] ...;
 // hint: ..." line and exit status 1, never "[internal]", and a refused --resume or --overwrite leaves every
 // file of the run folder as it was.
 #include <gtest/gtest.h>
@@ -168,6 +168,35 @@ TEST_F(RefusedRuns, ARefusedRunLeavesNoFolderItMade) {
   EXPECT_TRUE(fs::exists(dir_.file("there")));
 }
 
+// A sample the run could not make at its end (--sample-tokens 99999999999: a KV cache of hundreds of TiB;
+// an empty prompt) is refused before the first step, naming the option — it trained, saved, then failed
+// (issue 45 case 7). An --overwrite so refused leaves the previous run as it was.
+TEST_F(RefusedRuns, ASampleTheRunCannotMakeIsRefusedBeforeTheFirstStep) {
+  std::vector<std::string> args = setup_->train_args(dir_.file("sampled"), 2);
+  args.insert(args.end(), {"--sample-tokens", "99999999999"});
+  expect_refused(run_fpdt(join_args(args), 120), {"[generation]", "--sample-tokens 99999999999: the KV cache of a prompt of",
+                                                  "hint: lower --sample-tokens"});
+  EXPECT_FALSE(fs::exists(dir_.file("sampled")));
+  args = setup_->train_args(dir_.file("sampled"), 2);
+  args.insert(args.end(), {"--sample-tokens", "4", "--prompt", ""});
+  expect_refused(run_fpdt(join_args(args), 120), {"[train]", "the sample's --prompt is empty", "hint:"});
+  EXPECT_FALSE(fs::exists(dir_.file("sampled")));
+  const std::map<std::string, std::string> before = folder_contents(run_);
+  expect_refused_keeping_run(overwrite(" --sample-tokens 99999999999"), {"--sample-tokens 99999999999"}, before);
+}
+
+TEST_F(RefusedRuns, SrunTasksWithoutAProcessManagementInterfaceAreRefused) {
+  // `srun -n 2 --mpi=none fpdt train`: each task sees its step's size and no PMI to find the others; alone,
+  // each would train the whole run into the same folder. One task is a plain run.
+  const std::string clean_env = "env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u MV2_COMM_WORLD_SIZE -u PMIX_RANK ";
+  const std::vector<std::string> args = setup_->train_args(dir_.file("srun"), 2);
+  expect_refused(run_command(clean_env + "SLURM_STEP_NUM_TASKS=2 " + fpdt_binary() + " " + join_args(args)),
+                 {"[comm]", "srun started 2 tasks without a process-management interface", "hint: srun --mpi=pmix"});
+  EXPECT_FALSE(fs::exists(dir_.file("srun")));
+  const ProgramResult one = run_command(clean_env + "SLURM_STEP_NUM_TASKS=1 " + fpdt_binary() + " " + join_args(args));
+  EXPECT_EQ(one.exit_status, 0) << one.output;
+}
+
 TEST_F(RefusedRuns, WarmupLongerThanTheRunIsRefused) {
   std::vector<std::string> args = setup_->train_args(dir_.file("warm"), 2);
   args.insert(args.end(), {"--warmup", "1000"});
@@ -323,6 +352,22 @@ TEST_F(RefusedRuns, OverwriteWithAnOffloadFolderOnAReadOnlyFileSystemLeavesThePr
 }
 
 // What 0 means and how many checkpoints are kept, in every command's help.
+// --batch's default (8, the demo model's) with a model from --init-from is said, with the way to one
+// sequence (it planned 8 x 64K tokens without a word: issue 45 case 7); a --batch given is not remarked on.
+TEST(RefusalsDefaults, InitFromWithTheDefaultBatchSaysSo) {
+  const std::string llama = std::string(FPDT_SOURCE_DIR) + "/tests/golden/llama";
+  const ProgramResult defaulted = run_fpdt("train --init-from " + llama + " --seq 1K --threads 1 --dry-run", 120);
+  ASSERT_EQ(defaulted.exit_status, 0) << defaulted.output;
+  EXPECT_NE(defaulted.output.find("note: --batch 8 (the default, sized for the demo model): 8 sequences of 1024 "
+                                  "tokens a micro-batch; give --batch 1"),
+            std::string::npos)
+      << defaulted.output;
+  const ProgramResult given =
+      run_fpdt("train --init-from " + llama + " --seq 1K --threads 1 --batch 8 --dry-run", 120);
+  ASSERT_EQ(given.exit_status, 0) << given.output;
+  EXPECT_EQ(given.output.find("note: --batch"), std::string::npos) << given.output;
+}
+
 TEST(RefusalsHelp, HelpSaysWhatZeroMeansAndWhatIsKept) {
   const ProgramResult train = run_fpdt("train --help");
   EXPECT_EQ(train.exit_status, 0) << train.output;

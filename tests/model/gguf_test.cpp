@@ -268,6 +268,51 @@ TEST(Gguf, AnotherArchitectureOrAMissingKeyIsOneErrorNamingTheKey) {
                            {"[gguf]", "keys.gguf", "llama.block_count"});
 }
 
+// An architecture of binary bytes (issue 45 case 6): the message quotes it escaped, the bytes after its
+// NUL included (it was cut at the NUL), and holds no control byte itself.
+TEST(Gguf, AnArchitectureOfBinaryBytesIsQuotedEscapedPastItsNul) {
+  testing::TempDir dir;
+  const std::string path = edited_copy(dir, "binary.gguf", [](std::string& bytes) {
+    const std::string architecture("\x05\0\0\0\0\0\0\0llama", 13);
+    const size_t at = bytes.find(architecture);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at + 8, 5, std::string("ll\0\xFF\x1B", 5));  // same length: the file stays well formed
+  });
+  const std::string message = testing::error_message([&] { gguf_model_config(GgufFile(path)); });
+  testing::expect_contains(message, {"[gguf]", "binary.gguf", "general.architecture is 'll\\x00\\xFF\\x1B'",
+                                     "llama, mistral, qwen2 and gpt2"});
+  for (const char byte : message) EXPECT_GE(static_cast<unsigned char>(byte), 0x20) << message;
+}
+
+// The gguf fuzz target's seeds that are issue 45's bad files (tools/make_gguf_fuzz_seeds.py): each is refused
+// as the program reads it, with one error naming what is wrong (the fuzz target checks only that none is
+// accepted).
+TEST(Gguf, EachIssue45FuzzSeedIsRefusedNamingItsFault) {
+  const std::pair<const char*, std::vector<std::string>> seeds[] = {
+      {"nan-inf-f32", {"tensor 'blk.0.attn_norm.weight' holds 1 NaN and 1 Inf"}},
+      {"inf-q4_1", {"tensor 'blk.0.attn_output.weight' holds 0 NaN and 32 Inf"}},
+      {"nan-q8_0", {"tensor 'token_embd.weight' holds 32 NaN and 0 Inf"}},
+      {"overlap", {"tensors 'blk.0.ffn_gate.weight' and 'blk.0.ffn_down.weight' overlap"}},
+      {"type-iq4_nl", {"tensor 'blk.0.attn_q.weight' is IQ4_NL, a type fpdt does not dequantize"}},
+      {"type-unknown", {"tensor 'blk.0.attn_k.weight' has unknown ggml type 1000"}},
+      {"inf-norm-eps", {"norm epsilon must be a positive number, got inf"}},
+      {"nan-yarn-factor", {"RoPE scaling 'yarn' without a positive llama.rope.scaling.factor"}},
+      {"binary-architecture", {"general.architecture is 'll\\x00ama\\xFF\\x1B\\n'"}},
+  };
+  for (const auto& [seed, pieces] : seeds) {
+    const std::string path = std::string(FPDT_SOURCE_DIR) + "/fuzz/corpus/gguf/issue45-" + seed + ".gguf";
+    const std::string message = testing::error_message([&] {
+      const GgufFile file(path);
+      const ModelConfig config = gguf_model_config(file);
+      const ParameterLayout layout(config);
+      ParameterBlock params(layout, "params");
+      load_gguf_weights(file, config, layout, params);
+    });
+    testing::expect_contains(message, {path, "hint:"});
+    for (const std::string& piece : pieces) testing::expect_contains(message, {piece});
+  }
+}
+
 TEST(GgufTypes, EveryBlockLayoutIsGgufPys) {
   // (elements, bytes) of gguf-py's GGML_QUANT_SIZES for the types fpdt reads, and names for the rest.
   const std::pair<GgmlType, GgmlBlock> layouts[] = {

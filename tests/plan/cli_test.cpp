@@ -128,6 +128,9 @@ TEST(PlanCli, BadInputIsOneClearError) {
       {"plan --zero 4", "--zero must be ≥ 0 and ≤ 3, got '4'"},
       {"plan --offload nvme", "unknown --offload 'nvme'"},
       {"plan --chunk 64K", "unknown option --chunk for 'fpdt plan'"},
+      // Heads the model cannot have are blamed on --heads (it blamed "rotary dims 1": issue 45 case 6).
+      {"plan --heads 4096", "--heads 4096 gives 'llama3-8b' a head_dim of 1"},
+      {"plan --heads 4", "--heads 4 gives 'llama3-8b' a head_dim of 1024 (hidden 4096, 8 key/value heads)"},
   };
   for (const Case& bad : cases) {
     const ProgramResult result = run_fpdt(bad.args);

@@ -1,6 +1,8 @@
 // Depth-limited JSON parsing and bounded excerpts (see json.h).
 #include "fpdt/base/json.h"
 
+#include <cstdio>
+
 #include "fpdt/base/error.h"
 
 namespace fpdt::json {
@@ -32,7 +34,7 @@ void append(std::string& out, const Json& value, size_t limit, int depth) {
       for (auto item = value.begin(); item != value.end() && out.size() <= limit; ++item) {
         if (!first) out += ',';
         first = false;
-        append(out, Json(excerpt_text(item.key(), limit)), limit, depth + 1);
+        append(out, Json(cut(item.key(), limit)), limit, depth + 1);  // dump() escapes it
         out += ':';
         append(out, item.value(), limit, depth + 1);
       }
@@ -97,6 +99,50 @@ std::string excerpt(const nlohmann::ordered_json& value, size_t max_chars) {
   return cut(out, max_chars);
 }
 
-std::string excerpt_text(std::string_view text, size_t max_chars) { return cut(text, max_chars); }
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[at] (1 for ASCII), 0 when the bytes there are not one.
+size_t utf8_sequence_bytes(std::string_view text, size_t at) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  size_t length = 0;
+  if (lead < 0x80) length = 1;
+  else if (lead >= 0xC2 && lead <= 0xDF) length = 2;  // 0xC0 and 0xC1 only start overlong forms
+  else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+  else if (lead >= 0xF0 && lead <= 0xF4) length = 4;  // past 0xF4: beyond U+10FFFF
+  if (length == 0 || at + length > text.size()) return 0;
+  for (size_t i = 1; i < length; ++i)
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+  // Overlong three- and four-byte forms, UTF-16 surrogates and code points past U+10FFFF.
+  if ((lead == 0xE0 && byte(at + 1) < 0xA0) || (lead == 0xED && byte(at + 1) >= 0xA0) ||
+      (lead == 0xF0 && byte(at + 1) < 0x90) || (lead == 0xF4 && byte(at + 1) >= 0x90))
+    return 0;
+  return length;
+}
+
+}  // namespace
+
+std::string excerpt_text(std::string_view text, size_t max_chars) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    const unsigned char byte = static_cast<unsigned char>(text[at]);
+    const size_t length = utf8_sequence_bytes(text, at);
+    std::string unit;
+    if (byte == '\n') unit = "\\n";
+    else if (byte == '\t') unit = "\\t";
+    else if (byte == '\r') unit = "\\r";
+    else if (length == 0 || byte < 0x20 || byte == 0x7F) {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", byte);
+      unit = escaped;
+    } else {
+      unit = std::string(text.substr(at, length));
+    }
+    if (out.size() + unit.size() > max_chars) return out + "...";
+    out += unit;
+    at += length == 0 ? 1 : length;
+  }
+  return out;
+}
 
 }  // namespace fpdt::json

@@ -33,7 +33,10 @@ Json parse(std::string_view text, const std::string& where, const std::string& m
 std::string excerpt(const nlohmann::json& value, size_t max_chars = kExcerptChars);
 std::string excerpt(const nlohmann::ordered_json& value, size_t max_chars = kExcerptChars);
 
-// `text` cut to max_chars characters ("..." marks a cut), for messages quoting raw input.
+// `text` for a message quoting raw input: whatever would not show as itself — a control character, DEL, a
+// byte that is not part of well-formed UTF-8 — written as an escape (\n, \t, \r, \xNN; a NUL no longer ends
+// the message), cut to at most max_chars characters, never inside an escape or a UTF-8 sequence ("..."
+// marks a cut).
 std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars);
 
 // `value` as an integer of type T: a JSON integer (not a float, string or bool — nlohmann's get<T>()

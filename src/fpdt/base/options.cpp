@@ -318,6 +318,7 @@ bool OptionSet::parse(int argc, char** argv) {
       value = argv[++i];
     }
     option.set(value);
+    given_.insert(option.name());
   }
   return true;
 }

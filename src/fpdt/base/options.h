@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -111,12 +112,15 @@ class OptionSet {
   // The option --name; throws fpdt::Error when there is none.
   const Option& option(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // Whether parse() saw --name (its field may still hold the default).
+  bool given(const std::string& name) const { return given_.count(option(name).name()) != 0; }
 
  private:
   Option& find(const std::string& name) { return const_cast<Option&>(option(name)); }
   std::string command_, summary_, positional_name_;
   std::deque<Option> options_;  // a deque: add() hands out references that stay valid
   std::vector<std::string> positional_;
+  std::set<std::string> given_;
 };
 
 // The values of `settings` set in code, checked as parsing them would be: `declare` binds a copy's fields to

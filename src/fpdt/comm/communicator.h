@@ -150,11 +150,12 @@ std::unique_ptr<Communicator> make_dry(int size, int rank);
 // The world: the MPI communicator when this process was started by mpirun/mpiexec (any size;
 // MPI_Init_thread here, MPI_Finalize at exit), else local — a plain run never initialises MPI.
 // A build without MPI launched by mpirun with several ranks throws fpdt::Error ("built without
-// MPI"). Sets fpdt::log::set_rank. Call once per process, before any other thread uses MPI.
+// MPI"), and so do several tasks of Slurm's srun without a PMI (srun --mpi=none). Sets
+// fpdt::log::set_rank. Call once per process, before any other thread uses MPI.
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv);
 
-// The world size the launcher announced in the environment (Open MPI, MPICH/Hydra, MVAPICH),
-// or 0 when this process was not started by mpirun/mpiexec.
+// The world size the launcher announced in the environment (Open MPI, MPICH/Hydra, MVAPICH, Slurm's
+// srun with PMIx or PMI-2), or 0 when this process was not started by mpirun/mpiexec/srun.
 int launched_world_size();
 
 // Whether this build has the MPI backend (CMake found MPI).

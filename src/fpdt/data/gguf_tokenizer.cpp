@@ -5,6 +5,7 @@
 #include <map>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/data/text/byte_level.h"
 #include "fpdt/data/text/unicode.h"
 
@@ -80,8 +81,10 @@ Tokenizer gguf_tokenizer(const model::GgufFile& file) {
     throw Error(kModule, file.path() + " holds no tokenizer (no tokenizer.ggml.model)", hint);
   const std::string model_name = file.text("tokenizer.ggml.model");
   if (model_name != "gpt2")
-    throw Error(kModule, file.path() + ": tokenizer.ggml.model is '" + model_name +
-                             "'; fpdt reads the byte-level BPE tokenizers llama.cpp calls 'gpt2' (GPT-2, Llama 3, Qwen2, SmolLM)",
+    throw Error(kModule,
+                file.path() + ": tokenizer.ggml.model is '" + fpdt::json::excerpt_text(model_name) +
+                    "'; fpdt reads the byte-level BPE tokenizers llama.cpp calls 'gpt2' "
+                    "(GPT-2, Llama 3, Qwen2, SmolLM)",
                 model_name == "llama" ? "SentencePiece tokenizers are not implemented; " + hint : hint);
   const std::vector<model::GgufValue>* tokens = file.array("tokenizer.ggml.tokens", GgufValueType::string);
   const std::vector<model::GgufValue>* merges = file.array("tokenizer.ggml.merges", GgufValueType::string);
@@ -104,7 +107,10 @@ Tokenizer gguf_tokenizer(const model::GgufFile& file) {
   for (const model::GgufValue& merge : *merges) {
     const size_t space = merge.text.find(' ');
     if (space == std::string::npos || merge.text.find(' ', space + 1) != std::string::npos)
-      throw Error(kModule, file.path() + ": merge '" + merge.text + "' of tokenizer.ggml.merges is not two tokens", "the file is corrupt");
+      throw Error(kModule,
+                  file.path() + ": merge '" + fpdt::json::excerpt_text(merge.text) +
+                      "' of tokenizer.ggml.merges is not two tokens",
+                  "the file is corrupt");
     merge_list.push_back(Json::array({merge.text.substr(0, space), merge.text.substr(space + 1)}));
   }
 

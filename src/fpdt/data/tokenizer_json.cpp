@@ -255,9 +255,15 @@ void Tokenizer::Impl::finish(const std::string& end_of_document) {
   }
   if (eos.empty())
     fail("does not say which token ends a document (no eos_token in tokenizer_config.json, no special token)",
-         "name it: fpdt tokenize --eos-token '<|endoftext|>'");
+         "name it as eos_token in tokenizer_config.json, or when tokenizing: "
+         "fpdt tokenize --eos-token '<|endoftext|>'");
   eos_id = id_of(eos);
-  if (eos_id < 0) fail("has no token '" + fpdt::json::excerpt_text(eos) + "' to end documents with", "name a token of the tokenizer with --eos-token");
+  // The hints name where the token is stated: train, eval and sample read it from tokenizer_config.json
+  // (only tokenize has --eos-token).
+  if (eos_id < 0)
+    fail("has no token '" + fpdt::json::excerpt_text(eos) + "' to end documents with",
+         "name a token of the tokenizer as eos_token in tokenizer_config.json, or when tokenizing: "
+         "fpdt tokenize --eos-token TOKEN");
   eos_token = eos;
   fingerprint = fnv1a(json_text);
   if (config_text.empty())

@@ -375,8 +375,9 @@ const std::vector<GgufValue>* GgufFile::array(const std::string& key, GgufValueT
 
 void GgufFile::read(const GgufTensorInfo& tensor, float* dst) const {
   if (!ggml_type_supported(tensor.type))
-    throw Error(kModule, path_ + ": tensor '" + tensor.name + "' is " + *ggml_type_name(tensor.type) +
-                             ", a type fpdt does not dequantize",
+    throw Error(kModule,
+                path_ + ": tensor '" + json::excerpt_text(tensor.name) + "' is " + *ggml_type_name(tensor.type) +
+                    ", a type fpdt does not dequantize",
                 "fpdt reads " + supported_ggml_types() + "; requantize the model to one of them (llama-quantize)");
   std::vector<uint8_t> raw(static_cast<size_t>(tensor.bytes));
   read_fully_at(fd_, raw.data(), raw.size(), tensor.offset, path_, kModule);

@@ -2,10 +2,12 @@
 // Hugging Face names (see gguf.h). The names and the q/k permutation are llama.cpp's
 // convert_hf_to_gguf.py read backwards; the keys are its gguf-py constants.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <span>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/json.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/gguf_types.h"
 #include "fpdt/model/hf_checkpoint.h"
@@ -38,7 +40,9 @@ ModelType architecture_type(const GgufFile& file, const std::string& arch) {
   if (arch == "mistral") return ModelType::mistral;
   if (arch == "qwen2") return ModelType::qwen2;
   if (arch == "gpt2") return ModelType::gpt2;
-  throw Error(kModule, file.path() + ": general.architecture is '" + arch + "', which fpdt does not implement",
+  throw Error(kModule,
+              file.path() + ": general.architecture is '" + json::excerpt_text(arch) +
+                  "', which fpdt does not implement",
               "fpdt reads the llama, mistral, qwen2 and gpt2 architectures");
 }
 
@@ -49,8 +53,10 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
   const std::string type = file.find(type_key) ? file.text(type_key) : "none";
   if (type == "none") return;
   const std::optional<double> factor = file.optional_real(keys.key("rope.scaling.factor"));
-  if (!factor || *factor <= 0)
-    throw Error(kModule, file.path() + ": RoPE scaling '" + type + "' without a positive " + keys.key("rope.scaling.factor"),
+  if (!factor || !(*factor > 0 && std::isfinite(*factor)))  // NaN passed a test of <= 0
+    throw Error(kModule,
+                file.path() + ": RoPE scaling '" + json::excerpt_text(type) + "' without a positive " +
+                    keys.key("rope.scaling.factor") + (factor ? " (it is " + format_number(*factor) + ")" : ""),
                 "the file is corrupt");
   config.rope_scaling.factor = *factor;
   if (type == "linear") {
@@ -58,13 +64,22 @@ void read_rope_scaling(const ArchKeys& keys, ModelConfig& config) {
     return;
   }
   if (type != "yarn")
-    throw Error(kModule, file.path() + ": " + type_key + " is '" + type + "', which fpdt does not implement",
+    throw Error(kModule,
+                file.path() + ": " + type_key + " is '" + json::excerpt_text(type) + "', which fpdt does not implement",
                 "fpdt reads RoPE scaling none, linear and yarn");
   config.rope_scaling.type = RopeType::yarn;
-  config.rope_scaling.original_max_positions =
-      file.optional_integer(keys.key("rope.scaling.original_context_length")).value_or(config.max_positions);
-  if (const auto fast = file.optional_real(keys.key("rope.scaling.yarn_beta_fast"))) config.rope_scaling.beta_fast = *fast;
-  if (const auto slow = file.optional_real(keys.key("rope.scaling.yarn_beta_slow"))) config.rope_scaling.beta_slow = *slow;
+  config.rope_scaling.original_max_positions = file.find(keys.key("rope.scaling.original_context_length"))
+                                                  ? keys.positive("rope.scaling.original_context_length")
+                                                  : config.max_positions;
+  for (const auto& [name, beta] : {std::pair{"rope.scaling.yarn_beta_fast", &config.rope_scaling.beta_fast},
+                                   std::pair{"rope.scaling.yarn_beta_slow", &config.rope_scaling.beta_slow}}) {
+    const std::optional<double> value = file.optional_real(keys.key(name));
+    if (!value) continue;
+    if (!std::isfinite(*value))
+      throw Error(kModule, file.path() + ": metadata '" + keys.key(name) + "' is " + format_number(*value),
+                  "the file is corrupt");
+    *beta = *value;
+  }
   for (const char* unmapped : {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"})
     if (file.find(keys.key(unmapped)))
       throw Error(kModule, file.path() + ": metadata '" + keys.key(unmapped) + "' has no Hugging Face equivalent fpdt implements",
@@ -213,7 +228,8 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   try {
     config.validate();
   } catch (const Error& error) {
-    throw Error(kModule, file.path() + ": its metadata describes an impossible model: " + error.message(), error.hint());
+    throw Error(kModule, file.path() + ": its metadata describes an impossible model: " + error.message(),
+                error.hint().empty() ? "the file is corrupt" : error.hint());
   }
   return config;
 }
@@ -242,8 +258,9 @@ void load_gguf_weights(const GgufFile& file, const ModelConfig& config, const Pa
   }
   for (const GgufTensorInfo& tensor : file.tensors())
     if (expected.count(tensor.name) == 0)
-      throw Error(kModule, file.path() + ": unexpected tensor '" + tensor.name + "' for a " + model_type_name(config.type) +
-                               " model of " + std::to_string(config.layers) + " layers",
+      throw Error(kModule,
+                  file.path() + ": unexpected tensor '" + json::excerpt_text(tensor.name) + "' for a " +
+                      model_type_name(config.type) + " model of " + std::to_string(config.layers) + " layers",
                   "fpdt reads the tensors of the llama, mistral, qwen2 and gpt2 architectures only");
   const bool permuted = permuted_by_converter(file);
   for (const HfTensor& entry : map) {

@@ -39,6 +39,18 @@ struct TokenOutputs {
   int32_t* predictions = nullptr;  // (B, S) argmax of the token's logits: the greedy next token
 };
 
+// The layout of a generation of max_new_tokens after a prompt of prompt_tokens on rank sp_rank of sp_ranks
+// (FpdtModel::reserve_generation's, before anything is laid out; generation.cpp): the prompt's forward runs
+// at forward_tokens (the prompt and its padding), the KV cache has cache_chunks chunks. Throws fpdt::Error
+// for a cache beyond the model's learned positions or 64-bit sizes, or (unless `dry`) one in RAM beyond the
+// machine's memory — so a training run that samples at its end refuses the sample before its first step.
+struct GenerationLayout {
+  int64_t forward_tokens = 0;
+  int64_t cache_chunks = 0;
+};
+GenerationLayout plan_generation(const model::ModelConfig& config, const RunSpec& run, int sp_ranks, int sp_rank,
+                                 int64_t prompt_tokens, int64_t max_new_tokens, bool dry);
+
 class FpdtModel {
  public:
   // `sp` is the sequence-parallel group; `run` gives the pipeline's layout (its chunk rule, offload tier,

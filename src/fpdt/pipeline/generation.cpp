@@ -26,26 +26,33 @@ constexpr const char* kModule = "generation";
 // overwritten by the decoded tokens before they are read. The cache has u + ⌈new/C⌉ chunks, room for S +
 // max_new_tokens positions. So prompts of the same chunk count share one layout: the arena and the store
 // are laid out once for them (RULER's prompts of a length), not once per prompt.
-int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tokens, bool dry) {
+GenerationLayout plan_generation(const model::ModelConfig& config, const RunSpec& run, int sp_ranks, int sp_rank,
+                                 int64_t prompt_tokens, int64_t max_new_tokens, bool dry) {
   int64_t positions = 0;
   if (prompt_tokens <= 0 || max_new_tokens < 0 || !checked_add(positions, prompt_tokens, max_new_tokens))
     throw Error(kModule, "a prompt of " + std::to_string(prompt_tokens) + " tokens and " +
                              std::to_string(max_new_tokens) + " new tokens cannot be cached", "ask for fewer tokens");
-  if (config_.learned_positions() && positions > config_.max_positions)
+  if (config.learned_positions() && positions > config.max_positions)
     throw Error(kModule,
                 "a prompt of " + std::to_string(prompt_tokens) + " tokens and " + std::to_string(max_new_tokens) +
-                    " new tokens exceed the " + std::to_string(config_.max_positions) + " learned positions of model '" +
-                    config_.name + "'",
+                    " new tokens exceed the " + std::to_string(config.max_positions) + " learned positions of model '" +
+                    config.name + "'",
                 "shorten the prompt or ask for fewer tokens");
   int64_t forward_tokens =
-      run_.chunk_tokens > 0 ? std::max(prompt_tokens, std::min(run_.chunk_tokens, positions)) : prompt_tokens;
-  ChunkPlan plan = plan_for(forward_tokens);
-  if (!config_.learned_positions() || plan.padded_tokens <= config_.max_positions) {
+      run.chunk_tokens > 0 ? std::max(prompt_tokens, std::min(run.chunk_tokens, positions)) : prompt_tokens;
+  ChunkPlan plan = plan_chunks(run, forward_tokens, sp_ranks, sp_rank);
+  if (!config.learned_positions() || plan.padded_tokens <= config.max_positions) {
     forward_tokens = plan.padded_tokens;
-    plan = plan_for(forward_tokens);
+    plan = plan_chunks(run, forward_tokens, sp_ranks, sp_rank);
   }
   const int64_t cache_chunks = plan.chunks + (max_new_tokens + plan.chunk_tokens - 1) / plan.chunk_tokens;
-  const LayoutShape shape = layout_shape(forward_tokens, 1, cache_chunks);
+  // FpdtModel::layout_shape's arguments, from the run alone.
+  const bool mlp_kept =
+      !run.forward_only && keep_mlp_activations(run.offload.kind == OffloadKind::none, run.recompute);
+  LayoutShape shape = layout_shape(config, make_head_sharding(config.heads, config.kv_heads, sp_ranks), plan, 1,
+                                   run.recompute == Recompute::layer ? 1 : config.layers,
+                                   stored_activation_bytes(run.precision), mlp_kept, !run.forward_only);
+  shape.cache_chunks = cache_chunks;
   const std::string what = "the KV cache of a prompt of " + std::to_string(prompt_tokens) + " tokens and " +
                            std::to_string(max_new_tokens) + " new ones";
   if (!layout_fits_64_bits(shape))
@@ -53,13 +60,19 @@ int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tok
   // A store in RAM (or resident in a host compute tier) beyond the machine's memory would only fail later,
   // page by page: refused now (a dry run still reports it).
   const size_t memory = machine_memory_bytes(), bytes = store_bytes(shape);
-  if (!dry && run_.offload.kind != OffloadKind::disk && memory > 0 && bytes > memory)
+  if (!dry && run.offload.kind != OffloadKind::disk && memory > 0 && bytes > memory)
     throw Error(kModule,
                 what + " needs " + format_bytes(static_cast<double>(bytes)) + " in the store (" +
-                    spelling(run_.offload) + "), more than this machine's " + format_bytes(static_cast<double>(memory)),
+                    spelling(run.offload) + "), more than this machine's " + format_bytes(static_cast<double>(memory)),
                 "ask for fewer tokens, or keep the cache on disk (--offload disk)");
-  reserve(forward_tokens, 1, dry, cache_chunks);
-  return forward_tokens;
+  return {forward_tokens, cache_chunks};
+}
+
+int64_t FpdtModel::reserve_generation(int64_t prompt_tokens, int64_t max_new_tokens, bool dry) {
+  const GenerationLayout generation =
+      plan_generation(config_, run_, sp_.size(), sp_.rank(), prompt_tokens, max_new_tokens, dry);
+  reserve(generation.forward_tokens, 1, dry, generation.cache_chunks);
+  return generation.forward_tokens;
 }
 
 int64_t FpdtModel::cache_capacity() const { return cache_chunks_ * plan_.chunk_tokens; }

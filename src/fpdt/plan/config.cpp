@@ -66,7 +66,15 @@ model::ModelConfig with_heads(const model::ModelConfig& config, int heads) {
   changed.head_dim = config.hidden / heads;
   if (!grouped) changed.kv_heads = heads;
   if (changed.uses_rope()) changed.rotary_dim = changed.head_dim;
-  changed.validate();
+  try {
+    changed.validate();
+  } catch (const Error& error) {  // its message names the model's fields ("rotary dims 1"), not the option
+    throw Error(kModule,
+                join({"--heads ", str(heads), " gives '", config.name, "' a head_dim of ", str(changed.head_dim),
+                      " (hidden ", str(config.hidden), ", ", str(changed.kv_heads), " key/value heads), which ",
+                      "it cannot have: ", error.message()}),
+                "choose --heads dividing the hidden size into even head dims and a multiple of the key/value heads");
+  }
   return changed;
 }
 

@@ -115,6 +115,7 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
   PlanConfig probe = config_in;
   if (probe.run.sp <= 0) derive_shape(probe);  // reports the bad size
   const int64_t P = probe.run.sp;
+  const bool chunk_chosen_here = probe.run.chunk_tokens == 0;
   if (probe.run.mode == Mode::ulysses) {
     probe.run.chunk_tokens = 0;
     result.granule_tokens = 1024 * P;
@@ -135,14 +136,14 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
     result.granule_tokens = probe.run.chunk_tokens;
     result.chunk_tokens = probe.run.chunk_tokens;
   }
-  const int64_t granule = result.granule_tokens;
+  int64_t granule = result.granule_tokens;
   int64_t limit = kSearchLimitTokens;
   bool position_limited = false;
   if (probe.model.learned_positions() && probe.positions == Positions::model && probe.model.max_positions < limit) {
     limit = probe.model.max_positions;
     position_limited = true;
   }
-  const int64_t max_k = limit / granule;
+  int64_t max_k = limit / granule;
   PlanResult last;
   auto fits = [&](int64_t k) {
     probe.run.seq_tokens = k * granule;
@@ -168,8 +169,30 @@ MaxSeqResult search_max_seq(const PlanConfig& config_in, const Hardware& hardwar
     result.bound = "position table";
     return result;
   }
-  if (!fits(1)) {
+  bool one_fits = fits(1);
+  if (!one_fits && chunk_chosen_here && probe.run.mode != Mode::ulysses && last.bound == "compute tier") {
+    // The chunk buffers grow with C: the chunk the search chose (the smallest that hides the prefetch, or the
+    // reference's default) may be what leaves no room. Halve it (a multiple of P) until one chunk fits.
+    const int64_t chosen = granule;
+    for (int64_t smaller = granule / 2; !one_fits && last.bound == "compute tier" && smaller >= P && smaller % P == 0;
+         smaller /= 2) {
+      probe.run.chunk_tokens = granule = smaller;
+      one_fits = fits(1);
+    }
+    if (one_fits) {
+      result.granule_tokens = result.chunk_tokens = granule;
+      result.halved_from_tokens = chosen;
+      max_k = limit / granule;
+    } else {
+      probe.run.chunk_tokens = granule = chosen;
+      fits(1);  // the bound the chosen chunk meets
+    }
+  }
+  if (!one_fits) {
     result.bound = last.bound;
+    for (const Component& component : last.components)
+      if (component.kind == "model states" && component.tier == Tier::compute) result.model_state_bytes += component.bytes;
+    result.compute_capacity_bytes = last.compute_capacity_bytes;
     return result;
   }
   int64_t lo = 1, hi = 2;  // fits(lo); hi unknown
@@ -197,6 +220,7 @@ std::vector<MaxSeqResult> search_max_seq_all_modes(const PlanConfig& config, con
     probe.run.mode = mode;
     if (mode != Mode::fpdt) {
       if (probe.run.offload.kind == OffloadKind::disk) probe.run.offload.kind = OffloadKind::ram;
+      probe.run.offload_optimizer = false;  // ZeRO-Offload is planned for fpdt alone
       if (mode == Mode::fpdt_reference) probe.run.recompute = Recompute::layer;
     }
     results.push_back(search_max_seq(probe, hardware));

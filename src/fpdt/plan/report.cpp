@@ -184,6 +184,14 @@ std::string format_max_seq_text(const MaxSeqResult& searched, const std::vector<
     text.append(printf_string("  %-15s S %14s tokens (%6s)  %-12s bound by the %s\n", mode.c_str(),
                               grouped(result.seq_tokens).c_str(), short_tokens(result.seq_tokens).c_str(),
                               chunk.c_str(), result.bound.c_str()));
+    if (result.model_state_bytes > result.compute_capacity_bytes && result.compute_capacity_bytes > 0)
+      text.append(printf_string("  %-15s   (the model states alone take %s of the compute tier's %s)\n", "",
+                                format_bytes(result.model_state_bytes).c_str(),
+                                format_bytes(result.compute_capacity_bytes).c_str()));
+    if (result.halved_from_tokens > 0)
+      text.append(printf_string("  %-15s   (C %s did not fit the compute tier even once%s)\n", "",
+                                grouped(result.halved_from_tokens).c_str(),
+                                result.mode == Mode::fpdt ? ": the smaller chunk's copies are not hidden" : ""));
   }
   return text;
 }
@@ -195,6 +203,7 @@ nlohmann::ordered_json max_seq_to_json(const MaxSeqResult& result) {
   json["seq_tokens"] = result.seq_tokens;
   json["granule_tokens"] = result.granule_tokens;
   json["chunk_tokens"] = result.chunk_tokens;
+  json["halved_from_tokens"] = result.halved_from_tokens;
   json["bound"] = result.bound;
   return json;
 }

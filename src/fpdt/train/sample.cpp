@@ -2,6 +2,7 @@
 // generation.
 #include "fpdt/train/sample.h"
 
+#include <algorithm>
 #include <iostream>
 #include <iterator>
 
@@ -71,6 +72,16 @@ SampleResult sample(const SampleCommand& settings, comm::Communicator& world) {
   world.broadcast(result.prompt.data(), sizeof(int32_t) * result.prompt.size(), 0);
   if (result.prompt.empty())
     throw Error(kModule, "the prompt is empty", "give at least one token of prompt (--prompt or --prompt-file)");
+  // The generation's own bound, said before the model is laid out for the prompt (whose refusal names
+  // --seq, which sample does not have): the prompt and the new tokens but the last take a position each.
+  const int64_t new_positions = std::max<int64_t>(s.sampling.new_tokens - 1, 0);
+  if (config.learned_positions() && (static_cast<int64_t>(result.prompt.size()) > config.max_positions ||
+                                     new_positions > config.max_positions - static_cast<int64_t>(result.prompt.size())))
+    throw Error(kModule,
+                "a prompt of " + std::to_string(result.prompt.size()) + " tokens and --tokens " +
+                    std::to_string(s.sampling.new_tokens) + " need more than the " +
+                    std::to_string(config.max_positions) + " learned positions of model '" + config.name + "'",
+                "shorten the prompt or lower --tokens");
   if (!s.ignore_end_of_turn) s.sampling.stop_ids = stop_ids(folder, config);
   s.run.seq_tokens = static_cast<int64_t>(result.prompt.size());
   s.run.forward_only = true;

@@ -159,6 +159,9 @@ Trainer::Trainer(const TrainSettings& settings, comm::Communicator& world)
   if (!s.dry_run) {
     if (!s.trace_path.empty()) check_trace_path(s.trace_path);
     open_data();
+    SampleSettings sample;  // as finish() samples
+    sample.new_tokens = s.sample_tokens;
+    check_trained_model_sample(config_, *tokenizer_, s.sample_prompt, sample);
     // The folder is taken only once the run can start: a refused run leaves it as it was.
     if (world_.rank() == 0)
       run_folder_ = std::make_unique<RunFolder>(s.out_dir, s.resume      ? RunStart::resume
