@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job's recipe run longer (issue 44): recipes/smollm2-16k.yaml with STEPS steps per stage instead of
-# one, gated on SEQUENCES held-out sequences instead of one, and RULER's two single-needle tasks at 12K and 16K
-# with SAMPLES prompts each — then the same RULER prompts answered by the base model with YaRN x2 alone (no
+# one (--resume accepts an edit of a stage not yet started: a run may be cut shorter on the way), gated on
+# SEQUENCES held-out sequences instead of one, and RULER's two single-needle tasks at 12K and 16K with SAMPLES
+# prompts each — then the same RULER prompts answered by the base model with YaRN x2 alone (no
 # training), and what the training bought over YaRN alone, sequence by sequence (mean and spread):
 #   the change of the loss at positions 8K..16K beside its change at 4K..8K (adapting to the corpus moves both),
 #   and RULER's score beyond 8K.
-#   bench/extend_long.sh BUILD OUT [STEPS] [SEQUENCES] [SAMPLES]
-#   e.g. bench/extend_long.sh build runs/extend-long 12 6 8
+#   bench/extend_long.sh BUILD OUT [STEPS] [SEQUENCES] [SAMPLES]     (STEPS: N, or N12K,N16K per stage)
+#   e.g. bench/extend_long.sh build runs/extend-long 12,6 6 4
 # Needs what `make run` leaves: data/kjv.txt and the GGUF in ~/.cache/fpdt/smollm2. The held-out split here is
 # 10 % of the corpus (data/kjv-smollm2-long: ~100K tokens, six 16K sequences; `make run`'s 2 % holds one).
 # Time on 2 quiet cores (bf16): ~1 min a 12K step, ~1.7 min a 16K one, ~45 s a RULER prompt at 16K.
@@ -24,10 +25,10 @@ mkdir -p "$out"
 tasks=niah_single_1,niah_single_2
 # The recipe, its steps, gate sequences and RULER lengths raised; everything else as `make run` runs it.
 sed -e "s|^model: .*|model: $gguf|" -e "s|^data: .*|data: $data|" -e "s|^out: .*|out: $out/extend|" \
-    -e "s|^    steps: 1$|    steps: $steps|" -e "s|^  save-every: 1$|  save-every: 4|" -e "s|sequences: 1,|sequences: $sequences,|" \
+    -e "0,/^    steps: 1$/s//    steps: ${steps%,*}/" -e "s|^    steps: 1$|    steps: ${steps#*,}|" -e "s|^  save-every: 1$|  save-every: 4|" -e "s|sequences: 1,|sequences: $sequences,|" \
     -e "s|ruler: {tasks: niah_single_1, samples: 1, lengths: 12K,|ruler: {tasks: \"$tasks\", samples: $samples, lengths: \"12K,16K\",|" \
     recipes/smollm2-16k.yaml > "$out/recipe.yaml"
-grep -q "steps: $steps" "$out/recipe.yaml" && grep -q "samples: $samples" "$out/recipe.yaml" ||
+grep -q "steps: ${steps#*,}" "$out/recipe.yaml" && grep -q "samples: $samples" "$out/recipe.yaml" ||
   { echo "recipes/smollm2-16k.yaml changed shape: update this script's edits" >&2; exit 1; }
 "$build/fpdt" extend "$out/recipe.yaml" --resume 2>&1 | tee -a "$out/extend.log" |
   grep --line-buffered -E '^(stage |gate |base model)|^step +[0-9]+/[0-9]+ .*\] loss'
