@@ -2,7 +2,8 @@
 // sizes does (k = 0 never reaches cuBLASLt), the operand alignments its heuristic is told, where bf16
 // operand copies lie in their scratch, the key its cached plans are found by (gemm_plan.h); how a byte range splits over pinned pieces and staging slots
 // (pieces.h); which GPU a rank takes (device_choice.h); which attention blocks may go to cuDNN and the band
-// it is asked for (sdpa_plan.h).
+// it is asked for (sdpa_plan.h), and — where libcudnn is on the machine — that cuDNN accepts the graphs
+// made for them, as far as it goes without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
+#include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/device_choice.h"
 #include "fpdt/kernels/cuda/gemm_plan.h"
 #include "fpdt/kernels/cuda/pieces.h"
@@ -301,6 +303,32 @@ TEST(SdpaPlan, RefusesWhatCudnnCannotCompute) {
     fine.D = D;
     EXPECT_TRUE(plan_sdpa(fine).tries_cudnn()) << D;
   }
+}
+
+
+// The graphs cudnn_sdpa.cpp makes for the blocks of the chunk schedule — the diagonal's causal band, the
+// unmasked blocks below it, a window's band, GQA and the head dims of the models fpdt trains — pass the
+// frontend's checks and become cuDNN operation graphs for a Hopper GPU (sm_90), without a device: what can
+// be known of them on a CPU (plans and execution need the GPU: the cuda tests). Where this build or
+// machine has no cuDNN there is nothing to ask: skipped, saying why.
+TEST(SdpaGraphs, CudnnAcceptsTheScheduleGraphsWithoutAGpu) {
+  const std::string kernels = cuda_attention_kernels(Precision::bf16);
+  if (kernels.rfind("cuDNN", 0) != 0) GTEST_SKIP() << "no cuDNN here: " << kernels;
+  struct Block {
+    int64_t q_begin, Cq, kv_begin, Ck, window;
+  };
+  for (const int D : {64, 128, 256})
+    for (const int Hkv : {4, 1})
+      for (const Block b : {Block{0, 512, 0, 512, 0}, Block{512, 512, 0, 512, 0}, Block{512, 512, 512, 512, 300},
+                            Block{100, 150, 0, 130, 0}}) {
+        AttentionChunkParams p = sdpa_block(b.q_begin, b.Cq, b.kv_begin, b.Ck, b.window);
+        p.B = 2;
+        p.Hkv = Hkv;
+        p.D = D;
+        EXPECT_EQ(cuda_check_attention_graphs(p, 90), "")
+            << "D=" << D << " Hkv=" << Hkv << " q_begin=" << b.q_begin << " Cq=" << b.Cq << " kv_begin=" << b.kv_begin
+            << " Ck=" << b.Ck << " window=" << b.window;
+      }
 }
 
 }  // namespace

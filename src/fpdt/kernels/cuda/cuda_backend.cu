@@ -77,6 +77,12 @@ std::string cuda_attention_kernels(Precision precision) {
   return cuda::CudnnSdpa::describe(precision == Precision::bf16);
 }
 
+std::string cuda_check_attention_graphs(const AttentionChunkParams& params, int sm_version) {
+  const cuda::SdpaDecision decision = cuda::plan_sdpa(params);
+  if (!decision.tries_cudnn()) return decision.refusal;
+  return cuda::CudnnSdpa::check_without_device(decision.key, sm_version);
+}
+
 bool cuda_attention_on_cudnn(Backend& backend, const AttentionChunkParams& params, bool backward) {
   auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
   return cuda_backend != nullptr && cuda_backend->sdpa_takes(params, backward);

@@ -39,6 +39,10 @@ std::string cuda_attention_kernels(Precision precision);
 // shape, its graph built now if it was not. The conformance rows pick their bounds by it. False for another
 // backend and in builds without CUDA or cuDNN.
 bool cuda_attention_on_cudnn(Backend& backend, const AttentionChunkParams& params, bool backward);
+// The cuDNN graphs of block `params` built as far as they go without a GPU, for one of compute capability
+// `sm_version` (cuda/cudnn_sdpa.h check_without_device): "" when cuDNN accepts both, else why not (the
+// block is not cuDNN's by sdpa_plan.h, no libcudnn, a build without cuDNN or CUDA). Needs no device.
+std::string cuda_check_attention_graphs(const AttentionChunkParams& params, int sm_version);
 // Loads the libraries the backend opens at run time rather than links (cuBLASLt:
 // cuda/cublaslt_library.h), as the first make_cuda_backend() does; needs no device. Throws
 // fpdt::Error when one cannot be loaded, or in a build without CUDA.

@@ -20,6 +20,7 @@ bool cuda_available() { return false; }
 bool cuda_built() { return false; }
 std::string cuda_attention_kernels(Precision) { return "built without CUDA"; }
 bool cuda_attention_on_cudnn(Backend&, const AttentionChunkParams&, bool) { return false; }
+std::string cuda_check_attention_graphs(const AttentionChunkParams&, int) { return "built without CUDA"; }
 std::string cuda_device_name() { no_cuda(); }
 void load_cuda_libraries() { no_cuda(); }
 void* cuda_device_alloc(size_t) { no_cuda(); }

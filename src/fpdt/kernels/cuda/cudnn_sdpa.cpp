@@ -126,6 +126,49 @@ std::string build(fe::graph::Graph& graph, cudnnHandle_t handle) {
   return refusal;
 }
 
+// The forward graph of `key`: o (bf16) and its LSE (fp32 statistics) from q, k, v under the key's band.
+void add_forward(fe::graph::Graph& graph, const SdpaKey& key) {
+  auto q = tensor(graph, "q", kQ, key.B, key.Cq, key.H, key.D);
+  auto k = tensor(graph, "k", kK, key.B, key.Ck, key.Hkv, key.D);
+  auto v = tensor(graph, "v", kV, key.B, key.Ck, key.Hkv, key.D);
+  auto attributes = fe::graph::SDPA_attributes().set_name("fpdt_block_forward").set_generate_stats(true);
+  set_band(attributes, key);
+  auto [o, stats] = graph.sdpa(q, k, v, attributes);
+  o->set_output(true).set_uid(kO).set_dim(bshd_dims(key.B, key.Cq, key.H, key.D)).set_stride(
+      bshd_strides(key.Cq, key.H, key.D));
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({key.B, key.H, key.Cq, 1})
+      .set_stride({int64_t{key.H} * key.Cq, key.Cq, 1, 1});
+}
+
+// The backward graph of `key`: dq, dk, dv (bf16) from q, k, v, o, dO and the LSE, deterministic (the same
+// gradients bit for bit on every run: resume and rerun checks compare bits).
+void add_backward(fe::graph::Graph& graph, const SdpaKey& key) {
+  auto q = tensor(graph, "q", kQ, key.B, key.Cq, key.H, key.D);
+  auto k = tensor(graph, "k", kK, key.B, key.Ck, key.Hkv, key.D);
+  auto v = tensor(graph, "v", kV, key.B, key.Ck, key.Hkv, key.D);
+  auto o = tensor(graph, "o", kO, key.B, key.Cq, key.H, key.D);
+  auto dO = tensor(graph, "dO", kDO, key.B, key.Cq, key.H, key.D);
+  auto stats = graph.tensor(fe::graph::Tensor_attributes()
+                                .set_name("lse")
+                                .set_uid(kStats)
+                                .set_data_type(fe::DataType_t::FLOAT)
+                                .set_dim({key.B, key.H, key.Cq, 1})
+                                .set_stride({int64_t{key.H} * key.Cq, key.Cq, 1, 1}));
+  auto attributes =
+      fe::graph::SDPA_backward_attributes().set_name("fpdt_block_backward").set_deterministic_algorithm(true);
+  set_band(attributes, key);
+  auto [dq, dk, dv] = graph.sdpa_backward(q, k, v, o, dO, stats, attributes);
+  dq->set_output(true).set_uid(kDQ).set_dim(bshd_dims(key.B, key.Cq, key.H, key.D)).set_stride(
+      bshd_strides(key.Cq, key.H, key.D));
+  dk->set_output(true).set_uid(kDK).set_dim(bshd_dims(key.B, key.Ck, key.Hkv, key.D)).set_stride(
+      bshd_strides(key.Ck, key.Hkv, key.D));
+  dv->set_output(true).set_uid(kDV).set_dim(bshd_dims(key.B, key.Ck, key.Hkv, key.D)).set_stride(
+      bshd_strides(key.Ck, key.Hkv, key.D));
+}
+
 std::string describe_key(const SdpaKey& key) {
   return "B=" + std::to_string(key.B) + " Cq=" + std::to_string(key.Cq) + " Ck=" + std::to_string(key.Ck) +
          " H=" + std::to_string(key.H) + " Hkv=" + std::to_string(key.Hkv) + " D=" + std::to_string(key.D) +
@@ -237,51 +280,35 @@ std::string CudnnSdpa::describe(bool bf16) {
 }
 
 std::string CudnnSdpa::prepare_forward(const SdpaKey& key, size_t* workspace_bytes) {
-  const Impl::Entry& made = impl_->entry(impl_->forward, key, "forward", [&](fe::graph::Graph& graph) {
-    auto q = tensor(graph, "q", kQ, key.B, key.Cq, key.H, key.D);
-    auto k = tensor(graph, "k", kK, key.B, key.Ck, key.Hkv, key.D);
-    auto v = tensor(graph, "v", kV, key.B, key.Ck, key.Hkv, key.D);
-    auto attributes = fe::graph::SDPA_attributes().set_name("fpdt_block_forward").set_generate_stats(true);
-    set_band(attributes, key);
-    auto [o, stats] = graph.sdpa(q, k, v, attributes);
-    o->set_output(true).set_uid(kO).set_dim(bshd_dims(key.B, key.Cq, key.H, key.D)).set_stride(
-        bshd_strides(key.Cq, key.H, key.D));
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({key.B, key.H, key.Cq, 1})
-        .set_stride({int64_t{key.H} * key.Cq, key.Cq, 1, 1});
-  });
+  const Impl::Entry& made =
+      impl_->entry(impl_->forward, key, "forward", [&](fe::graph::Graph& graph) { add_forward(graph, key); });
   *workspace_bytes = made.workspace_bytes;
   return made.refusal;
 }
 
 std::string CudnnSdpa::prepare_backward(const SdpaKey& key, size_t* workspace_bytes) {
-  const Impl::Entry& made = impl_->entry(impl_->backward, key, "backward", [&](fe::graph::Graph& graph) {
-    auto q = tensor(graph, "q", kQ, key.B, key.Cq, key.H, key.D);
-    auto k = tensor(graph, "k", kK, key.B, key.Ck, key.Hkv, key.D);
-    auto v = tensor(graph, "v", kV, key.B, key.Ck, key.Hkv, key.D);
-    auto o = tensor(graph, "o", kO, key.B, key.Cq, key.H, key.D);
-    auto dO = tensor(graph, "dO", kDO, key.B, key.Cq, key.H, key.D);
-    auto stats = graph.tensor(fe::graph::Tensor_attributes()
-                                  .set_name("lse")
-                                  .set_uid(kStats)
-                                  .set_data_type(fe::DataType_t::FLOAT)
-                                  .set_dim({key.B, key.H, key.Cq, 1})
-                                  .set_stride({int64_t{key.H} * key.Cq, key.Cq, 1, 1}));
-    // Deterministic: the same gradients bit for bit on every run (resume and rerun checks compare bits).
-    auto attributes = fe::graph::SDPA_backward_attributes().set_name("fpdt_block_backward").set_deterministic_algorithm(true);
-    set_band(attributes, key);
-    auto [dq, dk, dv] = graph.sdpa_backward(q, k, v, o, dO, stats, attributes);
-    dq->set_output(true).set_uid(kDQ).set_dim(bshd_dims(key.B, key.Cq, key.H, key.D)).set_stride(
-        bshd_strides(key.Cq, key.H, key.D));
-    dk->set_output(true).set_uid(kDK).set_dim(bshd_dims(key.B, key.Ck, key.Hkv, key.D)).set_stride(
-        bshd_strides(key.Ck, key.Hkv, key.D));
-    dv->set_output(true).set_uid(kDV).set_dim(bshd_dims(key.B, key.Ck, key.Hkv, key.D)).set_stride(
-        bshd_strides(key.Ck, key.Hkv, key.D));
-  });
+  const Impl::Entry& made =
+      impl_->entry(impl_->backward, key, "backward", [&](fe::graph::Graph& graph) { add_backward(graph, key); });
   *workspace_bytes = made.workspace_bytes;
   return made.refusal;
+}
+
+std::string CudnnSdpa::check_without_device(const SdpaKey& key, int sm_version) {
+  const std::string status = open_library();
+  if (!status.empty()) return status;
+  for (const bool backward : {false, true}) {
+    try {
+      auto graph = new_graph();
+      graph->set_sm_version(sm_version);
+      backward ? add_backward(*graph, key) : add_forward(*graph, key);
+      fe::error_t checked = graph->validate();
+      if (checked.is_good()) checked = graph->build_operation_graph(nullptr);
+      if (checked.is_bad()) return std::string(backward ? "backward: " : "forward: ") + checked.get_message();
+    } catch (const std::exception& error) {
+      return std::string("the cuDNN frontend threw: ") + error.what();
+    }
+  }
+  return "";
 }
 
 void CudnnSdpa::forward(const SdpaKey& key, const SdpaForwardArgs& args, void* workspace) {

@@ -62,6 +62,10 @@ class CudnnSdpa {
   // refused shape is asked once. *workspace_bytes: the device workspace execute needs.
   std::string prepare_forward(const SdpaKey& key, size_t* workspace_bytes);
   std::string prepare_backward(const SdpaKey& key, size_t* workspace_bytes);
+  // Builds `key`'s forward and backward graphs as far as cuDNN goes without a GPU — the frontend's checks and
+  // cuDNN's operation graphs, for a GPU of `sm_version` (90: Hopper) — and returns "" or the first error: the
+  // CPU tests' proof that the graphs made here are ones cuDNN accepts. Needs libcudnn, not a device.
+  static std::string check_without_device(const SdpaKey& key, int sm_version);
   // Queue the prepared graph on the stream. Throws fpdt::Error when cuDNN fails to execute it.
   void forward(const SdpaKey& key, const SdpaForwardArgs& args, void* workspace);
   void backward(const SdpaKey& key, const SdpaBackwardArgs& args, void* workspace);

@@ -33,6 +33,8 @@ std::string CudnnSdpa::prepare_backward(const SdpaKey&, size_t* workspace_bytes)
   return kNotBuilt;
 }
 
+std::string CudnnSdpa::check_without_device(const SdpaKey&, int) { return kNotBuilt; }
+
 void CudnnSdpa::forward(const SdpaKey&, const SdpaForwardArgs&, void*) {
   throw Error("cuda", "cuDNN attention called in a build without it", "");
 }
