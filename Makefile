@@ -39,8 +39,11 @@ FUZZ_TARGETS ?= safetensors config shard trainer_state tokenizer gguf
 
 .PHONY: deps configure build test run demo clean check-asan check-tsan fuzz-long
 
+# The cuDNN frontend's headers (optional, CUDA builds only: the cuDNN attention path; its absence is not an error).
 deps:
 	bash scripts/install_deps.sh
+	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then \
+	  bash scripts/get_cudnn_frontend.sh || echo "deps: no cuDNN frontend headers; the CUDA build runs attention on its own kernels"; fi
 
 configure: deps
 	$(CMAKE_CONFIGURE)

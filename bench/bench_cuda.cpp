@@ -4,7 +4,8 @@
 //     its rounding launch (x and w to bf16 copies) and fp32 output, what a bf16 run's GEMM costs
 //   attention_chunk_fwd / attention_chunk_bwd: CudaBackend's chunk kernels in fp32 and bf16 on one fully
 //     visible (q chunk, kv chunk) pair (q_begin = C, kv_begin = 0), FLOPs 4·B·H·C²·D forward and 2.5× that
-//     backward (the FlashAttention convention; our backward recomputes scores, so it does more work).
+//     backward (the FlashAttention convention; our backward recomputes scores, so it does more work); "kernel"
+//     says which ran it: "cudnn" (cuDNN's fused attention, a bf16 run's path where it loads) or "cuda-core".
 // Inputs are constant fill (values do not matter for speed). Timing: CUDA events around cuBLASLt on
 // one stream; wall clock between device synchronisations for the backend (it owns its stream).
 //   build/bench/bench_cuda [--gemm N] [--chunk C] [--heads H] [--head-dim D] [--iters K]
@@ -164,17 +165,21 @@ void attention_bench(fpdt::kernels::Backend& backend, const Options& o, fpdt::ke
   params.kv_begin = 0;
   params.scale = 1.0 / std::sqrt(static_cast<double>(D));
   params.precision = precision;
+  const char* fwd_kernel = cuda_attention_on_cudnn(backend, params, false) ? "cudnn" : "cuda-core";
+  const char* bwd_kernel = cuda_attention_on_cudnn(backend, params, true) ? "cudnn" : "cuda-core";
   const double fwd_flops = 4.0 * H * C * C * D;
   const double fwd_s = seconds_per_call([&] { backend.attention_chunk_forward(out, lse, params, false); }, o.iters);
   backend.attention_chunk_delta(delta, dout, out, 1, C, H, D);
   const double bwd_s =
       seconds_per_call([&] { backend.attention_chunk_backward(dq, dk, dv, dout, lse, delta, params); }, o.iters);
-  std::printf("{\"bench\": \"attention_chunk_fwd\", \"dtype\": \"%s\", \"chunk\": %lld, \"heads\": %d, "
-              "\"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
-              precision_name(precision), static_cast<long long>(C), H, D, fwd_s * 1e3, fwd_flops / fwd_s / 1e12);
-  std::printf("{\"bench\": \"attention_chunk_bwd\", \"dtype\": \"%s\", \"chunk\": %lld, \"heads\": %d, "
-              "\"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
-              precision_name(precision), static_cast<long long>(C), H, D, bwd_s * 1e3, 2.5 * fwd_flops / bwd_s / 1e12);
+  std::printf("{\"bench\": \"attention_chunk_fwd\", \"dtype\": \"%s\", \"kernel\": \"%s\", \"chunk\": %lld, "
+              "\"heads\": %d, \"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
+              precision_name(precision), fwd_kernel, static_cast<long long>(C), H, D, fwd_s * 1e3,
+              fwd_flops / fwd_s / 1e12);
+  std::printf("{\"bench\": \"attention_chunk_bwd\", \"dtype\": \"%s\", \"kernel\": \"%s\", \"chunk\": %lld, "
+              "\"heads\": %d, \"head_dim\": %d, \"ms\": %.3f, \"tflops\": %.2f}\n",
+              precision_name(precision), bwd_kernel, static_cast<long long>(C), H, D, bwd_s * 1e3,
+              2.5 * fwd_flops / bwd_s / 1e12);
   std::fflush(stdout);
   for (float* ptr : {q, k, v, out, dout, dq, dk, dv, lse, delta}) cuda_device_free(ptr);
 }

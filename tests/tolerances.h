@@ -66,6 +66,35 @@ inline double fp32_bound(const Reordering& r) {
          r.conditioning;
 }
 
+// --- fp32 sums that truncate: tensor cores (the cuda backend's bf16 GEMMs on cuBLASLt, cuDNN's attention)
+// add their products in fp32 but round each sum toward zero (Fasi, Higham, Mikaitis and Pranesh, "Numerical
+// behavior of NVIDIA tensor cores", PeerJ CS 2021), not to nearest: an addition's error is θ·s with θ in
+// (−2u, 0] of the partial sum s — one-sided, where fp32_bound's δ has mean zero.
+// Derivation. A sum of K terms t_j, added in order, errs by −Σ_k θ_k S_k (S_k: the partial sums). Split θ_k
+// into its mean θ̄ (|θ̄| ≤ 2u, u = kFp32Rounding) and a zero-mean part of at most 2u. The zero-mean part is
+// fp32_bound's model with a rounding twice as wide: 2·fp32_bound. The mean part is a bias, θ̄·Σ_k S_k, and
+// Σ_k S_k = Σ_j (K − j + 1)·t_j: for independent zero-mean terms its root mean square is √(Σ_j (K − j + 1)²)
+// = √(K(K + 1)(2K + 1)/6) ≈ K^(3/2)/√3 times a term's, against √K times for the sum itself: relative to the
+// output, the bias is |θ̄|·K/√3 ≤ 2u·K/√3 (adding the terms one by one is the worst order: blocked sums, as
+// tensor cores make them, have smaller partial sums and fewer of them). Norm-wise over outputs the two sums are strongly
+// correlated (ρ = √3/2), so their ratio holds near K/√3 even over few outputs; outputs that cancel are the
+// conditioning's (product_cancellation), as for fp32_bound. Averaging does not shrink a bias: no √K, no
+// kStandardDeviations, the worst mean instead. At K = 1100 it is 7.6e-5 (fp32_bound: 6.9e-6): a tensor-core
+// sum is held to this, not to fp32_bound (truncating_sum_test.cpp emulates such sums against both).
+inline double truncating_sum_bound(double summation) {
+  return 2 * kFp32Rounding * summation / std::sqrt(3.0) +
+         2 * fp32_bound({.summation = summation, .against = Against::float64});
+}
+
+// How a kernel's fp32 sums are rounded: to nearest (the CPUs' FMAs and AMX's fp32 accumulators, CUDA cores)
+// or toward zero (tensor cores).
+enum class Accumulation { nearest, truncating };
+inline double fp32_sum_bound(double summation, Accumulation accumulation) {
+  return accumulation == Accumulation::truncating
+             ? truncating_sum_bound(summation)
+             : fp32_bound({.summation = summation, .against = Against::float64});
+}
+
 // --- bf16 products (kernels/ops.h's Precision::bf16: each product's inputs rounded to bf16, fp32 sums).
 // u_bf16: bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most 2^-8 of itself.
 inline constexpr double kBf16Rounding = 0x1p-8;
@@ -80,15 +109,17 @@ inline constexpr double kBf16Rounding = 0x1p-8;
 // errors are relative to the terms, not to partial sums as fp32's are). The fp32 summation over
 // `summation` terms adds fp32_bound's own error against float64, independent of it; the two bounds are
 // added (above their root-sum-square). kStandardDeviations as there.
+// On tensor cores the sums truncate: fp32_sum_bound's truncating bound in place of fp32_bound.
 // The bound needs kBf16MinOutputs outputs or more in the norm: relative_error is then a ratio of two sums of
 // many squares (errors over outputs), near its mean; over a few outputs it is a ratio of two small
 // chi-squared sums, heavy-tailed (3 outputs: F(3, 3), beyond 6 standard deviations in ~1 % of draws), and
 // from 32 its logarithm's spread (~2/√32) puts 6 standard deviations ~10 of its own away. A product with
 // fewer outputs is checked against its rounded inputs only (the fp32 bound; the stronger check anyway).
 inline constexpr int64_t kBf16MinOutputs = 32;
-inline double bf16_product_bound(double summation, double rounded_inputs = 2) {
+inline double bf16_product_bound(double summation, double rounded_inputs = 2,
+                                 Accumulation accumulation = Accumulation::nearest) {
   return kStandardDeviations * kBf16Rounding * std::sqrt(rounded_inputs / 3.0) +
-         fp32_bound({.summation = summation, .against = Against::float64});
+         fp32_sum_bound(summation, accumulation);
 }
 
 // The sums in a row of one transformer layer's forward: the norm's statistics, the q/k/v projection, the
@@ -208,5 +239,36 @@ inline double bf16_flip_bound(double rows, double operands, double conditioning 
 // Of outputs of `rows` rows of D values (out, dq: B·Cq·H; dk, dv: B·Ck·Hkv).
 inline double attention_bf16_same_operands_forward(double rows) { return bf16_flip_bound(rows, 1); }
 inline double attention_bf16_same_operands_backward(double rows) { return bf16_flip_bound(rows, 3, 2); }
+
+// cuDNN's fused attention (the CUDA backend's bf16 path, kernels/cuda/sdpa_attention.cu) rounds where the
+// spec does — r(q), r(k), r(v), r(P̃), r(dO), r(P), r(dS) — with two differences and three more roundings:
+//  - r(P̃) is taken from cuDNN's own running maximum, not the spec's integer-lifted one: the same size of
+//    rounding at another point, so against the spec on the same operands the two roundings are independent
+//    (a difference of u·√(2/3) per term, in place of the rare flips);
+//  - each block's out leaves cuDNN as bf16 words (r(o)), and each block's dq, dk, dv too: one rounding of
+//    each output, at most u of itself elementwise, so at most u norm-wise over any number of rows (merging
+//    blocks by LSE is a convex combination: still u);
+//  - the backward's Δ is cuDNN's own rowsum(r(dO) ∘ O'), O' made so that it is Δ within u·|Δ| (worst case;
+//    sdpa_attention.cu derives it): one rounding's worth more in dS = P (dP − Δ), conditioned by dP − Δ as
+//    the spec's Δ is (2, above);
+//  - the sums run on tensor cores, which truncate instead of rounding to nearest: each addition errs by less
+//    than 2u₃₂ = 2^-23, one-sided, so a sum of K terms is biased by up to 2u₃₂·K/√3 of its size on random
+//    data (check_linear_in derives it) — 2e-5 at K = 512 keys, nothing beside bf16's 2^-8: left out.
+// Against the unrounded float64 reference (check_attention): forward out n = 4 + r(o) = 5; lse unchanged
+// (fp32 out of cuDNN); backward 11 + r(output) + Δ's rounding = 13, conditioning 2 as before.
+inline const double kAttentionBf16ForwardCudnn = bf16_attention_bound(5);
+inline const double kAttentionBf16BackwardCudnn = bf16_attention_bound(13, 2);
+// Against the bf16 spec on the same operands (check_attention_chunk): the flips above plus, forward, the
+// independent r(P̃) (6 standard deviations of u·√(2/3); one dominant key's 2u lies inside it) and r(o) (u,
+// worst case); backward, r(output) (u, worst case) and Δ's rounding (6 standard deviations of u/√3,
+// conditioned 2).
+inline double attention_bf16_cudnn_forward(double rows) {
+  return attention_bf16_same_operands_forward(rows) + kStandardDeviations * kBf16Rounding * std::sqrt(2.0 / 3.0) +
+         kBf16Rounding;
+}
+inline double attention_bf16_cudnn_backward(double rows) {
+  return attention_bf16_same_operands_backward(rows) + kBf16Rounding +
+         kStandardDeviations * kBf16Rounding * std::sqrt(1.0 / 3.0) * 2;
+}
 
 }  // namespace fpdt::testing

@@ -343,12 +343,19 @@ inline std::vector<float> bf16_rounded(std::vector<float> values) {
 // ZeRO-3 gathers it), which must give the same values, so the same bounds. Every bound carries its outputs'
 // cancellation (product_cancellation): 1 over the larger shapes, more where the few outputs of N = 1,
 // O = 3 cancel (seen over 300 draws: up to 0.48 of the bound without it).
+// The sums of a bf16 product on cuda run on tensor cores, which truncate (tolerances.h truncating_sum_bound):
+// there the fp32 part of each bf16 bound is the truncating one; fp32 products (CUDA cores, strict fp32
+// cuBLASLt) and every host backend round to nearest.
 inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy = false) {
-  auto fp32 = [](int64_t summation) {
-    return testing::fp32_bound({.summation = static_cast<double>(summation), .against = testing::Against::float64});
-  };
   const bool bf16 = precision == Precision::bf16;
-  auto bound = [&](int64_t summation) { return bf16 ? testing::bf16_product_bound(summation) : fp32(summation); };
+  const testing::Accumulation accumulation = bf16 && t.backend.name() == "cuda" ? testing::Accumulation::truncating
+                                                                                : testing::Accumulation::nearest;
+  auto fp32 = [accumulation](int64_t summation) {
+    return testing::fp32_sum_bound(static_cast<double>(summation), accumulation);
+  };
+  auto bound = [&](int64_t summation) {
+    return bf16 ? testing::bf16_product_bound(static_cast<double>(summation), 2, accumulation) : fp32(summation);
+  };
   auto bound_applies = [&](int64_t outputs) { return !bf16 || outputs >= testing::kBf16MinOutputs; };
   const std::string tag_precision = bf16 ? (working_copy ? " bf16 (w as bf16 words)" : " bf16") : "";
   // One row; sizes off every multiple of 8 and 16; the cpu backend's team GEMM cuts 300 × 512 × 257 by
@@ -448,7 +455,8 @@ inline void check_linear_in(OpCheck& t, Precision precision, bool working_copy =
         expect_close_increment(what + " dw" + tag + " vs rounded inputs", dw_got, dw_initial, dw_want_rounded,
                                dw_kappa * fp32(s.N));
       expect_increment_or_untouched(with_dbias, what + " dbias" + tag, dbias->host(), dbias_initial, dbias_want,
-                                    dbias_kappa * fp32(s.N));
+                                    dbias_kappa * testing::fp32_sum_bound(static_cast<double>(s.N),
+                                                                           testing::Accumulation::nearest));  // column sums: no tensor cores
     }
   }
   // Empty inner dimensions (cuda: cuBLASLt refuses k = 0, so such a GEMM must never reach it, not even
@@ -676,18 +684,25 @@ inline void check_attention(OpCheck& t) {
     std::vector<double> out_want(q_size), lse_want(lse_size);
     reference::attention_forward(out_want.data(), lse_want.data(), params_want);
     const double summation = static_cast<double>(std::max<int64_t>(s.S, s.D));
-    const double forward_bound = bf16 ? testing::kAttentionBf16Forward
+    // cuda in bf16: the sequence on cuDNN's fused attention where it takes it (kernels/cuda/sdpa_attention.cu),
+    // with the roundings tolerances.h's kAttentionBf16*Cudnn count; else the CUDA-core kernels, as the spec.
+    const AttentionChunkParams whole = whole_sequence_block(params);
+    const bool cudnn_forward = bf16 && cuda_attention_on_cudnn(t.backend, whole, false);
+    const bool cudnn_backward = bf16 && cuda_attention_on_cudnn(t.backend, whole, true);
+    const std::string path = cudnn_forward || cudnn_backward ? " (cuDNN)" : "";
+    const double forward_bound = bf16 ? (cudnn_forward ? testing::kAttentionBf16ForwardCudnn
+                                                       : testing::kAttentionBf16Forward)
                                       : testing::fp32_bound({.summation = summation,
                                                              .depth = kAttentionForwardSums,
                                                              .against = testing::Against::float64});
     const double lse_bound = bf16 ? testing::kAttentionBf16Lse : forward_bound;
     const double backward_bound =
-        bf16 ? testing::kAttentionBf16Backward
+        bf16 ? (cudnn_backward ? testing::kAttentionBf16BackwardCudnn : testing::kAttentionBf16Backward)
              : testing::fp32_bound({.summation = summation,
                                     .depth = kAttentionForwardSums + kAttentionBackwardSums,
                                     .against = testing::Against::float64});
-    expect_close("attention_forward out" + tag, out->host(), out_want, forward_bound);
-    expect_close("attention_forward lse" + tag, lse->host(), lse_want, lse_bound);
+    expect_close("attention_forward out" + tag + path, out->host(), out_want, forward_bound);
+    expect_close("attention_forward lse" + tag + path, lse->host(), lse_want, lse_bound);
 
     // Backward from the backend's own out and lse; the reference from its float64 ones.
     const auto dq = t.place(std::vector<float>(q_size, 7.0f));
@@ -703,7 +718,8 @@ inline void check_attention(OpCheck& t) {
       // sums of typical size √i·‖a‖‖b‖/D, a standard deviation of u‖a‖‖b‖/√6; the two, u‖dO‖‖v‖/√3 (that of
       // one rounding, fp32_bound's unit), times scale·‖k‖ (dq) or scale·‖q‖ (dk): an absolute bound on
       // ‖got − want‖ over all rows. In bf16, dP − Δ = (r(dO) − dO)·r(v) (out is r(v) exactly): the
-      // rounding of dO, one bf16 rounding's worth in place of those two (fp32's, beside it, nothing).
+      // rounding of dO, one bf16 rounding's worth in place of those two (fp32's, beside it, nothing); on cuDNN
+      // its Δ adds one more (within u·|Δ| ≤ u‖dO‖‖v‖ of Δ: tolerances.h), two in all.
       double dq_scale = 0.0, dk_scale = 0.0;
       auto norm = [&](const std::vector<float>& values, size_t row) {
         double sum = 0.0;
@@ -717,8 +733,8 @@ inline void check_attention(OpCheck& t) {
           dq_scale += std::pow(cancelled * norm(k, kv_row), 2);
           dk_scale += std::pow(cancelled * norm(q, q_row), 2);
         }
-      const double rounding =
-          bf16 ? testing::bf16_attention_bound(1) : testing::fp32_bound({.against = testing::Against::float64});
+      const double rounding = bf16 ? testing::bf16_attention_bound(cudnn_backward ? 2 : 1)
+                                   : testing::fp32_bound({.against = testing::Against::float64});
       for (const auto& [what, got, want, bound] :
            {std::tuple{"dq", dq->host(), &dq_want, rounding * std::sqrt(dq_scale)},
             std::tuple{"dk", dk->host(), &dk_want, rounding * std::sqrt(dk_scale)}}) {
@@ -730,10 +746,10 @@ inline void check_attention(OpCheck& t) {
         EXPECT_LE(error, bound) << what << tag;
       }
     } else {
-      expect_close("attention_backward dq" + tag, dq->host(), dq_want, backward_bound);
-      expect_close("attention_backward dk" + tag, dk->host(), dk_want, backward_bound);
+      expect_close("attention_backward dq" + tag + path, dq->host(), dq_want, backward_bound);
+      expect_close("attention_backward dk" + tag + path, dk->host(), dk_want, backward_bound);
     }
-    expect_close("attention_backward dv" + tag, dv->host(), dv_want, backward_bound);
+    expect_close("attention_backward dv" + tag + path, dv->host(), dv_want, backward_bound);
     }
 }
 
@@ -866,16 +882,27 @@ inline void check_attention_chunk(OpCheck& t) {
           }
       return testing::cancellation(scales, finite_lse);
     };
+    // cuda in bf16: which blocks cuDNN's fused attention runs (tolerances.h attention_bf16_cudnn_*: its own
+    // roundings beside the spec's); the CUDA-core kernels run the rest, as the spec.
+    std::vector<bool> cudnn_forward(blocks.size()), cudnn_backward(blocks.size());
+    for (size_t n = 0; n < blocks.size(); ++n) {
+      cudnn_forward[n] = bf16 && cuda_attention_on_cudnn(t.backend, blocks[n].backend, false);
+      cudnn_backward[n] = bf16 && cuda_attention_on_cudnn(t.backend, blocks[n].backend, true);
+    }
+    bool any_cudnn_forward = false;
     double keys = 0;
     for (size_t n = 0; n < blocks.size(); ++n) {
       const bool accumulate = n > 0;
+      any_cudnn_forward = any_cudnn_forward || cudnn_forward[n];
       t.backend.attention_chunk_forward(out->get(), lse->get(), blocks[n].backend, accumulate);
       reference::attention_chunk_forward(out_want.data(), lse_want.data(), blocks[n].host, accumulate);
       reference::attention_chunk_forward(squares_out.data(), squares_lse.data(), blocks[n].squares, accumulate);
-      const std::string step = " after block " + std::to_string(n) + tag;
+      const std::string step = " after block " + std::to_string(n) + tag + (any_cudnn_forward ? " (cuDNN)" : "");
       keys += static_cast<double>(c.kv[n].tokens);
+      const double q_rows = static_cast<double>(c.B) * Cq * c.H;
       const double forward_bound =
-          bf16 ? testing::attention_bf16_same_operands_forward(static_cast<double>(c.B) * Cq * c.H)
+          bf16 ? (any_cudnn_forward ? testing::attention_bf16_cudnn_forward(q_rows)
+                                    : testing::attention_bf16_same_operands_forward(q_rows))
                : bound(std::max<double>(keys, c.D), kAttentionForwardSums + static_cast<double>(n + 1));
       // bf16's bound already holds few rows (its one large flip, 2u·3/√rows, dwarfs fp32's cancellation).
       const double lse_bound = bf16 ? forward_bound : forward_bound * lse_conditioning();
@@ -890,9 +917,11 @@ inline void check_attention_chunk(OpCheck& t) {
     // against 0.0898). The same operands' bound does (tolerances.h attention_bf16_same_operands_*), by rows.
     const double fp32_backward_bound =
         bound(std::max({keys, static_cast<double>(c.D), static_cast<double>(Cq)}), kAttentionBackwardSums);
-    auto backward_bound = [&](double rows) {
-      return bf16 ? testing::attention_bf16_same_operands_backward(rows) : fp32_backward_bound;
+    auto backward_bound = [&](double rows, bool cudnn) {
+      if (!bf16) return fp32_backward_bound;
+      return cudnn ? testing::attention_bf16_cudnn_backward(rows) : testing::attention_bf16_same_operands_backward(rows);
     };
+    bool any_cudnn_backward = false;
     if (blocks.size() == 1 && !block_has_visible_pair(c.q.begin, Cq, c.kv[0].begin, c.kv[0].tokens, c.window)) {
       // Nothing visible: the empty softmax when overwriting, and untouched bits when merging.
       for (const float value : out->host()) EXPECT_EQ(value, 0.0f) << tag;
@@ -928,14 +957,15 @@ inline void check_attention_chunk(OpCheck& t) {
       reference::attention_chunk_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(),
                                           lse_want.data(), delta_want.data(), blocks[n].host);
       const double kv_rows = static_cast<double>(c.B) * c.kv[n].tokens * c.Hkv;
-      const std::string step = " block " + std::to_string(n) + tag;
+      const std::string step = " block " + std::to_string(n) + tag + (cudnn_backward[n] ? " (cuDNN)" : "");
+      any_cudnn_backward = any_cudnn_backward || cudnn_backward[n];
       const bool visible = block_has_visible_pair(c.q.begin, Cq, c.kv[n].begin, c.kv[n].tokens, c.window);
       any_visible |= visible;
       if (visible) {
         expect_close_increment("attention_chunk_backward dk" + step, dk->host(), dk_initial, to_double(dk_want),
-                               backward_bound(kv_rows));
+                               backward_bound(kv_rows, cudnn_backward[n]));
         expect_close_increment("attention_chunk_backward dv" + step, dv->host(), dv_initial, to_double(dv_want),
-                               backward_bound(kv_rows));
+                               backward_bound(kv_rows, cudnn_backward[n]));
       } else {  // a block with nothing visible adds nothing
         EXPECT_EQ(dk->host(), dk_initial) << step;
         EXPECT_EQ(dv->host(), dv_initial) << step;
@@ -943,7 +973,7 @@ inline void check_attention_chunk(OpCheck& t) {
     }
     if (any_visible) {
       expect_close_increment("attention_chunk_backward dq (all blocks)" + tag, dq->host(), dq_initial,
-                             to_double(dq_want), backward_bound(static_cast<double>(c.B) * Cq * c.H));
+                             to_double(dq_want), backward_bound(static_cast<double>(c.B) * Cq * c.H, any_cudnn_backward));
     } else {
       EXPECT_EQ(dq->host(), dq_initial) << tag;
     }

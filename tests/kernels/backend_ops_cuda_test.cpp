@@ -1,8 +1,13 @@
 // The Backend conformance table (backend_ops.h) on the cuda backend: every op against the float64
-// reference at several shapes, inputs copied to the device and results back; then what is particular
-// to the CUDA bf16 paths (operands rounded once, where the kernels read them). Label `cuda`: run only
+// reference at several shapes, inputs copied to the device and results back — bf16 attention on cuDNN's
+// fused attention where it takes a block, and the attention rows once more on the CUDA-core kernels alone
+// (its fallback); then what is particular to the CUDA bf16 paths (operands rounded once, where the kernels
+// read them), cuDNN's attention over the FPDT chunk schedule, and the copies' promises. Label `cuda`: run only
 // on GPU machines (ctest -L cuda, scripts/gpu_check.sh); without a usable device every test FAILS
 // with a message, it never skips.
+#include <cstdlib>
+
+#include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/tensor/dtype.h"
 #include "kernels/backend_ops.h"
 
@@ -12,6 +17,240 @@ namespace {
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps,
                          ::testing::Combine(::testing::Values("cuda"), ::testing::Range<size_t>(0, rows().size())),
                          row_test_name);
+
+// FPDT_CUDNN_ATTENTION for the life of a scope: "off" sends every attention block of the backends made in it
+// to the CUDA-core kernels (kernels/cuda/cudnn_sdpa.h reads it when a backend is made).
+class ScopedCudnnSwitch {
+ public:
+  explicit ScopedCudnnSwitch(const char* value) {
+    const char* old = std::getenv(kName);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(kName, value, 1);
+  }
+  ~ScopedCudnnSwitch() {
+    if (had_)
+      setenv(kName, old_.c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+  ScopedCudnnSwitch(const ScopedCudnnSwitch&) = delete;
+  ScopedCudnnSwitch& operator=(const ScopedCudnnSwitch&) = delete;
+
+ private:
+  static constexpr const char* kName = "FPDT_CUDNN_ATTENTION";
+  bool had_ = false;
+  std::string old_;
+};
+
+size_t row_index(const std::string& name) {
+  for (size_t i = 0; i < rows().size(); ++i)
+    if (rows()[i].name == name) return i;
+  ADD_FAILURE() << "no conformance row " << name;
+  return 0;
+}
+
+// The attention rows on the CUDA-core kernels alone (cuDNN switched off): the fallback of every block cuDNN
+// refuses, and fp32's path, held to the spec's own bounds in bf16 (the rows pick them: no block is cuDNN's).
+class CudaCoreAttention : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaCoreAttention, MatchesReference) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const ScopedCudnnSwitch off("off");
+  const auto backend = make_backend(BackendKind::cuda);
+  Rng rng(fresh_seed());
+  OpCheck check{*backend, memory_of("cuda"), rng};
+  rows()[row_index(GetParam())].check(check);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaCoreAttention, ::testing::Values("attention", "attention_chunk"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// A bf16 run's attention runs on cuDNN's fused attention: on a GPU machine this fails unless the build has it
+// and libcudnn loads (the sentence says why not: the run's table says the same), and cuDNN must take every
+// block of the FPDT chunk schedule — the diagonal with its causal band, the blocks below it unmasked — in
+// both directions, at the head dims and GQA ratios of the models fpdt trains.
+TEST(CudnnAttention, TakesEveryBlockOfTheChunkSchedule) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const std::string kernels = cuda_attention_kernels(Precision::bf16);
+  ASSERT_EQ(kernels.rfind("cuDNN", 0), 0u) << "bf16 attention runs on: " << kernels;
+  const auto backend = make_backend(BackendKind::cuda);
+  constexpr int64_t C = 512;
+  for (const int D : {64, 128})
+    for (const int Hkv : {8, 2})
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+          AttentionChunkParams p;
+          p.B = 1;
+          p.Cq = p.Ck = C;
+          p.H = 8;
+          p.Hkv = Hkv;
+          p.D = D;
+          p.q_begin = i * C;
+          p.kv_begin = j * C;
+          p.scale = 1.0 / std::sqrt(static_cast<double>(D));
+          p.precision = Precision::bf16;
+          const std::string block = "D=" + std::to_string(D) + " Hkv=" + std::to_string(Hkv) + " q chunk " +
+                                    std::to_string(i) + ", kv chunk " + std::to_string(j);
+          EXPECT_TRUE(cuda_attention_on_cudnn(*backend, p, false)) << "forward of " << block << " (see the log)";
+          EXPECT_TRUE(cuda_attention_on_cudnn(*backend, p, true)) << "backward of " << block << " (see the log)";
+        }
+}
+
+// The FPDT pattern on cuDNN end to end: a sequence cut into chunks, q chunk i against kv chunks 0..i merged
+// by LSE, Δ per q chunk, the backward of every block from the merged out and LSE, dq summed over kv chunks
+// and dk, dv over q chunks — against full attention in float64 on the unrounded inputs (chunked = unchunked),
+// within tolerances.h's cuDNN bounds (kAttentionBf16*Cudnn): the roundings behind an output do not grow with
+// the blocks merged (each block's o and gradients are rounded once; merging by LSE is a convex combination,
+// and the sums over blocks are fp32). The backward runs twice: cuDNN's deterministic algorithm, bit for bit.
+TEST(CudnnAttention, ChunkScheduleMatchesFullAttention) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const auto backend = make_backend(BackendKind::cuda);
+  const Memory memory = memory_of("cuda");
+  Rng rng(fresh_seed());
+  const int B = 2, H = 8, Hkv = 2, D = 64, chunks = 4;
+  const int64_t C = 96, S = C * chunks;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const auto q = random_normal<float>(rng, size_t{B} * S * H * D), k = random_normal<float>(rng, size_t{B} * S * Hkv * D),
+             v = random_normal<float>(rng, size_t{B} * S * Hkv * D), dout = random_normal<float>(rng, size_t{B} * S * H * D);
+  // Chunk c of a (B, S, heads, D) tensor as its own (B, C, heads, D) tensor, and back.
+  auto chunk_of = [&](const std::vector<float>& full, int heads, int64_t c) {
+    std::vector<float> part(size_t{B} * C * heads * D);
+    const size_t row = static_cast<size_t>(heads) * D;
+    for (int b = 0; b < B; ++b)
+      std::copy_n(full.begin() + static_cast<std::ptrdiff_t>((b * S + c * C) * row), C * row,
+                  part.begin() + static_cast<std::ptrdiff_t>(b * C * row));
+    return part;
+  };
+  auto place_chunk = [&](std::vector<float>& full, const std::vector<float>& part, int heads, int64_t c) {
+    const size_t row = static_cast<size_t>(heads) * D;
+    for (int b = 0; b < B; ++b)
+      std::copy_n(part.begin() + static_cast<std::ptrdiff_t>(b * C * row), C * row,
+                  full.begin() + static_cast<std::ptrdiff_t>((b * S + c * C) * row));
+  };
+  std::vector<std::unique_ptr<Placed<float>>> q_c, k_c, v_c, dout_c, out_c, lse_c, delta_c;
+  for (int64_t c = 0; c < chunks; ++c) {
+    q_c.push_back(std::make_unique<Placed<float>>(memory, chunk_of(q, H, c)));
+    k_c.push_back(std::make_unique<Placed<float>>(memory, chunk_of(k, Hkv, c)));
+    v_c.push_back(std::make_unique<Placed<float>>(memory, chunk_of(v, Hkv, c)));
+    dout_c.push_back(std::make_unique<Placed<float>>(memory, chunk_of(dout, H, c)));
+    out_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * C * H * D, 7.0f)));
+    lse_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * H * C, 7.0f)));
+    delta_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * H * C, 7.0f)));
+  }
+  auto block = [&](int64_t i, int64_t j) {
+    return AttentionChunkParams{.q = q_c[i]->get(), .k = k_c[j]->get(), .v = v_c[j]->get(), .B = B, .Cq = C,
+                                .Ck = C, .H = H, .Hkv = Hkv, .D = D, .q_begin = i * C, .kv_begin = j * C,
+                                .scale = scale, .precision = Precision::bf16};
+  };
+  for (int64_t i = 0; i < chunks; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      ASSERT_TRUE(cuda_attention_on_cudnn(*backend, block(i, j), false)) << "block " << i << ", " << j;
+      ASSERT_TRUE(cuda_attention_on_cudnn(*backend, block(i, j), true)) << "block " << i << ", " << j;
+      backend->attention_chunk_forward(out_c[i]->get(), lse_c[i]->get(), block(i, j), j > 0);
+    }
+  for (int64_t i = 0; i < chunks; ++i)
+    backend->attention_chunk_delta(delta_c[i]->get(), dout_c[i]->get(), out_c[i]->get(), B, C, H, D);
+  struct Gradients {
+    std::vector<float> dq, dk, dv;
+  };
+  auto backward = [&] {
+    std::vector<std::unique_ptr<Placed<float>>> dq_c, dk_c, dv_c;
+    for (int64_t c = 0; c < chunks; ++c) {
+      dq_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * C * H * D, 0.0f)));
+      dk_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * C * Hkv * D, 0.0f)));
+      dv_c.push_back(std::make_unique<Placed<float>>(memory, std::vector<float>(size_t{B} * C * Hkv * D, 0.0f)));
+    }
+    for (int64_t j = 0; j < chunks; ++j)  // the paper's order: outer kv chunk, inner q chunks from it on
+      for (int64_t i = j; i < chunks; ++i)
+        backend->attention_chunk_backward(dq_c[i]->get(), dk_c[j]->get(), dv_c[j]->get(), dout_c[i]->get(),
+                                          lse_c[i]->get(), delta_c[i]->get(), block(i, j));
+    Gradients g{std::vector<float>(q.size()), std::vector<float>(k.size()), std::vector<float>(v.size())};
+    for (int64_t c = 0; c < chunks; ++c) {
+      place_chunk(g.dq, dq_c[c]->host(), H, c);
+      place_chunk(g.dk, dk_c[c]->host(), Hkv, c);
+      place_chunk(g.dv, dv_c[c]->host(), Hkv, c);
+    }
+    return g;
+  };
+  const Gradients got = backward();
+  const Gradients again = backward();
+  EXPECT_EQ(got.dq, again.dq) << "cuDNN's backward is not deterministic (dq)";
+  EXPECT_EQ(got.dk, again.dk) << "cuDNN's backward is not deterministic (dk)";
+  EXPECT_EQ(got.dv, again.dv) << "cuDNN's backward is not deterministic (dv)";
+
+  std::vector<float> out(q.size()), lse(size_t{B} * H * S);
+  for (int64_t c = 0; c < chunks; ++c) {
+    place_chunk(out, out_c[c]->host(), H, c);
+    const auto part = lse_c[c]->host();  // (B, H, C) into (B, H, S)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        std::copy_n(part.begin() + static_cast<std::ptrdiff_t>((b * H + h) * C), C,
+                    lse.begin() + static_cast<std::ptrdiff_t>((b * H + h) * S + c * C));
+  }
+  const std::vector<double> q64 = to_double(q), k64 = to_double(k), v64 = to_double(v);
+  const BasicAttentionParams<double> whole{.q = q64.data(), .k = k64.data(), .v = v64.data(), .B = B, .S = S, .H = H,
+                                           .Hkv = Hkv, .D = D, .scale = scale};
+  std::vector<double> out_want(q.size()), lse_want(lse.size()), dq_want(q.size()), dk_want(k.size()),
+      dv_want(v.size());
+  reference::attention_forward(out_want.data(), lse_want.data(), whole);
+  reference::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), to_double(dout).data(),
+                                out_want.data(), lse_want.data(), whole);
+  expect_close("cuDNN chunk schedule out", out, out_want, testing::kAttentionBf16ForwardCudnn);
+  expect_close("cuDNN chunk schedule lse", lse, lse_want, testing::kAttentionBf16Lse);
+  expect_close("cuDNN chunk schedule dq", got.dq, dq_want, testing::kAttentionBf16BackwardCudnn);
+  expect_close("cuDNN chunk schedule dk", got.dk, dk_want, testing::kAttentionBf16BackwardCudnn);
+  expect_close("cuDNN chunk schedule dv", got.dv, dv_want, testing::kAttentionBf16BackwardCudnn);
+}
+
+// DeviceMemory::upload promises that the host bytes may be reused when it returns (device_memory.h), from
+// pinned memory too — where a cudaMemcpyAsync returns at once and copies whenever the stream gets to it. The
+// stream is kept busy first (device copies of 256 MiB, milliseconds of work), so a copy still queued when the
+// host overwrites its source would read the new bytes.
+TEST(CudaMemory, UploadFromPinnedMemoryMayReuseTheHostBytesAtOnce) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const auto backend = make_backend(BackendKind::cuda);
+  DeviceMemory& memory = backend->memory();
+  constexpr size_t kBusyBytes = size_t(256) << 20, kBytes = size_t(8) << 20;
+  const auto busy_a = memory.allocate(kBusyBytes, "busy work", ""), busy_b = memory.allocate(kBusyBytes, "busy work", "");
+  const auto target = memory.allocate(kBytes, "upload target", "");
+  auto* host = static_cast<uint8_t*>(cuda_pinned_alloc(kBytes));
+  std::vector<uint8_t> got(kBytes);
+  for (int round = 0; round < 3; ++round) {
+    const auto first = static_cast<uint8_t>(0x11 * (round + 1));
+    for (int copy = 0; copy < 8; ++copy) memory.copy(busy_b->data(), busy_a->data(), kBusyBytes);
+    std::memset(host, first, kBytes);
+    memory.upload(target->data(), host, kBytes);
+    std::memset(host, 0xEE, kBytes);  // reused at once
+    memory.download(got.data(), target->data(), kBytes);
+    EXPECT_EQ(std::count(got.begin(), got.end(), first), static_cast<std::ptrdiff_t>(kBytes))
+        << "round " << round << ": the upload read the host bytes after upload() returned";
+  }
+  cuda_pinned_free(host);
+}
+
+// cuda_copy_to_device (the tests' own uploads) is synchronous for every stream: a kernel on the backend's
+// non-blocking stream launched right after it reads the new bytes, not the DMA still landing.
+TEST(CudaMemory, CopyToDeviceHasLandedForTheBackendsStream) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const auto backend = make_backend(BackendKind::cuda);
+  constexpr int64_t n = int64_t{64} << 20;  // 256 MiB of floats: a DMA of many milliseconds
+  void* device = cuda_device_alloc(static_cast<size_t>(n) * sizeof(float));
+  std::vector<float> host(static_cast<size_t>(n), 0.0f);
+  cuda_copy_to_device(device, host.data(), host.size() * sizeof(float));  // all zero first
+  for (int round = 0; round < 3; ++round) {
+    std::fill(host.begin(), host.end(), std::numeric_limits<float>::quiet_NaN());
+    cuda_copy_to_device(device, host.data(), host.size() * sizeof(float));
+    int64_t invalid = -1;
+    backend->count_invalid(&invalid, static_cast<float*>(device), n, false);
+    EXPECT_EQ(invalid, n) << "round " << round << ": the kernel read the device before the copy landed";
+    std::fill(host.begin(), host.end(), 0.0f);
+    cuda_copy_to_device(device, host.data(), host.size() * sizeof(float));
+    backend->count_invalid(&invalid, static_cast<float*>(device), n, false);
+    EXPECT_EQ(invalid, 0) << "round " << round << ": the kernel read the device before the copy landed";
+  }
+  cuda_device_free(device);
+}
 
 // The CUDA attention kernels have one instantiation per ⌈D/32⌉ up to 256: a larger head dim is one
 // clear error, not a launch failure.
@@ -135,8 +374,10 @@ TEST(CudaBf16, LinearRoundsXWAndDoutOnceAndAccumulatesInFp32) {
 // moves from the fp32 kernel's by at most u_bf16 = 2^-8 of Σ_j p_j |v_jd| ≤ max_j |v_jd| (each p_j moves
 // by at most 2^-8 of itself, the normaliser is unrounded), plus both sides' fp32 sums over the keys (a few
 // 1e-6 of the same scale).
+// These are the CUDA-core kernels' rounding points: cuDNN (which would take this block) is switched off.
 TEST(CudaBf16, AttentionRoundsOperandsOnLoadAndKeepsTheSoftmaxFp32) {
   ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const ScopedCudnnSwitch off("off");
   const auto backend = make_backend(BackendKind::cuda);
   const Memory memory = memory_of("cuda");
   Rng rng(fresh_seed());

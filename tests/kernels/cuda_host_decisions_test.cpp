@@ -1,7 +1,9 @@
 // The CUDA backend's host-side decisions, which need no GPU and so run everywhere: what a GEMM of given
 // sizes does (k = 0 never reaches cuBLASLt), the operand alignments its heuristic is told, where bf16
 // operand copies lie in their scratch, the key its cached plans are found by (gemm_plan.h); how a byte range splits over pinned pieces and staging slots
-// (pieces.h); which GPU a rank takes (device_choice.h).
+// (pieces.h); which GPU a rank takes (device_choice.h); which attention blocks may go to cuDNN and the band
+// it is asked for (sdpa_plan.h), and — where libcudnn is on the machine — that cuDNN accepts the graphs
+// made for them, as far as it goes without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,9 +14,11 @@
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/random.h"
+#include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/device_choice.h"
 #include "fpdt/kernels/cuda/gemm_plan.h"
 #include "fpdt/kernels/cuda/pieces.h"
+#include "fpdt/kernels/cuda/sdpa_plan.h"
 #include "testing.h"
 
 namespace fpdt::kernels::cuda {
@@ -179,6 +183,152 @@ TEST(DeviceChoice, TheLaunchersLocalRankPicksTheGpu) {
     EXPECT_NE(std::string(error.what()).find("local rank 4 but only 4 GPUs"), std::string::npos) << error.what();
   }
   EXPECT_THROW(device_for_local_rank(0, 0), Error);
+}
+
+
+// A bf16 block of one sequence, one head pair, head dim 64 at the given positions and window.
+AttentionChunkParams sdpa_block(int64_t q_begin, int64_t Cq, int64_t kv_begin, int64_t Ck, int64_t window) {
+  AttentionChunkParams p;
+  p.B = 1;
+  p.H = 4;
+  p.Hkv = 2;
+  p.D = 64;
+  p.Cq = Cq;
+  p.Ck = Ck;
+  p.q_begin = q_begin;
+  p.kv_begin = kv_begin;
+  p.window = window;
+  p.scale = 0.125;
+  p.precision = Precision::bf16;
+  return p;
+}
+
+// Whether some query row of the block sees no key by position.
+bool has_empty_row(const AttentionChunkParams& p) {
+  for (int64_t i = 0; i < p.Cq; ++i) {
+    bool any = false;
+    for (int64_t j = 0; j < p.Ck && !any; ++j) any = position_visible(p.q_begin + i, p.kv_begin + j, p.window);
+    if (!any) return true;
+  }
+  return false;
+}
+
+// The band plan_sdpa asks cuDNN for keeps exactly the pairs position_visible keeps, over random blocks at
+// every relative placement (above, on and below the diagonal, windows shorter and longer than the blocks);
+// and a block is refused for its mask only where cuDNN could not express it: a query row with no key, or a
+// window that ends before the kv block for the first row (a left bound ≤ 0).
+TEST(SdpaPlan, BandKeepsExactlyThePositionVisiblePairs) {
+  Rng rng(fpdt::testing::fresh_seed());
+  int accepted = 0, refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t Cq = 1 + static_cast<int64_t>(rng.below(24)), Ck = 1 + static_cast<int64_t>(rng.below(24));
+    const int64_t q_begin = static_cast<int64_t>(rng.below(64)), kv_begin = static_cast<int64_t>(rng.below(64));
+    const int64_t window = rng.below(3) == 0 ? 0 : 1 + static_cast<int64_t>(rng.below(40));
+    const AttentionChunkParams p = sdpa_block(q_begin, Cq, kv_begin, Ck, window);
+    const SdpaDecision decision = plan_sdpa(p);
+    const std::string where = "q_begin=" + std::to_string(q_begin) + " Cq=" + std::to_string(Cq) +
+                              " kv_begin=" + std::to_string(kv_begin) + " Ck=" + std::to_string(Ck) +
+                              " window=" + std::to_string(window);
+    if (!decision.tries_cudnn()) {
+      ++refused;
+      const bool left_bound_not_positive = window > 0 && q_begin - kv_begin >= window;
+      EXPECT_TRUE(has_empty_row(p) || left_bound_not_positive) << where << ": refused (" << decision.refusal
+                                                               << ") though cuDNN could take it";
+      continue;
+    }
+    ++accepted;
+    EXPECT_FALSE(has_empty_row(p)) << where;
+    for (int64_t i = 0; i < Cq; ++i)
+      for (int64_t j = 0; j < Ck; ++j)
+        ASSERT_EQ(sdpa_band_keeps(decision.key.right_bound, decision.key.left_bound, i, j),
+                  position_visible(q_begin + i, kv_begin + j, window))
+            << where << " i=" << i << " j=" << j << " right=" << decision.key.right_bound
+            << " left=" << decision.key.left_bound;
+    if (decision.key.right_bound != kNoBound) {
+      EXPECT_GE(decision.key.right_bound, 0) << where;
+    }
+    if (decision.key.left_bound != kNoBound) {
+      EXPECT_GT(decision.key.left_bound, 0) << where;
+    }
+  }
+  EXPECT_GT(accepted, 300);  // both outcomes were exercised
+  EXPECT_GT(refused, 300);
+}
+
+// FPDT's own blocks — q chunk i against kv chunks j ≤ i of equal chunks, no window — all go to cuDNN: the
+// diagonal with the causal band (right bound 0), the rest unmasked; and their keys do not carry positions, so
+// one graph serves every diagonal block and one every block below it.
+TEST(SdpaPlan, TheChunkScheduleNeedsTwoGraphs) {
+  constexpr int64_t C = 256;
+  const SdpaKey diagonal = plan_sdpa(sdpa_block(0, C, 0, C, 0)).key;
+  const SdpaKey below = plan_sdpa(sdpa_block(C, C, 0, C, 0)).key;
+  EXPECT_EQ(diagonal.right_bound, 0);
+  EXPECT_EQ(diagonal.left_bound, kNoBound);
+  EXPECT_EQ(below.right_bound, kNoBound);
+  EXPECT_EQ(below.left_bound, kNoBound);
+  EXPECT_FALSE(diagonal == below);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      const SdpaDecision decision = plan_sdpa(sdpa_block(i * C, C, j * C, C, 0));
+      ASSERT_TRUE(decision.tries_cudnn()) << "q chunk " << i << ", kv chunk " << j << ": " << decision.refusal;
+      const SdpaKey& want = i == j ? diagonal : below;
+      EXPECT_TRUE(decision.key == want) << "q chunk " << i << ", kv chunk " << j;
+      EXPECT_EQ(SdpaKeyHash{}(decision.key), SdpaKeyHash{}(want));
+    }
+  // The scale is baked into a graph: another scale is another key.
+  AttentionChunkParams rescaled = sdpa_block(0, C, 0, C, 0);
+  rescaled.scale = 0.1;
+  EXPECT_FALSE(plan_sdpa(rescaled).key == diagonal);
+  EXPECT_FLOAT_EQ(plan_sdpa(rescaled).key.scale(), 0.1f);
+}
+
+// What cuDNN's fused attention cannot compute goes to the CUDA-core kernels, each with its sentence.
+TEST(SdpaPlan, RefusesWhatCudnnCannotCompute) {
+  auto refusal = [](const AttentionChunkParams& p) { return plan_sdpa(p).refusal; };
+  AttentionChunkParams fp32 = sdpa_block(0, 64, 0, 64, 0);
+  fp32.precision = Precision::fp32;
+  EXPECT_NE(refusal(fp32).find("fp32"), std::string::npos);
+  AttentionChunkParams documents = sdpa_block(0, 64, 0, 64, 0);
+  const int32_t ids[64] = {};
+  documents.q_doc_ids = documents.kv_doc_ids = ids;
+  EXPECT_NE(refusal(documents).find("document"), std::string::npos);
+  for (const int D : {12, 60, 264}) {
+    AttentionChunkParams odd = sdpa_block(0, 64, 0, 64, 0);
+    odd.D = D;
+    EXPECT_NE(refusal(odd).find("head dim"), std::string::npos) << D;
+  }
+  EXPECT_NE(refusal(sdpa_block(0, 64, 64, 64, 0)).find("above the diagonal"), std::string::npos);
+  for (const int D : {8, 64, 128, 256}) {
+    AttentionChunkParams fine = sdpa_block(0, 64, 0, 64, 0);
+    fine.D = D;
+    EXPECT_TRUE(plan_sdpa(fine).tries_cudnn()) << D;
+  }
+}
+
+
+// The graphs cudnn_sdpa.cpp makes for the blocks of the chunk schedule — the diagonal's causal band, the
+// unmasked blocks below it, a window's band, GQA and the head dims of the models fpdt trains — pass the
+// frontend's checks and become cuDNN operation graphs for a Hopper GPU (sm_90), without a device: what can
+// be known of them on a CPU (plans and execution need the GPU: the cuda tests). Where this build or
+// machine has no cuDNN there is nothing to ask: skipped, saying why.
+TEST(SdpaGraphs, CudnnAcceptsTheScheduleGraphsWithoutAGpu) {
+  const std::string kernels = cuda_attention_kernels(Precision::bf16);
+  if (kernels.rfind("cuDNN", 0) != 0) GTEST_SKIP() << "no cuDNN here: " << kernels;
+  struct Block {
+    int64_t q_begin, Cq, kv_begin, Ck, window;
+  };
+  for (const int D : {64, 128, 256})
+    for (const int Hkv : {4, 1})
+      for (const Block b : {Block{0, 512, 0, 512, 0}, Block{512, 512, 0, 512, 0}, Block{512, 512, 512, 512, 300},
+                            Block{100, 150, 0, 130, 0}}) {
+        AttentionChunkParams p = sdpa_block(b.q_begin, b.Cq, b.kv_begin, b.Ck, b.window);
+        p.B = 2;
+        p.Hkv = Hkv;
+        p.D = D;
+        EXPECT_EQ(cuda_check_attention_graphs(p, 90), "")
+            << "D=" << D << " Hkv=" << Hkv << " q_begin=" << b.q_begin << " Cq=" << b.Cq << " kv_begin=" << b.kv_begin
+            << " Ck=" << b.Ck << " window=" << b.window;
+      }
 }
 
 }  // namespace

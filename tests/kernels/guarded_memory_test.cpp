@@ -4,6 +4,7 @@
 // give exactly what host_memory() and the cpu backend give. (The ops, row by row: backend_ops_test.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <limits>
@@ -44,6 +45,24 @@ TEST_F(GuardedMemory, HostCodeCannotReadOrWriteAComputeTierBuffer) {
   EXPECT_EQ(*static_cast<const float*>(guarded_readable(buffer->data())), 3.5f);
   int host = 0;
   EXPECT_EQ(guarded_readable(&host), &host);  // host memory passes unchanged
+}
+
+// Device memory is never zeroed for us (cudaMalloc promises nothing), so neither is guarded memory: a new
+// buffer, and a resident store, hold 0xFF bytes — NaN floats, −1 integers — until something writes them, so
+// a read of what nothing wrote shows in the results of a cpu-guarded run instead of passing as zeros.
+TEST_F(GuardedMemory, NewBuffersHoldPoisonNotZeros) {
+  DeviceMemory& memory = guarded_memory();
+  const auto buffer = memory.allocate(3 * kTransferAlignBytes + 12, "test buffer", "");
+  std::vector<float> floats(buffer->bytes() / sizeof(float), 0.0f);
+  memory.download(floats.data(), buffer->data(), buffer->bytes());
+  for (const float value : floats) ASSERT_TRUE(std::isnan(value));
+  std::vector<int32_t> ids(4, 0);
+  memory.download(ids.data(), buffer->data(), sizeof(int32_t) * ids.size());
+  for (const int32_t id : ids) EXPECT_EQ(id, -1);
+  const auto storage = memory.allocate_offload(OffloadConfig{OffloadKind::none, ""}, kTransferAlignBytes, false, "store");
+  float resident = 0.0f;
+  memory.download(&resident, storage->resident(0), sizeof resident);
+  EXPECT_TRUE(std::isnan(resident));
 }
 
 TEST_F(GuardedMemory, ResidentStorageIsComputeTierToo) {

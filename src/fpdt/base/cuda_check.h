@@ -1,14 +1,15 @@
 // The check for every CUDA runtime call: on failure it throws fpdt::Error naming the statement, the
-// runtime's error string, file and line (one pattern for all foreign calls, STYLE.md 9); and the launch
-// check (cudaGetLastError after a <<<>>>). For the layers that call the CUDA runtime — kernels/cuda
-// and comm/nccl — so it lives below both; only code built with the CUDA toolkit includes it (base
-// itself compiles no CUDA). cuBLAS's check is kernels/cuda/cublas_check.h.
+// runtime's error string, file and line (one pattern for all foreign calls, STYLE.md 9), with the hint of
+// that error (base/cuda_hints.h); and the launch check (cudaGetLastError after a <<<>>>). For the layers
+// that call the CUDA runtime — kernels/cuda and comm/nccl — so it lives below both; only code built with
+// the CUDA toolkit includes it (base itself compiles no CUDA). cuBLAS's check is kernels/cuda/cublas_check.h.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "fpdt/base/cuda_hints.h"
 #include "fpdt/base/error.h"
 
 namespace fpdt {
@@ -17,8 +18,7 @@ namespace fpdt {
   throw Error("cuda",
               std::string(statement) + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
                   ") at " + file + ":" + std::to_string(line),
-              "check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES) and that the driver "
-              "supports this CUDA version");
+              cuda_error_hint(cudaGetErrorName(status)));
 }
 
 }  // namespace fpdt

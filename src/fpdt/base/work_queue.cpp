@@ -1,9 +1,13 @@
 // The in-order worker thread (see work_queue.h).
 #include "fpdt/base/work_queue.h"
 
+#include <utility>
+
 namespace fpdt {
 
 WorkQueue::WorkQueue() : worker_([this] { run(); }) {}
+
+WorkQueue::WorkQueue(std::function<void()> on_start) : on_start_(std::move(on_start)), worker_([this] { run(); }) {}
 
 WorkQueue::~WorkQueue() {
   {
@@ -37,7 +41,19 @@ void WorkQueue::wait_all() {
 }
 
 void WorkQueue::run() {
+  std::exception_ptr start_failure;
+  if (on_start_) {
+    try {
+      on_start_();
+    } catch (...) {
+      start_failure = std::current_exception();
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
+  if (start_failure != nullptr) {  // every wait rethrows it
+    error_ = start_failure;
+    work_done_.notify_all();
+  }
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping with nothing left
@@ -45,10 +61,12 @@ void WorkQueue::run() {
     queue_.pop_front();
     lock.unlock();
     std::exception_ptr failure;
-    try {
-      task();
-    } catch (...) {
-      failure = std::current_exception();
+    if (start_failure == nullptr) {  // a thread that could not start runs nothing
+      try {
+        task();
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
     lock.lock();
     if (failure != nullptr && error_ == nullptr) error_ = failure;

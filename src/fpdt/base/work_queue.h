@@ -20,6 +20,10 @@ class WorkQueue {
   using Event = uint64_t;
 
   WorkQueue();
+  // on_start runs first on the worker thread, before any task: what a thread must do before it computes
+  // (DeviceMemory::bind_thread — a CUDA thread starts on GPU 0, not the backend's). If it throws, the queue
+  // has failed: every wait rethrows it, and no task runs.
+  explicit WorkQueue(std::function<void()> on_start);
   // Runs what is queued first, so no task is left reading freed memory; never throws.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
@@ -41,6 +45,7 @@ class WorkQueue {
   Event completed_ = 0;
   std::exception_ptr error_;
   bool stopping_ = false;
+  std::function<void()> on_start_;
   std::thread worker_;  // last: started after everything it reads is constructed
 };
 

@@ -79,6 +79,11 @@ class DeviceMemory {
                                                            const std::string& what) = 0;
   // A new queue of the copy engine (copy_engine.h; the CPU backend: a thread; CUDA: a stream).
   virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
+  // Makes the calling thread compute on this memory's device: a thread other than the one that made the
+  // backend calls it before it calls the backend's ops or this memory's (ZeRO's worker threads: WorkQueue's
+  // on_start). CUDA: cudaSetDevice to the backend's GPU (a new thread starts on GPU 0, whichever the backend
+  // took); the host: nothing.
+  virtual void bind_thread() {}
 
   // Compute-tier operations, in order with the kernels. dst, src: compute-tier handles. Zero bytes
   // touch nothing, and then any pointer may be null (a ZeRO rank may own none of a unit).

@@ -101,6 +101,8 @@ std::vector<std::pair<std::string, std::string>> Hardware::table_rows(const comm
     row("bf16 GEMMs", kernels::cpu::describe_bf16_gemms());
     row("bf16 attention", kernels::cpu::CpuBackend::bf16_attention_arithmetic());
   }
+  if (request_.run.backend == kernels::BackendKind::cuda && !request_.dry_run)
+    row("attention", kernels::cuda_attention_kernels(request_.run.precision));
   if (bf16 && !request_.dry_run)
     row("MFU divides by", format_number(mfu_peak_gflops()) + " GFLOP/s a rank (fp32's beside it)");
   row("BLAS kernels", kernels::cpu::describe_blas_core());

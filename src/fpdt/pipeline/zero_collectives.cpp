@@ -36,7 +36,9 @@ ZeroCollectives::ZeroCollectives(const model::ParameterLayout& layout, const Zer
 
   if (world.size() > 1) group_ = world.split(0, world.rank());
   comm_ = group_ ? group_.get() : &world;
-  if (partition_.shape().run.zero >= 2) queue_ = std::make_unique<WorkQueue>();
+  // Its tasks copy and add in the backend's memory: the thread computes on the backend's device.
+  if (partition_.shape().run.zero >= 2)
+    queue_ = std::make_unique<WorkQueue>([&memory = memory_] { memory.bind_thread(); });
 }
 
 void ZeroCollectives::all_gather_unit(int unit, const float* shard, float* into) {

@@ -40,7 +40,8 @@ ZeroOptimizer::ZeroOptimizer(const model::ParameterLayout& layout, const ZeroPar
       update_finite_(partition.units(), 1) {
   if (dry || !partition_.shape().run.offload_optimizer) return;
   host_ = kernels::make_backend(kernels::BackendKind::cpu);
-  optimizer_queue_ = std::make_unique<WorkQueue>();
+  // Its tasks upload to the backend's memory: the thread computes on the backend's device.
+  optimizer_queue_ = std::make_unique<WorkQueue>([&memory = backend_.memory()] { memory.bind_thread(); });
 }
 
 double ZeroOptimizer::gradient_norm() {

@@ -1,4 +1,6 @@
-// CUDA attention chunk kernels (semantics: reference/attention_chunk.h), FlashAttention-2 style: a
+// CUDA attention chunk kernels (semantics: reference/attention_chunk.h), the CUDA-core path: every block of
+// an fp32 run, and the blocks of a bf16 run that cuDNN's fused attention does not take (sdpa_attention.cu
+// is asked first) — and the reference the cuDNN rows of the conformance tests are held to. FlashAttention-2 style: a
 // block owns 16 rows (4 warps × 4 rows), streams the other side in tiles of 32 rows through shared
 // memory, and keeps an online softmax per row. Lane j scores tile row j (padded shared rows,
 // conflict-free); lane t owns output dims t, t+32, … . Backward is two kernels, so nothing needs
@@ -425,6 +427,7 @@ void CudaBackend::attention_chunk_forward(float* out, float* lse, const Attentio
                                           bool accumulate) {
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
+  if (sdpa_chunk_forward(out, lse, params, accumulate)) return;  // cuDNN's fused attention took it
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
     chunk_forward_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, forward_smem_bytes(params.D),
@@ -448,6 +451,7 @@ void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, cons
   validate(params);
   if (params.B == 0 || !block_has_visible_pair(params.q_begin, params.Cq, params.kv_begin, params.Ck, params.window))
     return;
+  if (sdpa_chunk_backward(dq, dk, dv, dout, lse, delta, params)) return;  // cuDNN's fused attention took it
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
     chunk_backward_dq_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, dq_smem_bytes(params.D),

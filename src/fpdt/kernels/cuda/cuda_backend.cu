@@ -12,6 +12,7 @@
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/kernels/cuda/cuda_backend_impl.h"
 #include "fpdt/kernels/cuda/cuda_memory.h"
+#include "fpdt/kernels/cuda/cudnn_sdpa.h"
 #include "fpdt/kernels/cuda/device_choice.h"
 
 namespace fpdt::kernels {
@@ -27,12 +28,15 @@ CudaBackend::CudaBackend() {
   FPDT_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
   FPDT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
   configure_attention();
+  sdpa_ = std::make_unique<CudnnSdpa>(stream_);
   memory_ = make_device_memory(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   memory_.reset();
+  sdpa_.reset();
+  cudaFree(sdpa_scratch_.data);
   cudaFree(operand_scratch_.data);
   cudaFree(scratch_.data);
   cudaFreeHost(sum_host_);
@@ -69,6 +73,21 @@ void* cuda_stream(Backend& backend) {
 
 bool cuda_built() { return true; }
 
+std::string cuda_attention_kernels(Precision precision) {
+  return cuda::CudnnSdpa::describe(precision == Precision::bf16);
+}
+
+std::string cuda_check_attention_graphs(const AttentionChunkParams& params, int sm_version) {
+  const cuda::SdpaDecision decision = cuda::plan_sdpa(params);
+  if (!decision.tries_cudnn()) return decision.refusal;
+  return cuda::CudnnSdpa::check_without_device(decision.key, sm_version);
+}
+
+bool cuda_attention_on_cudnn(Backend& backend, const AttentionChunkParams& params, bool backward) {
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  return cuda_backend != nullptr && cuda_backend->sdpa_takes(params, backward);
+}
+
 void load_cuda_libraries() { cuda::cublaslt(); }
 
 bool cuda_available() {
@@ -89,10 +108,13 @@ void* cuda_device_alloc(size_t bytes) {
 void cuda_device_free(void* device_ptr) noexcept { cudaFree(device_ptr); }
 
 // The backend's stream is non-blocking (it does not order with the legacy default stream a plain
-// cudaMemcpy uses), so the copies first wait for the whole device.
+// cudaMemcpy uses), so the copies first wait for the whole device. A cudaMemcpy from pageable memory returns
+// once the bytes are staged, before the DMA to the device has landed: only a launch on the legacy stream
+// would be ordered after it, and the backend's is not one — so the upload also waits for the device after it.
 void cuda_copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
   FPDT_CUDA_CHECK(cudaDeviceSynchronize());
   FPDT_CUDA_CHECK(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
+  FPDT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void cuda_copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
@@ -101,5 +123,13 @@ void cuda_copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
 }
 
 void cuda_synchronize() { FPDT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void* cuda_pinned_alloc(size_t bytes) {
+  void* ptr = nullptr;
+  FPDT_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+  return ptr;
+}
+
+void cuda_pinned_free(void* host_ptr) noexcept { cudaFreeHost(host_ptr); }
 
 }  // namespace fpdt::kernels

@@ -3,7 +3,9 @@
 // cuBLASLt call goes to it), a cuBLASLt handle and workspace, and two scratch buffers (fp32 values, and
 // the bf16 copies of GEMM operands). Each op is defined in the .cu file of its family (norm.cu defines
 // rmsnorm_forward, linear.cu the GEMMs); construction and the device-memory helpers are in
-// cuda_backend.cu. Ops return without waiting, except sum_squares (a host double: it synchronises).
+// cuda_backend.cu. Attention blocks of bf16 runs go to cuDNN's fused attention where it takes them
+// (sdpa_attention.cu), the rest to the CUDA-core kernels (attention.cu). Ops return without waiting,
+// except sum_squares (a host double: it synchronises).
 // Internal to kernels/cuda: it names CUDA types, so only .cu files include it (the rest of the code
 // sees cuda_backend.h).
 #pragma once
@@ -49,6 +51,8 @@ class GemmPlans {
   std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
 };
 
+class CudnnSdpa;  // cudnn_sdpa.h: cuDNN's fused attention, or its stub
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend();
@@ -59,12 +63,19 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DeviceMemory& memory() override { return *memory_; }
   cudaStream_t stream() const { return stream_; }
+  // sdpa_attention.cu: whether the block's forward (backward) goes to cuDNN (cuda_attention_on_cudnn).
+  bool sdpa_takes(const AttentionChunkParams& params, bool backward);
 
 #include "fpdt/kernels/backend_ops.inc"  // every op, as an override
 
  private:
   // attention.cu: raises the dynamic shared-memory limit of every attention kernel (once, at creation).
   static void configure_attention();
+  // sdpa_attention.cu: the block on cuDNN's fused attention (a bf16 run's tensor-core path); false, having
+  // done nothing, when plan_sdpa or cuDNN refuses it — then attention.cu's CUDA-core kernel runs it.
+  bool sdpa_chunk_forward(float* out, float* lse, const AttentionChunkParams& params, bool accumulate);
+  bool sdpa_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
+                           const AttentionChunkParams& params);
   // Device memory that grows (synchronously, outside the steady state) only when a larger request first
   // arrives; what it held is then lost.
   struct Scratch {
@@ -87,6 +98,8 @@ class CudaBackend final : public Backend {
   double* sum_host_ = nullptr;  // pinned
   Scratch scratch_;
   Scratch operand_scratch_;  // gemm_inputs' bf16 copies
+  Scratch sdpa_scratch_;     // sdpa_attention.cu: a block's bf16 operands and outputs, and cuDNN's workspace
+  std::unique_ptr<CudnnSdpa> sdpa_;
   std::unique_ptr<DeviceMemory> memory_;  // cuda_memory.cu: buffers, storage and copy streams
 };
 

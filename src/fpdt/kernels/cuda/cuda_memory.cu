@@ -3,7 +3,7 @@
 // compute submitted before it) and one after it, which wait() makes the compute stream wait on (and
 // through which it reports a copy that failed). The pinned offload store is allocated in pieces of
 // kPinnedPieceBytes (one cudaMallocHost of 100+ GB pins for minutes or fails outright); a copy that
-// crosses a piece's end is two copies. Uploads from pageable memory go through pinned staging slots,
+// crosses a piece's end is two copies. Uploads (pinned source or pageable) go through pinned staging slots,
 // so the host never waits inside the chunk loop for the device to reach an upload. Zero-byte
 // operations touch nothing (their pointers may be null).
 // --offload disk is refused for now: it needs a pinned bounce buffer and a file thread.
@@ -226,18 +226,11 @@ class PinnedStaging {
   size_t next_slot_ = 0;
 };
 
-bool is_pinned(const void* host) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
-    cudaGetLastError();  // an unknown pointer is pageable memory, not an error
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeHost;
-}
-
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(cudaStream_t compute) : compute_(compute) {}
+  explicit CudaMemory(cudaStream_t compute) : compute_(compute) { FPDT_CUDA_CHECK(cudaGetDevice(&device_)); }
+
+  void bind_thread() override { FPDT_CUDA_CHECK(cudaSetDevice(device_)); }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes, const std::string& what, const std::string& hint) override {
     const size_t rounded = transfer_bytes(bytes);
@@ -262,14 +255,13 @@ class CudaMemory final : public DeviceMemory {
     FPDT_CUDA_CHECK(
         cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, compute_));
   }
-  // Pinned host memory is copied from directly; pageable memory through the staging slots (a plain
-  // cudaMemcpyAsync from it would hold the host until the device reached the copy).
+  // Every upload goes through the staging slots, pinned source or not: the caller may reuse `host` when
+  // this returns (device_memory.h), and a cudaMemcpyAsync straight from pinned memory returns before the
+  // device has read it — the copy runs when the stream reaches it, reading whatever the host wrote since.
+  // (A plain cudaMemcpyAsync from pageable memory would instead hold the host until the device reached it.)
   void upload(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
-    if (is_pinned(host))
-      FPDT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_));
-    else
-      staging_.upload(dst, host, bytes, compute_);
+    staging_.upload(dst, host, bytes, compute_);
   }
   void download(void* host, const void* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -279,6 +271,7 @@ class CudaMemory final : public DeviceMemory {
 
  private:
   cudaStream_t compute_;
+  int device_ = 0;  // the backend's GPU (set before this memory is made)
   PinnedStaging staging_;
 };
 

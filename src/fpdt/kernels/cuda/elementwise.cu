@@ -200,12 +200,12 @@ __global__ void round_to_bf16_kernel(float* x, int64_t n) {
 
 __global__ void pack_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+    dst[i] = bf16_word(src[i]);
 }
 
 __global__ void unpack_bf16_kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+    dst[i] = widen_bf16(src[i]);  // the word as the upper half: exact for every word, NaNs included
 }
 
 // x (N, H, D) rotated in place by sign · angle (sign = +1 forward, −1 backward).

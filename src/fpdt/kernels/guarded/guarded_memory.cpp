@@ -1,6 +1,6 @@
 // Guarded compute-tier memory (see guarded_memory.h): one memfd per allocation, mapped PROT_NONE for
-// the handle and read-write for the backend; a registry of the live mappings translates a handle to its
-// readable twin. Compute-tier operations and the copy queue translate, then run host_memory()'s.
+// the handle and read-write for the backend, filled with poison (0xFF bytes: NaNs) as it is made; a registry
+// of the live mappings translates a handle to its readable twin. Compute-tier operations and the copy queue translate, then run host_memory()'s.
 #include "fpdt/kernels/guarded/guarded_memory.h"
 
 #include <sys/mman.h>
@@ -21,6 +21,7 @@ namespace fpdt::kernels {
 namespace {
 
 constexpr const char* kModule = "guarded";
+constexpr int kPoisonByte = 0xFF;  // what a new compute-tier buffer holds before anything writes it
 
 // The live mappings by the address of their guarded view.
 class Registry {
@@ -79,6 +80,10 @@ class DoubleMapping {
     }
     guarded_ = static_cast<char*>(guarded);
     readable_ = static_cast<char*>(readable);
+    // Poisoned, as device memory is never zeroed: every byte 0xFF — a NaN in each float, −1 in each integer —
+    // so a read of memory nothing wrote shows in the results (a memfd's pages would read as zeros, which
+    // cudaMalloc never promises).
+    std::memset(readable_, kPoisonByte, bytes_);
     Registry::instance().add(guarded_, readable_, bytes_);
   }
   ~DoubleMapping() {

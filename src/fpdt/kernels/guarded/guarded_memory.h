@@ -2,7 +2,9 @@
 // host dereference of compute-tier memory that would crash on a GPU crashes here (SIGSEGV). Each
 // compute-tier allocation is one memfd mapped twice: the handle callers get points into a PROT_NONE
 // view, and only the guarded backend's ops and this memory's copies reach the bytes, through a second,
-// readable mapping of the same pages (translate). Offload storage of kind ram and disk is host_memory()'s.
+// readable mapping of the same pages (translate). A new buffer holds 0xFF bytes (NaN floats), not zeros:
+// a read of device memory nothing wrote poisons the results. Offload storage of kind ram and disk is
+// host_memory()'s.
 // A test mode (tests/kernels/guarded_memory_test.cpp, tests/cli/guarded_test.cpp); not a fast path.
 #pragma once
 
