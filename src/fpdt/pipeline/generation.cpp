@@ -49,7 +49,7 @@ GenerationLayout plan_generation(const model::ModelConfig& config, const RunSpec
   // FpdtModel::layout_shape's arguments, from the run alone.
   const bool mlp_kept =
       !run.forward_only && keep_mlp_activations(run.offload.kind == OffloadKind::none, run.recompute);
-  LayoutShape shape = layout_shape(config, make_head_sharding(config.heads, config.kv_heads, sp_ranks), plan, 1,
+  LayoutShape shape = layout_shape(config, make_head_sharding(config.heads, config.kv_heads, sp_ranks, sp_rank), plan, 1,
                                    run.recompute == Recompute::layer ? 1 : config.layers,
                                    stored_activation_bytes(run.precision), mlp_kept, !run.forward_only);
   shape.cache_chunks = cache_chunks;
