@@ -5,10 +5,12 @@ set -euo pipefail
 
 # wamerican: /usr/share/dict/words, the word list of `fpdt eval --ruler`'s keys and words. libyaml-cpp-dev: the
 # recipes of `fpdt extend`. slurmctld, slurmd, slurm-client and munge: the Slurm cluster
-# tests/cli/slurm_slow_test.cpp starts (its own daemons on its own configuration, whatever the system's services do).
+# tests/cli/slurm_slow_test.cpp starts (its own daemons on its own configuration, whatever the system's services
+# do); libpmix-dev: the libpmix.so Slurm's mpi_pmix plugin dlopens for `srun --mpi=pmix` (libopenmpi-dev pulls it
+# in today; named so that it stays).
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev
           libonig-dev libopenmpi-dev openmpi-bin libdnnl-dev wamerican libyaml-cpp-dev slurmctld slurmd slurm-client
-          munge)
+          munge libpmix-dev)
 # Extra packages a target asks for, e.g. the demo corpus for `make run`.
 packages+=("$@")
 

@@ -264,10 +264,12 @@ TEST(SizeRefusals, SampleBeyondTheLearnedPositionsNamesThePromptAndTokens) {
   for (const std::string& prompt : {long_prompt, short_prompt}) {
     const ProgramResult result =
         run_fpdt("sample --checkpoint " + gpt2 + " --threads 1 --tokens 10 --prompt " + prompt, kLimitSeconds);
-    expect_refused(result, {"[sample]", "--tokens 10 need more than the 64 learned positions", "hint: shorten the prompt"});
+    expect_refused(result,
+                   {"[sample]", "--tokens 10 need more than the 64 learned positions", "hint: shorten the prompt"});
     EXPECT_EQ(result.output.find("--seq"), std::string::npos) << result.output;
   }
-  expect_ok(run_fpdt("sample --checkpoint " + gpt2 + " --threads 1 --tokens 5 --prompt " + short_prompt, kLimitSeconds));
+  expect_ok(
+      run_fpdt("sample --checkpoint " + gpt2 + " --threads 1 --tokens 5 --prompt " + short_prompt, kLimitSeconds));
 }
 
 }  // namespace

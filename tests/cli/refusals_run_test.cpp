@@ -174,8 +174,9 @@ TEST_F(RefusedRuns, ARefusedRunLeavesNoFolderItMade) {
 TEST_F(RefusedRuns, ASampleTheRunCannotMakeIsRefusedBeforeTheFirstStep) {
   std::vector<std::string> args = setup_->train_args(dir_.file("sampled"), 2);
   args.insert(args.end(), {"--sample-tokens", "99999999999"});
-  expect_refused(run_fpdt(join_args(args), 120), {"[generation]", "--sample-tokens 99999999999: the KV cache of a prompt of",
-                                                  "hint: lower --sample-tokens"});
+  expect_refused(run_fpdt(join_args(args), 120),
+                 {"[generation]", "--sample-tokens 99999999999: the KV cache of a prompt of",
+                  "hint: lower --sample-tokens"});
   EXPECT_FALSE(fs::exists(dir_.file("sampled")));
   args = setup_->train_args(dir_.file("sampled"), 2);
   args.insert(args.end(), {"--sample-tokens", "4", "--prompt", ""});

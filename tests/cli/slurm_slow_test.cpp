@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -233,8 +234,12 @@ TEST(Slurm, TimeLimitSignalAndRequeuePreemptTheJobItsRunsResumeAndItsStepsAreThe
     const auto start = Clock::now();
     while (!done()) {
       std::map<std::string, std::string> fields = cluster.job(job);
-      if (fields["JobState"] != "PENDING" && fields["JobState"] != "RUNNING" && fields["JobState"] != "REQUEUED" &&
-          fields["JobState"] != "COMPLETING") {
+      // Only a final state ends the wait: the job passes through others on its way (SIGNALING while the time
+      // limit's signal is sent, COMPLETING, REQUEUED, CONFIGURING), and a failed scontrol reads as none.
+      static const std::set<std::string> kFinal = {"BOOT_FAIL", "CANCELLED", "COMPLETED",    "DEADLINE",
+                                                   "FAILED",    "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                                                   "REVOKED",   "SPECIAL_EXIT", "TIMEOUT"};
+      if (kFinal.count(fields["JobState"]) != 0) {
         failure = "job " + job + " ended (" + fields["JobState"] + ") waiting for " + what;
         break;
       }
