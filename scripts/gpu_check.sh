@@ -61,7 +61,8 @@ print_summary() {
     echo "GPU:   ${gpu:-none visible (nvidia-smi failed)}"
     echo "nvcc:  $(nvcc --version 2>/dev/null | tail -1)   cmake: $(cmake --version | head -1 | cut -d' ' -f3)   arch: sm_$ARCH"
     echo "deps:  ${deps_text:-system only}"
-    grep -E '^-- (OpenBLAS|oneDNN|GEMM libraries|Oniguruma|OpenMP|NCCL|GoogleTest|CUDA backend):' "$OUT/configure.log" 2>/dev/null | sed 's/^-- /       /'
+    grep -E '^-- (OpenBLAS|oneDNN|GEMM libraries|Oniguruma|OpenMP|NCCL|GoogleTest|CUDA backend|cuDNN attention):' "$OUT/configure.log" 2>/dev/null | sed 's/^-- /       /'
+    echo "cudnn: ${FPDT_CUDNN_LIBRARY:-libcudnn.so.9 by the dynamic loader (FPDT_CUDNN_LIBRARY unset)}"
     printf '%s\n' "${summary[@]}"
     if [ -f "$OUT/tests.log" ]; then
       grep -E "tests passed|Total Test time" "$OUT/tests.log" | tail -2
@@ -72,7 +73,7 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 by = {(r["bench"], r["dtype"]): r for r in rows}
 for r in rows:
-    name = r["bench"] + " " + r["dtype"] + (f" n={r['n']}" if "n" in r else f" C={r['chunk']} H={r['heads']} D={r['head_dim']}")
+    name = r["bench"] + " " + r["dtype"] + (f" n={r['n']}" if "n" in r else f" C={r['chunk']} H={r['heads']} D={r['head_dim']} {r.get('kernel', '')}")
     print(f"bench: {name:38s} {r['tflops']:9.2f} TFLOP/s")
 bf16 = by.get(("gemm", "bf16"), {}).get("tflops")
 for kind, target in (("attention_chunk_fwd", 0.50), ("attention_chunk_bwd", 0.35)):
@@ -80,7 +81,7 @@ for kind, target in (("attention_chunk_fwd", 0.50), ("attention_chunk_bwd", 0.35
         r = by.get((kind, dtype))
         if r and bf16:
             print(f"bench: {kind} {dtype} / bf16 GEMM = {r['tflops'] / bf16:.3f} (issue 8 target >= {target} in bf16; "
-                  "CUDA-core kernels, no mma yet)")
+                  f"kernel: {r.get('kernel', '?')})")
 PY
     echo "logs:  $OUT ($(ls "$OUT" | tr '\n' ' '))"
     echo "result: $([ $overall -eq 0 ] && echo PASSED || echo FAILED)"
@@ -118,6 +119,17 @@ if compgen -G "$CARRY/*.deb" >/dev/null; then
   deps_text="$(ls "$CARRY"/*.deb | wc -l) packages from $CARRY, unpacked in $deps"
 else
   deps_text="system only (no $CARRY/*.deb: run scripts/prepare_gpu_carry.sh where apt-get works)"
+fi
+
+# cuDNN's fused attention: the carried headers (prepare_gpu_carry.sh), and at run time PyTorch's libcudnn
+# (pip's nvidia-cudnn), which nothing links: cudnn_sdpa.cpp opens the library FPDT_CUDNN_LIBRARY names.
+if [ -f "$CARRY/cudnn/include/cudnn.h" ] && [ -f "$CARRY/cudnn-frontend/include/cudnn_frontend.h" ]; then
+  prefix_flag+=(-DFPDT_CUDNN_INCLUDE_DIR="$(cd "$CARRY/cudnn/include" && pwd)"
+                -DFPDT_CUDNN_FRONTEND_INCLUDE_DIR="$(cd "$CARRY/cudnn-frontend/include" && pwd)")
+fi
+if [ -z "${FPDT_CUDNN_LIBRARY:-}" ]; then
+  cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
+  [ -n "$cudnn_lib" ] && [ -f "$cudnn_lib" ] && export FPDT_CUDNN_LIBRARY="$cudnn_lib"
 fi
 
 # NCCL for comm/nccl where the toolkit has none beside nvcc: PyTorch's (pip's nvidia-nccl) will do.

@@ -19,7 +19,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps,
                          row_test_name);
 
 // FPDT_CUDNN_ATTENTION for the life of a scope: "off" sends every attention block of the backends made in it
-// to the CUDA-core kernels (kernels/cuda/cudnn_sdpa.h reads it when a backend is made).
+// to the CUDA-core kernels (kernels/cuda/cudnn_sdpa.h reads it on a backend's first such block).
 class ScopedCudnnSwitch {
  public:
   explicit ScopedCudnnSwitch(const char* value) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "fpdt/comm/communicator.h"
@@ -63,6 +64,25 @@ TEST_F(GuardedMemory, NewBuffersHoldPoisonNotZeros) {
   float resident = 0.0f;
   memory.download(&resident, storage->resident(0), sizeof resident);
   EXPECT_TRUE(std::isnan(resident));
+}
+
+// ZeRO's worker thread (stage 2 and up: the collectives' queue) computes on the backend's device: it binds
+// itself through DeviceMemory::bind_thread before its first task (on a GPU, cudaSetDevice — a new thread
+// starts on GPU 0, whichever the backend took). The test's own thread never needed to.
+TEST_F(GuardedMemory, ZerosWorkerThreadBindsToTheBackendsDevice) {
+  auto backend = make_backend(BackendKind::cpu_guarded);
+  pipeline::RunSpec run;
+  run.backend = BackendKind::cpu_guarded;
+  run.zero = 2;
+  auto world = comm::make_local();
+  const size_t before = guarded_bound_threads();
+  {  // made and ended: the worker has started (and joined) by the end of the scope
+    pipeline::ModelStates states(model::preset("llama-tiny"), *backend, *world, run, testing::fresh_seed());
+    states.zero_gradients();
+    states.reduce_gradients();
+  }
+  EXPECT_EQ(guarded_bound_threads(), before + 1) << "the collectives' worker did not bind itself";
+  EXPECT_FALSE(guarded_thread_bound(std::this_thread::get_id()));
 }
 
 TEST_F(GuardedMemory, ResidentStorageIsComputeTierToo) {

@@ -70,7 +70,7 @@ std::string open_library() {
 }
 
 // FPDT_CUDNN_ATTENTION=off: every block to the CUDA-core kernels (to compare the two paths, or to rule
-// cuDNN out); read when a backend is made.
+// cuDNN out); read on a backend's first block that may go to cuDNN.
 bool switched_off() {
   const char* value = std::getenv("FPDT_CUDNN_ATTENTION");
   return value != nullptr && std::string(value) == "off";
@@ -186,8 +186,36 @@ struct CudnnSdpa::Impl {
   };
   cudaStream_t stream = nullptr;
   cudnnHandle_t handle = nullptr;
-  std::string unavailable;  // why no block runs on cuDNN ("" when it can)
+  bool started = false;
+  std::string unavailable;  // why no block runs on cuDNN ("" when it can), once started
   std::unordered_map<SdpaKey, Entry, SdpaKeyHash> forward, backward;
+
+  // Opens libcudnn and makes the handle on the first block that may go to cuDNN, not when the backend is made:
+  // an fp32 run never loads cuDNN's libraries (hundreds of MB once a handle exists).
+  void start() {
+    if (started) return;
+    started = true;
+    if (switched_off()) {
+      unavailable = "switched off by FPDT_CUDNN_ATTENTION=off";
+      return;
+    }
+    unavailable = open_library();
+    if (unavailable.empty()) {
+      try {
+        if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS) {
+          unavailable = "cudnnCreate failed";
+          handle = nullptr;
+        } else if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS) {
+          unavailable = "cudnnSetStream failed";
+        }
+      } catch (const std::exception& error) {
+        unavailable = std::string("cuDNN could not start: ") + error.what();
+      }
+    }
+    if (!unavailable.empty())
+      log::info("attention: the CUDA-core kernels (cuDNN's fused attention is unavailable: " + unavailable +
+                "; FPDT_CUDNN_LIBRARY names libcudnn.so.9)");
+  }
 
   // The entry of `key` in `cache`, made by `make` (which adds the graph's tensors) on first use.
   template <typename Make>
@@ -195,6 +223,7 @@ struct CudnnSdpa::Impl {
                Make&& make) {
     auto found = cache.find(key);
     if (found != cache.end()) return found->second;
+    start();
     Entry made;
     if (!unavailable.empty()) {
       made.refusal = unavailable;
@@ -235,29 +264,7 @@ struct CudnnSdpa::Impl {
   }
 };
 
-CudnnSdpa::CudnnSdpa(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
-  impl_->stream = stream;
-  if (switched_off()) {
-    impl_->unavailable = "switched off by FPDT_CUDNN_ATTENTION=off";
-    return;
-  }
-  impl_->unavailable = open_library();
-  if (!impl_->unavailable.empty()) {
-    log::info("attention: the CUDA-core kernels (cuDNN's fused attention is unavailable: " + impl_->unavailable +
-              "; set FPDT_CUDNN_LIBRARY to libcudnn.so.9's path)");
-    return;
-  }
-  try {
-    if (fe::detail::create_handle(&impl_->handle) != CUDNN_STATUS_SUCCESS) {
-      impl_->unavailable = "cudnnCreate failed";
-      impl_->handle = nullptr;
-    } else if (fe::detail::set_stream(impl_->handle, stream) != CUDNN_STATUS_SUCCESS) {
-      impl_->unavailable = "cudnnSetStream failed";
-    }
-  } catch (const std::exception& error) {
-    impl_->unavailable = std::string("cuDNN could not start: ") + error.what();
-  }
-}
+CudnnSdpa::CudnnSdpa(cudaStream_t stream) : impl_(std::make_unique<Impl>()) { impl_->stream = stream; }
 
 CudnnSdpa::~CudnnSdpa() {
   impl_->forward.clear();
@@ -271,12 +278,12 @@ CudnnSdpa::~CudnnSdpa() {
 }
 
 std::string CudnnSdpa::describe(bool bf16) {
+  // At most 48 characters: the width of the run table's values.
   if (switched_off()) return "CUDA-core kernels (FPDT_CUDNN_ATTENTION=off)";
   const std::string status = open_library();
-  if (!status.empty()) return "CUDA-core kernels (no libcudnn.so.9: see the log)";
-  const std::string cudnn = "cuDNN " + version_text(fe::detail::get_backend_version());
-  if (!bf16) return "CUDA-core kernels (fp32 run; " + cudnn + " is bf16)";
-  return cudnn + " SDPA; CUDA-core where it refuses";
+  if (!status.empty()) return "CUDA-core kernels (libcudnn not loaded: log)";
+  if (!bf16) return "CUDA-core kernels (fp32; cuDNN's is bf16)";
+  return "cuDNN " + version_text(fe::detail::get_backend_version()) + " SDPA; CUDA-core where it refuses";
 }
 
 std::string CudnnSdpa::prepare_forward(const SdpaKey& key, size_t* workspace_bytes) {

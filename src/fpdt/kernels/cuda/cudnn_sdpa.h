@@ -46,9 +46,10 @@ struct SdpaBackwardArgs {
 
 class CudnnSdpa {
  public:
-  // Opens libcudnn (FPDT_CUDNN_LIBRARY, else libcudnn.so.9 on the loader's path, else beside the headers
-  // CMake found) and makes a handle on `stream`. Never throws: a failure is the refusal of every block, and so
-  // is FPDT_CUDNN_ATTENTION=off in the environment (the CUDA-core kernels run everything).
+  // On the first block asked for (not here: an fp32 run never loads cuDNN), opens libcudnn (FPDT_CUDNN_LIBRARY,
+  // else libcudnn.so.9 on the loader's path, else beside the headers CMake found) and makes a handle on
+  // `stream`. Never throws: a failure is the refusal of every block, and so is FPDT_CUDNN_ATTENTION=off in the
+  // environment (the CUDA-core kernels run everything).
   explicit CudnnSdpa(cudaStream_t stream);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
+#include <thread>
 
 #include "fpdt/base/error.h"
 #include "fpdt/tensor/memory.h"
@@ -180,7 +182,29 @@ class GuardedMemory final : public DeviceMemory {
   void download(void* host, const void* src, size_t bytes) override {
     host_memory().download(host, guarded_readable(src), bytes);
   }
+  // Nothing to bind on a CPU; recorded, so the tests see which threads would have set the GPU.
+  void bind_thread() override {
+    const std::lock_guard lock(bound_mutex_);
+    bound_.insert(std::this_thread::get_id());
+  }
+  bool bound(std::thread::id thread) const {
+    const std::lock_guard lock(bound_mutex_);
+    return bound_.count(thread) > 0;
+  }
+  size_t bound_count() const {
+    const std::lock_guard lock(bound_mutex_);
+    return bound_.size();
+  }
+
+ private:
+  mutable std::mutex bound_mutex_;
+  std::set<std::thread::id> bound_;
 };
+
+GuardedMemory& the_guarded_memory() {
+  static GuardedMemory memory;
+  return memory;
+}
 
 }  // namespace
 
@@ -188,9 +212,9 @@ const void* guarded_readable(const void* handle) {
   return handle == nullptr ? handle : Registry::instance().readable(handle);
 }
 
-DeviceMemory& guarded_memory() {
-  static GuardedMemory memory;
-  return memory;
-}
+DeviceMemory& guarded_memory() { return the_guarded_memory(); }
+
+bool guarded_thread_bound(std::thread::id thread) { return the_guarded_memory().bound(thread); }
+size_t guarded_bound_threads() { return the_guarded_memory().bound_count(); }
 
 }  // namespace fpdt::kernels

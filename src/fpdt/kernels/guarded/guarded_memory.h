@@ -8,7 +8,9 @@
 // A test mode (tests/kernels/guarded_memory_test.cpp, tests/cli/guarded_test.cpp); not a fast path.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <thread>
 
 #include "fpdt/kernels/device_memory.h"
 
@@ -16,6 +18,10 @@ namespace fpdt::kernels {
 
 // The process's guarded memory (one, like host_memory()).
 DeviceMemory& guarded_memory();
+// Whether `thread` has called guarded_memory().bind_thread(): what a CUDA thread other than the backend's
+// must do before it computes (cudaSetDevice), checked on the CPU (tests/kernels/guarded_memory_test.cpp).
+bool guarded_thread_bound(std::thread::id thread);
+size_t guarded_bound_threads();  // how many threads have, so far
 
 // The readable address of the byte a compute-tier handle of guarded_memory() names; any other pointer
 // (host memory, null) unchanged. Only the guarded backend and guarded_memory() call it.
