@@ -83,19 +83,25 @@ Schedule FpdtModel::schedule_for(int64_t seq_tokens, Pass pass, const int32_t* d
   return make_schedule(plan, pass, run_.recompute, masks, mlp_kept(), bf16_store(), cache_chunks_ > 0);
 }
 
-LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch, int64_t cache_chunks) const {
-  LayoutShape shape = pipeline::layout_shape(config_, sharding_, plan_for(seq_tokens), batch,
-                                             run_.recompute == Recompute::layer ? 1 : config_.layers,
-                                             stored_activation_bytes(run_.precision), mlp_kept(), !run_.forward_only);
+LayoutShape run_layout_shape(const model::ModelConfig& config, const RunSpec& run, const HeadSharding& sharding,
+                             const ChunkPlan& plan, int batch, int64_t cache_chunks) {
+  LayoutShape shape = layout_shape(config, sharding, plan, batch, run.recompute == Recompute::layer ? 1 : config.layers,
+                                   stored_activation_bytes(run.precision), run_keeps_mlp_activations(run),
+                                   !run.forward_only);
   shape.cache_chunks = cache_chunks;
   return shape;
 }
 
 // A forward-only layout stores nothing for a backward, the MLP's activations neither.
-bool FpdtModel::mlp_kept() const {
-  return !run_.forward_only &&
-         keep_mlp_activations(run_.offload.kind == OffloadKind::none, run_.recompute);
+bool run_keeps_mlp_activations(const RunSpec& run) {
+  return !run.forward_only && keep_mlp_activations(run.offload.kind == OffloadKind::none, run.recompute);
 }
+
+LayoutShape FpdtModel::layout_shape(int64_t seq_tokens, int batch, int64_t cache_chunks) const {
+  return run_layout_shape(config_, run_, sharding_, plan_for(seq_tokens), batch, cache_chunks);
+}
+
+bool FpdtModel::mlp_kept() const { return run_keeps_mlp_activations(run_); }
 
 void FpdtModel::reserve(int64_t seq_tokens, int batch, bool dry, int64_t cache_chunks) {
   if (arena_ && plan_.seq_tokens == seq_tokens && batch_size_ == batch && dry_ == dry &&

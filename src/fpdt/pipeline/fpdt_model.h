@@ -44,6 +44,13 @@ struct TokenOutputs {
 // at forward_tokens (the prompt and its padding), the KV cache has cache_chunks chunks. Throws fpdt::Error
 // for a cache beyond the model's learned positions or 64-bit sizes, or (unless `dry`) one in RAM beyond the
 // machine's memory — so a training run that samples at its end refuses the sample before its first step.
+// The layout of a pipeline of `run` for `config` on the rank `sharding` describes: layout_shape's arguments
+// from the run (its recompute, precision, offload, forward-only), with `cache_chunks` of KV cache (0: none).
+// Whether the store keeps the MLP's activations for the backward is run_keeps_mlp_activations(run).
+LayoutShape run_layout_shape(const model::ModelConfig& config, const RunSpec& run, const HeadSharding& sharding,
+                             const ChunkPlan& plan, int batch, int64_t cache_chunks = 0);
+bool run_keeps_mlp_activations(const RunSpec& run);
+
 struct GenerationLayout {
   int64_t forward_tokens = 0;
   int64_t cache_chunks = 0;

@@ -46,13 +46,8 @@ GenerationLayout plan_generation(const model::ModelConfig& config, const RunSpec
     plan = plan_chunks(run, forward_tokens, sp_ranks, sp_rank);
   }
   const int64_t cache_chunks = plan.chunks + (max_new_tokens + plan.chunk_tokens - 1) / plan.chunk_tokens;
-  // FpdtModel::layout_shape's arguments, from the run alone.
-  const bool mlp_kept =
-      !run.forward_only && keep_mlp_activations(run.offload.kind == OffloadKind::none, run.recompute);
-  LayoutShape shape = layout_shape(config, make_head_sharding(config.heads, config.kv_heads, sp_ranks, sp_rank), plan, 1,
-                                   run.recompute == Recompute::layer ? 1 : config.layers,
-                                   stored_activation_bytes(run.precision), mlp_kept, !run.forward_only);
-  shape.cache_chunks = cache_chunks;
+  const LayoutShape shape = run_layout_shape(
+      config, run, make_head_sharding(config.heads, config.kv_heads, sp_ranks, sp_rank), plan, 1, cache_chunks);
   const std::string what = "the KV cache of a prompt of " + std::to_string(prompt_tokens) + " tokens and " +
                            std::to_string(max_new_tokens) + " new ones";
   if (!layout_fits_64_bits(shape))
