@@ -3,12 +3,22 @@
 // for) and prints both; the compute peak does not grow with S; and bad input — S beyond a model's learned
 // positions, missing or too little data, data of another vocabulary, a prompt longer than --seq, more ranks
 // than the job has — gets one clear error line each. In bf16, eval's loss is training's validation loss on
-// the same tokens, and its dry run lays out what the run allocates.
+// the same tokens, and its dry run lays out what the run allocates. A RULER run killed midway goes on from
+// its progress file to the uninterrupted run's answers.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <nlohmann/json.hpp>
 
+#include "fpdt/base/file_io.h"
 #include "fpdt/model/config.h"
 #include "fpdt_program.h"
 #include "tolerances.h"
@@ -130,6 +140,62 @@ TEST_F(EvalCommand, ABatchBeyondTheSequencesTakesThoseThereAre) {
   ASSERT_EQ(result.exit_status, 0) << result.output;
   EXPECT_EQ(result.output.find("[internal]"), std::string::npos) << result.output;
   EXPECT_GE(read_json(dir_.file("eval/loss_by_position.json"))["sequences"].get<int64_t>(), 2);
+}
+
+// A RULER run stopped by SIGKILL goes on where it stopped: its progress file keeps every scored sample, a
+// rerun under another precision is refused by name and leaves the file as it was, and the same command
+// answers only the prompts left, ending with the uninterrupted run's ruler.json.
+TEST_F(EvalCommand, AStoppedRulerRunGoesOnWhereItStopped) {
+  auto args = [&](const std::string& out, int64_t samples) {
+    return std::vector<std::string>{
+        "eval", "--checkpoint", run_, "--data", setup_->data_dir, "--threads", "1", "--seq", "1024",
+        "--rope-scaling", R"({"rope_type": "yarn", "factor": 4})", "--chunk-tokens", "256", "--offload", "ram",
+        "--sequences", "1", "--passkey-lengths", "none", "--tasks", "niah_single_1", "--ruler-lengths", "1024",
+        "--ruler-samples", std::to_string(samples), "--out", out};
+  };
+  const auto whole_lines = [](const std::string& path) {
+    std::ifstream file(path);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    return static_cast<int64_t>(std::count(text.begin(), text.end(), '\n'));
+  };
+  // Killed once the file holds a sample (its header and one line); a run that ended first (a loaded machine
+  // polling late) is tried again with more samples.
+  const std::string stopped = dir_.file("stopped"), progress = stopped + "/ruler_progress.jsonl";
+  int64_t samples = 30;
+  for (int attempt = 0; attempt < 4 && !std::filesystem::exists(progress); ++attempt, samples *= 2) {
+    std::filesystem::remove_all(stopped);
+    const pid_t pid = start_fpdt(args(stopped, samples), dir_.file("stopped.log"));
+    int status = 0;
+    while (whole_lines(progress) < 2 && ::waitpid(pid, &status, WNOHANG) == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(std::filesystem::exists(progress));
+  const int64_t kept = whole_lines(progress) - 1;
+  ASSERT_GE(kept, 1);
+  ASSERT_LT(kept, samples / 2);  // samples was doubled after the last attempt
+
+  std::vector<std::string> bf16 = args(stopped, samples / 2);
+  bf16.insert(bf16.end(), {"--precision", "bf16"});
+  const std::string before = read_text_file(progress, "test", "");
+  expect_one_clear_error(run_fpdt(join_args(bf16)), {"[ruler]", progress, "precision \"fp32\" there, \"bf16\" now",
+                                                     "delete the file"});
+  EXPECT_EQ(read_text_file(progress, "test", ""), before);
+
+  const ProgramResult resumed = run_fpdt(join_args(args(stopped, samples / 2)));
+  ASSERT_EQ(resumed.exit_status, 0) << resumed.output;
+  expect_contains(resumed.output, {"ruler: " + std::to_string(kept) + " of " + std::to_string(samples / 2) +
+                                   " prompts already answered"});
+  EXPECT_FALSE(std::filesystem::exists(progress));  // ruler.json holds them all
+  const ProgramResult straight = run_fpdt(join_args(args(dir_.file("straight"), samples / 2)));
+  ASSERT_EQ(straight.exit_status, 0) << straight.output;
+  const nlohmann::json ours = read_json(stopped + "/ruler.json"), theirs = read_json(dir_.file("straight/ruler.json"));
+  ASSERT_EQ(ours["samples"].size(), theirs["samples"].size());
+  for (size_t i = 0; i < ours["samples"].size(); ++i)
+    for (const char* field : {"index", "prompt_ids", "generated_ids", "prediction", "score"})
+      EXPECT_EQ(ours["samples"][i][field], theirs["samples"][i][field]) << i << " " << field;
+  EXPECT_EQ(ours["cells"][0]["score"], theirs["cells"][0]["score"]);
 }
 
 TEST_F(EvalCommand, BadInputGetsOneClearError) {

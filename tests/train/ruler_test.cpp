@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <numbers>
@@ -16,6 +17,7 @@
 #include <set>
 
 #include "fpdt/base/error.h"
+#include "fpdt/base/file_io.h"
 #include "fpdt/base/random.h"
 #include "fpdt/data/shard.h"
 #include "fpdt/data/tokenizer.h"
@@ -674,6 +676,99 @@ TEST(Ruler, RunScoresFakeGenerators) {
   }
   const std::vector<std::string> table = ruler_table(right, s);
   EXPECT_EQ(table.size(), 1 + 1 + 11 + 1 + 2u);  // title, header, tasks, average, two effective lengths
+}
+
+
+// A run stopped after some samples (its generator killed mid-answer, its progress file's last line torn) goes
+// on from its progress file: only the other prompts are answered, and the result is the uninterrupted run's.
+// A file made under another identity, a changed prompt and a garbled line are refused by name.
+TEST(Ruler, AStoppedRunGoesOnFromItsProgressFile) {
+  const uint64_t seed = testing::fresh_seed();
+  const RulerSources sources = fresh_sources(seed);
+  RulerSettings s;
+  s.tasks = "niah_single_1,niah_multivalue,vt,fwe";
+  s.samples = 3;
+  s.seed = seed;
+  const std::vector<int64_t> lengths = {3072, 4096};
+  std::map<std::vector<int32_t>, std::vector<std::string>> references;
+  for (const int64_t L : lengths)
+    for (const std::string& task : ruler_task_names(s))
+      for (const RulerPrompt& p : make_ruler_prompts(ruler_recipe(task), L, s.samples, bytes(), sources, s.chat, seed))
+        references[p.tokens] = p.references;
+  // An answer that depends on the prompt alone: all of its references or the first one, drawn per prompt.
+  int64_t answered = 0, stop_after = -1;
+  const GenerateFn generate = [&](const std::vector<int32_t>& prompt, int64_t) {
+    if (answered == stop_after) throw std::runtime_error("killed");
+    ++answered;
+    const std::vector<std::string>& refs = references.at(prompt);
+    Rng pick(seed ^ static_cast<uint64_t>(prompt.size()));
+    std::string text;
+    for (size_t i = 0; i < (pick.below(2) == 0 ? refs.size() : 1); ++i) text += " " + refs[i];
+    return bytes().encode(text);
+  };
+  const RulerResult whole = run_ruler(s, lengths, bytes(), sources, generate);
+  const int64_t planned = static_cast<int64_t>(whole.samples.size());
+  ASSERT_EQ(planned, 4 * 3 * 2);
+
+  TempDir dir;
+  const std::string path = dir.file(kRulerProgressFile);
+  const nlohmann::ordered_json identity = {{"checkpoint", "/models/a"}, {"precision", "bf16"}, {"seed", seed}};
+  answered = 0;
+  stop_after = 1 + static_cast<int64_t>(Rng(seed).below(static_cast<uint64_t>(planned - 2)));
+  {
+    RulerProgressLog log(path, identity, {});
+    EXPECT_THROW(run_ruler(s, lengths, bytes(), sources, generate, {}, path,
+                           [&](const RulerSample& sample) { log.append(sample); }),
+                 std::runtime_error);
+  }
+  const std::string torn = "{\"task\":\"vt\",\"len";  // a line cut by the kill
+  {
+    std::FILE* file = std::fopen(path.c_str(), "a");
+    ASSERT_NE(file, nullptr);
+    std::fputs(torn.c_str(), file);
+    std::fclose(file);
+  }
+  const std::string text = read_text_file(path, "test", "");
+  const std::vector<RulerSample> finished = read_ruler_progress(text, path, identity);
+  ASSERT_EQ(static_cast<int64_t>(finished.size()), stop_after);
+
+  answered = 0;
+  stop_after = -1;
+  std::vector<RulerSample> appended;
+  const RulerResult resumed = run_ruler(s, lengths, bytes(), sources, generate, finished, path,
+                                        [&](const RulerSample& sample) { appended.push_back(sample); });
+  EXPECT_EQ(answered, planned - static_cast<int64_t>(finished.size()));  // the finished ones are not asked again
+  EXPECT_EQ(appended.size(), static_cast<size_t>(answered));
+  ASSERT_EQ(resumed.samples.size(), whole.samples.size());
+  for (size_t i = 0; i < whole.samples.size(); ++i) {
+    EXPECT_EQ(resumed.samples[i].task, whole.samples[i].task);
+    EXPECT_EQ(resumed.samples[i].index, whole.samples[i].index);
+    EXPECT_EQ(resumed.samples[i].prompt_ids, whole.samples[i].prompt_ids);
+    EXPECT_EQ(resumed.samples[i].generated_ids, whole.samples[i].generated_ids);
+    EXPECT_EQ(resumed.samples[i].prediction, whole.samples[i].prediction);
+    EXPECT_EQ(resumed.samples[i].score, whole.samples[i].score);
+  }
+  for (size_t c = 0; c < whole.cells.size(); ++c) EXPECT_EQ(resumed.cells[c].score, whole.cells[c].score);
+  EXPECT_EQ(resumed.averages, whole.averages);
+
+  // The log reopened on the kept samples drops the torn line; appending goes on after them.
+  {
+    RulerProgressLog log(path, identity, finished);
+    log.append(appended.front());
+  }
+  EXPECT_EQ(read_ruler_progress(read_text_file(path, "test", ""), path, identity).size(), finished.size() + 1);
+
+  nlohmann::ordered_json other = identity;
+  other["precision"] = "fp32";
+  expect_error([&] { read_ruler_progress(text, path, other); }, "ruler", "precision \"bf16\" there, \"fp32\" now");
+  expect_error([&] { read_ruler_progress("{\"step\":1}\n", path, identity); }, "ruler", "not a RULER progress file");
+  const size_t second_line = text.find('\n') + 1;
+  const std::string garbled = text.substr(0, second_line) + "{\"task\":1}\n" + text.substr(second_line);
+  expect_error([&] { read_ruler_progress(garbled, path, identity); }, "ruler", "line 2 is not a RULER sample");
+  std::vector<RulerSample> changed = finished;
+  changed.back().prompt_ids.back() ^= 1;
+  expect_error([&] { run_ruler(s, lengths, bytes(), sources, generate, changed, path); }, "ruler",
+               "whose prompt is not the one drawn now");
 }
 
 }  // namespace

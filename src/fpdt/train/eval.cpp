@@ -103,6 +103,29 @@ data::ShardReader open_split(const EvalSettings& s, const data::Tokenizer& token
   return shard;
 }
 
+// What a RULER run's answers depend on besides their prompts, and what the prompts are drawn with: a progress
+// file made under other ones is refused (read_ruler_progress). The weights are named by their files' sizes
+// and modification times, as make knows a file changed. The chunks, the offload tier and the ranks may
+// change between a run and its resumption: the pipeline's answers do not depend on them.
+nlohmann::ordered_json ruler_identity(const EvalResult& result, const EvalSettings& s, const RulerSources& sources) {
+  nlohmann::ordered_json weights = nlohmann::ordered_json::array();
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(result.checkpoint))
+    if (entry.is_regular_file() && entry.path().extension() == ".safetensors") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const std::filesystem::path& file : files)
+    weights.push_back({{"file", file.filename().string()},
+                       {"bytes", std::filesystem::file_size(file)},
+                       {"modified", std::filesystem::last_write_time(file).time_since_epoch().count()}});
+  return {{"checkpoint", result.checkpoint},
+          {"weights", weights},
+          {"rope_parameters", nlohmann::ordered_json::parse(result.rope_parameters)},
+          {"precision", pipeline::spelling(s.run.precision)},
+          {"template", ruler_template_spelling(s.ruler.chat)},
+          {"seed", s.ruler.seed},
+          {"haystack", sources.essay_origin}};
+}
+
 }  // namespace
 
 void declare_eval_options(OptionSet& set, EvalSettings& s) {
@@ -425,7 +448,25 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       greedy.new_tokens = max_new_tokens;
       return train::generate(model, prompt, greedy, unused).tokens;
     };
-    result.ruler = run_ruler(s.ruler, ruler_lengths_asked, tokenizer, sources, generate);
+    // A stopped run's answers (rank 0's progress file, sent to every rank so that all skip the same prompts)
+    // are kept; each new one is appended as it is scored.
+    const std::string progress_path = path_in(s.out_dir, kRulerProgressFile);
+    const nlohmann::ordered_json identity = ruler_identity(result, s, sources);
+    std::string progress_text;
+    if (world.rank() == 0 && std::filesystem::exists(progress_path))
+      progress_text = read_text_file(progress_path, kModule, "the RULER progress file must be a file");
+    uint64_t progress_bytes = progress_text.size();
+    world.broadcast(&progress_bytes, sizeof progress_bytes, 0);
+    progress_text.resize(progress_bytes);
+    world.broadcast(progress_text.data(), progress_bytes, 0);
+    const std::vector<RulerSample> finished = read_ruler_progress(progress_text, progress_path, identity);
+    std::optional<RulerProgressLog> progress;
+    if (world.rank() == 0) progress.emplace(progress_path, identity, finished);
+    const ScoredFn on_scored = [&](const RulerSample& sample) {
+      if (progress) progress->append(sample);
+    };
+    result.ruler = run_ruler(s.ruler, ruler_lengths_asked, tokenizer, sources, generate, finished, progress_path,
+                             on_scored);
   }
 
   result.compute_peak_bytes = MemoryTiers::instance().usage(Tier::compute).peak_bytes;
@@ -436,9 +477,11 @@ EvalResult evaluate(const EvalSettings& settings, comm::Communicator& world) {
       write_text_file_atomic(path_in(s.out_dir, "loss_by_position.json"), loss_json(result, s).dump(2) + "\n", kModule);
     if (!result.passkey.empty())
       write_text_file_atomic(path_in(s.out_dir, "passkey.json"), passkey_json(result, s).dump(2) + "\n", kModule);
-    if (result.ruler)
+    if (result.ruler) {
       write_text_file_atomic(path_in(s.out_dir, "ruler.json"), ruler_json(*result.ruler, s.ruler).dump(2) + "\n",
                              kModule);
+      std::filesystem::remove(path_in(s.out_dir, kRulerProgressFile));  // ruler.json holds every sample now
+    }
   }
   return result;
 }

@@ -6,8 +6,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <sstream>
+#include <tuple>
 
 #include "fpdt/base/error.h"
 #include "fpdt/base/file_io.h"
@@ -21,8 +29,6 @@ namespace {
 constexpr const char* kModule = "ruler";
 
 std::string str(int64_t value) { return std::to_string(value); }
-
-std::string chat_spelling(RulerChat chat) { return chat == RulerChat::smollm2 ? "smollm2-chat" : "base"; }
 
 // "1h 02m", "3m 20s", "12s".
 std::string duration(double seconds) {
@@ -57,7 +63,39 @@ std::string lower_ascii(std::string text) {
   return text;
 }
 
+// A sample as ruler.json and the progress file write it, and back.
+nlohmann::ordered_json sample_json(const RulerSample& sample) {
+  return {{"task", sample.task},
+          {"length", sample.length_tokens},
+          {"index", sample.index},
+          {"prompt_tokens", sample.prompt_tokens},
+          {"references", sample.references},
+          {"prediction", sample.prediction},
+          {"generated_ids", sample.generated_ids},
+          {"prompt_ids", sample.prompt_ids},
+          {"score", sample.score},
+          {"seconds", sample.seconds}};
+}
+
+RulerSample sample_from_json(const nlohmann::ordered_json& json) {
+  RulerSample sample;
+  sample.task = json.at("task").get<std::string>();
+  sample.length_tokens = json.at("length").get<int64_t>();
+  sample.index = json.at("index").get<int64_t>();
+  sample.prompt_tokens = json.at("prompt_tokens").get<int64_t>();
+  sample.references = json.at("references").get<std::vector<std::string>>();
+  sample.prediction = json.at("prediction").get<std::string>();
+  sample.generated_ids = json.at("generated_ids").get<std::vector<int32_t>>();
+  sample.prompt_ids = json.at("prompt_ids").get<std::vector<int32_t>>();
+  sample.score = json.at("score").get<double>();
+  sample.seconds = json.at("seconds").get<double>();
+  return sample;
+}
+
+
 }  // namespace
+
+std::string ruler_template_spelling(RulerChat chat) { return chat == RulerChat::smollm2 ? "smollm2-chat" : "base"; }
 
 void declare_ruler_options(OptionSet& set, RulerSettings& s) {
   set.add("ruler", "", "run RULER's 11 synthetic tasks (answers generated with the KV cache)", s.all_tasks);
@@ -75,7 +113,8 @@ void declare_ruler_options(OptionSet& set, RulerSettings& s) {
       .at_least(0)
       .at_most(100);
   set.add("ruler-template", "base|smollm2-chat",
-          "prompt template: RULER's base (the task text alone) or SmolLM2-Instruct's chat turn", s.chat, chat_spelling,
+          "prompt template: RULER's base (the task text alone) or SmolLM2-Instruct's chat turn", s.chat,
+          ruler_template_spelling,
           [](const std::string& word) { return word == "smollm2-chat" ? RulerChat::smollm2 : RulerChat::base; })
       .choices({"base", "smollm2-chat"});
   set.add("ruler-seed", "N", "seed of RULER's prompts (RULER's default 42)", s.seed);
@@ -209,7 +248,8 @@ int64_t effective_length(const std::vector<int64_t>& lengths, const std::vector<
 }
 
 RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& lengths, const data::Tokenizer& tokenizer,
-                      const RulerSources& sources, const GenerateFn& generate) {
+                      const RulerSources& sources, const GenerateFn& generate, const std::vector<RulerSample>& finished,
+                      const std::string& progress_path, const ScoredFn& on_scored) {
   const Timer timer;
   RulerResult result;
   result.tasks = ruler_task_names(s);
@@ -223,6 +263,18 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
     planned_tokens += static_cast<double>(L * s.samples) * static_cast<double>(result.tasks.size());
   const int64_t planned_prompts = s.samples * static_cast<int64_t>(lengths.size() * result.tasks.size());
   int64_t done_prompts = 0;
+  // A stopped run's samples, by (task, length, index); those of this run's plan are not generated again.
+  std::map<std::tuple<std::string, int64_t, int64_t>, const RulerSample*> resumed;
+  for (const RulerSample& sample : finished) {
+    const bool planned = sample.index < s.samples &&
+                         std::find(lengths.begin(), lengths.end(), sample.length_tokens) != lengths.end() &&
+                         std::find(result.tasks.begin(), result.tasks.end(), sample.task) != result.tasks.end();
+    if (planned && resumed.emplace(std::make_tuple(sample.task, sample.length_tokens, sample.index), &sample).second)
+      planned_tokens -= static_cast<double>(sample.length_tokens);
+  }
+  if (!resumed.empty())
+    log::info("ruler: " + str(static_cast<int64_t>(resumed.size())) + " of " + str(planned_prompts) +
+              " prompts already answered in " + progress_path + "; answering the others");
   for (const int64_t L : lengths) {
     double sum = 0.0;
     for (const std::string& task : result.tasks) {
@@ -238,6 +290,20 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
       double score_sum = 0.0;
       for (size_t n = 0; n < prompts.size(); ++n) {
         const RulerPrompt& prompt = prompts[n];
+        const auto found = resumed.find(std::make_tuple(task, L, static_cast<int64_t>(n)));
+        if (found != resumed.end()) {
+          const RulerSample& sample = *found->second;
+          if (sample.prompt_ids != prompt.tokens)
+            throw Error(kModule,
+                        progress_path + " holds an answer to " + task + " at " + str(L) + " tokens, sample " +
+                            str(static_cast<int64_t>(n)) + ", whose prompt is not the one drawn now",
+                        "the word list, the haystack or the tokenizer changed since: delete the file to start over");
+          score_sum += sample.score;
+          cell.seconds += sample.seconds;
+          result.samples.push_back(sample);
+          ++done_prompts;
+          continue;
+        }
         const Timer answer;
         const std::vector<int32_t> generated = generate(prompt.tokens, recipe.tokens_to_generate);
         RulerSample sample;
@@ -253,6 +319,7 @@ RulerResult run_ruler(const RulerSettings& s, const std::vector<int64_t>& length
         sample.score = string_match_all(sample.prediction, sample.references);
         score_sum += sample.score;
         cell.seconds += sample.seconds;
+        if (on_scored) on_scored(sample);
         result.samples.push_back(std::move(sample));
         done_tokens += static_cast<double>(L);
         ++done_prompts;
@@ -283,7 +350,7 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
   json["tasks"] = result.tasks;
   json["lengths"] = result.lengths;
   json["samples_per_cell"] = s.samples;
-  json["template"] = chat_spelling(s.chat);
+  json["template"] = ruler_template_spelling(s.chat);
   json["seed"] = s.seed;
   json["haystack"] = result.essay_origin;
   json["metric"] = "string_match_all";
@@ -308,17 +375,7 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
   json["effective_length_at_threshold"] = {{"threshold", s.threshold},
                                            {"length", result.effective_length_at_threshold}};
   nlohmann::ordered_json samples = nlohmann::ordered_json::array();
-  for (const RulerSample& sample : result.samples)
-    samples.push_back({{"task", sample.task},
-                       {"length", sample.length_tokens},
-                       {"index", sample.index},
-                       {"prompt_tokens", sample.prompt_tokens},
-                       {"references", sample.references},
-                       {"prediction", sample.prediction},
-                       {"generated_ids", sample.generated_ids},
-                       {"prompt_ids", sample.prompt_ids},
-                       {"score", sample.score},
-                       {"seconds", sample.seconds}});
+  for (const RulerSample& sample : result.samples) samples.push_back(sample_json(sample));
   json["samples"] = samples;
   return json;
 }
@@ -326,7 +383,7 @@ nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings
 std::vector<std::string> ruler_table(const RulerResult& result, const RulerSettings& s) {
   std::vector<std::string> lines;
   lines.push_back("RULER (string_match_all x 100; " + str(s.samples) + " prompts per cell, template " +
-                  chat_spelling(s.chat) + ", haystack " + result.essay_origin + ")");
+                  ruler_template_spelling(s.chat) + ", haystack " + result.essay_origin + ")");
   char cell[32];
   std::string header = "task            ";
   for (const int64_t L : result.lengths) {
@@ -360,6 +417,64 @@ std::vector<std::string> ruler_table(const RulerResult& result, const RulerSetti
     if (s.threshold != kRulerThreshold) lines.push_back(effective(s.threshold, result.effective_length_at_threshold));
   }
   return lines;
+}
+
+std::vector<RulerSample> read_ruler_progress(const std::string& text, const std::string& path,
+                                             const nlohmann::ordered_json& identity) {
+  std::vector<RulerSample> samples;
+  std::istringstream lines(text);
+  std::string line;
+  for (int64_t number = 1; std::getline(lines, line); ++number) {
+    if (lines.eof()) break;  // no '\n' after it: torn by a killed writer, and its sample is answered again
+    const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (number == 1) {
+      if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("ruler_progress"))
+        throw Error(kModule, path + " is not a RULER progress file (its first line names no run)",
+                    "delete it, or give eval another --out");
+      const nlohmann::ordered_json& theirs = parsed.at("ruler_progress");
+      std::string differs;
+      for (const auto& [field, ours] : identity.items())
+        if (!theirs.contains(field) || theirs.at(field) != ours)
+          differs += (differs.empty() ? "" : "; ") + field + " " +
+                     (theirs.contains(field) ? theirs.at(field).dump() : std::string("(none)")) + " there, " +
+                     ours.dump() + " now";
+      if (!differs.empty())
+        throw Error(kModule, path + " holds the answers of another RULER run: " + differs,
+                    "rerun with that run's options to finish it, or delete the file (or give another --out) to "
+                    "start over");
+      continue;
+    }
+    try {
+      samples.push_back(sample_from_json(parsed));
+    } catch (const nlohmann::ordered_json::exception&) {
+      throw Error(kModule, path + " line " + str(number) + " is not a RULER sample",
+                  "delete the file to start over (its samples are answered again)");
+    }
+  }
+  return samples;
+}
+
+RulerProgressLog::RulerProgressLog(const std::string& path, const nlohmann::ordered_json& identity,
+                                   const std::vector<RulerSample>& kept)
+    : path_(path) {
+  std::string text = nlohmann::ordered_json{{"ruler_progress", identity}}.dump() + "\n";
+  for (const RulerSample& sample : kept) text += sample_json(sample).dump() + "\n";
+  write_text_file_atomic(path, text, kModule);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0)
+    throw Error(kModule, "cannot open the RULER progress file " + path + ": " + std::strerror(errno),
+                "check that --out is writable");
+}
+
+RulerProgressLog::~RulerProgressLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RulerProgressLog::append(const RulerSample& sample) {
+  const std::string line = sample_json(sample).dump() + "\n";
+  write_fully(fd_, line.data(), line.size(), path_, kModule);
+  if (::fsync(fd_) != 0)
+    throw Error(kModule, "cannot save " + path_ + ": " + std::strerror(errno), "check the disk holding --out");
 }
 
 }  // namespace fpdt::train

@@ -52,6 +52,8 @@ const RulerRecipe& ruler_recipe(const std::string& name);
 // template with its default system turn (as its tokenizer_config.json's chat_template renders one user turn
 // with add_generation_prompt). RULER's answer prefix follows the template, as in RULER's prepare.py.
 enum class RulerChat { base, smollm2 };
+// "base" or "smollm2-chat", as --ruler-template spells it.
+std::string ruler_template_spelling(RulerChat chat);
 
 struct RulerSettings {
   bool all_tasks = false;        // --ruler: the 11 tasks
@@ -153,10 +155,42 @@ struct RulerResult {
   double seconds = 0.0;
 };
 
+// Called with each sample as soon as it is scored (rank 0 appends it to the progress log).
+using ScoredFn = std::function<void(const RulerSample& sample)>;
+
 // Draws every (task, length)'s prompts, asks `generate` for each answer, scores them, logs progress with an
-// ETA and the table at the end. `lengths` from ruler_lengths, `sources` from load_ruler_sources.
+// ETA and the table at the end. `lengths` from ruler_lengths, `sources` from load_ruler_sources. A sample of
+// `finished` (a stopped run's, read_ruler_progress) is taken as it is instead of generated again, once its
+// prompt is checked to be the one drawn now (fpdt::Error naming `progress_path` otherwise).
 RulerResult run_ruler(const RulerSettings& settings, const std::vector<int64_t>& lengths,
-                      const data::Tokenizer& tokenizer, const RulerSources& sources, const GenerateFn& generate);
+                      const data::Tokenizer& tokenizer, const RulerSources& sources, const GenerateFn& generate,
+                      const std::vector<RulerSample>& finished = {}, const std::string& progress_path = "",
+                      const ScoredFn& on_scored = nullptr);
+
+// A RULER run's progress, so that one stopped (killed, preempted, out of its allocation: hours at 16K+ on a
+// CPU) goes on where it stopped: a JSON-lines file whose first line is the run's identity (what the answers
+// depend on besides the prompt: the model, its positions, the precision; and what the prompts are drawn
+// with) and then one line per scored sample, appended and flushed as it is scored.
+inline constexpr const char* kRulerProgressFile = "ruler_progress.jsonl";
+// The samples of a progress file's text (read from `path`) made for `identity`. fpdt::Error naming the path
+// when its first line is another identity (each field that differs, with a hint to rerun as it was or delete
+// the file) or a whole line is not a sample; a torn last line (its writer killed mid-line) is dropped.
+std::vector<RulerSample> read_ruler_progress(const std::string& text, const std::string& path,
+                                             const nlohmann::ordered_json& identity);
+// Appends scored samples to a progress file, which it first rewrites (atomically) as `identity` and `kept`.
+class RulerProgressLog {
+ public:
+  RulerProgressLog(const std::string& path, const nlohmann::ordered_json& identity,
+                   const std::vector<RulerSample>& kept);
+  ~RulerProgressLog();
+  RulerProgressLog(const RulerProgressLog&) = delete;
+  RulerProgressLog& operator=(const RulerProgressLog&) = delete;
+  void append(const RulerSample& sample);  // one line, flushed and fsynced: a kill loses the sample being answered only
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 // ruler.json: the settings, the scores per task and length, the averages, the effective lengths, every sample.
 nlohmann::ordered_json ruler_json(const RulerResult& result, const RulerSettings& settings);
 // The scores as a table (task × length, the average, the effective lengths), one line per row.
