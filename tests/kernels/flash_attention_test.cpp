@@ -806,7 +806,10 @@ INSTANTIATE_TEST_SUITE_P(
         DiagonalCase{"window_shorter_than_a_row_group", 1, 4, 4, 32, 70, 97, 40, 140, 5, false},
         DiagonalCase{"one_query", 3, 2, 1, 8, 255, 1, 0, 256, 0, true},
         DiagonalCase{"few_keys_many_queries", 1, 8, 2, 40, 223, 256, 200, 33, 0, false},
-        DiagonalCase{"odd_head_dim", 2, 4, 2, 15, 30, 140, 0, 170, 0, true}),
+        DiagonalCase{"odd_head_dim", 2, 4, 2, 15, 30, 140, 0, 170, 0, true},
+        // one query row (decoding: forward_single_query), over keys in several of its 512-key tasks
+        DiagonalCase{"decode_gqa_long_cache", 1, 9, 3, 64, 5000, 1, 4000, 1001, 0, false},
+        DiagonalCase{"decode_window_and_documents", 2, 4, 2, 33, 1500, 1, 300, 1300, 700, true}),
     kArithmetics),
     [](const ::testing::TestParamInfo<std::tuple<DiagonalCase, Arithmetic>>& info) {
       return std::string(arithmetic_name(std::get<1>(info.param))).append("_").append(std::get<0>(info.param).what);
@@ -840,6 +843,49 @@ TEST_P(FlashRandomBlocks, MatchTheReferenceChunkKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashRandomBlocks, kArithmetics,
+                         [](const auto& info) { return std::string(arithmetic_name(info.param)); });
+
+// Blocks of one query row (forward_single_query), fresh random shapes: the query anywhere at or after the
+// block's first key, up to 3,000 keys (several 512-key tasks, a window's start inside one), GQA groups of
+// 1 to 8, D a multiple of 16 or not, with and without documents; then the same bits on 1 and 4 threads.
+class FlashSingleQuery : public ::testing::TestWithParam<Arithmetic> {};
+
+TEST_P(FlashSingleQuery, RandomBlocksMatchTheReferenceAndAreDeterministic) {
+  const ArithmeticScope scope(GetParam());
+  Rng rng(fresh_seed());
+  constexpr int kHeadDims[] = {64, 128, 8, 33, 97};
+  for (int draw = 0; draw < 6; ++draw) {
+    DiagonalCase c{"single_query", 1 + static_cast<int>(rng.below(2)), 0, 1 + static_cast<int>(rng.below(3)),
+                   kHeadDims[rng.below(5)], 0, 1, static_cast<int64_t>(rng.below(200)),
+                   1 + static_cast<int64_t>(rng.below(3000)), 0, rng.below(2) == 1};
+    c.H = c.Hkv * (1 << rng.below(4));
+    // (with documents, the query among the block's keys, so that some share its document)
+    c.q_begin = c.kv_begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(c.documents ? c.Ck : c.Ck + 100)));
+    c.window = rng.below(2) == 1 ? 1 + static_cast<int64_t>(rng.below(2000)) : 0;
+    if (!block_has_visible_pair(c.q_begin, c.Cq, c.kv_begin, c.Ck, c.window)) c.window = 0;  // the causal block sees
+    std::printf("[ draw     ] B=%d H=%d Hkv=%d D=%d q %lld kv [%lld, +%lld) window %lld docs %d\n", c.B, c.H, c.Hkv,
+                c.D, static_cast<long long>(c.q_begin), static_cast<long long>(c.kv_begin),
+                static_cast<long long>(c.Ck), static_cast<long long>(c.window), c.documents);
+    expect_block_matches_reference_chunk_kernels(c, precision_of(GetParam()), rng);
+  }
+  // Threads take the tasks in any order; the partials are merged in key order.
+  const int64_t Ck = 2500;
+  const auto q = random_normal<float>(rng, 8 * 64), k = random_normal<float>(rng, static_cast<size_t>(Ck) * 2 * 64),
+             v = random_normal<float>(rng, k.size());
+  const Problem problem{1, 0, 8, 2, 64, false, 0, precision_of(GetParam())};
+  const AttentionChunkParams block = block_params(problem, 0.125, q, k, v, {}, {}, {Ck + 10, 1}, {0, Ck});
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> out(q.size()), lse(8);
+    cpu::CpuBackend().attention_chunk_forward(out.data(), lse.data(), block, /*accumulate=*/false);
+    omp_set_num_threads(saved);
+    return std::pair{out, lse};
+  };
+  EXPECT_EQ(run(1), run(4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashSingleQuery, kArithmetics,
                          [](const auto& info) { return std::string(arithmetic_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------

@@ -82,7 +82,10 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
     }
     return;
   }
-  flash::forward_block(out, lse, p, accumulate);
+  if (p.Cq == 1)
+    flash::forward_single_query(out, lse, p, accumulate);  // decoding: each kv row read once, in place
+  else
+    flash::forward_block(out, lse, p, accumulate);
 }
 
 void CpuBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,

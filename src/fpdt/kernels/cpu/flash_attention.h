@@ -1,7 +1,8 @@
 // What the CPU flash attention's files share (flash_attention.cpp: the entry points; _forward.cpp,
-// _backward.cpp and its _backward*.h: the kernels; _mask.h: the mask by tiles; _dq_order.h: the dq order;
-// _pairs.h: the bf16 pair packings; panel_gemm.h, panel_gemm_bf16.h: the products; simd.h: the
-// vectors): the tile sizes, the scratch and the task loop. Not part of the backend's interface.
+// _decode.cpp (a block of one query row), _backward.cpp and its _backward*.h: the kernels; _mask.h: the
+// mask by tiles; _dq_order.h: the dq order; _pairs.h: the bf16 pair packings; panel_gemm.h,
+// panel_gemm_bf16.h: the products; simd.h: the vectors): the tile sizes, the scratch and the task loop.
+// Not part of the backend's interface.
 //
 // FlashAttention-2 tiling with micro-kernels of our own (no BLAS), AVX-512 where the build targets it,
 // else AVX2/FMA, parallel across tiles with OpenMP. Every product is a panel GEMM (panel_gemm.h).
@@ -179,6 +180,8 @@ inline void run_tasks(int64_t tasks, float* scratch, size_t scratch_floats_per_t
 // handle the empty block (no visible pair). Semantics: CpuBackend's attention_chunk_forward and
 // attention_chunk_backward (cpu_backend.h).
 void forward_block(float* out, float* lse, const AttentionChunkParams& p, bool accumulate);
+// The forward of a block of one query row (Cq = 1, decoding): flash_attention_decode.cpp.
+void forward_single_query(float* out, float* lse, const AttentionChunkParams& p, bool accumulate);
 void backward_block(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
                     const AttentionChunkParams& p);
 
