@@ -25,6 +25,7 @@
 #include "fpdt/kernels/cpu/panel_gemm_bf16.h"
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
+#include "fpdt/tensor/dtype.h"
 #include "testing.h"
 #include "tolerances.h"
 
@@ -883,6 +884,50 @@ TEST_P(FlashSingleQuery, RandomBlocksMatchTheReferenceAndAreDeterministic) {
     return std::pair{out, lse};
   };
   EXPECT_EQ(run(1), run(4));
+}
+
+// K and V given as bf16 words (a bf16 KV cache, read as stored) are the same as their values given as floats,
+// bit for bit: on the single-query kernel (one query row), on the tiled one (many rows, widened first) and on
+// the reference. The backward takes floats only.
+TEST_P(FlashSingleQuery, KvAsBf16WordsAreTheirValues) {
+  const ArithmeticScope scope(GetParam());
+  Rng rng(fresh_seed());
+  const int B = 2, H = 6, Hkv = 3, D = 40;
+  const int64_t Ck = 700, kv_begin = 100;
+  const auto k = random_normal<float>(rng, static_cast<size_t>(B) * Ck * Hkv * D);
+  const auto v = random_normal<float>(rng, k.size());
+  std::vector<uint16_t> k_words(k.size()), v_words(v.size());
+  std::vector<float> k_values(k.size()), v_values(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k_words[i] = float_to_bf16(k[i]);
+    v_words[i] = float_to_bf16(v[i]);
+    k_values[i] = bf16_to_float(k_words[i]);
+    v_values[i] = bf16_to_float(v_words[i]);
+  }
+  const Problem problem{B, 0, H, Hkv, D, false, 0, precision_of(GetParam())};
+  for (const int64_t Cq : {int64_t{1}, int64_t{37}}) {
+    const auto q = random_normal<float>(rng, static_cast<size_t>(B) * Cq * H * D);
+    const AttentionChunkParams floats =
+        block_params(problem, 0.15, q, k_values, v_values, {}, {}, {kv_begin + Ck - 20, Cq}, {kv_begin, Ck});
+    AttentionChunkParams words = floats;
+    words.k = words.v = nullptr;
+    words.k_words = k_words.data();
+    words.v_words = v_words.data();
+    const size_t rows = static_cast<size_t>(B) * Cq * H;
+    auto run = [&](Backend& backend, const AttentionChunkParams& block) {
+      std::vector<float> out(rows * D, 3.0f), lse(rows, 0.5f);  // accumulated into: the merge reads them too
+      backend.attention_chunk_forward(out.data(), lse.data(), block, /*accumulate=*/true);
+      return std::pair{out, lse};
+    };
+    cpu::CpuBackend cpu;
+    const auto reference = make_backend(BackendKind::reference);
+    EXPECT_EQ(run(cpu, words), run(cpu, floats)) << "cpu, Cq " << Cq;
+    EXPECT_EQ(run(*reference, words), run(*reference, floats)) << "reference, Cq " << Cq;
+    std::vector<float> grad(k.size());
+    EXPECT_THROW(cpu.attention_chunk_backward(grad.data(), grad.data(), grad.data(), q.data(), q.data(), q.data(),
+                                              words),
+                 Error);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Arithmetics, FlashSingleQuery, kArithmetics,

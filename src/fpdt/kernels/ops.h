@@ -106,6 +106,11 @@ struct AttentionChunkParams {
   double scale = 0.0;    // softmax scale, usually 1/sqrt(D)
   int64_t window = 0;    // sliding window in tokens; 0: none
   Precision precision = Precision::fp32;  // the products' input rounding (Precision above)
+  // K and V given as bf16 words instead of k and v (a bf16 KV cache's rows, read as they are stored: the
+  // value of word w is the float with w in its upper half): both set, k and v null. Forward only
+  // (attention_chunk_forward); every backend takes them, the same as their widened floats.
+  const uint16_t* k_words = nullptr;  // (B, Ck, Hkv, D)
+  const uint16_t* v_words = nullptr;  // (B, Ck, Hkv, D)
 };
 
 // The attention mask by position, one rule for every backend and op: the key at global position k is

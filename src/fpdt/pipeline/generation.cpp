@@ -220,7 +220,7 @@ void FpdtModel::attend_cache(int layer, int64_t position, const float* q, const 
     if (chunk < last) fetch(chunk + 1, stage_of(static_cast<size_t>(n + 1)), static_cast<size_t>(n + 1));
     copies_->wait(fetched[static_cast<size_t>(n) % 2]);
     const int64_t rows = rows_of(chunk);
-    std::array<const float*, 2> kv{};
+    std::array<const void*, 2> kv{};  // floats, or a bf16 store's words (the kernel reads them as they are)
     for (int side = 0; side < 2; ++side) {
       const Array array = side == 0 ? Array::k : Array::v;
       const Buf buffer = side == 0 ? stage.k : stage.v;
@@ -240,17 +240,17 @@ void FpdtModel::attend_cache(int layer, int64_t position, const float* q, const 
           traffic_.written_bytes += end - begin;
         }
       }
-      if (packed) {
-        backend_.unpack_bf16(own<float>(buffer), static_cast<const uint16_t*>(cached), rows * width);
-        kv[static_cast<size_t>(side)] = own<float>(buffer);
-      } else {
-        kv[static_cast<size_t>(side)] = static_cast<const float*>(cached);
-      }
+      kv[static_cast<size_t>(side)] = cached;
     }
     kernels::AttentionChunkParams block;
     block.q = q;
-    block.k = kv[0];
-    block.v = kv[1];
+    if (packed) {
+      block.k_words = static_cast<const uint16_t*>(kv[0]);
+      block.v_words = static_cast<const uint16_t*>(kv[1]);
+    } else {
+      block.k = static_cast<const float*>(kv[0]);
+      block.v = static_cast<const float*>(kv[1]);
+    }
     block.B = 1;
     block.Cq = 1;
     block.Ck = rows;

@@ -8,6 +8,7 @@
 #include "fpdt/base/error.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/flash_attention.h"
+#include "fpdt/kernels/cpu/gemm.h"
 
 namespace fpdt::kernels::cpu {
 
@@ -39,8 +40,10 @@ void CpuBackend::validate(const AttentionChunkParams& p) {
   FPDT_CHECK((p.q_doc_ids == nullptr) == (p.kv_doc_ids == nullptr), "attention",
              "document ids given for only one side of the block", "pass both q_doc_ids and kv_doc_ids, or neither");
   const bool empty = p.B == 0 || p.Cq == 0;
-  FPDT_CHECK(empty || (p.q != nullptr && (p.Ck == 0 || (p.k != nullptr && p.v != nullptr))), "attention",
-             "null q, k or v" + shape, "");
+  FPDT_CHECK((p.k_words == nullptr) == (p.v_words == nullptr) && (p.k_words == nullptr || p.k == nullptr),
+             "attention", "K and V as bf16 words: both words, and neither k nor v" + shape, "");
+  const bool has_kv = (p.k != nullptr && p.v != nullptr) || p.k_words != nullptr;
+  FPDT_CHECK(empty || (p.q != nullptr && (p.Ck == 0 || has_kv)), "attention", "null q, k or v" + shape, "");
   FPDT_CHECK(p.Cq < (int64_t{1} << 31) && p.Ck < (int64_t{1} << 31), "attention",
              "a block of 2^31 tokens or more" + shape, "use smaller chunks");
 }
@@ -82,10 +85,25 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
     }
     return;
   }
-  if (p.Cq == 1)
-    flash::forward_single_query(out, lse, p, accumulate);  // decoding: each kv row read once, in place
-  else
+  if (p.Cq == 1) {  // decoding: each kv row read once, in place (as floats or bf16 words)
+    flash::forward_single_query(out, lse, p, accumulate);
+    return;
+  }
+  if (p.k_words == nullptr) {
     flash::forward_block(out, lse, p, accumulate);
+    return;
+  }
+  // The tiled kernel packs floats: K and V widened first, into scratch of their own (the kernel's is live).
+  thread_local flash::Workspace widened_workspace;
+  const int64_t n = static_cast<int64_t>(p.B) * p.Ck * p.Hkv * p.D;
+  float* widened = widened_workspace.floats(2 * static_cast<size_t>(n));
+  bf16_to_floats(widened, p.k_words, n);
+  bf16_to_floats(widened + n, p.v_words, n);
+  AttentionChunkParams floats = p;
+  floats.k = widened;
+  floats.v = widened + n;
+  floats.k_words = floats.v_words = nullptr;
+  flash::forward_block(out, lse, floats, accumulate);
 }
 
 void CpuBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,
@@ -106,6 +124,7 @@ void CpuBackend::attention_chunk_delta(float* delta, const float* dout, const fl
 void CpuBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                           const float* delta, const AttentionChunkParams& p) {
   validate(p);
+  FPDT_CHECK(p.k_words == nullptr, "attention", "K and V as bf16 words are for the forward only", "");
   if (p.B == 0 || !block_has_visible_pair(p.q_begin, p.Cq, p.kv_begin, p.Ck, p.window)) return;
   FPDT_CHECK(dq && dk && dv && dout && lse && delta, "attention", "null gradient, dout, lse or delta", "");
   flash::backward_block(dq, dk, dv, dout, lse, delta, p);

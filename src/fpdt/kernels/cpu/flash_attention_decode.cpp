@@ -1,14 +1,17 @@
 // The CPU flash attention's forward for a block of one query row (Cq = 1): decoding, where each new token
 // reads the whole KV cache once. The tiled forward (flash_attention_forward.cpp) would pack every kv tile
 // into its layouts and compute whole panels of 32 queries for the one it has — 31 of them padding — per
-// token; here each kv row is read once, in place. Task (b, kv head, 512 keys): the scores of the group's
-// q heads, their softmax and P̃·V as one partial state (m, l, O) per q head; then per (b, q head) the
-// partials are merged in key order (with the row's own state under accumulate), so the result does not
+// token; here each kv row is read once, in place — floats, or a bf16 cache's words as they are stored
+// (AttentionChunkParams::k_words), half the bytes and no widened copy. Task (b, kv head, 512 keys): the
+// scores of the group's q heads, their softmax and P̃·V as one partial state (m, l, O) per q head; then per
+// (b, q head) the partials are merged in key order (with the row's own state under accumulate), so the result does not
 // depend on the threads. The numerics are the tiled forward's (flash_attention.h): log2 units, in bf16 the
 // rounded operands, an integer running max, r(P̃) in the product and the unrounded P̃ in l. Vectors run
 // along D; a dot product's 16 lane sums are reduced in one fixed order at either vector width.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "fpdt/kernels/cpu/flash_attention.h"
 #include "fpdt/kernels/cpu/flash_attention_mask.h"
@@ -22,52 +25,78 @@ namespace {
 constexpr int64_t kDecodeKeys = 512;  // keys per task: its scores (group × 512 floats) stay in L1/L2
 constexpr int kDotLanes = 16;         // a dot product's lane sums: d mod 16, at either vector width
 
-// Σ_d a[d]·b[d] over `D` values (a padded with zeros to a multiple of 16, b not), b's operands rounded to
-// bf16 with `round`: lane sums by d mod 16, then the 16 lanes reduced pairwise in one fixed order.
-inline float dot16(const float* a, const float* b, int D, bool round) {
+// A K or V value as the products read it: a float rounded to bf16 when `round`, a bf16 word widened (exact).
+inline float operand(const float* x, int64_t i, bool round) { return round ? round_to_bf16(x[i]) : x[i]; }
+inline float operand(const uint16_t* x, int64_t i, bool) { return std::bit_cast<float>(uint32_t{x[i]} << 16); }
+
+// 16 values from x[0..16) as two 8-float or one 16-float vector, as operand() reads them.
+#if defined(__AVX512F__)
+inline __m512 operand16(const float* x, bool round) {
+  const __m512 v = _mm512_loadu_ps(x);
+  return round ? vround_bf16(v) : v;
+}
+inline __m512 operand16(const uint16_t* x, bool) {
+  const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+}
+#endif
+inline __m256 operand8(const float* x, bool round) {
+  const __m256 v = _mm256_loadu_ps(x);
+  return round ? vround_bf16(v) : v;
+}
+inline __m256 operand8(const uint16_t* x, bool) {
+  const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+}
+
+// Σ_d a[d]·r(b[d]) over `D` values (a padded with zeros to a multiple of 16, b not): lane sums by d mod 16,
+// then the 16 lanes reduced pairwise in one fixed order.
+template <typename KV>
+inline float dot16(const float* a, const KV* b, int D, bool round) {
   const int whole = D / kDotLanes * kDotLanes;
+  alignas(64) float lanes[kDotLanes];
 #if defined(__AVX512F__)
   __m512 sum = _mm512_setzero_ps();
-  for (int d = 0; d < whole; d += kDotLanes) {
-    const __m512 x = _mm512_loadu_ps(b + d);
-    sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), round ? vround_bf16(x) : x, sum);
-  }
-  alignas(64) float lanes[kDotLanes];
+  for (int d = 0; d < whole; d += kDotLanes)
+    sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), operand16(b + d, round), sum);
   _mm512_store_ps(lanes, sum);
 #else
   __m256 low = _mm256_setzero_ps(), high = _mm256_setzero_ps();
   for (int d = 0; d < whole; d += kDotLanes) {
-    const __m256 x0 = _mm256_loadu_ps(b + d), x1 = _mm256_loadu_ps(b + d + 8);
-    low = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), round ? vround_bf16(x0) : x0, low);
-    high = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), round ? vround_bf16(x1) : x1, high);
+    low = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), operand8(b + d, round), low);
+    high = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), operand8(b + d + 8, round), high);
   }
-  alignas(64) float lanes[kDotLanes];
   _mm256_store_ps(lanes, low);
   _mm256_store_ps(lanes + 8, high);
 #endif
-  for (int d = whole; d < D; ++d) lanes[d - whole] = std::fma(a[d], round ? round_to_bf16(b[d]) : b[d], lanes[d - whole]);
+  for (int d = whole; d < D; ++d) lanes[d - whole] = std::fma(a[d], operand(b, d, round), lanes[d - whole]);
   for (int width = kDotLanes / 2; width > 0; width /= 2)
     for (int lane = 0; lane < width; ++lane) lanes[lane] += lanes[lane + width];
   return lanes[0];
 }
 
-// o[d] += w · v[d] (v rounded to bf16 with `round`), lane by lane.
-inline void add_scaled(float* o, float w, const float* v, int D, bool round) {
-  const Vec weight = vset<Vec>(w);
+// o[d] += w · r(v[d]), lane by lane.
+template <typename KV>
+inline void add_scaled(float* o, float w, const KV* v, int D, bool round) {
   int d = 0;
-  for (; d + kLanes <= D; d += kLanes) {
-    const Vec x = vload<Vec>(v + d);
-    vstore(o + d, vfma(weight, round ? vround_bf16(x) : x, vload<Vec>(o + d)));
-  }
-  for (; d < D; ++d) o[d] = std::fma(w, round ? round_to_bf16(v[d]) : v[d], o[d]);
+#if defined(__AVX512F__)
+  const __m512 weight = _mm512_set1_ps(w);
+  for (; d + 16 <= D; d += 16)
+    _mm512_storeu_ps(o + d, _mm512_fmadd_ps(weight, operand16(v + d, round), _mm512_loadu_ps(o + d)));
+#endif
+  const __m256 weight8 = _mm256_set1_ps(w);
+  for (; d + 8 <= D; d += 8)
+    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(weight8, operand8(v + d, round), _mm256_loadu_ps(o + d)));
+  for (; d < D; ++d) o[d] = std::fma(w, operand(v, d, round), o[d]);
 }
 
 // One task's partial state per q head of its group: [m, l, O (D)], m in log2 units (−inf: it saw nothing).
 inline size_t partial_floats(int D) { return 2 + static_cast<size_t>(D); }
 
-}  // namespace
-
-void forward_single_query(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+// forward_single_query over K and V rows of floats or of bf16 words.
+template <typename KV>
+void single_query(float* out, float* lse, const AttentionChunkParams& p, bool accumulate, const KV* keys,
+                  const KV* values) {
   const int D = p.D, group = p.H / p.Hkv;
   const bool bf16 = p.precision == Precision::bf16;
   const float qk_scale = static_cast<float>(p.scale) * kLog2e;
@@ -101,7 +130,7 @@ void forward_single_query(float* out, float* lse, const AttentionChunkParams& p,
     const int32_t query_doc = p.q_doc_ids != nullptr ? p.q_doc_ids[b] : 0;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t key = lo + j;
-      const float* k = p.k + ((static_cast<int64_t>(b) * p.Ck + key) * p.Hkv + kv_head) * D;
+      const KV* k = keys + ((static_cast<int64_t>(b) * p.Ck + key) * p.Hkv + kv_head) * D;
       const bool visible = p.q_doc_ids == nullptr || p.kv_doc_ids[b * p.Ck + key] == query_doc;
       for (int g = 0; g < group; ++g)
         scores[g * kDecodeKeys + j] = visible ? dot16(q_rows + g * padded_d, k, D, bf16) : -kInf;
@@ -127,7 +156,7 @@ void forward_single_query(float* out, float* lse, const AttentionChunkParams& p,
       for (j = 0; j < n; ++j) {
         if (s[j] == -kInf) continue;  // another document's key
         state[1] += weights[j];
-        const float* v = p.v + ((static_cast<int64_t>(b) * p.Ck + lo + j) * p.Hkv + kv_head) * D;
+        const KV* v = values + ((static_cast<int64_t>(b) * p.Ck + lo + j) * p.Hkv + kv_head) * D;
         add_scaled(o, bf16 ? round_to_bf16(weights[j]) : weights[j], v, D, bf16);
       }
     }
@@ -177,6 +206,15 @@ void forward_single_query(float* out, float* lse, const AttentionChunkParams& p,
       for (int d = 0; d < D; ++d) out_row[d] = o[d] * inverse;
       row_lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
     }
+}
+
+}  // namespace
+
+void forward_single_query(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+  if (p.k_words != nullptr)
+    single_query(out, lse, p, accumulate, p.k_words, p.v_words);
+  else
+    single_query(out, lse, p, accumulate, p.k, p.v);
 }
 
 }  // namespace fpdt::kernels::cpu::flash

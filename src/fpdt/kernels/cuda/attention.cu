@@ -399,6 +399,8 @@ void validate(const AttentionChunkParams& p) {
              "attention chunk: q_doc_ids and kv_doc_ids must both be set or both null", "");
   FPDT_CHECK(p.window >= 0, "kernels", "negative sliding window " + std::to_string(p.window),
              "use 0 for no window, or the window in tokens");
+  FPDT_CHECK((p.k_words == nullptr) == (p.v_words == nullptr) && (p.k_words == nullptr || p.k == nullptr),
+             "kernels", "attention chunk: K and V as bf16 words need both words, and neither k nor v", "");
   // grid.y is (batch, head): at most 65,535 blocks (grid.x, the rows, may be far larger).
   FPDT_CHECK(static_cast<int64_t>(p.B) * p.H <= kMaxGridY, "kernels",
              "CUDA attention runs one block row per (sequence, head): B·H = " + std::to_string(p.B) + "·" +
@@ -427,6 +429,18 @@ void CudaBackend::attention_chunk_forward(float* out, float* lse, const Attentio
                                           bool accumulate) {
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
+  if (params.k_words != nullptr) {  // K and V as bf16 words: widened into the scratch (free in a forward)
+    const int64_t n = static_cast<int64_t>(params.B) * params.Ck * params.Hkv * params.D;
+    float* widened = scratch(2 * static_cast<size_t>(n));
+    unpack_bf16(widened, params.k_words, n);
+    unpack_bf16(widened + n, params.v_words, n);
+    AttentionChunkParams floats = params;
+    floats.k = widened;
+    floats.v = widened + n;
+    floats.k_words = floats.v_words = nullptr;
+    attention_chunk_forward(out, lse, floats, accumulate);
+    return;
+  }
   if (sdpa_chunk_forward(out, lse, params, accumulate)) return;  // cuDNN's fused attention took it
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
@@ -449,6 +463,7 @@ void CudaBackend::attention_chunk_delta(float* delta, const float* dout, const f
 void CudaBackend::attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                                            const float* delta, const AttentionChunkParams& params) {
   validate(params);
+  FPDT_CHECK(params.k_words == nullptr, "kernels", "K and V as bf16 words are for the forward only", "");
   if (params.B == 0 || !block_has_visible_pair(params.q_begin, params.Cq, params.kv_begin, params.Ck, params.window))
     return;
   if (sdpa_chunk_backward(dq, dk, dv, dout, lse, delta, params)) return;  // cuDNN's fused attention took it

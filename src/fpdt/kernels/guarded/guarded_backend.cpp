@@ -27,6 +27,8 @@ AttentionChunkParams readable(AttentionChunkParams params) {
   params.q = readable(params.q);
   params.k = readable(params.k);
   params.v = readable(params.v);
+  params.k_words = readable(params.k_words);
+  params.v_words = readable(params.v_words);
   params.q_doc_ids = readable(params.q_doc_ids);
   params.kv_doc_ids = readable(params.kv_doc_ids);
   return params;

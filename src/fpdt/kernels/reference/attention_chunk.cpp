@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fpdt/base/error.h"
 #include "fpdt/kernels/reference/reference_backend.h"
 #include "fpdt/tensor/dtype.h"
 
@@ -34,6 +35,20 @@ double power_of_two_max(double m) {
 }
 
 void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
+  if (p.k_words != nullptr) {  // K and V as bf16 words: their values, widened exactly
+    const size_t n = static_cast<size_t>(p.B) * p.Ck * p.Hkv * p.D;
+    std::vector<float> k(n), v(n);
+    for (size_t i = 0; i < n; ++i) {
+      k[i] = fpdt::bf16_to_float(p.k_words[i]);
+      v[i] = fpdt::bf16_to_float(p.v_words[i]);
+    }
+    AttentionChunkParams widened = p;
+    widened.k = k.data();
+    widened.v = v.data();
+    widened.k_words = widened.v_words = nullptr;
+    attention_chunk_forward(out, lse, widened, accumulate);
+    return;
+  }
   const int group = p.H / p.Hkv;
   const bool bf16 = p.precision == Precision::bf16;
   std::vector<double> scores(static_cast<size_t>(p.Ck));
@@ -93,6 +108,7 @@ void attention_chunk_delta(float* delta, const float* dout, const float* out, in
 
 void attention_chunk_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                               const float* delta, const AttentionChunkParams& p) {
+  FPDT_CHECK(p.k_words == nullptr, "attention", "K and V as bf16 words are for the forward only", "");
   const int group = p.H / p.Hkv;
   const bool bf16 = p.precision == Precision::bf16;
   std::vector<double> dq_row(static_cast<size_t>(p.D));
