@@ -113,6 +113,18 @@ struct AttentionChunkParams {
   const uint16_t* v_words = nullptr;  // (B, Ck, Hkv, D)
 };
 
+// The values of K (and of V) in a block: B·Ck·Hkv·D.
+inline int64_t kv_values(const AttentionChunkParams& p) { return static_cast<int64_t>(p.B) * p.Ck * p.Hkv * p.D; }
+// A block of K and V words as the same block over floats, once its caller has widened the words into
+// `widened` (K, then V: 2·kv_values(p) floats) — for a kernel that reads floats only.
+inline AttentionChunkParams with_widened_kv(const AttentionChunkParams& p, const float* widened) {
+  AttentionChunkParams floats = p;
+  floats.k = widened;
+  floats.v = widened + kv_values(p);
+  floats.k_words = floats.v_words = nullptr;
+  return floats;
+}
+
 // The attention mask by position, one rule for every backend and op: the key at global position k is
 // visible from the query at q iff k ≤ q and, with a window W > 0, q − k < W — a query sees itself
 // and the W − 1 keys before it (Hugging Face's sliding_window for Mistral and Qwen2).

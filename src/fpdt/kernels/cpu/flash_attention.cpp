@@ -95,15 +95,11 @@ void CpuBackend::attention_chunk_forward(float* out, float* lse, const Attention
   }
   // The tiled kernel packs floats: K and V widened first, into scratch of their own (the kernel's is live).
   thread_local flash::Workspace widened_workspace;
-  const int64_t n = static_cast<int64_t>(p.B) * p.Ck * p.Hkv * p.D;
+  const int64_t n = kv_values(p);
   float* widened = widened_workspace.floats(2 * static_cast<size_t>(n));
   bf16_to_floats(widened, p.k_words, n);
   bf16_to_floats(widened + n, p.v_words, n);
-  AttentionChunkParams floats = p;
-  floats.k = widened;
-  floats.v = widened + n;
-  floats.k_words = floats.v_words = nullptr;
-  flash::forward_block(out, lse, floats, accumulate);
+  flash::forward_block(out, lse, with_widened_kv(p, widened), accumulate);
 }
 
 void CpuBackend::attention_chunk_delta(float* delta, const float* dout, const float* out, int B, int64_t Cq, int H,

@@ -29,24 +29,29 @@ constexpr int kDotLanes = 16;         // a dot product's lane sums: d mod 16, at
 inline float operand(const float* x, int64_t i, bool round) { return round ? round_to_bf16(x[i]) : x[i]; }
 inline float operand(const uint16_t* x, int64_t i, bool) { return std::bit_cast<float>(uint32_t{x[i]} << 16); }
 
-// 16 values from x[0..16) as two 8-float or one 16-float vector, as operand() reads them.
-#if defined(__AVX512F__)
-inline __m512 operand16(const float* x, bool round) {
-  const __m512 v = _mm512_loadu_ps(x);
-  return round ? vround_bf16(v) : v;
+// The next 8 (V = __m256) or 16 (__m512) values of x as one vector, as operand() reads them.
+template <class V>
+V widen_words(const uint16_t* x);
+template <>
+inline __m256 widen_words<__m256>(const uint16_t* x) {
+  const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
 }
-inline __m512 operand16(const uint16_t* x, bool) {
+#if defined(__AVX512F__)
+template <>
+inline __m512 widen_words<__m512>(const uint16_t* x) {
   const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
 }
 #endif
-inline __m256 operand8(const float* x, bool round) {
-  const __m256 v = _mm256_loadu_ps(x);
+template <class V>
+inline V operand_vector(const float* x, bool round) {
+  const V v = vload<V>(x);
   return round ? vround_bf16(v) : v;
 }
-inline __m256 operand8(const uint16_t* x, bool) {
-  const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+template <class V>
+inline V operand_vector(const uint16_t* x, bool) {
+  return widen_words<V>(x);
 }
 
 // Σ_d a[d]·r(b[d]) over `D` values (a padded with zeros to a multiple of 16, b not): lane sums by d mod 16,
@@ -58,13 +63,13 @@ inline float dot16(const float* a, const KV* b, int D, bool round) {
 #if defined(__AVX512F__)
   __m512 sum = _mm512_setzero_ps();
   for (int d = 0; d < whole; d += kDotLanes)
-    sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), operand16(b + d, round), sum);
+    sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), operand_vector<__m512>(b + d, round), sum);
   _mm512_store_ps(lanes, sum);
 #else
   __m256 low = _mm256_setzero_ps(), high = _mm256_setzero_ps();
   for (int d = 0; d < whole; d += kDotLanes) {
-    low = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), operand8(b + d, round), low);
-    high = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), operand8(b + d + 8, round), high);
+    low = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), operand_vector<__m256>(b + d, round), low);
+    high = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), operand_vector<__m256>(b + d + 8, round), high);
   }
   _mm256_store_ps(lanes, low);
   _mm256_store_ps(lanes + 8, high);
@@ -82,11 +87,11 @@ inline void add_scaled(float* o, float w, const KV* v, int D, bool round) {
 #if defined(__AVX512F__)
   const __m512 weight = _mm512_set1_ps(w);
   for (; d + 16 <= D; d += 16)
-    _mm512_storeu_ps(o + d, _mm512_fmadd_ps(weight, operand16(v + d, round), _mm512_loadu_ps(o + d)));
+    _mm512_storeu_ps(o + d, _mm512_fmadd_ps(weight, operand_vector<__m512>(v + d, round), _mm512_loadu_ps(o + d)));
 #endif
   const __m256 weight8 = _mm256_set1_ps(w);
   for (; d + 8 <= D; d += 8)
-    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(weight8, operand8(v + d, round), _mm256_loadu_ps(o + d)));
+    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(weight8, operand_vector<__m256>(v + d, round), _mm256_loadu_ps(o + d)));
   for (; d < D; ++d) o[d] = std::fma(w, operand(v, d, round), o[d]);
 }
 

@@ -430,15 +430,11 @@ void CudaBackend::attention_chunk_forward(float* out, float* lse, const Attentio
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
   if (params.k_words != nullptr) {  // K and V as bf16 words: widened into the scratch (free in a forward)
-    const int64_t n = static_cast<int64_t>(params.B) * params.Ck * params.Hkv * params.D;
+    const int64_t n = kv_values(params);
     float* widened = scratch(2 * static_cast<size_t>(n));
     unpack_bf16(widened, params.k_words, n);
     unpack_bf16(widened + n, params.v_words, n);
-    AttentionChunkParams floats = params;
-    floats.k = widened;
-    floats.v = widened + n;
-    floats.k_words = floats.v_words = nullptr;
-    attention_chunk_forward(out, lse, floats, accumulate);
+    attention_chunk_forward(out, lse, with_widened_kv(params, widened), accumulate);
     return;
   }
   if (sdpa_chunk_forward(out, lse, params, accumulate)) return;  // cuDNN's fused attention took it

@@ -36,17 +36,13 @@ double power_of_two_max(double m) {
 
 void attention_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   if (p.k_words != nullptr) {  // K and V as bf16 words: their values, widened exactly
-    const size_t n = static_cast<size_t>(p.B) * p.Ck * p.Hkv * p.D;
-    std::vector<float> k(n), v(n);
+    const size_t n = static_cast<size_t>(kv_values(p));
+    std::vector<float> widened(2 * n);
     for (size_t i = 0; i < n; ++i) {
-      k[i] = fpdt::bf16_to_float(p.k_words[i]);
-      v[i] = fpdt::bf16_to_float(p.v_words[i]);
+      widened[i] = fpdt::bf16_to_float(p.k_words[i]);
+      widened[n + i] = fpdt::bf16_to_float(p.v_words[i]);
     }
-    AttentionChunkParams widened = p;
-    widened.k = k.data();
-    widened.v = v.data();
-    widened.k_words = widened.v_words = nullptr;
-    attention_chunk_forward(out, lse, widened, accumulate);
+    attention_chunk_forward(out, lse, with_widened_kv(p, widened.data()), accumulate);
     return;
   }
   const int group = p.H / p.Hkv;
