@@ -3,13 +3,13 @@
 // themselves are ruler_tasks.cpp's.
 #include "fpdt/train/ruler.h"
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -91,7 +91,6 @@ RulerSample sample_from_json(const nlohmann::ordered_json& json) {
   sample.seconds = json.at("seconds").get<double>();
   return sample;
 }
-
 
 }  // namespace
 

@@ -159,7 +159,7 @@ void single_query(float* out, float* lse, const AttentionChunkParams& p, bool ac
       }
       for (; j < n; ++j) weights[j] = std::exp2(bf16 ? std::fma(s[j], qk_scale, -m) : s[j] - m);
       for (j = 0; j < n; ++j) {
-        if (s[j] == -kInf) continue;  // another document's key
+        if (weights[j] == 0.0f) continue;  // adds nothing: another document's key (2^−inf), or one far below m
         state[1] += weights[j];
         const KV* v = values + ((static_cast<int64_t>(b) * p.Ck + lo + j) * p.Hkv + kv_head) * D;
         add_scaled(o, bf16 ? round_to_bf16(weights[j]) : weights[j], v, D, bf16);
@@ -192,10 +192,9 @@ void single_query(float* out, float* lse, const AttentionChunkParams& p, bool ac
       float l = 0.0f;
       float* o = scratch;  // (D) the merged O: the tasks' scratch is free now
       std::fill(o, o + D, 0.0f);
-      if (resume) {
-        const float own_l = bf16 ? std::exp2(lse2 - own_m) : 1.0f, scale = own_l * std::exp2(own_m - m);
-        l = own_l * std::exp2(own_m - m);
-        for (int d = 0; d < D; ++d) o[d] = out_row[d] * scale;
+      if (resume) {  // O = out · l, at the common max
+        l = (bf16 ? std::exp2(lse2 - own_m) : 1.0f) * std::exp2(own_m - m);
+        for (int d = 0; d < D; ++d) o[d] = out_row[d] * l;
       }
       bool added = false;
       for (int64_t segment = 0; segment < segments; ++segment) {
