@@ -35,7 +35,7 @@ std::string excerpt(const nlohmann::ordered_json& value, size_t max_chars = kExc
 
 // `text` for a message quoting raw input: whatever would not show as itself — a control character, DEL, a
 // byte that is not part of well-formed UTF-8 — written as an escape (\n, \t, \r, \xNN; a NUL no longer ends
-// the message), a backslash doubled (so an escape is never ambiguous), cut to at most max_chars characters, never inside an escape or a UTF-8 sequence ("..."
+// the message), cut to at most max_chars characters, never inside an escape or a UTF-8 sequence ("..."
 // marks a cut).
 std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars);
 
