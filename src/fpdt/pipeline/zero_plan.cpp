@@ -60,7 +60,8 @@ std::vector<ZeroSegment> segments_of(int layers, bool backward, bool tied, Recom
                             {mlp_unit(l)}, {}, {}});
         segments.push_back({call.kind, l, 1, {qkv_unit(l)}, {qkv_unit(l)}, {}, {}});
         break;
-      case CallKind::embed_backward: segments.push_back({call.kind, l, 0, {0}, {0}, {}, {}}); break;
+      // (the embeddings' backward scatters rows of the gradient: it reads none of their weights)
+      case CallKind::embed_backward: segments.push_back({call.kind, l, 0, {}, {0}, {}, {}}); break;
     }
   }
   return segments;
