@@ -19,8 +19,7 @@ work=$(mktemp -d /tmp/fpdt_memory.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$results"
 bash scripts/get_corpus.sh "$fpdt" data >/dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpirun -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none)
+source bench/mpirun.sh
 common=(train --model "$config" --data data/kjv --out "$work/run" --overwrite --sp 2 --batch 1 --steps 1 --eval-batches 0
         --save-every 0 --threads 1 --peak-gflops 40)
 fpdt_opts=(--mode fpdt --chunk-tokens $chunk --offload "disk:$work")
@@ -34,7 +33,7 @@ first=1
 real() {  # mode S options...
   local mode=$1 seq=$2; shift 2
   local line
-  line=$("${mpi[@]}" "$fpdt" "${common[@]}" --seq "$seq" "$@" 2>&1 | json_of)
+  line=$(bench_mpirun 2 "$fpdt" "${common[@]}" --seq "$seq" "$@" 2>&1 | json_of)
   [ $first -eq 1 ] || echo ',' >> "$work/out.json"
   first=0
   echo "{\"mode\": \"$mode\", \"seq\": $seq, \"result\": $line}" >> "$work/out.json"
@@ -47,7 +46,7 @@ first=1
 # Dry runs under mpirun like the real ones: rank 0's line is reported (every rank lays out the same sizes).
 dry_rank0() {  # S options...
   local seq=$1; shift
-  "${mpi[@]}" "$fpdt" "${common[@]}" --seq "$seq" --dry-run "$@" 2>/dev/null | json_of || true
+  bench_mpirun 2 "$fpdt" "${common[@]}" --seq "$seq" --dry-run "$@" 2>/dev/null | json_of || true
 }
 for seq in 8192 16384 32768 65536 131072 262144 524288 1048576 2097152 4194304; do
   for mode in fpdt ulysses; do

@@ -20,7 +20,7 @@ work=$(mktemp -d /tmp/fpdt_heads.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$results"
 bash scripts/get_corpus.sh "$fpdt" data >/dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source bench/mpirun.sh
 for heads in 4 5 6; do
   cat > "$work/heads$heads.json" <<JSON
 {"model_type": "llama", "vocab_size": 257, "hidden_size": 240, "intermediate_size": 256, "num_hidden_layers": 2,
@@ -45,7 +45,7 @@ for round in $(seq 1 "$rounds"); do
   for heads in $order; do
     dir="$work/h${heads}r${round}"
     load=$(cut -d' ' -f1 /proc/loadavg)
-    mpirun -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none "$fpdt" train --model "$work/heads$heads.json" \
+    bench_mpirun 2 "$fpdt" train --model "$work/heads$heads.json" \
       --data data/kjv --seq "$seq" --chunk-tokens $((seq / 4)) --offload ram --recompute none --sp 2 --threads 1 \
       --steps "$steps" --eval-batches 0 --save-every 0 --peak-gflops 100 --out "$dir" > "$dir.log" 2>&1
     seconds=$(tail -n 1 "$dir/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step_seconds"])')

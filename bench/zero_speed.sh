@@ -29,7 +29,7 @@ work=$(mktemp -d /tmp/fpdt_zero.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$results"
 bash scripts/get_corpus.sh "$fpdt" data >/dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source bench/mpirun.sh
 common=(train --model "$config" --data data/kjv --offload ram --recompute layer --batch 1 --eval-batches 0
         --save-every 0 --peak-gflops 100)
 
@@ -52,7 +52,7 @@ run() {  # W stage round
   local W=$1 stage=$2 round=$3 threads=$(( W >= 2 ? 1 : 2 ))
   local dir="$work/w${W}z${stage}r${round}" line seconds load
   load=$(cut -d' ' -f1 /proc/loadavg)
-  line=$(mpirun -np "$W" --oversubscribe --mca btl_vader_single_copy_mechanism none "$fpdt" "${common[@]}" \
+  line=$(bench_mpirun "$W" "$fpdt" "${common[@]}" \
            --seq "$seq_time" --chunk-tokens $((seq_time / 8)) --steps "$steps" --out "$dir" --sp "$W" --zero "$stage" \
            --threads $threads 2>&1 | grep '^{' | tail -n 1)
   seconds=$(tail -n 1 "$dir/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step_seconds"])')
