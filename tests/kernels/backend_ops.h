@@ -1040,7 +1040,7 @@ inline void check_cross_entropy(OpCheck& t) {
   }
 }
 
-// cross_entropy_sums, argmax_rows (results in host memory)
+// cross_entropy_sums (sums in the backend's memory), argmax_rows (indices in host memory)
 inline void check_head_results(OpCheck& t) {
   for (const int64_t N : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{5003}}) {
     for (const bool with_mask : {false, true}) {
@@ -1051,9 +1051,10 @@ inline void check_head_results(OpCheck& t) {
       const auto losses_placed = t.place(losses), mask_placed = t.place(mask);
       const auto targets_placed = t.place(targets);
       const double initial[2] = {t.rng.uniform(-5.0, 5.0), t.rng.uniform(0.0, 5.0)};
-      double got[2] = {initial[0], initial[1]};
-      t.backend.cross_entropy_sums(got, losses_placed->get(), targets_placed->get(),
+      const auto sums_placed = t.place(std::vector<double>{initial[0], initial[1]});  // added to where they are
+      t.backend.cross_entropy_sums(sums_placed->get(), losses_placed->get(), targets_placed->get(),
                                    with_mask ? mask_placed->get() : nullptr, N);
+      const std::vector<double> got = sums_placed->host();
       const auto losses64 = to_double(losses), mask64 = to_double(mask);
       double want[2] = {initial[0], initial[1]};
       reference::cross_entropy_sums(want, losses64.data(), targets.data(), with_mask ? mask64.data() : nullptr, N);

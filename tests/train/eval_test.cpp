@@ -413,7 +413,8 @@ TEST(Eval, ForwardOnlyLayoutKeepsWhatAForwardNeeds) {
         pipeline::Buf::position_ids, pipeline::Buf::q_docs, pipeline::Buf::kv_docs, pipeline::Buf::norm,
         pipeline::Buf::norm_mean, pipeline::Buf::norm_rstd, pipeline::Buf::mlp_norm, pipeline::Buf::mlp_mean,
         pipeline::Buf::mlp_rstd, pipeline::Buf::gate, pipeline::Buf::up, pipeline::Buf::act, pipeline::Buf::pack,
-        pipeline::Buf::exchange_rows, pipeline::Buf::logits, pipeline::Buf::losses, pipeline::Buf::logits_lse})
+        pipeline::Buf::exchange_rows, pipeline::Buf::logits, pipeline::Buf::losses, pipeline::Buf::logits_lse,
+        pipeline::Buf::loss_sums})
     used_buffers.insert(buffer);
   const auto training_buffers = pipeline::chunk_buffers(training), forward_buffers = pipeline::chunk_buffers(forward);
   for (size_t b = 0; b < forward_buffers.size(); ++b)

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "fpdt/base/error.h"
+
 namespace fpdt::model {
 
 namespace {
@@ -202,9 +204,9 @@ void LayerMath::mlp_backward(const LayerTensors& w, const LayerTensors& g, const
 
 // ---- final norm, LM head, loss -------------------------------------------------------------------
 
-LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
-                                  const AttentionInput& saved, const HeadScratch& scratch,
-                                  const std::optional<HeadBackward>& backward, const HeadOutputs& outputs) {
+void LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
+                             const AttentionInput& saved, const HeadScratch& scratch,
+                             const std::optional<HeadBackward>& backward, const HeadOutputs& outputs) {
   const int h = config_.hidden, V = config_.vocab_size;
   const TokenResults& per_token = outputs.per_token;
   // The backward's tensors (training); null without one.
@@ -212,8 +214,8 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_
   float* dx = backward ? backward->dx : nullptr;
   float* d_norm = backward ? backward->d_norm : nullptr;
   norm_forward(saved.norm, saved.mean, saved.rstd, x, w.final_norm_weight, w.final_norm_bias, n);
+  FPDT_ASSERT(targets.ids == nullptr || scratch.loss_sums != nullptr);
 
-  LossStats stats;
   for (int64_t begin = 0; begin < n; begin += scratch.chunk_tokens) {
     const int64_t count = std::min(scratch.chunk_tokens, n - begin);
     float* chunk_logits = outputs.logits ? outputs.logits + begin * V : scratch.logits;
@@ -223,10 +225,7 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_
     const int32_t* chunk_targets = targets.ids + begin;
     const float* chunk_mask = targets.mask ? targets.mask + begin : nullptr;
     backend_.cross_entropy_forward(scratch.losses, scratch.lse, chunk_logits, chunk_targets, chunk_mask, count, V);
-    double sums[2] = {stats.loss_sum, stats.count};
-    backend_.cross_entropy_sums(sums, scratch.losses, chunk_targets, chunk_mask, count);
-    stats.loss_sum = sums[0];
-    stats.count = sums[1];
+    backend_.cross_entropy_sums(scratch.loss_sums, scratch.losses, chunk_targets, chunk_mask, count);
     if (per_token.losses != nullptr)
       backend_.memory().download(per_token.losses + begin, scratch.losses, static_cast<size_t>(count) * sizeof(float));
     if (dx == nullptr) continue;
@@ -242,7 +241,6 @@ LossStats LayerMath::head_forward(const GlobalTensors& w, const float* x, int64_
                   saved.rstd, n);
     round_kept(dx, n * h);
   }
-  return stats;
 }
 
 }  // namespace fpdt::model

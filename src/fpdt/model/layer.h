@@ -104,9 +104,10 @@ double counted_targets(const int32_t* targets, const float* mask, int64_t n);
 // Working memory of the LM head for up to `chunk_tokens` tokens at a time (logits never exceed it).
 struct HeadScratch {
   int64_t chunk_tokens;
-  float* logits;  // (chunk_tokens, V); holds the logits' gradient after backward
-  float* losses;  // (chunk_tokens)
-  float* lse;     // (chunk_tokens)
+  float* logits;      // (chunk_tokens, V); holds the logits' gradient after backward
+  float* losses;      // (chunk_tokens)
+  float* lse;         // (chunk_tokens)
+  double* loss_sums;  // (2) += Σ losses, Σ counted rows (LossStats' fields), left on the backend; null: no targets
 };
 
 // Per-token results of the LM head over n tokens (host memory), written when non-null. Like the loss
@@ -201,8 +202,9 @@ class LayerMath {
   // Final norm, LM head and cross-entropy over n tokens of the last residual stream x (n, h), in token
   // chunks of scratch.chunk_tokens. saved: the final norm's output and statistics. With a backward
   // (training, targets given) also dx += dL/dx and the final norm's and LM head's gradients +=.
-  // outputs: the logits, each token's loss (with targets) and greedy prediction, where asked.
-  LossStats head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
+  // outputs: the logits, each token's loss (with targets) and greedy prediction, where asked. With
+  // targets, scratch.loss_sums += the loss sums, in the backend's memory: the caller reads them back once.
+  void head_forward(const GlobalTensors& w, const float* x, int64_t n, const Targets& targets,
                          const AttentionInput& saved, const HeadScratch& scratch,
                          const std::optional<HeadBackward>& backward, const HeadOutputs& outputs = {});
 

@@ -140,7 +140,7 @@ void Transformer::reserve(int B, int64_t T) {
   }
   final_norm_ = norm_slot();
   head_ = HeadScratch{head_tokens, arena_.take<float>(head_tokens * V), arena_.take<float>(head_tokens),
-                      arena_.take<float>(head_tokens)};
+                      arena_.take<float>(head_tokens), nullptr};
   d_resid_ = arena_.take<float>(N * h);
   d_q_ = arena_.take<float>(N * q);
   d_k_ = arena_.take<float>(N * kv);
@@ -212,9 +212,12 @@ LossStats Transformer::run(const Batch& batch, float* logits, bool backward, std
   const double scale = grad_scale ? *grad_scale : (count > 0 ? 1.0 / count : 0.0);
   std::optional<HeadBackward> head_backward;
   if (backward) head_backward = HeadBackward{gradients, scale, d_resid_, scratch_.d_norm};
-  const LossStats stats = math_.head_forward(weights, residual_[config_.layers], N,
-                                             {.ids = batch.targets, .mask = batch.loss_mask}, final_norm_, head_,
-                                             head_backward, {.logits = logits});
+  double loss_sums[2] = {0.0, 0.0};  // the unchunked model's memory is the host's, as its arena is
+  HeadScratch head = head_;
+  head.loss_sums = loss_sums;
+  math_.head_forward(weights, residual_[config_.layers], N, {.ids = batch.targets, .mask = batch.loss_mask},
+                     final_norm_, head, head_backward, {.logits = logits});
+  const LossStats stats{loss_sums[0], loss_sums[1]};
   if (!backward) return stats;
   for (int layer = config_.layers - 1; layer >= 0; --layer) layer_backward(layer);
   math_.embedding_backward(gradients, batch.tokens, position_ids_.data(), d_resid_, N);

@@ -184,7 +184,7 @@ model::LossStats FpdtModel::execute_pass(const model::Batch& batch, Pass pass, d
   documents_ = batch.doc_ids != nullptr;
   grad_scale_ = grad_scale;
   outputs_ = outputs;
-  loss_ = model::LossStats{};
+  memory_.fill_zero(own<double>(Buf::loss_sums), 2 * sizeof(double));  // the head's chunks add to them
   traffic_ = OffloadTraffic{};
   const bool backward = pass == Pass::forward_backward;
   states_.begin_pass(backward);
@@ -200,7 +200,9 @@ model::LossStats FpdtModel::execute_pass(const model::Batch& batch, Pass pass, d
   copies_->wait_all();
   states_.end_pass();
   batch_ = nullptr;
-  return loss_;
+  double loss_sums[2];  // read back once a pass
+  memory_.download(loss_sums, own<double>(Buf::loss_sums), sizeof loss_sums);
+  return model::LossStats{loss_sums[0], loss_sums[1]};
 }
 
 model::GlobalTensors FpdtModel::embedding_weights() const {
@@ -489,7 +491,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
     case Op::head: {
       const auto a = operands_of<Op::head>(step, bind);
       const model::HeadScratch head{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
-                                    own<float>(Buf::logits_lse)};
+                                    own<float>(Buf::logits_lse), own<double>(Buf::loss_sums)};
       const model::TokenResults per_token{outputs_.losses ? host_losses_.data() : nullptr,
                                           outputs_.predictions ? host_predictions_.data() : nullptr};
       const model::Targets targets{.ids = own<int32_t>(Buf::targets),
@@ -497,10 +499,7 @@ void FpdtModel::execute(const Step& step, const StepPlacements& placements, int 
       std::optional<model::HeadBackward> backward;
       if (step.variant == Variant::with_backward)
         backward = model::HeadBackward{global_gradients_, grad_scale_, a[d_res], scratch.d_norm};
-      const model::LossStats stats =
-          math_.head_forward(global_weights_, a[x], n, targets, norm, head, backward, {.per_token = per_token});
-      loss_.loss_sum += stats.loss_sum;
-      loss_.count += stats.count;
+      math_.head_forward(global_weights_, a[x], n, targets, norm, head, backward, {.per_token = per_token});
       store_token_results(step.chunk);
       return;
     }

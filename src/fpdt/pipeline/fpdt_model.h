@@ -222,7 +222,6 @@ class FpdtModel {
   bool documents_ = false;  // blocks take document ids
   double grad_scale_ = 0.0;
   TokenOutputs outputs_;
-  model::LossStats loss_;
   OffloadTraffic traffic_;
   const Schedule::Call* call_ = nullptr;         // the call being executed
   int segment_ = 0;                              // and its ZeRO segment (zero_plan.h)

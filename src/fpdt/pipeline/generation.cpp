@@ -95,7 +95,7 @@ const float* FpdtModel::fetch_now(Array array, int layer, int chunk, Buf buffer,
 void FpdtModel::last_logits(const float* x) {
   const model::AttentionInput norm{own<float>(Buf::norm), own<float>(Buf::norm_mean), own<float>(Buf::norm_rstd)};
   const model::HeadScratch scratch{head_rows_, own<float>(Buf::logits), own<float>(Buf::losses),
-                                   own<float>(Buf::logits_lse)};
+                                   own<float>(Buf::logits_lse), nullptr};
   math_.head_forward(head_weights(), x, 1, model::Targets{}, norm, scratch, std::nullopt,
                      model::HeadOutputs{.logits = own<float>(Buf::logits)});
 }

@@ -20,6 +20,7 @@ int64_t element_bytes(Element element, const LayoutShape& shape) {
   switch (element) {
     case Element::activation: return shape.activation_bytes;
     case Element::fp32: return 4;
+    case Element::fp64: return 8;
     case Element::int32: return 4;
     case Element::int64: return 8;
   }
@@ -138,6 +139,7 @@ std::vector<BufferSpec> chunk_buffers(const LayoutShape& s) {
       {Buf::logits, "logits", "(n, V) n = head rows", E::fp32, head * s.V},
       {Buf::losses, "losses", "(n)", E::fp32, head},
       {Buf::logits_lse, "logits_lse", "(n)", E::fp32, head},
+      {Buf::loss_sums, "loss_sums", "(2) the pass's Σ losses, Σ counted rows", E::fp64, 2},
       {Buf::d_res, "d_res", "(B·c, h)", E::fp32, back * (n * s.h)},
       {Buf::d_attn, "d_attn", "(B·c, Hq·D)", E::fp32, back * (n * s.q)},
       {Buf::d_o_head, "d_o_head", "(B, C, H_r, D)", E::fp32, back * qh},

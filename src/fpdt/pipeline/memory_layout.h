@@ -62,7 +62,7 @@ struct LayoutShape {
 // it enters, attention_chunk.h), or always fp32 (every compute-tier buffer — bf16 values sit in fp32 lanes
 // there — and in the store the LSE, Δ and dQ, summed into block by block), or an index. d_res, the residual
 // stream's gradient, is an activation: the model rounds it where each sublayer's backward leaves it (layer.h).
-enum class Element : uint8_t { activation, fp32, int32, int64 };
+enum class Element : uint8_t { activation, fp32, fp64, int32, int64 };
 int64_t element_bytes(Element element, const LayoutShape& shape);
 
 // The compute-tier chunk buffers, in arena order. The stage buffers are the double buffer's
@@ -76,7 +76,7 @@ enum class Buf : uint8_t {
   // forward
   x, x_mid, x_out, norm, norm_mean, norm_rstd, q_local, k_local, v_local, q_head, k_head, v_head,
   k_stage0, k_stage1, v_stage0, v_stage1, o_head, lse, o_local,
-  mlp_norm, mlp_mean, mlp_rstd, gate, up, act, pack, exchange_rows, logits, losses, logits_lse,
+  mlp_norm, mlp_mean, mlp_rstd, gate, up, act, pack, exchange_rows, logits, losses, logits_lse, loss_sums,
   // backward
   d_res, d_attn, d_o_head, delta, d_k, d_v, q_stage0, q_stage1, do_stage0, do_stage1,
   lse_stage0, lse_stage1, delta_stage0, delta_stage1, dq_stage0, dq_stage1, dq_first,

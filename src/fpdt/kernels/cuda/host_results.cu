@@ -1,7 +1,8 @@
 // CUDA ops whose results the host needs (semantics: reference/cross_entropy.h, reference/elementwise.h):
-// a chunk's loss sum and counted rows, each row's argmax, and counts of non-finite (or negative) values.
-// Each reduces on the device in a fixed order (one block for the sums, one block per row, integer
-// counts), copies the few bytes to the host and waits for them. And the device's name (cuda_backend.h).
+// a chunk's loss sum and counted rows (added to sums the pass keeps on the device), each row's argmax, and
+// counts of non-finite (or negative) values. Each reduces on the device in a fixed order (one block for the
+// sums, one block per row, integer counts); the argmax and the counts copy their few bytes to the host and
+// wait for them. And the device's name (cuda_backend.h).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -15,7 +16,7 @@ namespace fpdt::kernels::cuda {
 
 namespace {
 
-// out[0] = Σ losses, out[1] = Σ mask over counted rows: one block, each thread a fixed stride, then the
+// out[0] += Σ losses, out[1] += Σ mask over counted rows: one block, each thread a fixed stride, then the
 // block's fixed tree (deterministic).
 __global__ void cross_entropy_sums_kernel(double* out, const float* losses, const int32_t* targets, const float* mask,
                                           int64_t N) {
@@ -28,8 +29,8 @@ __global__ void cross_entropy_sums_kernel(double* out, const float* losses, cons
   loss = block_sum(loss, scratch);
   count = block_sum(count, scratch);
   if (threadIdx.x == 0) {
-    out[0] = loss;
-    out[1] = count;
+    out[0] += loss;
+    out[1] += count;
   }
 }
 
@@ -80,14 +81,8 @@ __global__ void count_invalid_kernel(unsigned long long* count, const float* x, 
 void CudaBackend::cross_entropy_sums(double* sums, const float* losses, const int32_t* targets, const float* mask,
                                      int64_t N) {
   if (N == 0) return;
-  double* device_sums = reinterpret_cast<double*>(scratch(4));  // (2)
-  cross_entropy_sums_kernel<<<1, kThreads, 0, stream_>>>(device_sums, losses, targets, mask, N);
+  cross_entropy_sums_kernel<<<1, kThreads, 0, stream_>>>(sums, losses, targets, mask, N);
   FPDT_CUDA_CHECK_LAUNCH();
-  double host[2];
-  FPDT_CUDA_CHECK(cudaMemcpyAsync(host, device_sums, sizeof host, cudaMemcpyDeviceToHost, stream_));
-  FPDT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  sums[0] += host[0];
-  sums[1] += host[1];
 }
 
 void CudaBackend::argmax_rows(int32_t* indices, const float* x, int64_t N, int V) {

@@ -135,7 +135,7 @@ void GuardedBackend::cross_entropy_backward(float* dlogits, const float* logits,
 // sums and indices are host memory.
 void GuardedBackend::cross_entropy_sums(double* sums, const float* losses, const int32_t* targets, const float* mask,
                                         int64_t N) {
-  cpu_.cross_entropy_sums(sums, readable(losses), readable(targets), readable(mask), N);
+  cpu_.cross_entropy_sums(readable(sums), readable(losses), readable(targets), readable(mask), N);
 }
 void GuardedBackend::argmax_rows(int32_t* indices, const float* x, int64_t N, int V) {
   cpu_.argmax_rows(indices, readable(x), N, V);
