@@ -203,6 +203,50 @@ TEST(CudnnAttention, ChunkScheduleMatchesFullAttention) {
   expect_close("cuDNN chunk schedule dv", got.dv, dv_want, testing::kAttentionBf16BackwardCudnn);
 }
 
+// K and V given as bf16 words (a bf16 KV cache, read as stored) are their values given as floats, bit for bit:
+// on cuDNN, which takes the words as its operands (no copy; q is packed as always), and on the CUDA-core kernels
+// (cuDNN off), which widen them first. A block below the diagonal, out and lse accumulated into (the merge
+// reads them too).
+TEST(CudnnAttention, KvAsBf16WordsAreTheirValues) {
+  ASSERT_TRUE(cuda_available()) << "no usable CUDA device (or a build without CUDA): run on a GPU machine";
+  const Memory memory = memory_of("cuda");
+  Rng rng(fresh_seed());
+  const int B = 2, H = 8, Hkv = 2, D = 64;
+  const int64_t Cq = 96, Ck = 128;
+  const auto q = random_normal<float>(rng, size_t{B} * Cq * H * D);
+  const auto k = random_normal<float>(rng, size_t{B} * Ck * Hkv * D), v = random_normal<float>(rng, k.size());
+  std::vector<uint16_t> k_words(k.size()), v_words(v.size());
+  std::vector<float> k_values(k.size()), v_values(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k_words[i] = float_to_bf16(k[i]);
+    v_words[i] = float_to_bf16(v[i]);
+    k_values[i] = bf16_to_float(k_words[i]);
+    v_values[i] = bf16_to_float(v_words[i]);
+  }
+  const Placed<float> q_placed(memory, q), k_placed(memory, k_values), v_placed(memory, v_values);
+  const Placed<uint16_t> k_words_placed(memory, k_words), v_words_placed(memory, v_words);
+  const AttentionChunkParams floats{.q = q_placed.get(), .k = k_placed.get(), .v = v_placed.get(), .B = B, .Cq = Cq,
+                                    .Ck = Ck, .H = H, .Hkv = Hkv, .D = D, .q_begin = 2 * Ck, .kv_begin = 0,
+                                    .scale = 1.0 / std::sqrt(static_cast<double>(D)), .precision = Precision::bf16};
+  AttentionChunkParams words = floats;
+  words.k = words.v = nullptr;
+  words.k_words = k_words_placed.get();
+  words.v_words = v_words_placed.get();
+  const size_t rows = size_t{B} * Cq * H;
+  for (const char* cudnn : {"on", "off"}) {
+    const ScopedCudnnSwitch path(cudnn);
+    const auto backend = make_backend(BackendKind::cuda);
+    EXPECT_EQ(cuda_attention_on_cudnn(*backend, floats, false), std::string(cudnn) == "on") << "cuDNN " << cudnn;
+    auto run = [&](const AttentionChunkParams& block) {
+      const Placed<float> out(memory, std::vector<float>(rows * D, 3.0f));
+      const Placed<float> lse(memory, std::vector<float>(rows, 0.5f));
+      backend->attention_chunk_forward(out.get(), lse.get(), block, /*accumulate=*/true);
+      return std::pair{out.host(), lse.host()};
+    };
+    EXPECT_EQ(run(words), run(floats)) << "cuDNN " << cudnn;
+  }
+}
+
 // DeviceMemory::upload promises that the host bytes may be reused when it returns (device_memory.h), from
 // pinned memory too — where a cudaMemcpyAsync returns at once and copies whenever the stream gets to it. The
 // stream is kept busy first (device copies of 256 MiB, milliseconds of work), so a copy still queued when the

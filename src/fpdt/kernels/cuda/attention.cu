@@ -429,6 +429,7 @@ void CudaBackend::attention_chunk_forward(float* out, float* lse, const Attentio
                                           bool accumulate) {
   validate(params);
   if (params.B == 0 || params.Cq == 0) return;
+  if (sdpa_chunk_forward(out, lse, params, accumulate)) return;  // cuDNN's fused attention took it (K, V words read)
   if (params.k_words != nullptr) {  // K and V as bf16 words: widened into the scratch (free in a forward)
     const int64_t n = kv_values(params);
     float* widened = scratch(2 * static_cast<size_t>(n));
@@ -437,7 +438,6 @@ void CudaBackend::attention_chunk_forward(float* out, float* lse, const Attentio
     attention_chunk_forward(out, lse, with_widened_kv(params, widened), accumulate);
     return;
   }
-  if (sdpa_chunk_forward(out, lse, params, accumulate)) return;  // cuDNN's fused attention took it
   dispatch_head_dim(params.D, [&](auto dl) {
     constexpr int kDL = decltype(dl)::value;
     chunk_forward_kernel<kDL><<<grid(params.Cq, params.B * params.H), kWarps * 32, forward_smem_bytes(params.D),

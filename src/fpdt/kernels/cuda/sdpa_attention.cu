@@ -1,6 +1,7 @@
 // Attention blocks on cuDNN's fused attention (cudnn_sdpa.h), the tensor-core path of a bf16 run: the glue
 // between the backend's fp32 tensors and cuDNN's bf16 operands. Forward: q, k, v packed to bf16 words
-// (round to nearest, the spec's r(q), r(k), r(v)); cuDNN gives the block's o (bf16) and LSE (fp32); the
+// (round to nearest, the spec's r(q), r(k), r(v)) — K and V given as words (a bf16 KV cache) read as they are,
+// the same words; cuDNN gives the block's o (bf16) and LSE (fp32); the
 // block is merged into out and lse by LSE exactly as attention.cu merges its own (= or +=). Backward from
 // the q chunk's merged out and LSE: cuDNN's graph reads O only for Δ = rowsum(dO ∘ O), which the pipeline
 // has already computed (attention_chunk_delta), so cuDNN is given an O' with rowsum(r(dO) ∘ O') = Δ (below);
@@ -10,6 +11,7 @@
 // the block's o and the block's dq, dk, dv leave cuDNN rounded to bf16 (one rounding, u = 2^-8, each);
 // P̃ is rounded from cuDNN's own max, not the spec's integer-lifted one; sums are the tensor cores'.
 #include <cmath>
+#include <cstdint>
 
 #include "fpdt/base/cuda_check.h"
 #include "fpdt/kernels/cuda/bf16.cuh"
@@ -123,22 +125,31 @@ bool CudaBackend::sdpa_takes(const AttentionChunkParams& p, bool backward) {
 bool CudaBackend::sdpa_chunk_forward(float* out, float* lse, const AttentionChunkParams& p, bool accumulate) {
   const SdpaDecision decision = plan_sdpa(p);
   if (!decision.tries_cudnn()) return false;
+  // K and V words are cuDNN's operands as they are, where aligned as it wants them (16 bytes); else the
+  // caller widens them and asks again.
+  const bool kv_words = p.k_words != nullptr;
+  auto aligned = [](const uint16_t* words) { return reinterpret_cast<uintptr_t>(words) % 16 == 0; };
+  if (kv_words && !(aligned(p.k_words) && aligned(p.v_words))) return false;
   size_t workspace_bytes = 0;
   if (!sdpa_->prepare_forward(decision.key, &workspace_bytes).empty()) return false;
   const int64_t q_count = int64_t{p.B} * p.Cq * p.H * p.D, kv_count = int64_t{p.B} * p.Ck * p.Hkv * p.D;
   const int64_t stats_count = int64_t{p.B} * p.H * p.Cq;
+  const size_t kv_packed_bytes = kv_words ? 0 : kv_count * sizeof(uint16_t);
   ScratchLayout layout;
-  const size_t q_at = layout.add(q_count * sizeof(uint16_t)), k_at = layout.add(kv_count * sizeof(uint16_t)),
-               v_at = layout.add(kv_count * sizeof(uint16_t)), o_at = layout.add(q_count * sizeof(uint16_t)),
+  const size_t q_at = layout.add(q_count * sizeof(uint16_t)), k_at = layout.add(kv_packed_bytes),
+               v_at = layout.add(kv_packed_bytes), o_at = layout.add(q_count * sizeof(uint16_t)),
                stats_at = layout.add(stats_count * sizeof(float)), workspace_at = layout.add(workspace_bytes);
   char* base = static_cast<char*>(grow(sdpa_scratch_, layout.bytes()));
   auto words = [base](size_t at) { return reinterpret_cast<uint16_t*>(base + at); };
   pack_bf16(words(q_at), p.q, q_count);
-  pack_bf16(words(k_at), p.k, kv_count);
-  pack_bf16(words(v_at), p.v, kv_count);
+  if (!kv_words) {
+    pack_bf16(words(k_at), p.k, kv_count);
+    pack_bf16(words(v_at), p.v, kv_count);
+  }
+  const uint16_t* k = kv_words ? p.k_words : words(k_at);
+  const uint16_t* v = kv_words ? p.v_words : words(v_at);
   float* block_lse = reinterpret_cast<float*>(base + stats_at);
-  sdpa_->forward(decision.key, SdpaForwardArgs{words(q_at), words(k_at), words(v_at), words(o_at), block_lse},
-                 base + workspace_at);
+  sdpa_->forward(decision.key, SdpaForwardArgs{words(q_at), k, v, words(o_at), block_lse}, base + workspace_at);
   merge_block_kernel<<<row_blocks(int64_t{p.B} * p.Cq * p.H), kRowWarps * 32, 0, stream_>>>(
       out, lse, words(o_at), block_lse, p.B, p.Cq, p.H, p.D, accumulate);
   FPDT_CUDA_CHECK_LAUNCH();
