@@ -77,7 +77,7 @@ print_summary() {
       sed -n '/The following tests FAILED/,$p' "$OUT/tests.log" | grep -E ' - ' | sort -u | head -12 |
         sed 's/^\s*/  failed: /'
     fi
-    grep -E '^train (fp32|bf16):' "$OUT/train.log" 2>/dev/null
+    grep -E '^train( fp32| bf16)?:' "$OUT/train.log" 2>/dev/null
     [ -s "$OUT/speed.log" ] && python3 - "$OUT/speed.log" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]

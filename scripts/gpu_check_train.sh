@@ -17,7 +17,7 @@ for precision in fp32 bf16; do
     "$build/fpdt" train --model llama-tiny --data "$data" --out "$run" --overwrite \
       --backend "$run_backend" --precision "$precision" --seq 1024 --chunk-tokens 256 --offload ram --batch 2 \
       --steps 20 --lr 0.003 --warmup 2 --eval-every 0 --eval-batches 0 --save-every 0 --seed 47 >"$run.log" 2>&1 ||
-      { echo "train: fpdt train --backend $run_backend --precision $precision failed:"; tail -5 "$run.log"; exit 1; }
+      { echo "train: fpdt train --backend $run_backend --precision $precision failed: $(tail -1 "$run.log")"; exit 1; }
   done
   # Bounds, relative to the cpu loss. Step 1 runs the same weights on the same tokens, so only the arithmetic
   # differs: fp32 sums in other orders (cuBLAS, the CUDA attention kernels: ~1e-7 relative per value, and the
