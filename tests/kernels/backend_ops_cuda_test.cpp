@@ -10,6 +10,7 @@
 #include "fpdt/kernels/cuda/cuda_backend.h"
 #include "fpdt/tensor/dtype.h"
 #include "kernels/backend_ops.h"
+#include "kernels/bf16_words.h"
 
 namespace fpdt::kernels::conformance {
 namespace {
@@ -214,17 +215,10 @@ TEST(CudnnAttention, KvAsBf16WordsAreTheirValues) {
   const int B = 2, H = 8, Hkv = 2, D = 64;
   const int64_t Cq = 96, Ck = 128;
   const auto q = random_normal<float>(rng, size_t{B} * Cq * H * D);
-  const auto k = random_normal<float>(rng, size_t{B} * Ck * Hkv * D), v = random_normal<float>(rng, k.size());
-  std::vector<uint16_t> k_words(k.size()), v_words(v.size());
-  std::vector<float> k_values(k.size()), v_values(v.size());
-  for (size_t i = 0; i < k.size(); ++i) {
-    k_words[i] = float_to_bf16(k[i]);
-    v_words[i] = float_to_bf16(v[i]);
-    k_values[i] = bf16_to_float(k_words[i]);
-    v_values[i] = bf16_to_float(v_words[i]);
-  }
-  const Placed<float> q_placed(memory, q), k_placed(memory, k_values), v_placed(memory, v_values);
-  const Placed<uint16_t> k_words_placed(memory, k_words), v_words_placed(memory, v_words);
+  const testing::Bf16Values k = testing::random_bf16(rng, size_t{B} * Ck * Hkv * D);
+  const testing::Bf16Values v = testing::random_bf16(rng, k.words.size());
+  const Placed<float> q_placed(memory, q), k_placed(memory, k.values), v_placed(memory, v.values);
+  const Placed<uint16_t> k_words_placed(memory, k.words), v_words_placed(memory, v.words);
   const AttentionChunkParams floats{.q = q_placed.get(), .k = k_placed.get(), .v = v_placed.get(), .B = B, .Cq = Cq,
                                     .Ck = Ck, .H = H, .Hkv = Hkv, .D = D, .q_begin = 2 * Ck, .kv_begin = 0,
                                     .scale = 1.0 / std::sqrt(static_cast<double>(D)), .precision = Precision::bf16};

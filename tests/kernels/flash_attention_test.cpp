@@ -26,6 +26,7 @@
 #include "fpdt/kernels/reference/attention.h"
 #include "fpdt/kernels/reference/attention_chunk.h"
 #include "fpdt/tensor/dtype.h"
+#include "kernels/bf16_words.h"
 #include "testing.h"
 #include "tolerances.h"
 
@@ -894,25 +895,17 @@ TEST_P(FlashSingleQuery, KvAsBf16WordsAreTheirValues) {
   Rng rng(fresh_seed());
   const int B = 2, H = 6, Hkv = 3, D = 40;
   const int64_t Ck = 700, kv_begin = 100;
-  const auto k = random_normal<float>(rng, static_cast<size_t>(B) * Ck * Hkv * D);
-  const auto v = random_normal<float>(rng, k.size());
-  std::vector<uint16_t> k_words(k.size()), v_words(v.size());
-  std::vector<float> k_values(k.size()), v_values(v.size());
-  for (size_t i = 0; i < k.size(); ++i) {
-    k_words[i] = float_to_bf16(k[i]);
-    v_words[i] = float_to_bf16(v[i]);
-    k_values[i] = bf16_to_float(k_words[i]);
-    v_values[i] = bf16_to_float(v_words[i]);
-  }
+  const testing::Bf16Values k = testing::random_bf16(rng, static_cast<size_t>(B) * Ck * Hkv * D);
+  const testing::Bf16Values v = testing::random_bf16(rng, k.words.size());
   const Problem problem{B, 0, H, Hkv, D, false, 0, precision_of(GetParam())};
   for (const int64_t Cq : {int64_t{1}, int64_t{37}}) {
     const auto q = random_normal<float>(rng, static_cast<size_t>(B) * Cq * H * D);
     const AttentionChunkParams floats =
-        block_params(problem, 0.15, q, k_values, v_values, {}, {}, {kv_begin + Ck - 20, Cq}, {kv_begin, Ck});
+        block_params(problem, 0.15, q, k.values, v.values, {}, {}, {kv_begin + Ck - 20, Cq}, {kv_begin, Ck});
     AttentionChunkParams words = floats;
     words.k = words.v = nullptr;
-    words.k_words = k_words.data();
-    words.v_words = v_words.data();
+    words.k_words = k.words.data();
+    words.v_words = v.words.data();
     const size_t rows = static_cast<size_t>(B) * Cq * H;
     auto run = [&](Backend& backend, const AttentionChunkParams& block) {
       std::vector<float> out(rows * D, 3.0f), lse(rows, 0.5f);  // accumulated into: the merge reads them too
@@ -923,7 +916,7 @@ TEST_P(FlashSingleQuery, KvAsBf16WordsAreTheirValues) {
     const auto reference = make_backend(BackendKind::reference);
     EXPECT_EQ(run(cpu, words), run(cpu, floats)) << "cpu, Cq " << Cq;
     EXPECT_EQ(run(*reference, words), run(*reference, floats)) << "reference, Cq " << Cq;
-    std::vector<float> grad(k.size());
+    std::vector<float> grad(k.words.size());
     EXPECT_THROW(cpu.attention_chunk_backward(grad.data(), grad.data(), grad.data(), q.data(), q.data(), q.data(),
                                               words),
                  Error);
