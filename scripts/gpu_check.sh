@@ -211,7 +211,7 @@ if stage configure "${GPU_CHECK_CONFIGURE_S:-180}" "$OUT/configure.log" cmake -S
         [ $status = 0 ] && verdict=clean
         echo "sanitizer $tool: $verdict on ${*:1:3}"
       }
-      sanitize memcheck "$build/kernels_backend_ops_cuda_test" --gtest_filter="*attention*"
+      sanitize memcheck "$build/kernels_backend_ops_cuda_test" --gtest_filter="*cuda_attention*"
       sanitize initcheck "${step[@]}"
       sanitize racecheck "${step[@]}"'
     stage sanitizer 90 "$OUT/sanitizer.log" bash -c "$sanitize_script" sanitize "$BUILD" "$data" "$work" ||
