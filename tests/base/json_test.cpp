@@ -61,6 +61,8 @@ TEST(Json, TextExcerptsEscapeWhatWouldNotShow) {
   using namespace std::string_literals;
   EXPECT_EQ(json::excerpt_text("l\0a\x01m"s), "l\\x00a\\x01m");
   EXPECT_EQ(json::excerpt_text("a\nb\tc\rd\x1B\x7F"), "a\\nb\\tc\\rd\\x1B\\x7F");
+  // A backslash in the text is doubled: the two characters \n read "\\n", the newline "\n".
+  EXPECT_EQ(json::excerpt_text("C:\\new\n"), "C:\\\\new\\n");
   // Well-formed UTF-8 is kept; stray continuation bytes, overlong forms, surrogates, code points past
   // U+10FFFF and a sequence cut by the end are escaped byte by byte.
   EXPECT_EQ(json::excerpt_text("é€𝄞"), "é€𝄞");

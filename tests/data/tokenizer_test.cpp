@@ -264,12 +264,12 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementWithOneClearError) {
     for (int i = 0; i < 2000; ++i) pattern += "\\p{Ln";
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern + "}]";
   });
-  expect_contains(pattern_message, {"pre-tokenizer regex '[^\\r\\n\\p{Ln\\p{Ln", "...' is not valid"});
+  expect_contains(pattern_message, {"pre-tokenizer regex '[^\\\\r\\\\n\\\\p{Ln\\\\p{Ln", "...' is not valid"});
   EXPECT_LT(pattern_message.size(), 1000u);
   expect_contains(refused([](auto& j) { j.erase("model"); }), {"has no \"model\""});
   expect_contains(refused([](auto& j) { j["model"]["vocab"] = "oops"; }), {"edited.json", "not a valid tokenizer.json"});
   expect_contains(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{NoSuch}+"; }),
-                  {"edited.json pre_tokenizer.pretokenizers[].pattern", "regex '\\p{NoSuch}+' is not valid",
+                  {"edited.json pre_tokenizer.pretokenizers[].pattern", "regex '\\\\p{NoSuch}+' is not valid",
                    "invalid character property name {NoSuch}", "Oniguruma syntax"});
   expect_contains(refused([](auto& j) { j["model"]["vocab"]["x"] = 1 << 30; }), {"id of 1073741824", "limit"});
   expect_contains(refused([](auto& j) { j["model"]["vocab"] = nlohmann::json::object(); j["added_tokens"] = nlohmann::json::array(); j["model"]["merges"] = nlohmann::json::array(); }),

@@ -128,7 +128,8 @@ std::string excerpt_text(std::string_view text, size_t max_chars) {
     const unsigned char byte = static_cast<unsigned char>(text[at]);
     const size_t length = utf8_sequence_bytes(text, at);
     std::string unit;
-    if (byte == '\n') unit = "\\n";
+    if (byte == '\\') unit = "\\\\";
+    else if (byte == '\n') unit = "\\n";
     else if (byte == '\t') unit = "\\t";
     else if (byte == '\r') unit = "\\r";
     else if (length == 0 || byte < 0x20 || byte == 0x7F) {

@@ -35,8 +35,8 @@ std::string excerpt(const nlohmann::ordered_json& value, size_t max_chars = kExc
 
 // `text` for a message quoting raw input: whatever would not show as itself — a control character, DEL, a
 // byte that is not part of well-formed UTF-8 — written as an escape (\n, \t, \r, \xNN; a NUL no longer ends
-// the message), cut to at most max_chars characters, never inside an escape or a UTF-8 sequence ("..."
-// marks a cut).
+// the message), and a backslash doubled (\\), so that an escape is never text that looked like one; cut to
+// at most max_chars characters, never inside an escape or a UTF-8 sequence ("..." marks a cut).
 std::string excerpt_text(std::string_view text, size_t max_chars = kExcerptChars);
 
 // `value` as an integer of type T: a JSON integer (not a float, string or bool — nlohmann's get<T>()
