@@ -7,6 +7,7 @@
 // its progress file to the uninterrupted run's answers.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -175,6 +176,19 @@ TEST_F(EvalCommand, AStoppedRulerRunGoesOnWhereItStopped) {
   const int64_t kept = whole_lines(progress) - 1;
   ASSERT_GE(kept, 1);
   ASSERT_LT(kept, samples / 2);  // samples was doubled after the last attempt
+  // Its header names the weights by size and modification time, the time as stat gives it (since 1970).
+  std::ifstream header_file(progress);
+  std::string header_line;
+  std::getline(header_file, header_line);
+  const nlohmann::json header = nlohmann::json::parse(header_line).at("ruler_progress");
+  const nlohmann::json& weights = header.at("weights").at(0);
+  struct stat weights_stat {};
+  ASSERT_EQ(::stat((header.at("checkpoint").get<std::string>() + "/" + weights.at("file").get<std::string>()).c_str(),
+                   &weights_stat),
+            0);
+  EXPECT_EQ(weights.at("bytes").get<int64_t>(), weights_stat.st_size);
+  EXPECT_EQ(weights.at("modified_unix_ns").get<int64_t>(),
+            int64_t{weights_stat.st_mtim.tv_sec} * 1000000000 + weights_stat.st_mtim.tv_nsec);
 
   std::vector<std::string> bf16 = args(stopped, samples / 2);
   bf16.insert(bf16.end(), {"--precision", "bf16"});

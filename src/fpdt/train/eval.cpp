@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -103,6 +104,13 @@ data::ShardReader open_split(const EvalSettings& s, const data::Tokenizer& token
   return shard;
 }
 
+// A file time as nanoseconds since 1970 (the file clock's own epoch is the library's choice: libstdc++'s
+// makes today's times negative).
+int64_t unix_nanoseconds(std::filesystem::file_time_type time) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::file_clock::to_sys(time).time_since_epoch())
+      .count();
+}
+
 // What a RULER run's answers depend on besides their prompts, and what the prompts are drawn with: a progress
 // file made under other ones is refused (read_ruler_progress). The weights are named by their files' sizes
 // and modification times, as make knows a file changed. The chunks, the offload tier and the ranks may
@@ -116,7 +124,7 @@ nlohmann::ordered_json ruler_identity(const EvalResult& result, const EvalSettin
   for (const std::filesystem::path& file : files)
     weights.push_back({{"file", file.filename().string()},
                        {"bytes", std::filesystem::file_size(file)},
-                       {"modified", std::filesystem::last_write_time(file).time_since_epoch().count()}});
+                       {"modified_unix_ns", unix_nanoseconds(std::filesystem::last_write_time(file))}});
   return {{"checkpoint", result.checkpoint},
           {"weights", weights},
           {"rope_parameters", nlohmann::ordered_json::parse(result.rope_parameters)},
