@@ -7,7 +7,8 @@
 #   bench/ruler_smollm2.sh BUILD MODEL_DIR DATA_DIR OUT [LENGTHS] [SAMPLES] [K]
 #   e.g. bench/ruler_smollm2.sh build runs/extend/model data/kjv-smollm2 runs/ruler "4096 8192 16384" 20 2
 # Time on 2 cores (AMD EPYC, bf16): ~8 s a 4K prompt, so 220 prompts a length take ~30 min at 4K and hours
-# at 16K. Each length's results: OUT/L/ruler.json (every sample), OUT/ruler_L.png; OUT/reference_L.json.
+# at 16K. Each length's results: OUT/L/ruler.json (every sample), OUT/ruler_L.png; OUT/reference_L.json; all the
+# lengths' results (this run's and any earlier one's in OUT) in one heat map: OUT/ruler.png.
 # A length whose OUT/L/ruler.json exists is not evaluated again (delete it to redo it).
 set -euo pipefail
 build=$1 model=$2 data=$3 out=$4
@@ -31,6 +32,7 @@ for length in $lengths; do
   /usr/bin/python3 tools/plot_eval.py ruler "$out/ruler_$length.png" "$out/$length/ruler.json"
   first=${first:-$length}
 done
+/usr/bin/python3 tools/plot_eval.py ruler "$out/ruler.png" "$out"/*/ruler.json  # any order: the map sorts the lengths
 
 # transformers' answers to the first `check` prompts of each task at the first length, fp32 greedy.
 python=$(bash tools/reference_env.sh)

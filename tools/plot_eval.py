@@ -4,11 +4,12 @@ the passkey-retrieval heat map, and RULER's scores (task x length).
 usage: /usr/bin/python3 tools/plot_eval.py loss OUT.png LABEL=loss_by_position.json ... [--mark=POS=TEXT ...]
        /usr/bin/python3 tools/plot_eval.py passkey OUT.png passkey.json
        /usr/bin/python3 tools/plot_eval.py report OUT.png LABEL=EVAL_DIR ... [--mark=POS=TEXT ...]
-       /usr/bin/python3 tools/plot_eval.py ruler OUT.png ruler.json
+       /usr/bin/python3 tools/plot_eval.py ruler OUT.png ruler.json ...
        /usr/bin/python3 tools/plot_eval.py range FIRST LAST LABEL=loss_by_position.json ...
 `report` draws one figure of several evaluations (each EVAL_DIR an `fpdt eval --out` folder): their loss
 by position on top, their passkey grids below. `ruler` draws RULER's scores as a heat map (a row per task and
-the average, a column per length) titled with the effective length. `loss`, `passkey`, `report` and `ruler` need Debian's
+the average, a column per length) titled with the effective length; several ruler.json files (lengths run
+apart, e.g. with another RoPE scaling at each) make one map, their effective length taken over them all. `loss`, `passkey`, `report` and `ruler` need Debian's
 python3-matplotlib; `range` prints, per model, the mean loss over the context positions FIRST..LAST
 (token-weighted over the buckets inside that range) and needs nothing.
 """
@@ -146,6 +147,35 @@ def command_report(out_path, args):
     figure.savefig(out_path, dpi=100)
 
 
+def merged_ruler(paths):
+    """One ruler.json's fields over several runs of the same tasks at different lengths: their cells and
+    averages side by side, and the effective lengths over them all (RULER's: the longest length such that
+    the average is at least the threshold there and at every shorter length; 0 when the first falls short)."""
+    results = [json.load(open(path)) for path in paths]
+    tasks = results[0]["tasks"]
+    for path, result in zip(paths, results):
+        if result["tasks"] != tasks:
+            sys.exit(f"plot_eval.py: {path} has the tasks {result['tasks']}, {paths[0]} {tasks}: one map needs the same")
+    lengths = sorted(length for result in results for length in result["lengths"])
+    if len(set(lengths)) != len(lengths):
+        sys.exit(f"plot_eval.py: a length is in more than one of {', '.join(paths)}")
+    averages = sorted((a for result in results for a in result["averages"]), key=lambda a: a["length"])
+
+    def effective(threshold):
+        length = 0
+        for entry in averages:
+            if entry["average"] < threshold:
+                break
+            length = entry["length"]
+        return {"threshold": threshold, "length": length}
+
+    samples = sorted({result["samples_per_cell"] for result in results})
+    return {"tasks": tasks, "lengths": lengths, "cells": [c for result in results for c in result["cells"]],
+            "averages": averages, "samples_per_cell": "-".join(str(n) for n in samples),
+            "effective_length": effective(results[0]["effective_length"]["threshold"]),
+            "effective_length_at_threshold": effective(results[0]["effective_length_at_threshold"]["threshold"])}
+
+
 def ruler_grid(result):
     """(tasks + ["average"], lengths, scores[row][column]) of a ruler.json."""
     tasks, lengths = result["tasks"], result["lengths"]
@@ -160,8 +190,8 @@ def effective_text(entry, lengths):
     return f"{length:,}" if length > 0 else f"below {lengths[0]:,}"
 
 
-def command_ruler(out_path, path):
-    result = json.load(open(path))
+def command_ruler(out_path, paths):
+    result = merged_ruler(paths)
     rows, lengths, scores = ruler_grid(result)
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(1.1 * len(lengths) + 3.5, 0.38 * len(rows) + 2))
@@ -193,8 +223,8 @@ def main(argv):
         command_passkey(argv[1], argv[2])
     elif len(argv) >= 3 and argv[0] == "report":
         command_report(argv[1], argv[2:])
-    elif len(argv) == 3 and argv[0] == "ruler":
-        command_ruler(argv[1], argv[2])
+    elif len(argv) >= 3 and argv[0] == "ruler":
+        command_ruler(argv[1], argv[2:])
     elif len(argv) >= 4 and argv[0] == "range":
         command_range(argv[1], argv[2], argv[3:])
     else:
