@@ -20,6 +20,7 @@
 
 #include "fpdt/base/json.h"
 #include "fpdt/data/gguf_tokenizer.h"
+#include "fpdt/data/text/unicode.h"
 #include "fpdt/model/gguf.h"
 #include "fpdt/model/gguf_types.h"
 #include "fuzz_target.h"
@@ -40,7 +41,7 @@ void check_message(const fpdt::Error& error) {
       if (static_cast<unsigned char>(byte) < 0x20 || byte == 0x7F)
         finding("a message holding the control byte " + std::to_string(static_cast<unsigned char>(byte)) + ": " +
                 fpdt::json::excerpt_text(*text));
-    if (fpdt::json::excerpt_text(*text, std::numeric_limits<size_t>::max()) != *text)
+    if (fpdt::data::text::first_invalid_utf8(*text) != text->size())
       finding("a message holding bytes that are not UTF-8: " + fpdt::json::excerpt_text(*text));
   }
 }
