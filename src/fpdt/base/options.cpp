@@ -46,6 +46,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang before 17 deduces no aggregate's arguments (make check-tsan's clang-14)
 
 }  // namespace
 
