@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/cpu_backend.h"
 #include "fpdt/kernels/cpu/gemm.h"
 #include "fpdt/kernels/cpu/onednn_gemm.h"
@@ -351,7 +352,7 @@ TEST(LinearCpu, Bf16GemmsRunOnTheFasterUnit) {
     EXPECT_EQ(rule, cpu::Bf16Gemm::fp32_fmas);
   }
   __builtin_cpu_init();
-  if (__builtin_cpu_is("intel") && !__builtin_cpu_supports("amx-bf16")) {
+  if (__builtin_cpu_is("intel") && !cpu::cpu_has_amx_bf16()) {
     EXPECT_EQ(rule, cpu::Bf16Gemm::fp32_fmas);
   }
   const std::string described = cpu::describe_bf16_gemms();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/machine/rates.h"
 
 namespace fpdt::machine {
@@ -20,7 +21,7 @@ TEST(MachineRates, Bf16PeaksAndGemmAreMeasuredAndPhysical) {
   constexpr double kMaxGhz = 6.0;
   const Bf16Rates rates = measure_bf16_rates(1, measure_fma_peak_gflops(1));
   const bool has_dot = __builtin_cpu_supports("avx512bf16");
-  const bool has_amx = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+  const bool has_amx = kernels::cpu::cpu_has_amx_bf16();
   std::printf("[ rates    ] AVX512-BF16 %.1f GFLOP/s, AMX-BF16 %.1f, fp32 FMA %.1f, bf16 GEMM %.1f (1 thread)\n",
               rates.dot_peak_gflops, rates.amx_peak_gflops, rates.fma_peak_gflops, rates.gemm_gflops);
   if (has_dot) {

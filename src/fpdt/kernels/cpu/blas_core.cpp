@@ -1,6 +1,7 @@
 // OpenBLAS's kernel set, checked against the CPU (see blas_core.h).
 #include "fpdt/kernels/cpu/blas_core.h"
 
+#include <cpuid.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -54,10 +55,17 @@ VectorIsa cpu_isa() {
   return VectorIsa::older;
 }
 
+bool cpu_has_amx_bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+  return (edx & kAmxBf16) != 0 && (edx & kAmxTile) != 0;
+}
+
 bool cpu_runs_blas_core(const std::string& core) {
   if (blas_core_isa(core) > cpu_isa()) return false;
   if ((core == "Cooperlake" || core == "SapphireRapids") && !__builtin_cpu_supports("avx512bf16")) return false;
-  return core != "SapphireRapids" || (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16"));
+  return core != "SapphireRapids" || cpu_has_amx_bf16();
 }
 
 std::string matching_blas_core(const std::string& loaded, VectorIsa cpu) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "fpdt/kernels/cpu/blas_core.h"
 #include "fpdt/kernels/cpu/panel_gemm.h"
 
 // The attention's AMX products need the AVX-512 build's panels (kPanel = 32: two 16-column tiles); the
@@ -29,7 +30,7 @@ namespace fpdt::kernels::cpu {
 inline bool amx_tiles_supported() {
 #if defined(__x86_64__)
   static const bool supported = [] {
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+    if (!cpu_has_amx_bf16()) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
