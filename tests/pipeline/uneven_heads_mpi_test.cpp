@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "comm/mpi_testing.h"
 #include "fpdt/kernels/backend.h"
 #include "fpdt/kernels/ops.h"
+#include "fpdt/model/parameters.h"
 #include "fpdt/model/transformer.h"
 #include "fpdt/pipeline/fpdt_model.h"
 #include "pipeline/pipeline_testing.h"
@@ -37,6 +40,23 @@ Sums run_on(comm::Communicator& sp, const model::ModelConfig& config, const RunS
   sums.count = both[1];
   sums.grads.assign(model.grads().data(), model.grads().data() + model.grads().numel());
   return sums;
+}
+
+// The parameter tensors whose gradient's relative error exceeds `bound`, " name error" each: where a
+// failed draw went wrong (seen once in a full suite run, 2026-12-07: 5.8e-3 against 1.8e-5, and not again
+// in 36 runs with the same or fresh seeds, some beside busy loops or with every copy delayed 3 ms).
+std::string tensors_past(const model::ModelConfig& config, const std::vector<float>& got,
+                         const std::vector<float>& want, double bound) {
+  std::string past;
+  const model::ParameterLayout layout(config);
+  for (const model::ParameterInfo& tensor : layout.tensors()) {
+    const size_t offset = static_cast<size_t>(tensor.offset), n = static_cast<size_t>(tensor.numel());
+    const double error = testing::relative_error(got.data() + offset, want.data() + offset, n);
+    char text[32];
+    std::snprintf(text, sizeof text, " %.2e", error);
+    if (error > bound) past += " " + tensor.name + text;
+  }
+  return past;
 }
 
 // Same maths in another order on both sides (the chunk plan's LSE merges, per-rank partial sums, the kv
@@ -80,7 +100,9 @@ TEST(UnevenHeads, AnyHeadLayoutOverMpiEqualsOneRank) {
                   loss_bound, grad_error, grad_bound);
     EXPECT_DOUBLE_EQ(got.count, want.count);
     EXPECT_LE(loss_error, loss_bound) << "draw " << draw;
-    EXPECT_LE(grad_error, grad_bound) << "draw " << draw;
+    EXPECT_LE(grad_error, grad_bound) << "draw " << draw << " (chunks " << run.chunks << ", offload "
+                                      << (draw % 2 == 0 ? "none" : "ram") << "), tensors past the bound:"
+                                      << tensors_past(config, got.grads, want.grads, grad_bound);
     worst_loss = std::max(worst_loss, loss_error / loss_bound);
     worst_grad = std::max(worst_grad, grad_error / grad_bound);
   }
