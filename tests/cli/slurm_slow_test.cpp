@@ -261,7 +261,8 @@ TEST(Slurm, TimeLimitSignalAndRequeuePreemptTheJobItsRunsResumeAndItsStepsAreThe
   // 1. The time limit's signal: the run saves its step k1 and exits 75; the script requeues the job.
   ASSERT_TRUE(wait_for("preemption by the time limit's signal", 90,
                        [&] { return last_preemption(file_bytes(log)).second > 0; })) << failure;
-  const auto [first_signal, k1] = last_preemption(file_bytes(log));
+  const auto [first_signal, first_step] = last_preemption(file_bytes(log));
+  const int64_t k1 = first_step;  // a variable, not a binding: clang before 16 captures no binding in a lambda
   EXPECT_EQ(first_signal, "SIGUSR1");
   std::printf("[ run 1    ] preempted by %s after step %lld, %.0f s into the job\n", first_signal.c_str(),
               static_cast<long long>(k1), seconds_since(job_start));

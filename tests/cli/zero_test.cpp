@@ -117,7 +117,7 @@ TEST(Zero, Bf16ResumesBitwise) {
   const TinySetup setup(dir, fresh_seed());
   for (const auto& [zero, offload] : std::vector<std::pair<int, bool>>{{0, false}, {3, true}}) {
     const std::string name = "z" + std::to_string(zero) + (offload ? "o" : "");
-    auto settings = [&](const std::string& out) {
+    auto settings = [&, zero = zero, offload = offload](const std::string& out) {  // clang < 16: no binding captures
       train::TrainSettings s = setup.settings(out, 10, 2, 1);
       s.save_every = 5;
       s.eval_batches = 0;
