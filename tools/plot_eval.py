@@ -9,9 +9,10 @@ usage: /usr/bin/python3 tools/plot_eval.py loss OUT.png LABEL=loss_by_position.j
 `report` draws one figure of several evaluations (each EVAL_DIR an `fpdt eval --out` folder): their loss
 by position on top, their passkey grids below. `ruler` draws RULER's scores as a heat map (a row per task and
 the average, a column per length) titled with the effective length; several ruler.json files (lengths run
-apart, e.g. with another RoPE scaling at each) make one map, their effective length taken over them all. `loss`, `passkey`, `report` and `ruler` need Debian's
-python3-matplotlib; `range` prints, per model, the mean loss over the context positions FIRST..LAST
-(token-weighted over the buckets inside that range) and needs nothing.
+apart, e.g. with another RoPE scaling at each) make one map, their effective length taken over them all.
+`loss`, `passkey`, `report` and `ruler` need Debian's python3-matplotlib; `range` prints, per model, the mean
+loss over the context positions FIRST..LAST (token-weighted over the buckets inside that range) and needs
+nothing.
 """
 import json
 import sys
@@ -155,7 +156,8 @@ def merged_ruler(paths):
     tasks = results[0]["tasks"]
     for path, result in zip(paths, results):
         if result["tasks"] != tasks:
-            sys.exit(f"plot_eval.py: {path} has the tasks {result['tasks']}, {paths[0]} {tasks}: one map needs the same")
+            sys.exit(f"plot_eval.py: {path} has the tasks {result['tasks']}, {paths[0]} {tasks}: "
+                     "one map needs the same")
     lengths = sorted(length for result in results for length in result["lengths"])
     if len(set(lengths)) != len(lengths):
         sys.exit(f"plot_eval.py: a length is in more than one of {', '.join(paths)}")
