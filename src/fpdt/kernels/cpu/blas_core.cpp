@@ -57,6 +57,12 @@ VectorIsa cpu_isa() {
 
 bool cpu_has_amx_bf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  constexpr unsigned kOsxsave = 1u << 27;  // leaf 1 ECX: the OS enabled XGETBV
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & kOsxsave) == 0) return false;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);  // XCR0: XTILECFG, XTILEDATA saved by the OS
+  if ((xcr0_low & kTileState) != kTileState) return false;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
   return (edx & kAmxBf16) != 0 && (edx & kAmxTile) != 0;

@@ -23,9 +23,10 @@ VectorIsa blas_core_isa(const std::string& core);
 // Of this CPU, as far as the operating system lets programs use it (AVX-512 here means F, BW, DQ and
 // VL: what OpenBLAS's SkylakeX set needs).
 VectorIsa cpu_isa();
-// Whether this CPU has AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22: read directly, as clang
-// before 16 has no "amx-tile" for __builtin_cpu_supports). Whether Linux grants the tile state is
-// panel_gemm_amx.h's amx_tiles_supported().
+// Whether this CPU has AMX-TILE and AMX-BF16 and the OS saves the tile state (CPUID leaf 7 EDX bits 24 and
+// 22, XCR0 bits 17 and 18, as GCC's __builtin_cpu_supports checks them; read directly, as clang before 16
+// has no "amx-tile" there). Whether Linux grants this process the tile state is panel_gemm_amx.h's
+// amx_tiles_supported().
 bool cpu_has_amx_bf16();
 
 // Whether this CPU can execute the kernels of `core`: its widest vectors (blas_core_isa), and the
