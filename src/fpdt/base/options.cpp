@@ -46,8 +46,9 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+// (clang before 17 deduces no aggregate's template arguments: make check-tsan's clang-14 needs the guide)
 template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;  // clang before 17 deduces no aggregate's arguments (make check-tsan's clang-14)
+Overloaded(Fs...) -> Overloaded<Fs...>;
 
 }  // namespace
 
